@@ -1,0 +1,1 @@
+"""Importers of public traces and outcome sets, and the seeded synthetic ledger."""
