@@ -1,0 +1,1 @@
+"""Report rendering (pure; no MLflow)."""

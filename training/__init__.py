@@ -1,0 +1,1 @@
+"""`python -m training`: the thin Hydra entry point of every pipeline."""

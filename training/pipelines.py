@@ -1,0 +1,74 @@
+"""Glue between the Hydra config and the library pipelines (typed configs in, summary out)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from replaylab.config import ConfigError, from_mapping
+
+
+def _plain(node: Any) -> dict:
+    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
+
+
+@contextmanager
+def dask_client(compute: DictConfig):
+    """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes."""
+    from dask.distributed import Client, LocalCluster
+
+    if compute.address:
+        client = Client(compute.address)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    with LocalCluster(n_workers=compute.n_workers, threads_per_worker=compute.threads_per_worker,
+                      processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+        yield client
+
+
+def project(cfg: DictConfig, run_dir: Path) -> dict:
+    from replaylab.pipelines.project import LedgerInput, load_ledger, project_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+    from replaylab.sources.synthetic import SyntheticLedgerConfig
+
+    data = _plain(cfg.data)
+    synthetic = from_mapping(SyntheticLedgerConfig, {"n_sessions": data["synthetic"]["n_sessions"]},
+                             "data.synthetic")
+    inp = from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
+                                     "defect_rate": data["synthetic"]["defect_rate"],
+                                     "seed": cfg.seed}, "data")
+    projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
+    split = from_mapping(SplitConfig, _plain(cfg.split), "split")
+    loaded = load_ledger(inp)
+    if cfg.compute.kind == "local":
+        return project_ledger(loaded, projection, split, run_dir, write_ledger=data["write_ledger"])
+    if cfg.compute.kind != "dask":
+        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
+    from replaylab.projection.distributed import dispatch_time_features_dask
+
+    with dask_client(cfg.compute) as client:
+        def features_fn(ledger, projection_cfg):
+            return dispatch_time_features_dask(ledger, projection_cfg, client=client)
+
+        summary = project_ledger(loaded, projection, split, run_dir, features_fn=features_fn,
+                                 write_ledger=data["write_ledger"])
+    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
+                          "n_workers": cfg.compute.n_workers}
+    return summary
+
+
+def import_source(cfg: DictConfig, run_dir: Path) -> dict:
+    from replaylab.pipelines.ingest import import_to_contract
+
+    if cfg.get("source") is None:
+        raise ConfigError("pipeline=import needs source=<name> (see conf/source/)")
+    if not cfg.out:
+        raise ConfigError("pipeline=import needs out=<path>.parquet|.jsonl|.csv")
+    src = cfg.source
+    return import_to_contract(src.name, src.path, _plain(src.options), Path(cfg.out), run_dir)

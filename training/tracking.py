@@ -1,0 +1,79 @@
+"""MLflow logging for the entry points (the library never calls MLflow).
+
+A run carries: params (the flattened resolved config), metrics (numeric leaves
+of summary.json), the resolved config as YAML, summary.json, and every report
+file the pipeline wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+_MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists are kept as leaves."""
+    out: dict[str, Any] = {}
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}." if prefix or k else ""))
+        return out
+    out[prefix.rstrip(".")] = tree
+    return out
+
+
+def numeric_metrics(summary: dict) -> dict[str, float]:
+    """Numeric leaves of a summary as MLflow metrics (keys sanitized)."""
+    metrics = {}
+    for k, v in flatten(summary).items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            continue
+        key = "".join(c if c.isalnum() or c in "_-./ " else "_" for c in k)
+        metrics[key] = float(v)
+    return metrics
+
+
+@contextmanager
+def mlflow_run(cfg: DictConfig, run_dir: Path) -> Iterator[Any]:
+    """Open an MLflow run per `cfg.tracking`; yields the run (or None when disabled)."""
+    if not cfg.tracking.enabled:
+        yield None
+        return
+    import mlflow
+
+    mlflow.set_tracking_uri(cfg.tracking.uri)
+    mlflow.set_experiment(cfg.tracking.experiment)
+    with mlflow.start_run(run_name=cfg.tracking.run_name) as run:
+        params = {k: str(v)[:_MAX_PARAM_LEN]
+                  for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
+        mlflow.log_params(params)
+        mlflow.set_tags({"pipeline": str(cfg.pipeline), "run_dir": str(run_dir)})
+        yield run
+
+
+def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None:
+    """Log metrics, the resolved config, summary.json and report files to the open run."""
+    if run is None:
+        return
+    import mlflow
+
+    mlflow.log_metrics(numeric_metrics(summary))
+    mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
+    mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
+    for rel in summary.get("reports", {}).values():
+        path = Path(rel)
+        if path.is_file():
+            mlflow.log_artifact(str(path), artifact_path="reports")
+    q = summary.get("artifacts", {}).get("quarantine")
+    if q and Path(q).is_file():
+        mlflow.log_artifact(q, artifact_path="quarantine")
