@@ -1,0 +1,40 @@
+# replaylab: `make run` trains on the embedded default data; `make test` runs every test.
+# Both create .venv when absent and install the pinned environment (torch CPU first).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.replaylab-installed
+RUN_DIR ?= outputs/make-run
+
+.PHONY: setup run test test-fast bench lint clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# An unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU wheel on this disk.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+run: setup
+	$(PY) -m training hydra.run.dir=$(RUN_DIR)
+	@echo "summary: $(RUN_DIR)/summary.json  report: $(RUN_DIR)/report.html"
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
+
+bench: setup
+	$(PY) bench/run_all.py --out bench/results.json
+
+lint: setup
+	$(PY) -m ruff check src training export evaluation tests bench
+
+clean:
+	rm -rf outputs multirun mlflow.db mlruns mlartifacts bench/results.json

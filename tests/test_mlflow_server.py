@@ -1,0 +1,87 @@
+"""Integration: a real `mlflow server` on loopback; a training run logs through it; read back."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_entrypoints import run_training
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    if not mlflow_bin.exists():
+        mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
+    port = _free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = open(tmp_path / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
+         "--artifacts-destination", str(tmp_path / "artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("mlflow server did not start:\n"
+                                   + (tmp_path / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+        yield url, proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # stop it by PID (and its gunicorn/uvicorn child)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def test_training_run_logs_through_a_real_server(mlflow_server, tmp_path):
+    url, pid = mlflow_server
+    out = tmp_path / "run"
+    run_training(f"hydra.run.dir={out}", "data.synthetic.n_sessions=150", f"tracking.uri={url}",
+                 "tracking.experiment=it-test")
+    summary = json.loads((out / "summary.json").read_text())
+    run_id = summary["mlflow"]["run_id"]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=url)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["pipeline"] == "project"
+    assert run.data.params["data.synthetic.n_sessions"] == "150"
+    assert run.data.metrics["rows_valid"] == summary["rows_valid"]
+    names = {a.path for a in client.list_artifacts(run_id)}
+    assert {"summary.json", "config", "reports"} <= names
+    local = client.download_artifacts(run_id, "summary.json", str(tmp_path))
+    assert json.loads(Path(local).read_text())["rows_read"] == summary["rows_read"]
+    assert pid > 0 and REPO.exists()
