@@ -1,0 +1,1 @@
+"""`python -m evaluation`: calibration, OPE, go/no-go and fleet experiments (arrive with issues #3-#6)."""

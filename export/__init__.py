@@ -1,0 +1,1 @@
+"""`python -m export`: ONNX + manifest from a finished run (arrives with the artifacts issue, #4)."""
