@@ -66,7 +66,7 @@ def test_ledger_file_roundtrip_through_training(default_run, tmp_path):
 
 
 def test_import_pipeline_writes_contract_table(tmp_path, test_data):
-    src = test_data / "azure_llm_2023" / "conv_slice.csv"
+    src = test_data / "azure_llm_2023" / "AzureLLMInferenceTrace_conv_first200.csv"
     if not src.exists():
         pytest.skip("azure slice not present")
     out = tmp_path / "azure.parquet"
