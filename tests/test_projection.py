@@ -1,0 +1,397 @@
+"""Dispatch-time features against a brute-force reference; splits; version; Dask parity."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replaylab.contracts import Ledger as L
+from replaylab.contracts import validate_ledger
+from replaylab.projection import (
+    FEATURE_COLUMNS,
+    LABEL_COLUMNS,
+    Projected,
+    ProjectionConfig,
+    SplitConfig,
+    dispatch_time_features,
+    feature_columns,
+    ledger_fingerprint,
+    projection_version,
+    split_counts,
+    time_ordered_splits,
+)
+
+P = Projected
+NO_GUARD = ProjectionConfig(canary_checks=False)
+
+
+# ---------------------------------------------------------------- ledgers
+
+
+def random_ledger(n_sessions: int, seed: int, *, t0: int = 1_700_000_000_000) -> pd.DataFrame:
+    """Sessions of 1-8 turns whose responses overlap the next dispatches (epoch ms)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for s in range(n_sessions):
+        start = t0 + int(rng.integers(0, 6 * 3_600_000))
+        t = start
+        for k in range(int(rng.integers(1, 9))):
+            dur = int(rng.integers(0, 20_000))
+            comp = int(rng.integers(1, 800))
+            rows.append({
+                L.VERSION: "1", L.REQUEST_ID: f"r{s:05d}-{k}", L.SESSION_ID: f"s{s:05d}",
+                L.TURN_INDEX: k, L.TIMESTAMP: t, L.ENDED_AT: t + dur,
+                L.PROMPT_TOKENS: int(rng.integers(10, 4000)),
+                L.COMPLETION_TOKENS: comp if rng.random() > 0.05 else None,
+                L.LIFECYCLE_STATE: "aborted" if rng.random() < 0.03 else "completed",
+                L.FINISH_REASON: "length" if rng.random() < 0.1 else "stop",
+                L.SELECTED_MODEL: rng.choice(["small", "large"]),
+                L.MAX_TOKENS: 1024, L.CATEGORY: rng.choice(["code", "chat"]),
+            })
+            t += int(rng.integers(0, 15_000))  # often before the previous turn ended
+    return validate_ledger(pd.DataFrame(rows)).valid
+
+
+@st.composite
+def ledgers(draw):
+    """Tiny ledgers with overlapping turns, ties in time, and missing ends or usage."""
+    n = draw(st.integers(1, 24))
+    has_ended = draw(st.booleans())
+    has_duration = draw(st.booleans())
+    ids = draw(st.permutations([f"q{i:02d}" for i in range(n)]))
+    rows = []
+    for i in range(n):
+        t = draw(st.integers(0, 40))
+        # an end before dispatch (quarantined by validate_ledger) must count as unknown
+        end = draw(st.none() | st.integers(max(0, t - 3), t + 30))
+        row = {
+            L.REQUEST_ID: ids[i], L.SESSION_ID: f"s{draw(st.integers(0, 3))}",
+            L.TURN_INDEX: draw(st.integers(0, 4)), L.TIMESTAMP: t,
+            L.PROMPT_TOKENS: draw(st.none() | st.integers(0, 50)),
+            L.COMPLETION_TOKENS: draw(st.none() | st.integers(0, 500)),
+            L.FINISH_REASON: draw(st.sampled_from(["stop", "length", "cancelled", None])),
+            L.LIFECYCLE_STATE: draw(st.sampled_from(["completed", "aborted", "failed"])),
+        }
+        if has_ended:
+            row[L.ENDED_AT] = end if draw(st.booleans()) else None
+        if has_duration:
+            row[L.DURATION_MS] = None if end is None else end - t
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in (L.PROMPT_TOKENS, L.COMPLETION_TOKENS, L.ENDED_AT, L.DURATION_MS):
+        if col in df.columns:
+            df[col] = df[col].astype("Int64")
+    return df
+
+
+# ---------------------------------------------------------------- brute force
+
+
+def _end(row: dict) -> int | None:
+    end = row.get(L.ENDED_AT)
+    if end is None or pd.isna(end):
+        dur = row.get(L.DURATION_MS)
+        end = None if dur is None or pd.isna(dur) else row[L.TIMESTAMP] + int(dur)
+    return None if end is None or end < row[L.TIMESTAMP] else int(end)
+
+
+def brute_force_history(df: pd.DataFrame, alpha: float, assume: bool) -> pd.DataFrame:
+    """The definition, one request at a time (history.py docstring)."""
+    rows = df.to_dict("records")
+    ends = [_end(r) for r in rows]
+    if assume:
+        for i, r in enumerate(rows):
+            later = [q[L.TIMESTAMP] for q in rows
+                     if q[L.SESSION_ID] == r[L.SESSION_ID] and q[L.TIMESTAMP] > r[L.TIMESTAMP]]
+            if ends[i] is None and later:
+                ends[i] = min(later)
+    out = []
+    for r in rows:
+        same = [(j, q) for j, q in enumerate(rows) if q[L.SESSION_ID] == r[L.SESSION_ID]
+                and q[L.TIMESTAMP] < r[L.TIMESTAMP]]
+        hist = sorted(((ends[j], q[L.TIMESTAMP], q[L.TURN_INDEX], q[L.REQUEST_ID], q)
+                       for j, q in same if ends[j] is not None and ends[j] <= r[L.TIMESTAMP]),
+                      key=lambda x: x[:4])
+        toks = [int(h[4][L.COMPLETION_TOKENS]) for h in hist
+                if not pd.isna(h[4][L.COMPLETION_TOKENS])]
+        ewma = None
+        for x in toks:
+            ewma = x if ewma is None else alpha * x + (1 - alpha) * ewma
+        out.append({
+            P.TURNS_DISPATCHED: len(same), P.TURNS_ENDED: len(hist),
+            P.TURNS_WITH_USAGE: len(toks),
+            P.TURNS_CENSORED: sum(h[4].get(L.FINISH_REASON) in ("length", "cancelled")
+                                  or h[4][L.LIFECYCLE_STATE] == "aborted" for h in hist),
+            P.COMPLETION_MEAN: sum(toks) / len(toks) if toks else np.nan,
+            P.COMPLETION_EWMA: np.nan if ewma is None else ewma,
+            P.LAST_COMPLETION: toks[-1] if toks else pd.NA,
+            P.MS_SINCE_LAST_END: r[L.TIMESTAMP] - hist[-1][0] if hist else pd.NA,
+        })
+    return pd.DataFrame(out)
+
+
+def assert_history_equal(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    for col in (P.TURNS_DISPATCHED, P.TURNS_ENDED, P.TURNS_WITH_USAGE, P.TURNS_CENSORED):
+        assert got[col].tolist() == want[col].tolist(), col
+    for col in (P.LAST_COMPLETION, P.MS_SINCE_LAST_END):
+        g = got[col].astype("Int64")
+        w = want[col].astype("Int64")
+        assert g.isna().tolist() == w.isna().tolist(), col
+        assert g.dropna().tolist() == w.dropna().tolist(), col
+    np.testing.assert_array_equal(got[P.COMPLETION_MEAN].to_numpy(),
+                                  want[P.COMPLETION_MEAN].to_numpy())
+    np.testing.assert_allclose(got[P.COMPLETION_EWMA].to_numpy(),
+                               want[P.COMPLETION_EWMA].to_numpy(), rtol=1e-12, atol=0)
+
+
+# ---------------------------------------------------------------- properties
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(df=ledgers(), alpha=st.sampled_from([0.5, 0.3, 1.0]), assume=st.booleans())
+def test_history_matches_brute_force(df, alpha, assume):
+    cfg = ProjectionConfig(ewma_alpha=alpha, assume_ended_before_next=assume, canary_checks=False)
+    got = dispatch_time_features(df, cfg)
+    assert list(got.index) == list(df.index)
+    assert got[L.REQUEST_ID].tolist() == df[L.REQUEST_ID].tolist()
+    assert_history_equal(got.reset_index(drop=True), brute_force_history(df, alpha, assume))
+
+
+@settings(max_examples=150, deadline=None)
+@given(df=ledgers(), pick=st.integers(0, 10_000), assume=st.booleans())
+def test_turns_not_ended_by_dispatch_cannot_move_features(df, pick, assume):
+    """Rewriting the outcome of every turn that had not ended by R's dispatch leaves R unchanged."""
+    cfg = ProjectionConfig(assume_ended_before_next=assume, canary_checks=False)
+    r = pick % len(df)
+    t_r = df[L.TIMESTAMP].iloc[r]
+    ends = [_end(row) for row in df.to_dict("records")]
+    unseen = np.array([e is None or e > t_r for e in ends]) | (df[L.TIMESTAMP] >= t_r).to_numpy()
+    if assume:  # an assumed end is a later dispatch: keep such turns out of the rewrite
+        unseen &= np.array([e is not None for e in ends]) | (df[L.TIMESTAMP] >= t_r).to_numpy()
+    altered = df.copy()
+    altered.loc[unseen, L.COMPLETION_TOKENS] = 99_999
+    altered.loc[unseen, L.FINISH_REASON] = "length"
+    a = dispatch_time_features(df, cfg)[list(FEATURE_COLUMNS)].iloc[r]
+    b = dispatch_time_features(altered, cfg)[list(FEATURE_COLUMNS)].iloc[r]
+    pd.testing.assert_series_equal(a, b)
+
+
+def test_overlapping_session_by_hand():
+    # s: a [0, 15], b [10, 12] (no usage, length), c at 20 (end unknown), d at 20.
+    df = pd.DataFrame({
+        L.REQUEST_ID: ["a", "b", "c", "d"], L.SESSION_ID: ["s"] * 4,
+        L.TURN_INDEX: [0, 1, 2, 3], L.TIMESTAMP: [0, 10, 20, 20],
+        L.ENDED_AT: pd.array([15, 12, None, 30], dtype="Int64"),
+        L.COMPLETION_TOKENS: pd.array([100, None, 7, 9], dtype="Int64"),
+        L.FINISH_REASON: ["stop", "length", "stop", "stop"],
+    })
+    f = dispatch_time_features(df, NO_GUARD)
+    # b dispatched while a was running: a contributes nothing
+    assert f[P.TURNS_DISPATCHED].tolist() == [0, 1, 2, 2]
+    assert f[P.TURNS_ENDED].tolist() == [0, 0, 2, 2]
+    assert f[P.TURNS_CENSORED].tolist() == [0, 0, 1, 1]
+    assert f[P.LAST_COMPLETION].tolist()[2:] == [100, 100]  # b ended first, a last (usage)
+    assert f[P.MS_SINCE_LAST_END].tolist()[2:] == [5, 5]
+    assert f[P.LABEL_TOTAL_DEMAND].isna().all()  # no prompt_tokens column: unknown
+
+
+def test_feature_and_label_columns_are_disjoint():
+    f = dispatch_time_features(random_ledger(30, seed=1))
+    cols = feature_columns(f)
+    assert set(cols) == set(FEATURE_COLUMNS)
+    assert not any(c.startswith("label_") for c in cols)
+    assert set(LABEL_COLUMNS) <= set(f.columns)
+    assert not set(cols) & set(LABEL_COLUMNS)
+
+
+def test_missing_optional_columns_give_null_features():
+    full = random_ledger(20, seed=2)
+    required = [L.VERSION, L.REQUEST_ID, L.SESSION_ID, L.TURN_INDEX, L.TIMESTAMP,
+                L.PROMPT_TOKENS, L.COMPLETION_TOKENS, L.LIFECYCLE_STATE, L.SELECTED_MODEL]
+    f = dispatch_time_features(full[required])
+    assert set(FEATURE_COLUMNS) <= set(f.columns)
+    for col in (L.MAX_TOKENS, L.CACHED_PROMPT_TOKENS, L.STREAMING, L.CATEGORY, L.REGION):
+        assert f[col].isna().all(), col
+    # no end at all and no assumption: nothing is known to have ended
+    assert (f[P.TURNS_ENDED] == 0).all()
+    assert f[P.COMPLETION_MEAN].isna().all()
+    assert f[P.LABEL_CENSORED].sum() == (full[L.LIFECYCLE_STATE] == "aborted").sum()
+
+
+def test_validated_rfc3339_ledger_and_duration_only():
+    raw = pd.DataFrame({
+        L.VERSION: "1", L.REQUEST_ID: ["a", "b"], L.SESSION_ID: ["s", "s"],
+        L.TURN_INDEX: [0, 1],
+        L.TIMESTAMP: ["2024-05-06T10:00:00Z", "2024-05-06T10:00:05Z"],
+        L.DURATION_MS: [4000, 1000], L.PROMPT_TOKENS: [5, 6], L.COMPLETION_TOKENS: [50, 60],
+        L.LIFECYCLE_STATE: "completed", L.SELECTED_MODEL: "m",
+    })
+    f = dispatch_time_features(validate_ledger(raw).valid, NO_GUARD)
+    assert f[P.HOUR_UTC].tolist() == [10, 10]
+    assert f[P.DAY_OF_WEEK].tolist() == [0, 0]  # 2024-05-06 was a Monday
+    assert f[P.LAST_COMPLETION].tolist()[1] == 50
+    assert f[P.MS_SINCE_LAST_END].tolist()[1] == 1000
+    assert f[P.LABEL_TOTAL_DEMAND].tolist() == [55, 66]
+
+
+def test_assume_ended_before_next_changes_features_and_version():
+    ledger = random_ledger(40, seed=3).drop(columns=[L.ENDED_AT])
+    off = ProjectionConfig()
+    on = ProjectionConfig(assume_ended_before_next=True)
+    f_off, f_on = dispatch_time_features(ledger, off), dispatch_time_features(ledger, on)
+    assert (f_off[P.TURNS_ENDED] == 0).all()
+    # every earlier dispatch of the session ended by the next strictly later dispatch
+    assert (f_on[P.TURNS_ENDED] == f_on[P.TURNS_DISPATCHED]).all()
+    assert f_on[P.TURNS_ENDED].sum() > 0
+    fp = ledger_fingerprint(ledger)
+    assert projection_version(off, fp) != projection_version(on, fp)
+    assert projection_version(off, fp) == projection_version(ProjectionConfig(), fp)
+
+
+def test_fingerprint_content_not_order():
+    ledger = random_ledger(15, seed=4)
+    shuffled = ledger.sample(frac=1.0, random_state=0)[list(reversed(ledger.columns))]
+    assert ledger_fingerprint(ledger) == ledger_fingerprint(shuffled)
+    changed = ledger.copy()
+    changed.loc[0, L.COMPLETION_TOKENS] = 12345
+    assert ledger_fingerprint(changed) != ledger_fingerprint(ledger)
+    fp = ledger_fingerprint(ledger)
+    assert projection_version(ProjectionConfig(), fp, "projection-1") != projection_version(
+        ProjectionConfig(), fp, "projection-2")
+
+
+def test_row_order_does_not_change_features():
+    ledger = random_ledger(60, seed=5)
+    a = dispatch_time_features(ledger)
+    shuffled = ledger.sample(frac=1.0, random_state=1)
+    b = dispatch_time_features(shuffled).loc[ledger.index]
+    pd.testing.assert_frame_equal(a, b)
+
+
+# ---------------------------------------------------------------- splits
+
+
+def _check_splits(f: pd.DataFrame, s: pd.Series, cfg: SplitConfig) -> None:
+    counts = split_counts(s)
+    assert sum(counts.values()) == len(f)
+    assert s.notna().all() and set(s) <= set(counts)
+    kept = s != "embargo"
+    per_session = s[kept].groupby(f[L.SESSION_ID][kept]).nunique()
+    assert (per_session == 1).all(), "a session appears in two splits"
+    if cfg.purge == "sessions":
+        assert (s.groupby(f[L.SESSION_ID]).nunique() == 1).all(), "a session was cut"
+    t = f[L.TIMESTAMP]
+    first = t.groupby(f[L.SESSION_ID]).transform("min")
+    present = [k for k in ("train", "calibration", "test") if counts[k] > 0]
+    for i, early in enumerate(present):
+        for late in present[i + 1:]:
+            # every kept row of the earlier split is dispatched more than the embargo
+            # before any row of the later one; sessions are ordered by start
+            assert t[s == early].max() + cfg.embargo_ms < t[s == late].min()
+            assert first[s == early].max() <= first[s == late].min()
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 10_000), n_sessions=st.integers(1, 60),
+       embargo_min=st.sampled_from([0, 1, 30, 120]), purge=st.sampled_from(["rows", "sessions"]),
+       fr=st.sampled_from([(0.6, 0.2, 0.2), (0.8, 0.1, 0.1), (0.5, 0.0, 0.5), (1.0, 0.0, 0.0)]))
+def test_splits_are_session_whole_time_ordered_and_counted(seed, n_sessions, embargo_min,
+                                                           purge, fr):
+    f = dispatch_time_features(random_ledger(n_sessions, seed), NO_GUARD)
+    cfg = SplitConfig.from_minutes(embargo_min, train=fr[0], calibration=fr[1], test=fr[2],
+                                   purge=purge)
+    s = time_ordered_splits(f, cfg)
+    assert s.index.equals(f.index)
+    _check_splits(f, s, cfg)
+
+
+@pytest.mark.parametrize("purge", ["rows", "sessions"])
+def test_embargo_rows_are_counted(purge):
+    f = dispatch_time_features(random_ledger(300, seed=6), NO_GUARD)
+    cfg = SplitConfig(embargo_ms=20 * 60_000, purge=purge)
+    s = time_ordered_splits(f, cfg)
+    counts = split_counts(s)
+    assert counts["embargo"] > 0
+    assert counts["train"] > counts["calibration"] > 0 and counts["test"] > 0
+    assert sum(counts.values()) == len(f)
+    _check_splits(f, s, cfg)
+    no_gap = time_ordered_splits(f, SplitConfig(embargo_ms=0, purge=purge))
+    # a wider gap only adds rows to the embargo; the later split is never moved
+    assert set(f.index[no_gap == "embargo"]) <= set(f.index[s == "embargo"])
+    assert (s[no_gap == "test"] == "test").all()
+    whole = time_ordered_splits(f, SplitConfig(embargo_ms=20 * 60_000, purge="sessions"))
+    assert set(f.index[s == "embargo"]) <= set(f.index[whole == "embargo"])
+
+
+def test_split_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="sum to 1"):
+        SplitConfig(train=0.5, calibration=0.2, test=0.2)
+    with pytest.raises(ValueError, match="embargo_ms"):
+        SplitConfig(embargo_ms=-1)
+    with pytest.raises(ValueError, match="purge"):
+        SplitConfig(purge="turns")
+    with pytest.raises(ValueError, match="ewma_alpha"):
+        ProjectionConfig(ewma_alpha=0.0)
+
+
+# ---------------------------------------------------------------- dask
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_dask_path_equals_pandas_path():
+    dd = pytest.importorskip("dask.dataframe")
+    distributed = pytest.importorskip("distributed")
+    from replaylab.projection.distributed import dispatch_time_features_dask
+
+    ledger = random_ledger(400, seed=7).sample(frac=1.0, random_state=2)
+    want = dispatch_time_features(ledger)
+    want_by_id = want.sort_values(L.REQUEST_ID, ignore_index=True)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        # pandas input: hash-partitioned by session here, scattered, mapped
+        got = dispatch_time_features_dask(ledger, client=client, npartitions=3)
+        pd.testing.assert_frame_equal(got, want)
+        # dask input: shuffled on session_id by dask, on the cluster
+        got2 = dispatch_time_features_dask(dd.from_pandas(ledger, npartitions=4), client=client)
+        pd.testing.assert_frame_equal(got2, want_by_id)
+        # by scheduler address (connected and closed inside)
+        got3 = dispatch_time_features_dask(ledger, client=cluster.scheduler_address)
+        pd.testing.assert_frame_equal(got3, want)
+
+
+def test_dask_local_scheduler_equals_pandas_path():
+    pytest.importorskip("dask.dataframe")
+    from replaylab.projection.distributed import dispatch_time_features_dask
+
+    ledger = random_ledger(120, seed=8)
+    cfg = ProjectionConfig(assume_ended_before_next=True)
+    got = dispatch_time_features_dask(ledger.drop(columns=[L.ENDED_AT]), cfg, npartitions=3)
+    pd.testing.assert_frame_equal(got, dispatch_time_features(ledger.drop(columns=[L.ENDED_AT]),
+                                                              cfg))
+
+
+def test_empty_ledger_gives_empty_frame_with_all_columns():
+    ledger = random_ledger(3, seed=9).iloc[:0]
+    f = dispatch_time_features(ledger)
+    assert len(f) == 0
+    assert set(FEATURE_COLUMNS) | set(LABEL_COLUMNS) <= set(f.columns)
+    assert split_counts(time_ordered_splits(f)) == dict.fromkeys(
+        ("train", "calibration", "test", "embargo"), 0)
+
+
+@pytest.mark.parametrize("assume", [False, True])
+def test_dense_time_ranks_give_the_same_history(monkeypatch, assume):
+    """The fallback for key overflow (time span x sessions too wide) changes nothing."""
+    from replaylab.projection import history
+
+    ledger = random_ledger(80, seed=10)
+    ledger = ledger.assign(**{L.ENDED_AT: ledger[L.ENDED_AT].mask(ledger.index % 3 == 0)})
+    cfg = ProjectionConfig(assume_ended_before_next=assume)
+    want = dispatch_time_features(ledger, cfg)
+    monkeypatch.setattr(history, "_KEY_LIMIT", 1)
+    pd.testing.assert_frame_equal(dispatch_time_features(ledger, cfg), want)
