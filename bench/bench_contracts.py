@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 
 from replaylab.contracts import read_ledger, validate_ledger
-from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger, inject_defects
+from replaylab.sources.defects import inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 
 
 def _rss_gb() -> float:

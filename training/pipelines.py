@@ -38,11 +38,11 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 
     data = _plain(cfg.data)
-    synthetic = from_mapping(SyntheticLedgerConfig, {"n_sessions": data["synthetic"]["n_sessions"]},
-                             "data.synthetic")
+    generator = dict(data["synthetic"])
+    defect_rate = generator.pop("defect_rate")
+    synthetic = from_mapping(SyntheticLedgerConfig, generator, "data.synthetic")
     inp = from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
-                                     "defect_rate": data["synthetic"]["defect_rate"],
-                                     "seed": cfg.seed}, "data")
+                                     "defect_rate": defect_rate, "seed": cfg.seed}, "data")
     projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, _plain(cfg.split), "split")
     loaded = load_ledger(inp)

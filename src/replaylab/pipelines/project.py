@@ -9,7 +9,7 @@ returns the summary every later pipeline extends.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +19,20 @@ from replaylab import __version__
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import ValidationResult, read_ledger, validate_ledger, write_quarantine
 from replaylab.projection import (
+    LABEL_COLUMNS,
+    PROJECTION_CODE_VERSION,
     ProjectionConfig,
     SplitConfig,
     dispatch_time_features,
+    feature_columns,
     ledger_fingerprint,
     projection_version,
+    split_counts,
     time_ordered_splits,
 )
-from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger, inject_defects
+from replaylab.projection import Projected as P
+from replaylab.sources.defects import inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from replaylab.tracking.report import ledger_figures, write_html_report
 
 
@@ -112,7 +118,8 @@ def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: Sp
 
     t0 = time.perf_counter()
     fingerprint = ledger_fingerprint(ledger)
-    version = projection_version(projection, fingerprint, __version__)
+    version = projection_version(projection, fingerprint,
+                                 f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
     features = features_fn(ledger, projection)
     timings["projection"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -139,8 +146,9 @@ def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: Sp
             "rows": int(len(features)),
             "assume_ended_before_next": projection.assume_ended_before_next,
             "ewma_alpha": projection.ewma_alpha,
-            "feature_columns": [c for c in features.columns if not c.startswith("label_")
-                                and c not in ("split", L.REQUEST_ID, L.SESSION_ID)],
+            "split_config": asdict(split),
+            "feature_columns": feature_columns(features),
+            "label_columns": [c for c in LABEL_COLUMNS if c in features.columns],
         },
         "labels": _label_counts(features),
         "splits": _split_counts(features),
@@ -153,17 +161,16 @@ def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: Sp
 
 
 def _label_counts(features: pd.DataFrame) -> dict[str, int]:
-    out = {"rows": int(len(features))}
-    for col in features.columns:
-        if col.startswith("label_is_") or col.startswith("label_has_"):
-            out[col.removeprefix("label_")] = int(features[col].fillna(False).astype(bool).sum())
-    return out
+    """Rows by label status: usable regression labels, censored (a lower bound), usage absent."""
+    absent = features[P.LABEL_USAGE_ABSENT].fillna(False).astype(bool)
+    censored = features[P.LABEL_CENSORED].fillna(False).astype(bool)
+    return {"rows": int(len(features)), "usable": int((~absent & ~censored).sum()),
+            "censored": int((censored & ~absent).sum()), "absent_usage": int(absent.sum())}
 
 
 def _split_counts(features: pd.DataFrame) -> dict[str, Any]:
-    rows = features["split"].value_counts()
     sessions = features.groupby("split")[L.SESSION_ID].nunique()
     return {
-        "rows": {str(k): int(v) for k, v in rows.items()},
+        "rows": split_counts(features["split"]),
         "sessions": {str(k): int(v) for k, v in sessions.items()},
     }
