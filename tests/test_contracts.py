@@ -175,7 +175,7 @@ LEDGER_KEYS = list(good_row(0)) + ["ended_at", "finish_reason", "max_tokens", "s
 def mutated_rows(draw):
     n = draw(st.integers(1, 12))
     rows = []
-    for i in range(n):
+    for _i in range(n):
         row = good_row(draw(st.integers(0, 6)))
         for key in draw(st.lists(st.sampled_from(LEDGER_KEYS), max_size=4)):
             if draw(st.booleans()):
