@@ -125,7 +125,14 @@ def _is_real_number(x: object) -> bool:
     )
 
 
+def _inferred(s: pd.Series) -> str:
+    """pandas' C-level scan of an object column's element types (skipping nulls)."""
+    return pd.api.types.infer_dtype(s, skipna=True) if pd.api.types.is_object_dtype(s) else ""
+
+
 def _coerce_int(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
+    if _inferred(s) == "integer":
+        s = s.astype("float64") if null.any() else s.astype("int64")
     if pd.api.types.is_bool_dtype(s):
         return pd.Series(pd.NA, index=s.index, dtype="Int64"), ~null
     if pd.api.types.is_integer_dtype(s):
@@ -179,8 +186,9 @@ def _coerce_bool(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
 
 
 def _coerce_str(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
-    if pd.api.types.is_string_dtype(s) and not pd.api.types.is_object_dtype(s):
-        return s.astype(object), pd.Series(False, index=s.index)
+    if (pd.api.types.is_string_dtype(s) and not pd.api.types.is_object_dtype(s)) or (
+            _inferred(s) in ("string", "empty")):
+        return s.astype(object).where(~null, None), pd.Series(False, index=s.index)
     # strings as they are; integers (ids written as numbers) become strings
     kind = s.map(lambda x: 1 if isinstance(x, str) else (2 if _is_real_int(x) else 0))
     ok = (kind > 0) & ~null
@@ -202,6 +210,12 @@ def _coerce_timestamp(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Seri
         bad = pd.Series(False, index=s.index)
     elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
         out, bad = _coerce_int(s, null)
+    elif _inferred(s) in ("string", "empty"):
+        parsed = pd.to_datetime(s, utc=True, errors="coerce", format="ISO8601")
+        ok = parsed.notna()
+        out[ok] = (parsed[ok].astype("datetime64[ns, UTC]").astype("int64") // 1_000_000).astype(
+            "int64")
+        bad = ~ok & ~null
     else:
         is_str = s.map(lambda x: isinstance(x, str)).astype(bool) & ~null
         is_num = s.map(_is_real_number).astype(bool) & ~null
@@ -239,10 +253,7 @@ _COERCERS = {
 
 
 def _null_mask(s: pd.Series) -> pd.Series:
-    if pd.api.types.is_object_dtype(s):
-        # isna() is elementwise on object columns; lists/arrays count as non-null
-        return s.map(lambda x: x is None or (isinstance(x, float) and np.isnan(x)) or x is pd.NA
-                     or x is pd.NaT).astype(bool)
+    # isna() is elementwise on object columns too: a list or array cell is not null
     return s.isna()
 
 
@@ -277,10 +288,14 @@ def validate_frame(raw: pd.DataFrame, schema: Schema, source: str | None = None,
     reason = pd.Series(None, index=raw.index, dtype=object)
     detail = pd.Series(None, index=raw.index, dtype=object)
 
+    assigned = np.zeros(len(raw), dtype=bool)  # rows that already carry a reason
+
     def flag(mask: pd.Series, code: str, why: str) -> None:
-        m = mask.fillna(False).astype(bool) & reason.isna()
-        reason[m] = code
-        detail[m] = why
+        m = mask.fillna(False).to_numpy(dtype=bool) & ~assigned
+        if m.any():
+            reason[m] = code
+            detail[m] = why
+            assigned[m] = True
 
     coerced: dict[str, pd.Series] = {}
     if len(raw) > 0:
@@ -315,7 +330,7 @@ def validate_frame(raw: pd.DataFrame, schema: Schema, source: str | None = None,
                 flag(out > f.max, "out_of_range", f.name)
             coerced[f.name] = out
 
-        ok = reason.isna()
+        ok = pd.Series(~assigned, index=raw.index)
         frame = raw.copy()
         for name, s in coerced.items():
             frame[name] = s
@@ -323,12 +338,12 @@ def validate_frame(raw: pd.DataFrame, schema: Schema, source: str | None = None,
         for rule in schema.row_rules:
             m, code, why = rule(frame[ok])
             flag(m.reindex(raw.index, fill_value=False), code, why)
-            ok = reason.isna()
+            ok = pd.Series(~assigned, index=raw.index)
         if schema.unique_key and all(k in frame.columns for k in schema.unique_key):
             dup = frame[ok].duplicated(list(schema.unique_key), keep="first")
             flag(dup.reindex(raw.index, fill_value=False), schema.duplicate_reason,
                  "+".join(schema.unique_key))
-        ok = reason.isna()
+        ok = pd.Series(~assigned, index=raw.index)
         valid = frame[ok].drop(columns=[SOURCE_ROW]).reset_index(drop=True)
         for f in schema.fields:  # non-nullable numbers need no mask once nulls are out
             if not f.nullable and f.kind in ("int", "timestamp") and f.name in valid.columns:
