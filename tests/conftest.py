@@ -13,7 +13,13 @@ TEST_DATA = REPO / "tests" / "data"
 
 def _shared_data() -> Path:
     env = os.environ.get("REPLAYLAB_SHARED_DATA")
-    return Path(env) if env else (REPO.parent / "shared" / "data")
+    if env:
+        return Path(env)
+    # ../shared/data beside the checkout; the workplace's fixed location for other clones
+    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
+        if candidate.is_dir():
+            return candidate
+    return REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session")
