@@ -81,3 +81,19 @@ def test_bad_config_value_names_the_field(tmp_path):
                         check=False)
     assert proc.returncode != 0
     assert "split" in proc.stderr and "-0.5" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_compute_dask_gives_the_same_projection(default_run, tmp_path):
+    """compute=dask (a real 2-worker LocalCluster) writes the same features as the pandas path."""
+    ledger = json.loads((default_run / "summary.json").read_text())["artifacts"]["ledger"]
+    out_local, out_dask = tmp_path / "local", tmp_path / "dask"
+    run_training(f"data.ledger={ledger}", f"hydra.run.dir={out_local}", "tracking=off")
+    run_training(f"data.ledger={ledger}", f"hydra.run.dir={out_dask}", "tracking=off",
+                 "compute=dask", "compute.n_workers=2")
+    s = json.loads((out_dask / "summary.json").read_text())
+    assert s["compute"]["kind"] == "dask"
+    a = pd.read_parquet(out_local / "features.parquet").sort_values("request_id")
+    b = pd.read_parquet(out_dask / "features.parquet").sort_values("request_id")
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True))
