@@ -7,7 +7,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.replaylab-installed
 RUN_DIR ?= outputs/make-run
 
-.PHONY: setup run test test-fast bench lint clean
+.PHONY: setup run test test-fast bench lint clean chromium
+
+CHROMIUM ?= /usr/bin/chromium
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,14 +22,21 @@ $(STAMP): requirements.lock pyproject.toml
 
 setup: $(STAMP)
 
+# Headless Chromium for the report tests (Debian's package; ~40 s the first time).
+chromium:
+	@test -x $(CHROMIUM) || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; }
+
 run: setup
 	$(PY) -m training hydra.run.dir=$(RUN_DIR)
 	@echo "summary: $(RUN_DIR)/summary.json  report: $(RUN_DIR)/report.html"
 
-test: setup
+test: setup chromium
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: setup chromium
 	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
