@@ -1,4 +1,4 @@
-"""python -m training [pipeline=project|import] [overrides...]
+"""python -m training [pipeline=project|import|demand] [overrides...]
 
 Compose the config, seed, open the MLflow run, call one library pipeline,
 write DIR/summary.json and log what it returns. Nothing else lives here.
@@ -19,6 +19,7 @@ from omegaconf.errors import ValidationError as OmegaConfValidationError
 
 from replaylab.config import ConfigError
 from replaylab.contracts import ContractError
+from replaylab.demand.labels import DemandDataError
 
 log = logging.getLogger("replaylab")
 
@@ -26,7 +27,8 @@ log = logging.getLogger("replaylab")
 def _pipeline(cfg: DictConfig, run_dir: Path) -> dict:
     from training import pipelines
 
-    table = {"project": pipelines.project, "import": pipelines.import_source}
+    table = {"project": pipelines.project, "import": pipelines.import_source,
+             "demand": pipelines.demand}
     if cfg.pipeline not in table:
         raise ConfigError(f"pipeline={cfg.pipeline!r} is unknown; choose one of {sorted(table)}")
     return table[cfg.pipeline](cfg, run_dir)
@@ -48,7 +50,7 @@ def main(cfg: DictConfig) -> None:
             path = run_dir / "summary.json"
             path.write_text(json.dumps(summary, indent=2, default=str))
             log_outcome(run, summary, run_dir, cfg)
-    except (ContractError, ConfigError, FileNotFoundError, ImportError,
+    except (ContractError, ConfigError, DemandDataError, FileNotFoundError, ImportError,
             OmegaConfValidationError) as e:
         # A bad input is a one-line error and a non-zero exit, not a traceback.
         print(f"error: {e}", file=sys.stderr)

@@ -32,17 +32,25 @@ def dask_client(compute: DictConfig):
         yield client
 
 
-def project(cfg: DictConfig, run_dir: Path) -> dict:
-    from replaylab.pipelines.project import LedgerInput, load_ledger, project_ledger
-    from replaylab.projection import ProjectionConfig, SplitConfig
+def _ledger_input(cfg: DictConfig):
+    """The typed ledger input of `cfg.data` (a file, or the seeded synthetic ledger)."""
+    from replaylab.pipelines.project import LedgerInput
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 
     data = _plain(cfg.data)
     generator = dict(data["synthetic"])
     defect_rate = generator.pop("defect_rate")
     synthetic = from_mapping(SyntheticLedgerConfig, generator, "data.synthetic")
-    inp = from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
-                                     "defect_rate": defect_rate, "seed": cfg.seed}, "data")
+    return from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
+                                      "defect_rate": defect_rate, "seed": cfg.seed}, "data")
+
+
+def project(cfg: DictConfig, run_dir: Path) -> dict:
+    from replaylab.pipelines.project import load_ledger, project_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+
+    data = _plain(cfg.data)
+    inp = _ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, _plain(cfg.split), "split")
     loaded = load_ledger(inp)
@@ -60,6 +68,25 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
                                  write_ledger=data["write_ledger"])
     summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
                           "n_workers": cfg.compute.n_workers}
+    return summary
+
+
+def demand(cfg: DictConfig, run_dir: Path) -> dict:
+    """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores."""
+    from replaylab.demand import DemandConfig
+    from replaylab.pipelines.demand import train_demand
+    from replaylab.pipelines.project import load_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+
+    if cfg.compute.kind != "local":
+        raise ConfigError(f"pipeline=demand: compute={cfg.compute.kind!r} is not supported yet; "
+                          "use compute=local")
+    inp = _ledger_input(cfg)
+    projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
+    split = from_mapping(SplitConfig, _plain(cfg.split), "split")
+    demand_cfg = from_mapping(DemandConfig, _plain(cfg.demand), "demand")
+    summary, _run = train_demand(load_ledger(inp), projection, split, demand_cfg, run_dir,
+                                 write_ledger=bool(cfg.data.write_ledger))
     return summary
 
 

@@ -1,0 +1,225 @@
+"""Honest baselines of total demand, each a real predictor with the model's quantile outputs.
+
+Every baseline follows the scikit-learn contract: parameters in `__init__`,
+validated in `fit(features, y) -> self`, learned state ends in `_`, and
+`predict_quantiles(features) -> ndarray (n, len(quantiles))` of TOTAL tokens,
+monotone along the quantile axis. `features` is a projection frame
+(`dispatch_time_features`); `y` is total demand (prompt + completion) of rows
+with a regression label. Each predicts the known prompt plus output quantiles:
+
+- `PromptLengthBaseline`: prompt + global output quantiles of train;
+- `MaxTokensCapBaseline`: what a cap-reserving scheduler assumes: levels below
+  0.5 get the prompt alone (output >= 0 is sure), levels at or above 0.5 get
+  prompt + cap (the request may use all of it); the cap is `max_tokens`, else
+  a default (configured, or learned as the largest cap seen in train);
+- `CategoryBucketBaseline`: prompt + output quantiles of the row's bucket
+  (e.g. category x decision); a bucket with fewer than `min_bucket_size` train
+  rows falls back to its coarser prefix bucket, then to the global quantiles;
+- `SessionEwmaBaseline`: prompt + EWMA of the session's earlier completed turns
+  (`hist_completion_ewma`, known at dispatch) times quantiles of the ratio
+  (output + 1) / (ewma + 1) learned on train; first turns (no ended turn with
+  usage yet) fall back to the bucket baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts.columns import Ledger as L
+from replaylab.projection import Projected as P
+
+_NONE = "<none>"  # bucket value of a missing category / decision
+
+
+def _check_quantiles(quantiles: Sequence[float]) -> np.ndarray:
+    qs = np.asarray(quantiles, dtype=float)
+    if qs.ndim != 1 or qs.size == 0 or np.any((qs <= 0) | (qs >= 1)) or np.any(np.diff(qs) <= 0):
+        raise ValueError(f"quantiles={list(quantiles)!r}: ascending distinct levels in (0, 1)")
+    return qs
+
+
+def prompt_tokens(features: pd.DataFrame) -> np.ndarray:
+    """Prompt tokens as float64 (n,); 0 where unknown (such rows carry no label)."""
+    return features[L.PROMPT_TOKENS].to_numpy(dtype="float64", na_value=0.0)
+
+
+def _output_labels(features: pd.DataFrame, y: np.ndarray) -> np.ndarray:
+    """Output tokens (n,) of labelled rows: total - prompt, checked >= 0 and finite."""
+    y = np.asarray(y, dtype="float64")
+    if y.shape != (len(features),):
+        raise ValueError(f"y has shape {y.shape}; expected ({len(features)},)")
+    if y.size == 0 or not np.isfinite(y).all():
+        raise ValueError("y must be a non-empty array of finite totals (labelled rows only)")
+    return np.maximum(y - prompt_tokens(features), 0.0)
+
+
+def bucket_keys(features: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Bucket columns as strings, missing column or value -> '<none>'."""
+    out = {}
+    for c in columns:
+        if c in features.columns:
+            out[c] = features[c].astype(object).where(features[c].notna(), _NONE).astype(str)
+        else:
+            out[c] = pd.Series(_NONE, index=features.index)
+    return pd.DataFrame(out, index=features.index)
+
+
+class PromptLengthBaseline:
+    """Prompt tokens + global output-token quantiles of train."""
+
+    name = "prompt_length"
+
+    def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9)) -> None:
+        self.quantiles = quantiles
+
+    def fit(self, features: pd.DataFrame, y: np.ndarray) -> PromptLengthBaseline:
+        qs = _check_quantiles(self.quantiles)
+        self.output_quantiles_ = np.quantile(_output_labels(features, y), qs)  # (q,)
+        self.n_train_ = int(len(features))
+        return self
+
+    def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        return prompt_tokens(features)[:, None] + self.output_quantiles_[None, :]
+
+
+class MaxTokensCapBaseline:
+    """Prompt (levels < 0.5) or prompt + cap (levels >= 0.5): the conservative reservation.
+
+    default_max_tokens: the cap of a request without `max_tokens`; None: the
+    largest cap seen in train, else the largest output seen in train.
+    """
+
+    name = "max_tokens_cap"
+
+    def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+                 default_max_tokens: int | None = 4096) -> None:
+        self.quantiles = quantiles
+        self.default_max_tokens = default_max_tokens
+
+    def fit(self, features: pd.DataFrame, y: np.ndarray) -> MaxTokensCapBaseline:
+        qs = _check_quantiles(self.quantiles)
+        out = _output_labels(features, y)
+        if self.default_max_tokens is not None:
+            if int(self.default_max_tokens) < 1:
+                raise ValueError(f"default_max_tokens={self.default_max_tokens!r}: must be >= 1")
+            self.default_max_tokens_ = float(self.default_max_tokens)
+        else:
+            caps = features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
+            seen = caps[np.isfinite(caps)]
+            self.default_max_tokens_ = float(seen.max() if seen.size else out.max())
+        self.uses_cap_ = qs >= 0.5  # (q,) bool: which levels add the cap
+        return self
+
+    def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        cap = features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
+        cap = np.where(np.isfinite(cap), cap, self.default_max_tokens_)
+        return prompt_tokens(features)[:, None] + np.outer(cap, self.uses_cap_.astype(float))
+
+
+class CategoryBucketBaseline:
+    """Prompt + output quantiles of the row's bucket, with prefix and global fallback.
+
+    bucket_columns: finest bucket first, e.g. (category, decision): a bucket
+    with fewer than `min_bucket_size` train rows uses (category), then global.
+    """
+
+    name = "category_bucket"
+
+    def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+                 bucket_columns: Sequence[str] = (L.CATEGORY, L.DECISION),
+                 min_bucket_size: int = 30) -> None:
+        self.quantiles = quantiles
+        self.bucket_columns = bucket_columns
+        self.min_bucket_size = min_bucket_size
+
+    def fit(self, features: pd.DataFrame, y: np.ndarray) -> CategoryBucketBaseline:
+        qs = _check_quantiles(self.quantiles)
+        if int(self.min_bucket_size) < 1:
+            raise ValueError(f"min_bucket_size={self.min_bucket_size!r}: must be >= 1")
+        out = _output_labels(features, y)
+        self.global_quantiles_ = np.quantile(out, qs)
+        keys = bucket_keys(features, self.bucket_columns)
+        # tables_[k]: quantiles (q columns) per bucket of the first k+1 columns, big enough only
+        self.tables_: list[pd.DataFrame] = []
+        for k in range(1, len(self.bucket_columns) + 1):
+            cols = list(self.bucket_columns[:k])
+            g = pd.Series(out, index=features.index).groupby([keys[c] for c in cols])
+            size = g.size()
+            big = size.index[size >= int(self.min_bucket_size)]
+            table = g.quantile(list(qs)).unstack(-1)
+            self.tables_.append(table.loc[big].set_axis(list(range(len(qs))), axis=1)
+                                if len(big) else table.iloc[:0])
+        return self
+
+    def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        return prompt_tokens(features)[:, None] + self._output_quantiles(features)
+
+    def _output_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        """Output quantiles (n, q): finest bucket with enough train rows, else coarser."""
+        out = np.tile(self.global_quantiles_, (len(features), 1))
+        keys = bucket_keys(features, self.bucket_columns)
+        for k, table in enumerate(self.tables_):  # coarse -> fine: finer overwrites
+            if table.empty:
+                continue
+            cols = list(self.bucket_columns[:k + 1])
+            idx = pd.MultiIndex.from_frame(keys[cols]) if len(cols) > 1 else pd.Index(keys[cols[0]])
+            hit = table.reindex(idx).to_numpy(dtype=float)
+            found = np.isfinite(hit).all(axis=1)
+            out[found] = hit[found]
+        return out
+
+
+class SessionEwmaBaseline:
+    """Prompt + session EWMA of earlier outputs x learned ratio quantiles; bucket on first turns.
+
+    min_history_rows: train rows with a session history needed to learn the
+    ratio; with fewer, every row uses the bucket fallback.
+    """
+
+    name = "session_ewma"
+
+    def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+                 bucket_columns: Sequence[str] = (L.CATEGORY, L.DECISION),
+                 min_bucket_size: int = 30, min_history_rows: int = 20) -> None:
+        self.quantiles = quantiles
+        self.bucket_columns = bucket_columns
+        self.min_bucket_size = min_bucket_size
+        self.min_history_rows = min_history_rows
+
+    def fit(self, features: pd.DataFrame, y: np.ndarray) -> SessionEwmaBaseline:
+        qs = _check_quantiles(self.quantiles)
+        out = _output_labels(features, y)
+        self.fallback_ = CategoryBucketBaseline(
+            qs, self.bucket_columns, self.min_bucket_size).fit(features, y)
+        ewma = features[P.COMPLETION_EWMA].to_numpy(dtype="float64", na_value=np.nan)
+        has = np.isfinite(ewma)
+        self.n_history_ = int(has.sum())
+        self.ratio_quantiles_ = (np.quantile((out[has] + 1.0) / (ewma[has] + 1.0), qs)
+                                 if self.n_history_ >= int(self.min_history_rows) else None)
+        return self
+
+    def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        pred = self.fallback_.predict_quantiles(features)
+        if self.ratio_quantiles_ is None:
+            return pred
+        ewma = features[P.COMPLETION_EWMA].to_numpy(dtype="float64", na_value=np.nan)
+        has = np.isfinite(ewma)
+        out = np.maximum((ewma[has, None] + 1.0) * self.ratio_quantiles_[None, :] - 1.0, 0.0)
+        pred[has] = prompt_tokens(features)[has, None] + out
+        return pred
+
+
+def make_baselines(quantiles: Sequence[float], default_max_tokens: int | None,
+                   bucket_columns: Sequence[str], min_bucket_size: int) -> dict:
+    """The four baselines, unfitted, by name (the order of the summary)."""
+    return {
+        PromptLengthBaseline.name: PromptLengthBaseline(quantiles),
+        MaxTokensCapBaseline.name: MaxTokensCapBaseline(quantiles, default_max_tokens),
+        CategoryBucketBaseline.name: CategoryBucketBaseline(quantiles, bucket_columns,
+                                                            min_bucket_size),
+        SessionEwmaBaseline.name: SessionEwmaBaseline(quantiles, bucket_columns,
+                                                      min_bucket_size),
+    }

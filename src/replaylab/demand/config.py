@@ -1,0 +1,184 @@
+"""Typed configs of the demand pipeline: target handling, baselines, model, calibration.
+
+Frozen dataclasses (YAML carries the values, conf/demand/default.yaml). A bad value
+fails at construction with a message naming the field and the value; `from_mapping`
+turns it into a ConfigError at the entry point.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from replaylab.config import from_mapping
+
+SCALES = ("log1p", "linear")
+
+
+def _fail(cls: str, name: str, value: object, why: str) -> None:
+    raise ValueError(f"{cls}.{name}={value!r}: {why}")
+
+
+def _names(cls: str, name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(c, str) for c in value):  # type: ignore[union-attr]
+        _fail(cls, name, value, "must be a sequence of column names")
+    return tuple(value)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class QuantileModelConfig:
+    """LightGBM hyperparameters of the quantile model (one booster per quantile).
+
+    n_estimators: most boosting rounds; early stopping picks fewer.
+    early_stopping_rounds: rounds without improvement of the pinball loss on the
+        time-ordered tail of train before stopping; 0 disables early stopping.
+    early_stopping_fraction: share of train ROWS, latest sessions first (the same
+        session-grouped, time-ordered cut as the splits), held out for early stopping.
+    refit_full_train: after early stopping, refit on all of train with the best
+        number of rounds (the tail is the most recent data; twice the training time).
+    num_threads: LightGBM threads (the shared machine has 2 cores).
+    """
+
+    n_estimators: int = 500
+    learning_rate: float = 0.05
+    num_leaves: int = 15
+    min_child_samples: int = 50
+    feature_fraction: float = 0.9
+    bagging_fraction: float = 1.0
+    bagging_freq: int = 0
+    lambda_l2: float = 1.0
+    max_bin: int = 255
+    early_stopping_rounds: int = 50
+    early_stopping_fraction: float = 0.15
+    refit_full_train: bool = True
+    num_threads: int = 2
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for f in ("n_estimators", "num_leaves", "num_threads", "max_bin"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                _fail(name, f, v, "must be an integer >= 1")
+        for f in ("min_child_samples", "bagging_freq", "early_stopping_rounds"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v < 0:
+                _fail(name, f, v, "must be an integer >= 0")
+        if self.num_leaves < 2:
+            _fail(name, "num_leaves", self.num_leaves, "must be >= 2")
+        if not 0.0 < float(self.learning_rate) <= 1.0:
+            _fail(name, "learning_rate", self.learning_rate, "must be in (0, 1]")
+        for f in ("feature_fraction", "bagging_fraction"):
+            if not 0.0 < float(getattr(self, f)) <= 1.0:
+                _fail(name, f, getattr(self, f), "must be in (0, 1]")
+        if float(self.lambda_l2) < 0:
+            _fail(name, "lambda_l2", self.lambda_l2, "must be >= 0")
+        if not 0.0 <= float(self.early_stopping_fraction) < 0.5:
+            _fail(name, "early_stopping_fraction", self.early_stopping_fraction,
+                  "must be in [0, 0.5)")
+        if not isinstance(self.refit_full_train, bool):
+            _fail(name, "refit_full_train", self.refit_full_train, "must be a bool")
+
+    def lightgbm_params(self, quantile: float, seed: int) -> dict:
+        """LightGBM native parameters for the booster of one quantile."""
+        return {
+            "objective": "quantile", "alpha": float(quantile), "metric": "quantile",
+            "learning_rate": float(self.learning_rate), "num_leaves": int(self.num_leaves),
+            "min_data_in_leaf": int(self.min_child_samples),
+            "feature_fraction": float(self.feature_fraction),
+            "bagging_fraction": float(self.bagging_fraction),
+            "bagging_freq": int(self.bagging_freq), "lambda_l2": float(self.lambda_l2),
+            "num_threads": int(self.num_threads), "seed": int(seed), "deterministic": True,
+            "force_col_wise": True, "verbosity": -1,
+        }
+
+
+@dataclass(frozen=True)
+class DemandConfig:
+    """What the demand pipeline predicts, how it is calibrated and evaluated.
+
+    quantiles: predicted quantile levels, ascending, must hold 0.5 (the point
+        estimate) and one level on each side of it; the lowest and highest form the
+        base band that conformal calibration widens or narrows to `interval`.
+    interval: nominal coverage of the calibrated interval [lo, hi] (0.8 -> `lo-80`).
+    reliability_levels: nominal levels at which the model's band is recalibrated
+        to report observed test coverage (reliability diagram).
+    scale: "log1p" (default): the model fits log1p(output tokens) and the conformal
+        score is measured on that scale (a multiplicative correction); "linear":
+        raw tokens (an additive correction). Total = prompt + output either way.
+    default_max_tokens: the cap assumed by the `max_tokens_cap` baseline when a
+        request has none; null: learned on train (the largest cap seen, else the
+        largest output).
+    clip_to_cap: a request cannot generate more than its `max_tokens`: the model's
+        quantiles and every calibrated interval are clipped to prompt + max_tokens
+        when the cap is known (never changes the coverage of an uncensored row).
+    failed_is_censored: a failed request's output (an upstream error or a deadline
+        cut it) is a lower bound like a cancellation, not a label.
+    bucket_columns: the `category_bucket` baseline's bucket (finest first); a bucket
+        with fewer than `min_bucket_size` train rows falls back to its prefix, then global.
+    group_columns: conformal groups: the COMBINATION of these columns is one
+        Mondrian cell; a cell with fewer than `min_group_size` calibration rows
+        uses the global correction. Empty: one global correction.
+    min_train_rows, min_calibration_rows: usable labels needed in those splits, else
+        a DemandDataError says why nothing was trained.
+    """
+
+    quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
+    interval: float = 0.8
+    reliability_levels: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+    scale: str = "log1p"
+    default_max_tokens: int | None = 4096
+    clip_to_cap: bool = True
+    failed_is_censored: bool = True
+    bucket_columns: tuple[str, ...] = ("category", "decision")
+    min_bucket_size: int = 30
+    group_columns: tuple[str, ...] = ("selected_model", "category", "slo_class")
+    min_group_size: int = 200
+    min_train_rows: int = 50
+    min_calibration_rows: int = 30
+    seed: int = 0
+    model: QuantileModelConfig = field(default_factory=QuantileModelConfig)
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if isinstance(self.model, Mapping):  # YAML / Hydra give a mapping
+            object.__setattr__(self, "model", from_mapping(
+                QuantileModelConfig, dict(self.model), "demand.model"))
+        elif not isinstance(self.model, QuantileModelConfig):
+            _fail(name, "model", self.model, "must be a QuantileModelConfig or a mapping")
+        qs = tuple(float(q) for q in self.quantiles)
+        if (not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs))
+                or 0.5 not in qs or qs[0] >= 0.5 or qs[-1] <= 0.5):
+            _fail(name, "quantiles", self.quantiles, "must be ascending distinct levels in "
+                  "(0, 1) holding 0.5 and at least one level on each side of it")
+        object.__setattr__(self, "quantiles", qs)
+        if not 0.0 < float(self.interval) < 1.0:
+            _fail(name, "interval", self.interval, "must be in (0, 1)")
+        levels = tuple(float(x) for x in self.reliability_levels)
+        if any(not 0.0 < x < 1.0 for x in levels):
+            _fail(name, "reliability_levels", self.reliability_levels, "must be in (0, 1)")
+        object.__setattr__(self, "reliability_levels", levels)
+        if self.scale not in SCALES:
+            _fail(name, "scale", self.scale, f"must be one of {', '.join(SCALES)}")
+        cap = self.default_max_tokens
+        if cap is not None and (isinstance(cap, bool) or int(cap) != cap or cap < 1):
+            _fail(name, "default_max_tokens", cap, "must be an integer >= 1 or null")
+        for f in ("clip_to_cap", "failed_is_censored"):
+            if not isinstance(getattr(self, f), bool):
+                _fail(name, f, getattr(self, f), "must be a bool")
+        object.__setattr__(self, "bucket_columns",
+                           _names(name, "bucket_columns", self.bucket_columns))
+        object.__setattr__(self, "group_columns",
+                           _names(name, "group_columns", self.group_columns))
+        for f in ("min_bucket_size", "min_group_size", "min_train_rows", "min_calibration_rows"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                _fail(name, f, v, "must be an integer >= 1")
+
+    @property
+    def median_index(self) -> int:
+        """Column of the 0.5 quantile in a (n, len(quantiles)) prediction."""
+        return self.quantiles.index(0.5)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)

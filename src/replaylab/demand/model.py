@@ -1,0 +1,195 @@
+"""Quantile LightGBM of total demand on the dispatch-time features.
+
+One booster per quantile level (LightGBM's `quantile` objective). The target is
+the OUTPUT tokens on the log1p scale (config `scale`): quantiles commute with a
+monotone transform, so q_tau(total) = prompt + expm1(q_tau(log1p(output))) with
+the prompt known at dispatch added back exactly; the log scale tames the heavy
+tail (outputs span 1..10^4 tokens) so one tree depth fits short and long answers.
+
+Outputs are made non-crossing by sorting each row's quantiles, then clipped to
+the physically possible range [prompt, prompt + max_tokens] (the cap when the
+request set one and `clip_to_cap`). Early stopping uses a time-ordered,
+session-grouped tail of TRAIN (never the calibration split, which must stay
+unseen for the conformal guarantee); with `refit_full_train` the booster is then
+refit on all of train with the best number of rounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+from sklearn.metrics import mean_pinball_loss
+
+from replaylab.contracts.columns import Ledger as L
+from replaylab.demand.baselines import _check_quantiles, _output_labels, prompt_tokens
+from replaylab.demand.config import QuantileModelConfig
+from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
+
+_NON_FEATURES = ("split",)  # columns a pipeline may add to a projection frame
+
+
+def forward(out_tokens: np.ndarray, scale: str) -> np.ndarray:
+    """Output tokens -> the model / conformal scale."""
+    out = np.maximum(np.asarray(out_tokens, dtype="float64"), 0.0)
+    return np.log1p(out) if scale == "log1p" else out
+
+
+def inverse(values: np.ndarray, scale: str) -> np.ndarray:
+    """The model / conformal scale -> output tokens (>= 0)."""
+    values = np.asarray(values, dtype="float64")
+    return np.maximum(np.expm1(values) if scale == "log1p" else values, 0.0)
+
+
+def clip_total(total: np.ndarray, prompt: np.ndarray, cap: np.ndarray | None) -> np.ndarray:
+    """Clip totals (n, k) to [prompt, prompt + cap]; cap NaN (or None) = no upper bound."""
+    lo = prompt[:, None]
+    hi = np.inf if cap is None else np.where(np.isfinite(cap), prompt + cap, np.inf)[:, None]
+    return np.clip(total, lo, hi)
+
+
+def request_cap(features: pd.DataFrame) -> np.ndarray:
+    """max_tokens as float64 (n,), NaN where the request set none."""
+    return features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
+
+
+class QuantileDemandModel:
+    """Quantile LightGBM of total demand; sklearn-style (`fit` -> self, state ends in `_`).
+
+    quantiles: ascending levels; config: LightGBM hyperparameters; scale: "log1p"
+    or "linear" (see the module docstring); clip_to_cap: clip to prompt + max_tokens.
+    `features` is a projection frame: its feature columns (`feature_columns`)
+    are the inputs; session_id and timestamp cut the early-stopping tail.
+    """
+
+    name = "model"
+
+    def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
+                 config: QuantileModelConfig | None = None, scale: str = "log1p",
+                 clip_to_cap: bool = True, seed: int = 0) -> None:
+        self.quantiles = quantiles
+        self.config = config
+        self.scale = scale
+        self.clip_to_cap = clip_to_cap
+        self.seed = seed
+
+    # ------------------------------------------------------------------ design matrix
+    def _design(self, features: pd.DataFrame) -> pd.DataFrame:
+        """(n, f) float / categorical frame in `feature_names_` order; unseen category -> NaN."""
+        cols = {}
+        for c in self.feature_names_:
+            s = features[c] if c in features.columns else pd.Series(np.nan, index=features.index)
+            if c in self.categories_:
+                if pd.api.types.infer_dtype(s, skipna=True) not in ("string", "empty"):
+                    s = s.map(lambda v: v if pd.isna(v) else str(v))
+                cols[c] = pd.Categorical(s, categories=self.categories_[c])
+            else:
+                cols[c] = s.to_numpy(dtype="float64", na_value=np.nan)
+        return pd.DataFrame(cols, index=features.index)
+
+    def _learn_vocabulary(self, features: pd.DataFrame) -> None:
+        names = [c for c in feature_columns(features)
+                 if c not in _NON_FEATURES and c not in KEY_COLUMNS]
+        self.feature_names_ = names
+        self.categories_: dict[str, list[str]] = {}
+        for c in names:
+            s = features[c]
+            if s.dtype == object or isinstance(s.dtype, pd.CategoricalDtype) or \
+                    pd.api.types.is_string_dtype(s.dtype):
+                # vocabulary fixed on train; a value unseen there is NaN at predict time
+                self.categories_[c] = sorted({str(v) for v in s.dropna().unique()})
+
+    # ------------------------------------------------------------------ fit
+    def _tail_mask(self, features: pd.DataFrame) -> np.ndarray:
+        """Rows of the early-stopping tail: the latest sessions, ~fraction of train rows."""
+        cfg = self.config_
+        frac = float(cfg.early_stopping_fraction)
+        if cfg.early_stopping_rounds == 0 or frac == 0.0:
+            return np.zeros(len(features), dtype=bool)
+        if L.SESSION_ID in features.columns and L.TIMESTAMP in features.columns:
+            cut = SplitConfig(train=1.0 - frac, calibration=frac, test=0.0, embargo_ms=0)
+            tail = time_ordered_splits(features, cut).to_numpy() == "calibration"
+        else:  # no keys: the last rows in the given order
+            tail = np.arange(len(features)) >= int(round((1.0 - frac) * len(features)))
+        # too small a head or tail to learn or to stop on: no early stopping
+        if tail.sum() < 20 or (~tail).sum() < 20:
+            return np.zeros(len(features), dtype=bool)
+        return tail
+
+    def fit(self, features: pd.DataFrame, y: np.ndarray,
+            callbacks: Sequence[Callable] = ()) -> QuantileDemandModel:
+        """Fit one booster per quantile on labelled rows: features (n, *), y total (n,).
+
+        callbacks: extra LightGBM callbacks for the early-stopped fits (e.g. pruning).
+        """
+        qs = _check_quantiles(self.quantiles)
+        if self.scale not in ("log1p", "linear"):
+            raise ValueError(f"scale={self.scale!r}: must be log1p or linear")
+        self.config_ = self.config or QuantileModelConfig()
+        cfg = self.config_
+        target = forward(_output_labels(features, y), self.scale)
+        self._learn_vocabulary(features)
+        X = self._design(features)
+        tail = self._tail_mask(features)
+        self.validation_rows_ = int(tail.sum())
+        data_params = {"max_bin": int(cfg.max_bin), "verbosity": -1}
+        full_set = lgb.Dataset(X, target, free_raw_data=False, params=data_params)
+        if tail.any():
+            head_set = lgb.Dataset(X[~tail], target[~tail], free_raw_data=False,
+                                   params=data_params)
+            tail_set = lgb.Dataset(X[tail], target[tail], reference=head_set, params=data_params)
+        self.boosters_: list[lgb.Booster] = []
+        self.best_iterations_: list[int] = []
+        tail_raw = []  # early-stopped predictions on the tail, model scale, per level
+        for q in qs:
+            params = cfg.lightgbm_params(q, self.seed)
+            rounds = int(cfg.n_estimators)
+            if tail.any():
+                stop = lgb.early_stopping(int(cfg.early_stopping_rounds), verbose=False)
+                booster = lgb.train(params, head_set, num_boost_round=rounds,
+                                    valid_sets=[tail_set], callbacks=[stop, *callbacks])
+                rounds = max(int(booster.best_iteration or rounds), 1)
+                tail_raw.append(booster.predict(X[tail], num_iteration=rounds))
+                if cfg.refit_full_train:
+                    booster = lgb.train(params, full_set, num_boost_round=rounds)
+            else:
+                booster = lgb.train(params, full_set, num_boost_round=rounds)
+            self.boosters_.append(booster)
+            self.best_iterations_.append(rounds)
+        self.n_features_in_ = len(self.feature_names_)
+        self.validation_pinball_ = (
+            self._pinball(features[tail], np.asarray(y, dtype="float64")[tail],
+                          np.column_stack(tail_raw)) if tail.any() else None)
+        return self
+
+    def _pinball(self, features: pd.DataFrame, y: np.ndarray, raw: np.ndarray) -> dict[str, float]:
+        """Pinball loss of total tokens per level, from raw (model-scale) predictions.
+
+        On the early-stopping tail, from the boosters fitted on the head only: an
+        honest validation figure (an HPO objective), even when the final boosters
+        are refit on all of train.
+        """
+        pred = self._to_total(features, raw)
+        return {f"{q:g}": float(mean_pinball_loss(y, pred[:, j], alpha=q))
+                for j, q in enumerate(np.asarray(self.quantiles, dtype=float))}
+
+    # ------------------------------------------------------------------ predict
+    def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
+        """Total-demand quantiles (n, q): non-crossing, within [prompt, prompt + cap]."""
+        X = self._design(features)
+        raw = np.column_stack([b.predict(X, num_iteration=k)
+                               for b, k in zip(self.boosters_, self.best_iterations_, strict=True)])
+        return self._to_total(features, raw)
+
+    def _to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
+        raw = np.sort(raw, axis=1)  # non-crossing: the k-th smallest value answers level k
+        prompt = prompt_tokens(features)
+        total = prompt[:, None] + inverse(raw, self.scale)
+        return clip_total(total, prompt, request_cap(features) if self.clip_to_cap else None)
+
+    def feature_importance(self) -> dict[str, float]:
+        """Gain importance per feature, summed over the quantile boosters."""
+        gain = np.sum([b.feature_importance("gain") for b in self.boosters_], axis=0)
+        return {n: float(g) for n, g in zip(self.feature_names_, gain, strict=True)}

@@ -1,0 +1,349 @@
+"""The demand pipeline: ledger in; baselines, quantile model, conformal calibration, test scores out.
+
+`train_demand` projects the valid rows (the projection pipeline's functions),
+splits them (time-ordered, session-grouped, embargoed), fits every predictor on
+train labels, calibrates each one's interval on the calibration split, scores
+all of them on the same test rows, writes `predictions_test.parquet` and
+returns the summary plus a `DemandRun` holding the fitted objects (for export).
+The rules for censored, cancelled and absent-usage rows: docs/demand-target.md.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab import __version__
+from replaylab.contracts import Ledger as L
+from replaylab.contracts import write_quarantine
+from replaylab.demand.baselines import bucket_keys, make_baselines
+from replaylab.demand.config import DemandConfig
+from replaylab.demand.conformal import GroupConformal, reliability_curve
+from replaylab.demand.labels import (
+    DemandDataError,
+    DemandLabels,
+    check_trainable,
+    demand_labels,
+    label_counts,
+)
+from replaylab.demand.metrics import (
+    interval_metrics,
+    lower_bound_metrics,
+    pinball_losses,
+    quantile_key,
+)
+from replaylab.demand.model import QuantileDemandModel, request_cap
+from replaylab.pipelines.project import LoadedLedger
+from replaylab.projection import (
+    PROJECTION_CODE_VERSION,
+    ProjectionConfig,
+    SplitConfig,
+    dispatch_time_features,
+    feature_columns,
+    ledger_fingerprint,
+    projection_version,
+    split_counts,
+    time_ordered_splits,
+)
+
+MODEL = "model"
+
+
+@dataclass
+class DemandRun:
+    """What a demand run fitted: enough to export and serve the model and its fallbacks."""
+
+    config: DemandConfig
+    model: QuantileDemandModel
+    calibrator: GroupConformal  # the model's interval at config.interval
+    baselines: dict[str, Any]
+    baseline_calibrators: dict[str, GroupConformal]
+    projection_version: str
+    ledger_fingerprint: str
+    feature_columns: list[str] = field(default_factory=list)
+
+
+def level_label(level: float) -> str:
+    """'80' for 0.8: statsforecast's interval column suffix (`model-lo-80`)."""
+    return f"{100.0 * float(level):g}"
+
+
+def _finite(tree: Any) -> Any:
+    """JSON-safe summary: a non-finite float (an unbounded interval) becomes None."""
+    if isinstance(tree, dict):
+        return {k: _finite(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [_finite(v) for v in tree]
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return None
+    return tree
+
+
+@dataclass
+class _Scored:
+    """One predictor's outputs on the calibration (labelled) and test (all) rows."""
+
+    calib_q: np.ndarray  # (n_cal, q) raw quantiles, calibration rows with labels
+    test_q: np.ndarray  # (n_test, q) raw quantiles, every test row
+    calibrator: GroupConformal
+    test_lo: np.ndarray
+    test_hi: np.ndarray
+
+
+def _fit_and_score(predictors: dict[str, Any], data: _Data, cfg: DemandConfig,
+                   cap_test: np.ndarray | None) -> dict[str, _Scored]:
+    """Fit the baselines on train, calibrate every predictor, predict every test row."""
+    calib, test = data.frame("calibration"), data.frame("test")
+    out = {}
+    for name, predictor in predictors.items():
+        if name != MODEL:  # the model is fitted by the caller (callbacks, timings)
+            predictor.fit(data.frame("train"), data.y("train"))
+        calib_q = predictor.predict_quantiles(calib)
+        cq = GroupConformal(cfg.interval, cfg.group_columns, cfg.min_group_size, cfg.scale).fit(
+            calib, calib_q[:, 0], calib_q[:, -1], data.y("calibration"))
+        test_q = predictor.predict_quantiles(test)
+        lo, hi = cq.predict_interval(test, test_q[:, 0], test_q[:, -1], cap_test)
+        out[name] = _Scored(calib_q, test_q, cq, lo, hi)
+    return out
+
+
+def _group_rows(test: pd.DataFrame, usable: np.ndarray, y: np.ndarray,
+                scored: dict[str, _Scored], cfg: DemandConfig) -> list[dict]:
+    """Model metrics per value of each group attribute (separately), on labelled test rows."""
+    rows = []
+    keys = bucket_keys(test, cfg.group_columns)
+    m = scored[MODEL]
+    for by in cfg.group_columns:
+        values = keys[by].to_numpy(dtype=object)
+        for value in sorted(set(values[usable].tolist())):
+            sel = usable & (values == value)
+            pin = pinball_losses(y[sel], m.test_q[sel], cfg.quantiles)
+            base = {name: float(np.mean(list(pinball_losses(
+                y[sel], s.test_q[sel], cfg.quantiles).values())))
+                for name, s in scored.items() if name != MODEL}
+            best = min(base, key=base.get)
+            rows.append({
+                "by": by, "value": str(value), "n": int(sel.sum()),
+                "coverage": float(np.mean((y[sel] >= m.test_lo[sel]) & (y[sel] <= m.test_hi[sel]))),
+                "mean_width": float(np.mean(m.test_hi[sel] - m.test_lo[sel])),
+                "pinball": pin, "mean_pinball": float(np.mean(list(pin.values()))),
+                "best_baseline": best, "best_baseline_mean_pinball": base[best],
+            })
+    return rows
+
+
+def _predictions_frame(test: pd.DataFrame, labels: DemandLabels, test_mask: np.ndarray,
+                       scored: dict[str, _Scored], cfg: DemandConfig) -> pd.DataFrame:
+    """One row per test request: keys, groups, observed total, flags, every predictor's columns."""
+    keep = [c for c in (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP, *cfg.group_columns,
+                        *cfg.bucket_columns, L.PROMPT_TOKENS, L.MAX_TOKENS)
+            if c in test.columns]
+    out = test[list(dict.fromkeys(keep))].reset_index(drop=True).copy()
+    cls = labels.label_class[test_mask]
+    out["y"] = labels.y_total[test_mask]  # observed total; a lower bound where censored
+    out["label_class"] = cls
+    out["censored"] = labels.lower_bound[test_mask]
+    out["cancelled"] = cls == "cancelled"
+    out["absent_usage"] = cls == "absent_usage"
+    lvl = level_label(cfg.interval)
+    for name, s in scored.items():
+        for j, q in enumerate(cfg.quantiles):
+            out[f"{name}-q{quantile_key(q)}"] = s.test_q[:, j]
+        out[f"{name}-lo-{lvl}"] = s.test_lo
+        out[f"{name}-hi-{lvl}"] = s.test_hi
+    return out
+
+
+@dataclass
+class _Data:
+    """The projected ledger, its labels and the row selections every stage shares."""
+
+    features: pd.DataFrame
+    splits: np.ndarray  # (n,) train / calibration / test / embargo
+    labels: DemandLabels
+    masks: dict[str, np.ndarray]  # labelled rows of train and calibration; all test rows
+    fingerprint: str
+    version: str
+    _frames: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def frame(self, split: str) -> pd.DataFrame:
+        if split not in self._frames:  # one copy per split
+            self._frames[split] = self.features[self.masks[split]]
+        return self._frames[split]
+
+    def y(self, split: str) -> np.ndarray:
+        return self.labels.y_total[self.masks[split]]
+
+
+def _write_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) -> dict[str, str]:
+    """The quarantine (and the synthetic ledger) next to the outputs; their paths."""
+    artifacts: dict[str, str] = {}
+    q = write_quarantine(loaded.result, out_dir / "quarantine" / "ledger.jsonl")
+    if q is not None:
+        artifacts["quarantine"] = str(q)
+    if write_ledger and loaded.raw is not None:
+        loaded.raw.to_parquet(out_dir / "ledger.parquet", index=False)
+        artifacts["ledger"] = str(out_dir / "ledger.parquet")
+    elif loaded.origin != "synthetic":
+        artifacts["ledger"] = loaded.origin
+    return artifacts
+
+
+def _prepare(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
+             demand: DemandConfig) -> _Data:
+    """Project, split and label the valid rows; DemandDataError when nothing can be trained."""
+    ledger = loaded.result.valid
+    if len(ledger) == 0:
+        raise DemandDataError(f"no valid ledger rows ({loaded.result.rows_quarantined} "
+                              "quarantined, see quarantine/ledger.jsonl): nothing to train on")
+    fingerprint = ledger_fingerprint(ledger)
+    version = projection_version(projection, fingerprint,
+                                 f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
+    features = dispatch_time_features(ledger, projection)
+    splits = time_ordered_splits(features, split).to_numpy(dtype=object)
+    labels = demand_labels(features, ledger, demand.failed_is_censored)
+    check_trainable(labels, splits, int(features[L.SESSION_ID].nunique()),
+                    demand.min_train_rows, demand.min_calibration_rows)
+    masks = {s: labels.usable & (splits == s) for s in ("train", "calibration")}
+    masks["test"] = splits == "test"
+    return _Data(features, splits, labels, masks, fingerprint, version)
+
+
+def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
+              cap_test: np.ndarray | None) -> dict:
+    """The `test` section: every predictor on the same labelled rows; lower bounds apart."""
+    test, labels, tm = data.frame("test"), data.labels, data.masks["test"]
+    usable, y = labels.usable[tm], labels.y_total[tm]
+    tests = {name: interval_metrics(y[usable], s.test_q[usable], s.test_lo[usable],
+                                    s.test_hi[usable], demand.quantiles)
+             for name, s in scored.items()}
+    m = scored[MODEL]
+    lb = labels.lower_bound[tm]
+    reliability = reliability_curve(
+        demand.reliability_levels, data.frame("calibration"),
+        (m.calib_q[:, 0], m.calib_q[:, -1]), data.y("calibration"),
+        test[usable], (m.test_q[usable, 0], m.test_q[usable, -1]), y[usable],
+        None if cap_test is None else cap_test[usable],
+        demand.group_columns, demand.min_group_size, demand.scale)
+    baselines = {k: v for k, v in tests.items() if k != MODEL}
+    best = min(baselines, key=lambda k: baselines[k]["mean_pinball"])
+    top = quantile_key(demand.quantiles[-1])
+    return {
+        "rows": int(tm.sum()), "labelled_rows": int(usable.sum()),
+        "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
+        "model_beats": {
+            "best_baseline_mean_pinball":
+                tests[MODEL]["mean_pinball"] < baselines[best]["mean_pinball"],
+            f"every_baseline_pinball_{top}":
+                all(tests[MODEL]["pinball"][top] < b["pinball"][top] for b in baselines.values()),
+        },
+        "groups": _group_rows(test, usable, y, scored, demand),
+        "censored": lower_bound_metrics(y[lb], m.test_hi[lb], labels.label_class[tm][lb]),
+        "reliability": reliability,
+    }
+
+
+def _model_facts(model: QuantileDemandModel, demand: DemandConfig) -> dict:
+    val = model.validation_pinball_
+    importance = sorted(model.feature_importance().items(), key=lambda kv: -kv[1])
+    return {
+        "best_iterations": {quantile_key(q): k for q, k in
+                            zip(demand.quantiles, model.best_iterations_, strict=True)},
+        "validation": {"rows": model.validation_rows_, "pinball": val,
+                       "mean_pinball": float(np.mean(list(val.values()))) if val else None},
+        "feature_importance_gain": dict(importance[:15]),
+    }
+
+
+def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -> dict:
+    sessions = data.features.groupby(data.splits)[L.SESSION_ID].nunique()
+    return {
+        "ledger_fingerprint": data.fingerprint,
+        "projection": {"version": data.version, "rows": int(len(data.features)),
+                       "assume_ended_before_next": projection.assume_ended_before_next,
+                       "ewma_alpha": projection.ewma_alpha, "split_config": asdict(split),
+                       "feature_columns": feature_columns(data.features)},
+        "splits": {"rows": split_counts(pd.Series(data.splits)),
+                   "sessions": {str(k): int(v) for k, v in sessions.items()}},
+        "labels": label_counts(data.labels, data.splits),
+    }
+
+
+def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
+                 demand: DemandConfig, out_dir: Path, *,
+                 trial_callback: Callable[[dict[str, float]], None] | None = None,
+                 write_ledger: bool = False) -> tuple[dict, DemandRun]:
+    """Train, calibrate and test every demand predictor; write predictions; return the summary.
+
+    trial_callback: called once, before the test split is touched, with
+    validation figures ({"validation_mean_pinball", "calibration_mean_pinball"});
+    an HPO driver reports them (and may raise to prune). Raises DemandDataError
+    when the ledger cannot train a model (no usable labels, a single session,
+    everything censored, too few calibration rows).
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    artifacts = _write_inputs(loaded, out_dir, write_ledger)
+    t0 = time.perf_counter()
+    data = _prepare(loaded, projection, split, demand)
+    timings["projection"] = time.perf_counter() - t0
+    cap_test = request_cap(data.frame("test")) if demand.clip_to_cap else None
+
+    t0 = time.perf_counter()
+    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
+                                demand.clip_to_cap, demand.seed)
+    model.fit(data.frame("train"), data.y("train"))
+    timings["model_fit"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    baselines = make_baselines(demand.quantiles, demand.default_max_tokens,
+                               demand.bucket_columns, demand.min_bucket_size)
+    scored = _fit_and_score({MODEL: model, **baselines}, data, demand, cap_test)
+    timings["baselines_and_calibration"] = time.perf_counter() - t0
+
+    m = scored[MODEL]
+    calib_pin = pinball_losses(data.y("calibration"), m.calib_q, demand.quantiles)
+    if trial_callback is not None:
+        val = model.validation_pinball_
+        trial_callback({
+            "validation_mean_pinball": float(np.mean(list(val.values()))) if val else math.nan,
+            "calibration_mean_pinball": float(np.mean(list(calib_pin.values())))})
+
+    t0 = time.perf_counter()
+    test = _evaluate(data, scored, demand, cap_test)
+    timings["evaluation"] = time.perf_counter() - t0
+    path = out_dir / "predictions_test.parquet"
+    _predictions_frame(data.frame("test"), data.labels, data.masks["test"], scored,
+                       demand).to_parquet(path, index=False)
+    artifacts["predictions_test"] = str(path)
+
+    summary = {
+        "pipeline": "demand",
+        **{k: v for k, v in loaded.result.summary().items() if k != "contract"},
+        "injected_defects": loaded.injected_defects,
+        **_data_facts(data, projection, split),
+        "interval": demand.interval,
+        "quantiles": list(demand.quantiles),
+        "demand_config": demand.to_dict(),
+        "model": _model_facts(model, demand),
+        "calibration": {
+            "rows": int(data.masks["calibration"].sum()), "level": demand.interval,
+            "scale": demand.scale, "group_columns": list(demand.group_columns),
+            "min_group_size": demand.min_group_size,
+            "global_correction": m.calibrator.global_correction_,
+            "cells": m.calibrator.cells(), "pinball": calib_pin,
+        },
+        "test": test,
+        "artifacts": artifacts,
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+    }
+    run = DemandRun(demand, model, m.calibrator, baselines,
+                    {k: s.calibrator for k, s in scored.items() if k != MODEL},
+                    data.version, data.fingerprint, list(model.feature_names_))
+    return _finite(summary), run
