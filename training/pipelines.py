@@ -74,6 +74,7 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
 def demand(cfg: DictConfig, run_dir: Path) -> dict:
     """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores."""
     from replaylab.demand import DemandConfig
+    from replaylab.demand.hpo import HPOConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
@@ -84,10 +85,28 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     inp = _ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, _plain(cfg.split), "split")
-    demand_cfg = from_mapping(DemandConfig, _plain(cfg.demand), "demand")
+    demand_values = _plain(cfg.demand)
+    hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
+    demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
     summary, _run = train_demand(load_ledger(inp), projection, split, demand_cfg, run_dir,
+                                 hpo=hpo, on_trial=_nested_trial_logger(cfg),
                                  write_ledger=bool(cfg.data.write_ledger))
     return summary
+
+
+def _nested_trial_logger(cfg: DictConfig):
+    """Each finished Optuna trial as a nested MLflow run under the open run (None: no MLflow)."""
+    if not cfg.tracking.enabled:
+        return None
+    import mlflow
+
+    def on_trial(number: int, params: dict, value: float) -> None:
+        with mlflow.start_run(run_name=f"hpo-trial-{number:03d}", nested=True):
+            mlflow.log_params(params)
+            mlflow.log_metric("validation_mean_pinball", value)
+            mlflow.set_tag("optuna_trial", number)
+
+    return on_trial
 
 
 def import_source(cfg: DictConfig, run_dir: Path) -> dict:

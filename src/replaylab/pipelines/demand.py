@@ -10,6 +10,7 @@ The rules for censored, cancelled and absent-usage rows: docs/demand-target.md.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from replaylab.contracts import write_quarantine
 from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
+from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
 from replaylab.demand.labels import (
     DemandDataError,
     DemandLabels,
@@ -52,6 +54,7 @@ from replaylab.projection import (
     split_counts,
     time_ordered_splits,
 )
+from replaylab.tracking.demand_report import write_demand_report
 
 MODEL = "model"
 
@@ -276,15 +279,27 @@ def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -
     }
 
 
+def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg) -> float:
+    """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
+    model = QuantileDemandModel(demand.quantiles, model_cfg, demand.scale, demand.clip_to_cap,
+                                demand.seed).fit(data.frame("train"), data.y("train"))
+    val = model.validation_pinball_
+    return float(np.mean(list(val.values()))) if val else math.nan
+
+
 def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
                  demand: DemandConfig, out_dir: Path, *,
                  trial_callback: Callable[[dict[str, float]], None] | None = None,
+                 hpo: HPOConfig | None = None, on_trial: OnTrial | None = None,
                  write_ledger: bool = False) -> tuple[dict, DemandRun]:
     """Train, calibrate and test every demand predictor; write predictions; return the summary.
 
     trial_callback: called once, before the test split is touched, with
     validation figures ({"validation_mean_pinball", "calibration_mean_pinball"});
-    an HPO driver reports them (and may raise to prune). Raises DemandDataError
+    an HPO driver reports them (and may raise to prune). hpo: an Optuna search
+    over the model's hyperparameters on the validation tail of train before the
+    final fit (`on_trial(number, params, value)` per finished trial; the entry
+    point logs each as a nested MLflow run). Raises DemandDataError
     when the ledger cannot train a model (no usable labels, a single session,
     everything censored, too few calibration rows).
     """
@@ -296,6 +311,14 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     timings["projection"] = time.perf_counter() - t0
     cap_test = request_cap(data.frame("test")) if demand.clip_to_cap else None
 
+    hpo_facts = None
+    if hpo is not None and hpo.trials > 0:
+        t0 = time.perf_counter()
+        best, hpo_facts = search_hyperparameters(
+            lambda model_cfg: _validation_pinball(data, demand, model_cfg), demand.model, hpo,
+            study_suffix=data.version, on_trial=on_trial)
+        demand = dataclasses.replace(demand, model=best)
+        timings["hpo"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
                                 demand.clip_to_cap, demand.seed)
@@ -319,8 +342,9 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     test = _evaluate(data, scored, demand, cap_test)
     timings["evaluation"] = time.perf_counter() - t0
     path = out_dir / "predictions_test.parquet"
-    _predictions_frame(data.frame("test"), data.labels, data.masks["test"], scored,
-                       demand).to_parquet(path, index=False)
+    predictions = _predictions_frame(data.frame("test"), data.labels, data.masks["test"], scored,
+                                     demand)
+    predictions.to_parquet(path, index=False)
     artifacts["predictions_test"] = str(path)
 
     summary = {
@@ -332,6 +356,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
         "quantiles": list(demand.quantiles),
         "demand_config": demand.to_dict(),
         "model": _model_facts(model, demand),
+        "hpo": hpo_facts or {"trials_run": 0},
         "calibration": {
             "rows": int(data.masks["calibration"].sum()), "level": demand.interval,
             "scale": demand.scale, "group_columns": list(demand.group_columns),
@@ -346,4 +371,9 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     run = DemandRun(demand, model, m.calibrator, baselines,
                     {k: s.calibrator for k, s in scored.items() if k != MODEL},
                     data.version, data.fingerprint, list(model.feature_names_))
-    return _finite(summary), run
+    summary = _finite(summary)
+    t0 = time.perf_counter()
+    report = write_demand_report(predictions, summary, out_dir)
+    summary["reports"] = {"html": str(report)}
+    summary["timings_s"]["report"] = round(time.perf_counter() - t0, 3)
+    return summary, run

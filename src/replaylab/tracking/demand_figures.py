@@ -1,0 +1,437 @@
+"""Figures of the demand report (demand_report.py renders them into one HTML page).
+
+Also the shared helpers that read a test-predictions frame and a run summary:
+predictor and quantile columns, the scored-row mask, metrics recomputed from the
+predictions. Pure functions; figures go to the folder they are handed.
+
+Predictions: one row per test request with ``y`` (actual total tokens, NaN when
+usage is absent), ``censored``, ``absent_usage`` (optionally ``cancelled``), the
+group columns, and per predictor P the columns ``P-q0.1``, ``P-q0.5``,
+``P-q0.9``, ``P-lo-80``, ``P-hi-80``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.tracking.report import _pyplot
+
+MODEL = "model"
+BASELINES = ("prompt_length", "max_tokens_cap", "category_bucket", "session_ewma")
+GROUP_COLUMNS = ("selected_model", "category", "slo_class")
+MIN_GROUP_N = 200
+COLORS = {MODEL: "#1f5fa8", "prompt_length": "#e39b54", "max_tokens_cap": "#9a9a9a",
+          "category_bucket": "#6aa56a", "session_ewma": "#b07cc6"}
+GOOD, BAD, GREY = "#1f5fa8", "#c0392b", "#c8c8c8"
+
+
+# ---------------------------------------------------------------- data helpers
+def _get(d: Any, dotted: str, default: Any = None) -> Any:
+    """``d['a']['b']`` for 'a.b'; keys may hold dots themselves ('pinball.0.9')."""
+    if not isinstance(d, dict):
+        return default
+    if dotted in d:
+        return d[dotted]
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        head = ".".join(parts[:i])
+        if head in d:
+            found = _get(d[head], ".".join(parts[i:]), _MISSING)
+            if found is not _MISSING:
+                return found
+    return default
+
+
+_MISSING = object()
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _fmt(x: Any, kind: str = "tok") -> str:
+    v = _num(x)
+    if math.isnan(v):
+        return "—"
+    if kind == "cov":
+        return f"{v:.3f}"
+    if kind == "int":
+        return f"{int(round(v)):,}"
+    return f"{v:,.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def _predictors(pred: pd.DataFrame) -> list[str]:
+    found = {c.rsplit("-q", 1)[0] for c in pred.columns if c.endswith("-q0.5")}
+    order = [MODEL, *BASELINES]
+    return [p for p in order if p in found] + sorted(found - set(order))
+
+
+def _quantiles(pred: pd.DataFrame) -> list[float]:
+    qs = sorted({float(c.rsplit("-q", 1)[1]) for c in pred.columns
+                 if c.startswith(f"{MODEL}-q")})
+    return qs or [0.1, 0.5, 0.9]
+
+
+def _band(pred: pd.DataFrame, p: str) -> tuple[str, str]:
+    """The calibrated interval's columns of predictor p ('P-lo-80', 'P-hi-80')."""
+    lo = next((c for c in pred.columns if c.startswith(f"{p}-lo-")), f"{p}-lo-80")
+    return lo, lo.replace("-lo-", "-hi-", 1)
+
+
+def _flag(pred: pd.DataFrame, col: str) -> pd.Series:
+    if col not in pred:
+        return pd.Series(False, index=pred.index)
+    return pred[col].fillna(False).astype(bool)
+
+
+def _eval_mask(pred: pd.DataFrame) -> pd.Series:
+    """Rows scored by pinball and coverage: usage present, not censored, not cancelled."""
+    y = pd.to_numeric(pred["y"], errors="coerce") if "y" in pred else pd.Series(
+        np.nan, index=pred.index)
+    return (y.notna() & ~_flag(pred, "censored") & ~_flag(pred, "absent_usage")
+            & ~_flag(pred, "cancelled"))
+
+
+def _prepare(pred: pd.DataFrame) -> pd.DataFrame:
+    """Plain float64 for y and every predictor column (nullable Parquet dtypes become NaN)."""
+    pred = pred.copy()
+    for c in pred.columns:
+        if c == "y" or any(c.startswith(f"{p}-") for p in _predictors(pred)):
+            pred[c] = pd.to_numeric(pred[c], errors="coerce").astype("float64")
+    if "y" not in pred:
+        pred["y"] = np.nan
+    return pred
+
+
+def _pinball(y: np.ndarray, q: np.ndarray, tau: float) -> float:
+    ok = np.isfinite(y) & np.isfinite(q)
+    if not ok.any():
+        return math.nan
+    d = y[ok] - q[ok]
+    return float(np.mean(np.maximum(tau * d, (tau - 1) * d)))
+
+
+def _metrics(pred: pd.DataFrame, p: str, qs: list[float]) -> dict[str, Any]:
+    """Recompute one predictor's metrics on the given (already masked) rows."""
+    y = pred["y"].to_numpy(float)
+    pin = {str(t): _pinball(y, pred[f"{p}-q{t}"].to_numpy(float), t) for t in qs
+           if f"{p}-q{t}" in pred}
+    lo_c, hi_c = _band(pred, p)
+    lo = pred.get(lo_c, pred.get(f"{p}-q{qs[0]}"))
+    hi = pred.get(hi_c, pred.get(f"{p}-q{qs[-1]}"))
+    cov = width = math.nan
+    if lo is not None and hi is not None and len(pred):
+        lo_a, hi_a = lo.to_numpy(float), hi.to_numpy(float)
+        cov = float(np.mean((y >= lo_a) & (y <= hi_a)))  # a missing bound covers nothing
+        w = hi_a - lo_a
+        width = float(np.mean(w[np.isfinite(w)])) if np.isfinite(w).any() else math.nan
+    vals = [v for v in pin.values() if not math.isnan(v)]
+    return {"pinball": pin, "mean_pinball": float(np.mean(vals)) if vals else math.nan,
+            "coverage": cov, "mean_width": width}
+
+
+def _mean_pinball(m: dict | None) -> float:
+    if not m:
+        return math.nan
+    if "mean_pinball" in m:
+        return _num(m["mean_pinball"])
+    vals = [_num(v) for v in (m.get("pinball") or {}).values()]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _scores(summary: dict) -> dict[str, dict]:
+    """{predictor: metrics} from summary.json's test.model and test.baselines."""
+    out = {MODEL: dict(_get(summary, "test.model") or {})}
+    out.update({b: dict(m) for b, m in (_get(summary, "test.baselines") or {}).items()})
+    for m in out.values():
+        m.setdefault("mean_pinball", _mean_pinball(m))
+    return out
+
+
+def _best_baseline(scores: dict[str, dict], key: str) -> str | None:
+    cands = [(v, b) for b, m in scores.items() if b != MODEL
+             and not math.isnan(v := _num(_get(m, key)))]
+    return min(cands)[1] if cands else None
+
+
+# ---------------------------------------------------------------- figures
+def _save(fig, plt, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _fig_baselines(plt, scores, qs, interval, path):
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    preds = list(scores)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11.5, 4.4), gridspec_kw={"width_ratios": [3, 2]})
+    labels = [f"q{t}" for t in qs] + ["mean"]
+    vals = {p: [_num(_get(scores[p], f"pinball.{t}")) for t in qs] + [scores[p]["mean_pinball"]]
+            for p in preds}
+    peaks = sorted((np.nanmax(v) if not np.all(np.isnan(v)) else 0.0) for v in vals.values())
+    # one far-off baseline (the cap) would flatten the rest: clip it and print its values
+    top = peaks[-2] * 1.35 if len(peaks) > 1 and peaks[-1] > 3 * peaks[-2] > 0 else \
+        peaks[-1] * 1.12 or 1.0
+    x, w = np.arange(len(labels)), 0.8 / max(len(preds), 1)
+    for i, p in enumerate(preds):
+        xs = x + (i - (len(preds) - 1) / 2) * w
+        a.bar(xs, np.minimum(vals[p], top), w, label=p, color=COLORS.get(p),
+              edgecolor="black" if p == MODEL else "none", linewidth=1.2)
+        for xi, v in zip(xs, vals[p], strict=True):
+            if v > top:
+                a.text(xi, top * 0.45, f"{v:,.0f} ↑", rotation=90, ha="center",
+                       va="center", fontsize=8, color="white", fontweight="bold")
+    a.set_ylim(0, top)
+    a.set_xticks(x, labels)
+    a.set_ylabel("pinball loss (tokens, lower is better)")
+    a.set_title("Pinball loss per quantile")
+    a.legend(fontsize=8, ncol=len(preds), loc="upper center", bbox_to_anchor=(0.5, -0.1),
+             frameon=False, columnspacing=1.0, handlelength=1.2)
+    a.grid(axis="y", alpha=0.3)
+    lo, hi = interval - 0.03, interval + 0.03
+    b.axhspan(lo, hi, color="#dff0d8", label=f"target {lo:.2f}–{hi:.2f}")
+    b.axhline(interval, color="black", lw=0.8, ls="--")
+    skipped, widths = [], []
+    for p in preds:
+        cw, cc = _num(scores[p].get("mean_width")), _num(scores[p].get("coverage"))
+        if math.isnan(cc) or not cw > 0:
+            skipped.append(f"{p} (width {_fmt(cw)}, coverage {_fmt(cc, 'cov')})")
+            continue
+        widths.append(cw)
+        b.scatter(cw, cc, s=90 if p == MODEL else 50, color=COLORS.get(p), zorder=3,
+                  edgecolor="black" if p == MODEL else "none")
+        b.annotate(p, (cw, cc), xytext=(5, 4), textcoords="offset points", fontsize=8)
+    if widths and max(widths) / min(widths) > 20:
+        b.set_xscale("log")
+        b.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+        b.xaxis.set_minor_formatter(NullFormatter())
+    elif widths:
+        b.set_xlim(min(widths) * 0.85, max(widths) * 1.2)
+    if skipped:
+        b.text(0.02, 0.03, "not drawn: " + "; ".join(skipped), transform=b.transAxes,
+               fontsize=7, color="#555")
+    b.set_ylim(0, 1.02)
+    b.set_xlabel("mean interval width (tokens)")
+    b.set_ylabel(f"coverage of the {interval:.0%} interval")
+    b.set_title("Calibration against sharpness")
+    b.legend(fontsize=8, loc="center right")
+    b.grid(alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def _fig_reliability(plt, rel, interval, path):
+    fig, ax = plt.subplots(figsize=(5.6, 4.6))
+    nom = np.array([_num(r.get("nominal")) for r in rel])
+    obs = np.array([_num(r.get("observed")) for r in rel])
+    ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=1, label="perfect calibration")
+    ax.fill_between([0, 1], [-0.03, 0.97], [0.03, 1.03], color="#dff0d8", label="±0.03")
+    ax.plot(nom, obs, "o-", color=GOOD, label="model (calibrated)")
+    for n, o in zip(nom, obs, strict=True):
+        ax.annotate(f"{o:.2f}", (n, o), xytext=(-10, 7), textcoords="offset points", fontsize=8)
+    sel = np.isclose(nom, interval)
+    ax.scatter(nom[sel], obs[sel], s=120, facecolor="none", edgecolor="black",
+               label=f"{interval:.0%} interval", zorder=4)
+    lo = max(0.0, min(np.nanmin(nom), np.nanmin(obs)) - 0.1)
+    ax.set_xlim(lo, 1)
+    ax.set_ylim(lo, 1)
+    ax.set_xlabel("nominal interval level")
+    ax.set_ylabel("observed coverage on test")
+    ax.set_title("Reliability: nominal against observed coverage")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def _fig_groups(plt, rows, by, interval, path, most=25):
+    shown = sorted(rows, key=lambda r: -r["n"])[:most][::-1]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11.5, 1.4 + 0.36 * len(shown)), sharey=True)
+    a.axvspan(interval - 0.08, interval + 0.08, color="#dff0d8")
+    a.axvline(interval, color="black", lw=0.8, ls="--")
+    b.axvline(1.0, color="black", lw=0.8)
+    ratios = [_num(r.get("ratio")) for r in shown]
+    d = max([0.1, *[abs(v - 1) * 1.6 for v in ratios if not math.isnan(v)]])
+    for i, r in enumerate(shown):
+        cov, small, ratio = _num(r["coverage"]), r["n"] < MIN_GROUP_N, ratios[i]
+        inside = abs(cov - interval) <= 0.08 + 1e-12
+        ink = "#777" if small else "black"
+        a.barh(i, cov, color=GREY if small else (GOOD if inside else BAD), height=0.7)
+        a.text((0 if math.isnan(cov) else min(cov, 1.0)) + 0.01, i,
+               f"{_fmt(cov, 'cov')}  n={r['n']:,}", va="center", fontsize=8, color=ink)
+        if not math.isnan(ratio):
+            b.barh(i, ratio - 1, left=1, height=0.7,
+                   color=GREY if small else (GOOD if ratio <= 1 else BAD))
+            b.text(1 + (d * 0.03 if ratio <= 1 else -d * 0.03), i,
+                   f"{ratio:.2f} vs {r.get('best', '?')}", va="center", fontsize=8, color=ink,
+                   ha="left" if ratio <= 1 else "right")
+    a.set_yticks(np.arange(len(shown)), [str(r["value"]) for r in shown])
+    a.set_xlim(0, 1.25)
+    more = f" ({len(shown)} largest of {len(rows)})" if len(rows) > len(shown) else ""
+    a.set_xlabel(f"coverage of the {interval:.0%} interval "
+                 f"(band {interval - 0.08:.2f}–{interval + 0.08:.2f}; grey: n < {MIN_GROUP_N})")
+    a.set_title(f"Coverage by {by}{more}")
+    b.set_xlim(1 - d, 1 + d)
+    b.set_xlabel("mean pinball, model ÷ best baseline in the group (left of 1: model better)")
+    b.set_title(f"Mean pinball against the best baseline, by {by}")
+    for ax in (a, b):
+        ax.grid(axis="x", alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def _symlog_bins(r: np.ndarray, lin: float = 10.0) -> np.ndarray:
+    top = max(float(np.nanmax(np.abs(r))) if r.size else lin, lin * 1.5)
+    pos = np.logspace(np.log10(lin), np.log10(top) + 0.01, 28)
+    return np.concatenate([-pos[::-1], np.linspace(-lin, lin, 9)[1:-1], pos])
+
+
+def _fig_residuals(plt, ev, qs, preds, best, path):
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11.5, 4.0))
+    y = ev["y"].to_numpy(float)
+    res = {p: y - ev[f"{p}-q0.5"].to_numpy(float) for p in [MODEL, best] if p}
+    res = {p: r[np.isfinite(r)] for p, r in res.items() if np.isfinite(r).any()}
+    bins = _symlog_bins(np.concatenate([*res.values(), np.zeros(1)]))
+    for p, r in res.items():
+        a.hist(r, bins=bins, histtype="stepfilled" if p == MODEL else "step",
+               alpha=0.55 if p == MODEL else 1, color=COLORS.get(p), lw=1.5,
+               label=f"{p}: median {np.median(r):+,.0f}, y > p50 in {np.mean(r > 0):.0%}")
+    a.axvline(0, color="black", lw=0.8)
+    a.set_xscale("symlog", linthresh=10)
+    a.set_xlabel("y − p50 (tokens, symlog; > 0: under-predicted)")
+    a.set_ylabel("test requests")
+    a.set_title("Residuals of the median")
+    a.legend(fontsize=8)
+    cats = [f"y < q{qs[0]}", f"q{qs[0]}–q0.5", f"q0.5–q{qs[-1]}", f"y > q{qs[-1]}"]
+    expect = [qs[0], 0.5 - qs[0], qs[-1] - 0.5, 1 - qs[-1]]
+    x = np.arange(4)
+    w = 0.8 / len(preds)
+    for i, p in enumerate(preds):
+        lo, mid, hi = (ev[f"{p}-q{t}"].to_numpy(float) for t in (qs[0], 0.5, qs[-1]))
+        ok = np.isfinite(lo) & np.isfinite(mid) & np.isfinite(hi)
+        if not ok.any():
+            continue
+        yy, lo, mid, hi = y[ok], lo[ok], mid[ok], hi[ok]
+        share = [np.mean(yy < lo), np.mean((yy >= lo) & (yy < mid)),
+                 np.mean((yy >= mid) & (yy <= hi)), np.mean(yy > hi)]
+        b.bar(x + (i - (len(preds) - 1) / 2) * w, share, w, color=COLORS.get(p), label=p,
+              edgecolor="black" if p == MODEL else "none")
+    for i, e in enumerate(expect):
+        b.hlines(e, i - 0.45, i + 0.45, color="black", ls="--", lw=1.2,
+                 label="expected if calibrated" if i == 0 else None)
+    b.set_xticks(x, cats)
+    b.set_ylabel("share of test requests")
+    b.set_title("Where y falls among the raw quantiles (PIT-like)")
+    b.legend(fontsize=8, ncol=2)
+    b.grid(axis="y", alpha=0.3)
+    return _save(fig, plt, path)
+
+
+def _fig_scatter(plt, pred, ev_mask, best, path, seed=0, sample=4000):
+    panels = [p for p in (MODEL, best) if p]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.6), squeeze=False)
+    cens = _flag(pred, "censored") & pd.to_numeric(pred["y"], errors="coerce").notna()
+    rng = np.random.default_rng(seed)
+    for ax, p in zip(axes[0], panels, strict=True):
+        drawn: list[np.ndarray] = []
+        for mask, kw in ((ev_mask, {"marker": ".", "label": "scored rows"}),
+                         (cens, {"marker": "^", "color": "#e39b54",
+                                 "label": "censored (actual is a lower bound)"})):
+            idx = np.flatnonzero(mask.to_numpy())
+            idx = rng.choice(idx, min(sample, idx.size), replace=False) if idx.size else idx
+            xv = pred[f"{p}-q0.5"].to_numpy(float)[idx]
+            yv = pred["y"].to_numpy(float)[idx]
+            ok = (xv > 0) & (yv > 0)
+            ax.scatter(xv[ok], yv[ok], s=6, alpha=0.3, color=kw.pop("color", COLORS.get(p)),
+                       **kw)
+            drawn += [xv[ok], yv[ok]]
+        vals = np.concatenate(drawn) if drawn else np.array([1.0, 10.0])
+        vals = vals if vals.size else np.array([1.0, 10.0])
+        lims = [max(1.0, float(vals.min()) * 0.7), max(10.0, float(vals.max()) * 1.4)]
+        ax.set_xlim(lims)
+        ax.set_ylim(lims)
+        ax.plot(lims, lims, color="black", lw=0.8, ls="--", label="y = p50")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(f"{p} p50 (tokens)")
+        ax.set_ylabel("actual total tokens")
+        ax.set_title(f"{p}: predicted median against actual")
+        ax.legend(fontsize=8, loc="upper left", markerscale=3)
+        ax.grid(alpha=0.3, which="major")
+    return _save(fig, plt, path)
+
+
+def _group_rows(pred: pd.DataFrame, summary: dict, preds: list[str], qs, interval):
+    """Per (by, value): n, coverage, pinball from summary (else recomputed), plus the
+    model's mean pinball over the best baseline's in that group (summary's
+    best_baseline when given, else recomputed from the predictions)."""
+    ev = pred[_eval_mask(pred)]
+    listed = _get(summary, "test.groups") or []
+    bys = list(dict.fromkeys([g["by"] for g in listed] or
+                             [c for c in GROUP_COLUMNS if c in pred]))
+    out: dict[str, list[dict]] = {}
+    for by in bys:
+        rows = [dict(g) for g in listed if g["by"] == by]
+        if not rows and by in ev:
+            rows = [{"by": by, "value": v, "n": len(sub), **_metrics(sub, MODEL, qs)}
+                    for v, sub in ev.groupby(by, observed=True)]
+        for r in rows:
+            if r.get("best_baseline") and not math.isnan(_num(r.get("best_baseline_mean_pinball"))):
+                r["best"], r["best_mean_pinball"] = r["best_baseline"], _num(
+                    r["best_baseline_mean_pinball"])
+                r["model_mean_pinball"] = _mean_pinball(r)
+                r["best_from"] = "summary"
+            else:  # recompute from the predictions
+                sub = ev[ev[by].astype(str) == str(r["value"])] if by in ev else ev.iloc[:0]
+                mp = {p: _metrics(sub, p, qs)["mean_pinball"] for p in preds} if len(sub) else {}
+                base = {b: v for b, v in mp.items() if b != MODEL and not math.isnan(v)}
+                r["model_mean_pinball"] = _mean_pinball(r) if r.get("pinball") else mp.get(MODEL)
+                if base:
+                    r["best"] = min(base, key=base.get)
+                    r["best_mean_pinball"] = base[r["best"]]
+                    r["best_from"] = "predictions"
+            b = _num(r.get("best_mean_pinball"))
+            r["ratio"] = _num(r.get("model_mean_pinball")) / b if b > 0 else math.nan
+        out[by] = rows
+    return out
+
+
+def demand_figures(predictions: pd.DataFrame, summary: dict, out_dir: Path) -> dict[str, Path]:
+    """Write the report's PNG figures under out_dir; return {name: path} (none when no
+    test row could be scored)."""
+    plt = _pyplot()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    predictions = _prepare(predictions)
+    preds, qs = _predictors(predictions), _quantiles(predictions)
+    interval = _num(summary.get("interval", 0.8))
+    scores = _scores(summary)
+    paths: dict[str, Path] = {}
+    mask = _eval_mask(predictions)
+    if MODEL not in preds or not mask.any():
+        return paths
+    best = _best_baseline(scores, "mean_pinball")
+    best = best if best in preds else None
+    if any(scores[p].get("pinball") for p in scores):
+        paths["baselines"] = _fig_baselines(plt, scores, qs, interval,
+                                            out_dir / "demand_baselines.png")
+    rel = _get(summary, "test.reliability") or []
+    if rel:
+        paths["reliability"] = _fig_reliability(plt, rel, interval,
+                                                out_dir / "demand_reliability.png")
+    for by, rows in _group_rows(predictions, summary, preds, qs, interval).items():
+        if rows:
+            paths[f"groups_{by}"] = _fig_groups(plt, rows, by, interval,
+                                                out_dir / f"demand_groups_{by}.png")
+    ev = predictions[mask]
+    paths["residuals"] = _fig_residuals(plt, ev, qs, preds, best,
+                                        out_dir / "demand_residuals.png")
+    paths["scatter"] = _fig_scatter(plt, predictions, mask, best, out_dir / "demand_scatter.png")
+    return paths
