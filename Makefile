@@ -30,8 +30,8 @@ chromium:
 	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; }
 
 run: setup
-	$(PY) -m training hydra.run.dir=$(RUN_DIR)
-	@echo "summary: $(RUN_DIR)/summary.json  report: $(RUN_DIR)/report.html"
+	$(PY) -m training pipeline=demand hydra.run.dir=$(RUN_DIR)
+	@echo "summary: $(RUN_DIR)/summary.json  report: $(RUN_DIR)/demand_report.html"
 
 test: setup chromium
 	$(PY) -m pytest -q

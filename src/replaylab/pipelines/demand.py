@@ -338,6 +338,9 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
             "validation_mean_pinball": float(np.mean(list(val.values()))) if val else math.nan,
             "calibration_mean_pinball": float(np.mean(list(calib_pin.values())))})
 
+    features_path = out_dir / "features.parquet"  # the projection this run trained on
+    data.features.assign(split=data.splits).to_parquet(features_path, index=False)
+    artifacts["features"] = str(features_path)
     t0 = time.perf_counter()
     test = _evaluate(data, scored, demand, cap_test)
     timings["evaluation"] = time.perf_counter() - t0
