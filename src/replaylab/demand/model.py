@@ -11,7 +11,9 @@ the physically possible range [prompt, prompt + max_tokens] (the cap when the
 request set one and `clip_to_cap`). Early stopping uses a time-ordered,
 session-grouped tail of TRAIN (never the calibration split, which must stay
 unseen for the conformal guarantee); with `refit_full_train` the booster is then
-refit on all of train with the best number of rounds.
+refit on all of train with the best number of rounds. With a Dask client the
+boosters train on its cluster (`replaylab.demand.distributed`, lightgbm.dask);
+the fitted boosters are local either way.
 """
 
 from __future__ import annotations
@@ -119,29 +121,54 @@ class QuantileDemandModel:
         return tail
 
     def fit(self, features: pd.DataFrame, y: np.ndarray,
-            callbacks: Sequence[Callable] = ()) -> QuantileDemandModel:
+            callbacks: Sequence[Callable] = (), *, client: object = None) -> QuantileDemandModel:
         """Fit one booster per quantile on labelled rows: features (n, *), y total (n,).
 
         callbacks: extra LightGBM callbacks for the early-stopped fits (e.g. pruning).
+        client: a `dask.distributed.Client`: the boosters are trained on its
+        cluster through lightgbm.dask (`replaylab.demand.distributed`; callbacks
+        are not supported there, they would run in the workers); None: locally.
+        Either way the fitted boosters are local and predict here.
         """
         qs = _check_quantiles(self.quantiles)
         if self.scale not in ("log1p", "linear"):
             raise ValueError(f"scale={self.scale!r}: must be log1p or linear")
+        if client is not None and callbacks:
+            raise ValueError("callbacks are not supported with a Dask client "
+                             "(they would run in the worker processes)")
         self.config_ = self.config or QuantileModelConfig()
-        cfg = self.config_
         target = forward(_output_labels(features, y), self.scale)
         self._learn_vocabulary(features)
         X = self._design(features)
         tail = self._tail_mask(features)
         self.validation_rows_ = int(tail.sum())
+        if client is None:
+            fitted = self._fit_local(X, target, tail, qs, callbacks)
+        else:
+            from replaylab.demand.distributed import fit_quantile_boosters
+
+            fitted = fit_quantile_boosters(client, X, target, tail, qs, self.config_, self.seed)
+        self.boosters_, self.best_iterations_, tail_raw = fitted
+        self.compute_ = "local" if client is None else "dask"
+        self.n_features_in_ = len(self.feature_names_)
+        self.validation_pinball_ = (
+            self._pinball(features[tail], np.asarray(y, dtype="float64")[tail],
+                          np.column_stack(tail_raw)) if tail.any() else None)
+        return self
+
+    def _fit_local(self, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
+                   qs: Sequence[float], callbacks: Sequence[Callable],
+                   ) -> tuple[list[lgb.Booster], list[int], list[np.ndarray]]:
+        """(boosters, best round counts, early-stopped raw predictions on the tail per level)."""
+        cfg = self.config_
         data_params = {"max_bin": int(cfg.max_bin), "verbosity": -1}
         full_set = lgb.Dataset(X, target, free_raw_data=False, params=data_params)
         if tail.any():
             head_set = lgb.Dataset(X[~tail], target[~tail], free_raw_data=False,
                                    params=data_params)
             tail_set = lgb.Dataset(X[tail], target[tail], reference=head_set, params=data_params)
-        self.boosters_: list[lgb.Booster] = []
-        self.best_iterations_: list[int] = []
+        boosters: list[lgb.Booster] = []
+        best_iterations: list[int] = []
         tail_raw = []  # early-stopped predictions on the tail, model scale, per level
         for q in qs:
             params = cfg.lightgbm_params(q, self.seed)
@@ -156,13 +183,9 @@ class QuantileDemandModel:
                     booster = lgb.train(params, full_set, num_boost_round=rounds)
             else:
                 booster = lgb.train(params, full_set, num_boost_round=rounds)
-            self.boosters_.append(booster)
-            self.best_iterations_.append(rounds)
-        self.n_features_in_ = len(self.feature_names_)
-        self.validation_pinball_ = (
-            self._pinball(features[tail], np.asarray(y, dtype="float64")[tail],
-                          np.column_stack(tail_raw)) if tail.any() else None)
-        return self
+            boosters.append(booster)
+            best_iterations.append(rounds)
+        return boosters, best_iterations, tail_raw
 
     def _pinball(self, features: pd.DataFrame, y: np.ndarray, raw: np.ndarray) -> dict[str, float]:
         """Pinball loss of total tokens per level, from raw (model-scale) predictions.

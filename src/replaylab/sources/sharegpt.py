@@ -58,6 +58,7 @@ from typing import IO, Any
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.ledger import LEDGER_VERSION
@@ -127,7 +128,8 @@ def _read_messages(fh: IO[str], limit: int | None) -> pd.DataFrame:
     """One row per message: session, absolute message index, speaker, text (file order)."""
     rows: list[tuple[str, int, str, str]] = []
     sessions: set[str] = set()
-    for rec in iter_records(fh):
+    # a progress bar on a terminal (disable=None: silent when output is not a TTY)
+    for rec in tqdm(iter_records(fh), desc="ShareGPT records", unit="rec", disable=None):
         base, _, part = rec["id"].rpartition("_")
         if not (base and part.isdigit()):
             base, part = rec["id"], "0"
