@@ -546,9 +546,9 @@ def dataset_section(r: dict, cmd: str) -> list[str]:
             + ("below every baseline" if not losers else "NOT below " + ", ".join(losers))
             + f"; pinball@{top} "
             + ("below every baseline" if not losers_top else "NOT below " + ", ".join(losers_top))
-            + (". The pinball target applies (features beyond prompt length)."
+            + (". The pinball target applies (sessions or categories)."
                if v["pinball_target_applies"] else
-               ". The pinball target does not apply (no features beyond prompt length).")
+               ". The pinball target does not apply (no sessions or categories).")
             + f" Meets targets: **{verdict_cell(r)}**."]
     if spec.note:
         out += ["", spec.note]
@@ -670,7 +670,7 @@ DOC_TAIL: list[str] = [
     "- Intervals: the bootstrap resamples test sessions (single requests where a trace has "
     "no sessions) and ignores dependence in time, so its CIs are if anything too narrow.",
     "- Azure and Mooncake cover about an hour each; their test split is the last 11-19 "
-    "minutes and the calibration split the 10 minutes before (windows per dataset above). "
+    "minutes and the calibration split the ~10 minutes before (windows per dataset above). "
     "A coverage figure on them says how well a calibration from one 10-minute stretch "
     "carries to the next quarter hour of the same trace, no more.",
     "- ShareGPT: the first 5,000 conversations of the packaged file (`--sharegpt-limit`; "
@@ -678,8 +678,8 @@ DOC_TAIL: list[str] = [
     "(`docs/importers.md`). BurstGPT: only the first 400 rows of v3 are in the shared data.",
     "- Determinism: the default-config runs gave identical figures (to the last digit) at "
     "commits 0adec87 and 5fa1994 for Azure and Mooncake; LightGBM runs with 2 threads and "
-    "seed 0. The whole script (7 runs plus 5 sensitivity runs) takes about 4 minutes on "
-    "the 2-core machine, most of it importing ShareGPT.",
+    "seed 0. The whole script (7 runs plus 5 sensitivity runs) takes 4-6 minutes on "
+    "the 2-core machine (shared with other jobs).",
     "- Not run here: HPO (`demand.hpo.trials` stays 0, so no hyperparameter was chosen at "
     "all), `compute=dask`, and the BurstGPT v1 slice (no sessions, and 17 of its 400 rows "
     "failed).",
