@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.test_entrypoints import run_training
@@ -43,3 +44,16 @@ def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "no usable labels" in last
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_demand_compute_dask_entrypoint(tmp_path):
+    """compute=dask trains the boosters on a real 2-worker LocalCluster; calibration holds."""
+
+    out = tmp_path / "dask"
+    run_training("pipeline=demand", "compute=dask", f"hydra.run.dir={out}", "tracking=off",
+                 "data.synthetic.n_sessions=1500")
+    s = json.loads((out / "summary.json").read_text())
+    assert s["compute"]["kind"] == "dask"
+    assert 0.72 <= s["test"]["model"]["coverage"] <= 0.88

@@ -79,18 +79,25 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.project import load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
-    if cfg.compute.kind != "local":
-        raise ConfigError(f"pipeline=demand: compute={cfg.compute.kind!r} is not supported yet; "
-                          "use compute=local")
+    if cfg.compute.kind not in ("local", "dask"):
+        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
     inp = _ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, _plain(cfg.split), "split")
     demand_values = _plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
-    summary, _run = train_demand(load_ledger(inp), projection, split, demand_cfg, run_dir,
-                                 hpo=hpo, on_trial=_nested_trial_logger(cfg),
-                                 write_ledger=bool(cfg.data.write_ledger))
+    loaded = load_ledger(inp)
+    kwargs = {"hpo": hpo, "on_trial": _nested_trial_logger(cfg),
+              "write_ledger": bool(cfg.data.write_ledger)}
+    if cfg.compute.kind == "local":
+        summary, _run = train_demand(loaded, projection, split, demand_cfg, run_dir, **kwargs)
+        return summary
+    with dask_client(cfg.compute) as client:
+        summary, _run = train_demand(loaded, projection, split, demand_cfg, run_dir,
+                                     client=client, **kwargs)
+    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
+                          "n_workers": cfg.compute.n_workers}
     return summary
 
 

@@ -279,10 +279,12 @@ def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -
     }
 
 
-def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg) -> float:
+def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,
+                        client: object = None) -> float:
     """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
     model = QuantileDemandModel(demand.quantiles, model_cfg, demand.scale, demand.clip_to_cap,
-                                demand.seed).fit(data.frame("train"), data.y("train"))
+                                demand.seed).fit(data.frame("train"), data.y("train"),
+                                                 client=client)
     val = model.validation_pinball_
     return float(np.mean(list(val.values()))) if val else math.nan
 
@@ -291,7 +293,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
                  demand: DemandConfig, out_dir: Path, *,
                  trial_callback: Callable[[dict[str, float]], None] | None = None,
                  hpo: HPOConfig | None = None, on_trial: OnTrial | None = None,
-                 write_ledger: bool = False) -> tuple[dict, DemandRun]:
+                 write_ledger: bool = False, client: object = None) -> tuple[dict, DemandRun]:
     """Train, calibrate and test every demand predictor; write predictions; return the summary.
 
     trial_callback: called once, before the test split is touched, with
@@ -299,7 +301,10 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     an HPO driver reports them (and may raise to prune). hpo: an Optuna search
     over the model's hyperparameters on the validation tail of train before the
     final fit (`on_trial(number, params, value)` per finished trial; the entry
-    point logs each as a nested MLflow run). Raises DemandDataError
+    point logs each as a nested MLflow run). client: a `dask.distributed.Client`
+    (compute=dask): the quantile boosters, HPO trials' included, train on its
+    cluster through lightgbm.dask; projection, baselines, calibration and
+    evaluation stay local; None: all local. Raises DemandDataError
     when the ledger cannot train a model (no usable labels, a single session,
     everything censored, too few calibration rows).
     """
@@ -315,14 +320,14 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     if hpo is not None and hpo.trials > 0:
         t0 = time.perf_counter()
         best, hpo_facts = search_hyperparameters(
-            lambda model_cfg: _validation_pinball(data, demand, model_cfg), demand.model, hpo,
-            study_suffix=data.version, on_trial=on_trial)
+            lambda model_cfg: _validation_pinball(data, demand, model_cfg, client),
+            demand.model, hpo, study_suffix=data.version, on_trial=on_trial)
         demand = dataclasses.replace(demand, model=best)
         timings["hpo"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
                                 demand.clip_to_cap, demand.seed)
-    model.fit(data.frame("train"), data.y("train"))
+    model.fit(data.frame("train"), data.y("train"), client=client)
     timings["model_fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     baselines = make_baselines(demand.quantiles, demand.default_max_tokens,

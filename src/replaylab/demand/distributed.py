@@ -1,0 +1,223 @@
+"""The quantile boosters on a Dask cluster (compute=dask), through `lightgbm.dask`.
+
+Same design matrix, target, early-stopping tail and hyperparameters as the local
+path (`QuantileDemandModel.fit`); only the booster training moves to the
+workers. LightGBM trains data-parallel: every worker holds a share of the rows,
+histograms are summed over the network, so every worker grows the same trees.
+
+Rows go to the workers as pandas pieces (scattered, no graph holding the data):
+a seeded random permutation split into one piece per worker, so that every
+worker sees the same distribution (LightGBM averages the per-worker quantiles
+for the initial score and the leaf outputs of the quantile objective; pieces cut
+by time would bias them). The pieces keep the design frame's categorical dtype
+with the categories fixed on train (`QuantileDemandModel.categories_`), so every
+worker, and the fitted booster's `pandas_categorical`, share the local path's codes.
+
+Early stopping follows the local rule (LightGBM's `early_stopping` callback, the
+mean pinball loss on the model scale over the time-ordered tail of train, the
+best round then refit on all of train). Each worker evaluates the WHOLE tail:
+the eval set has one partition per training piece, each a copy of the tail, and
+the metric reads only the first copy on a worker (`_TailPinball`), so every
+worker computes the same value and stops at the same round whatever the
+placement of the pieces (workers stopping apart would break the allreduce).
+
+Differences from the local fit, small and documented: LightGBM's distributed
+bin boundaries come from each worker's sample of its features; the quantile
+objective's leaf outputs and initial score are means of per-worker quantiles;
+`num_threads` is each worker's thread count. The fitted boosters are plain local
+`lightgbm.Booster`s (rebuilt from the model string, no network state), so
+prediction, export and serving stay local.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+
+import dask
+import dask.dataframe as dd
+import lightgbm as lgb
+import numpy as np
+import pandas as pd
+
+from replaylab.demand.config import QuantileModelConfig
+
+# native LightGBM name -> scikit-learn estimator argument (the Dask estimators are sklearn-style)
+_SKLEARN_NAMES = {
+    "learning_rate": "learning_rate", "num_leaves": "num_leaves",
+    "min_data_in_leaf": "min_child_samples", "feature_fraction": "colsample_bytree",
+    "bagging_fraction": "subsample", "bagging_freq": "subsample_freq",
+    "lambda_l2": "reg_lambda", "seed": "random_state",
+}
+
+
+class _TailPinball:
+    """Eval metric of the Dask early stopping: mean pinball loss over the first `n` eval rows.
+
+    A worker's eval set is one or more copies of the whole tail (one per training
+    piece it holds); the first copy alone gives every worker the same value.
+    Equal to LightGBM's `quantile` metric (labels are float32 inside LightGBM).
+    """
+
+    def __init__(self, n: int, alpha: float) -> None:
+        self.n, self.alpha = int(n), float(alpha)
+
+    def __call__(self, y_true: np.ndarray, y_pred: np.ndarray) -> tuple[str, float, bool]:
+        d = np.asarray(y_true[: self.n], dtype="float64") - np.asarray(y_pred[: self.n])
+        loss = np.where(d < 0, (self.alpha - 1.0) * d, self.alpha * d)
+        return "quantile", float(np.mean(loss)), False
+
+
+def estimator_params(native: dict, rounds: int, max_bin: int) -> dict:
+    """`QuantileModelConfig.lightgbm_params` as DaskLGBMRegressor arguments.
+
+    Sklearn names where the estimator has an argument (no alias conflicts),
+    native names for the rest. num_threads is dropped: lightgbm.dask sets each
+    worker's thread count.
+    """
+    params = dict(native)
+    params.pop("num_threads", None)
+    out = {"objective": params.pop("objective"), "n_estimators": int(rounds)}
+    out.update({sk: params.pop(name) for name, sk in _SKLEARN_NAMES.items()})
+    out.update(params)
+    out["max_bin"] = int(max_bin)
+    return out
+
+
+class _RanksInPartOrder:
+    """The client as lightgbm.dask sees it, `who_has` answering in the order of the parts asked.
+
+    lightgbm.dask gives LightGBM ranks (and each worker its list of parts) in the
+    order of `client.who_has(parts)`, which the scheduler answers in no fixed
+    order; LightGBM builds each feature's bins on one rank from that rank's rows,
+    so the model changed from run to run. Answered in part order, rank r holds
+    piece r and the fit is repeatable. Everything else is the client itself.
+    """
+
+    def __init__(self, client: object) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._client, name)
+
+    def who_has(self, futures: Sequence[object], **kwargs: object) -> dict:
+        found = self._client.who_has(futures, **kwargs)
+        return {f.key: found[f.key] for f in futures if f.key in found}
+
+
+def _workers(client: object) -> list[str]:
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:
+        raise RuntimeError("the Dask cluster has no workers: cannot train the demand model")
+    return workers
+
+
+def _scatter_pieces(client: object, X: pd.DataFrame, target: np.ndarray, rows: np.ndarray,
+                    workers: list[str], seed: int) -> list[tuple[object, object]]:
+    """rows (positions into X) in a seeded random order, one (X, y) piece scattered per worker."""
+    order = np.random.default_rng(seed).permutation(rows)
+    pieces = []
+    for w, idx in zip(workers, np.array_split(order, len(workers)), strict=True):
+        if len(idx) == 0:
+            continue
+        x_piece = X.iloc[idx]
+        y_piece = pd.Series(target[idx], index=x_piece.index, name="target")
+        fx, fy = client.scatter([x_piece, y_piece], workers=[w], hash=False)
+        pieces.append((fx, fy))
+    return pieces
+
+
+def _collections(pieces: Sequence[tuple[object, object]], meta_x: pd.DataFrame,
+                 ) -> tuple[dd.DataFrame, dd.Series]:
+    """A dask frame and series, one partition per scattered piece (aligned)."""
+    meta_y = pd.Series([], dtype="float64", name="target")
+    X = dd.from_delayed([p[0] for p in pieces], meta=meta_x, verify_meta=False)
+    y = dd.from_delayed([p[1] for p in pieces], meta=meta_y, verify_meta=False)
+    return X, y
+
+
+# the network section of a booster trained on the cluster, reset to a single machine
+_NETWORK = {"num_machines": "1", "machines": "", "local_listen_port": "12400",
+            "tree_learner": "serial"}
+
+
+def _local_booster(estimator: lgb.DaskLGBMRegressor) -> lgb.Booster:
+    """A plain local Booster from a fitted Dask estimator (its best iteration when early-stopped).
+
+    Rebuilt from the model string (exact: doubles are written in full) with the
+    network parameters reset, so that nothing in it refers to the cluster.
+    """
+    text = estimator.to_local().booster_.model_to_string()
+    for name, value in _NETWORK.items():
+        text = re.sub(rf"^\[{name}: [^\n]*\]$", f"[{name}: {value}]", text, count=1,
+                      flags=re.MULTILINE)
+    return lgb.Booster(model_str=text)
+
+
+def _fit(estimator: lgb.DaskLGBMRegressor, X: dd.DataFrame, y: dd.Series,
+         **kwargs: object) -> lgb.Booster:
+    with warnings.catch_warnings():  # the sklearn wrapper always holds n_jobs; dask drops it
+        warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
+        estimator.fit(X, y, **kwargs)
+    return estimator
+
+
+def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
+                          quantiles: Sequence[float], cfg: QuantileModelConfig, seed: int,
+                          ) -> tuple[list[lgb.Booster], list[int], list[np.ndarray]]:
+    """One booster per quantile, trained on the cluster behind `client`.
+
+    X: the design frame (n, f) (float and fixed-category categorical columns);
+    target: (n,) on the model scale; tail: (n,) bool, the early-stopping rows
+    (none: no early stopping). Returns (boosters, best round counts, the
+    early-stopped boosters' raw predictions on the tail per level, empty without
+    a tail), as the local path does.
+    """
+    workers = _workers(client)
+    ordered = _RanksInPartOrder(client)
+    target = np.asarray(target, dtype="float64")
+    head_rows, tail_rows = np.flatnonzero(~tail), np.flatnonzero(tail)
+    meta = X.iloc[:0]
+    with dask.config.set({"dataframe.convert-string": False}):
+        if tail.any():
+            # train = head pieces + tail pieces (the refit); early stopping on the head alone
+            head = _scatter_pieces(client, X, target, head_rows, workers, seed)
+            rest = _scatter_pieces(client, X, target, tail_rows, workers, seed + 1)
+            full_X, full_y = _collections(head + rest, meta)
+            head_X, head_y = _collections(head, meta)
+            x_tail = X.iloc[tail_rows]
+            y_tail = pd.Series(target[tail_rows], index=x_tail.index, name="target")
+            fx, fy = client.scatter([x_tail, y_tail], broadcast=True, hash=False)
+            eval_X, eval_y = _collections([(fx, fy)] * len(head), meta)
+        else:
+            full_X, full_y = _collections(
+                _scatter_pieces(client, X, target, np.arange(len(X)), workers, seed), meta)
+
+        boosters: list[lgb.Booster] = []
+        best: list[int] = []
+        tail_raw: list[np.ndarray] = []
+        for q in quantiles:
+            native = cfg.lightgbm_params(q, seed)
+            rounds = int(cfg.n_estimators)
+            if tail.any():
+                est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
+                    {**native, "metric": "None"}, rounds, cfg.max_bin))
+                _fit(est, head_X, head_y, eval_X=(eval_X,), eval_y=(eval_y,),
+                     eval_metric=_TailPinball(len(tail_rows), q),
+                     callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds),
+                                                   verbose=False)])
+                rounds = max(int(est.booster_.best_iteration or rounds), 1)
+                booster = _local_booster(est)
+                tail_raw.append(booster.predict(x_tail, num_iteration=rounds))
+                if cfg.refit_full_train:
+                    est = lgb.DaskLGBMRegressor(
+                        client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+                    booster = _local_booster(_fit(est, full_X, full_y))
+            else:
+                est = lgb.DaskLGBMRegressor(
+                    client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+                booster = _local_booster(_fit(est, full_X, full_y))
+            boosters.append(booster)
+            best.append(rounds)
+    return boosters, best, tail_raw
