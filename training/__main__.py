@@ -6,14 +6,10 @@ write DIR/summary.json and log what it returns. Nothing else lives here.
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
-import time
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 from omegaconf.errors import ValidationError as OmegaConfValidationError
 
@@ -34,27 +30,15 @@ def _pipeline(cfg: DictConfig, run_dir: Path) -> dict:
     return table[cfg.pipeline](cfg, run_dir)
 
 
+INPUT_ERRORS = (ContractError, ConfigError, DemandDataError, FileNotFoundError, ImportError,
+                OmegaConfValidationError)
+
+
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from training.tracking import log_outcome, mlflow_run
+    from training.tracking import run_recorded
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    started = time.perf_counter()
-    try:
-        with mlflow_run(cfg, run_dir) as run:
-            summary = _pipeline(cfg, run_dir)
-            summary["wall_seconds"] = round(time.perf_counter() - started, 3)
-            if run is not None:
-                summary["mlflow"] = {"run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
-                                     "experiment": cfg.tracking.experiment}
-            path = run_dir / "summary.json"
-            path.write_text(json.dumps(summary, indent=2, default=str))
-            log_outcome(run, summary, run_dir, cfg)
-    except (ContractError, ConfigError, DemandDataError, FileNotFoundError, ImportError,
-            OmegaConfValidationError) as e:
-        # A bad input is a one-line error and a non-zero exit, not a traceback.
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    path = run_recorded(cfg, _pipeline, INPUT_ERRORS)
     log.info("wrote %s", path)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -77,3 +79,30 @@ def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None
     q = summary.get("artifacts", {}).get("quarantine")
     if q and Path(q).is_file():
         mlflow.log_artifact(q, artifact_path="quarantine")
+
+
+def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
+                 input_errors: tuple[type[BaseException], ...]) -> Path:
+    """The body of every entry point: run `job` inside the MLflow run, write summary.json.
+
+    An exception of `input_errors` (a bad input or config, not a bug) becomes one
+    `error: ...` line on stderr and exit code 2; anything else keeps its traceback.
+    """
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    started = time.perf_counter()
+    try:
+        with mlflow_run(cfg, run_dir) as run:
+            summary = job(cfg, run_dir)
+            summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+            if run is not None:
+                summary["mlflow"] = {"run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
+                                     "experiment": cfg.tracking.experiment}
+            path = run_dir / "summary.json"
+            path.write_text(json.dumps(summary, indent=2, default=str))
+            log_outcome(run, summary, run_dir, cfg)
+    except input_errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    return path
