@@ -1,4 +1,4 @@
-"""python -m training [pipeline=project|import|demand] [overrides...]
+"""python -m training [pipeline=project|demand|forecast|import] [overrides...]
 
 Compose the config, seed, open the MLflow run, call one library pipeline,
 write DIR/summary.json and log what it returns. Nothing else lives here.
@@ -21,10 +21,10 @@ log = logging.getLogger("replaylab")
 
 
 def _pipeline(cfg: DictConfig, run_dir: Path) -> dict:
-    from training import pipelines
+    from training import forecast_glue, pipelines
 
     table = {"project": pipelines.project, "import": pipelines.import_source,
-             "demand": pipelines.demand}
+             "demand": pipelines.demand, "forecast": forecast_glue.forecast}
     if cfg.pipeline not in table:
         raise ConfigError(f"pipeline={cfg.pipeline!r} is unknown; choose one of {sorted(table)}")
     return table[cfg.pipeline](cfg, run_dir)

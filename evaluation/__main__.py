@@ -1,0 +1,48 @@
+"""python -m evaluation experiment=<name> [overrides...]
+
+Compose the config (conf_eval/), open the MLflow run, call one library
+experiment, write DIR/summary.json and log what it returns. Nothing else lives here.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ValidationError as OmegaConfValidationError
+
+from replaylab.config import ConfigError
+
+log = logging.getLogger("replaylab")
+
+
+def _autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
+    from replaylab.forecast.experiments import run_autoscaling_experiment
+
+    return run_autoscaling_experiment(OmegaConf.to_container(cfg.experiment, resolve=True),
+                                      run_dir)
+
+
+EXPERIMENTS = {"autoscaling": _autoscaling}
+
+
+def _experiment(cfg: DictConfig, run_dir: Path) -> dict:
+    name = cfg.experiment.name
+    if name not in EXPERIMENTS:
+        raise ConfigError(f"experiment={name!r} is unknown; choose one of {sorted(EXPERIMENTS)}")
+    return EXPERIMENTS[name](cfg, run_dir)
+
+
+@hydra.main(config_path="../conf_eval", config_name="config", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    from training.tracking import run_recorded
+
+    path = run_recorded(cfg, _experiment, (ConfigError, FileNotFoundError, ImportError,
+                                           OmegaConfValidationError))
+    log.info("wrote %s", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Ledger-v1 rows -> aggregates-v1 buckets, with k_min suppression (docs/archetypes.md).
+
+What can reach the output, by construction:
+- the contract's columns only (ids, model names, text and any extra ledger column
+  never leave this function);
+- archetype: a label of the taxonomy's fixed vocabulary, or `other`;
+- slo_class / region: a value of the configured allow-list, `other` (any value
+  outside it), `unknown` (null) or `all` (the dimension pooled or absent).
+A cell (bucket x archetype x slo_class x region) under `k_min` requests is
+suppressed and counted: merged into archetype `other` of its bucket, slo_class and
+region (an `other` cell still under k_min is dropped), or dropped (`drop`).
+With `trim_edges`, the ledger's first and last buckets (cut by its collection
+window) are left out and their requests counted as `edge_requests`.
+requests kept + dropped + edge == ledger rows, always (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts import AGGREGATES_VERSION, validate_aggregates
+from replaylab.contracts.columns import Aggregates as A
+from replaylab.contracts.columns import Ledger as L
+from replaylab.forecast.config import AggregationConfig
+from replaylab.forecast.taxonomy import ALL, OTHER, assign_archetypes
+
+UNKNOWN = "unknown"
+ORDER = (A.VERSION, A.BUCKET_START, A.BUCKET_SECONDS, A.ARCHETYPE, A.TAXONOMY_VERSION,
+         A.SLO_CLASS, A.REGION, A.REQUESTS, A.PROMPT_TOKENS_SUM, A.COMPLETION_TOKENS_SUM,
+         A.PROMPT_TOKENS_P50, A.PROMPT_TOKENS_P90, A.COMPLETION_TOKENS_P50,
+         A.COMPLETION_TOKENS_P90, A.RATE_CV)
+_KEYS = [A.BUCKET_START, A.ARCHETYPE, A.SLO_CLASS, A.REGION]
+
+
+@dataclass
+class AggregationResult:
+    """aggregates-v1 rows and the suppression report (counts only, never values)."""
+
+    aggregates: pd.DataFrame
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def allow_listed(values: pd.Series | None, allow: tuple[str, ...] | None,
+                 index: pd.Index) -> pd.Series:
+    """Map a label column onto its allow-list: kept, `other`, `unknown` (null) or `all`."""
+    if allow is None or values is None:
+        return pd.Series(ALL, index=index, dtype=object)
+    s = values.astype(object)
+    out = np.where(s.isna(), UNKNOWN, np.where(s.isin(list(allow)), s, OTHER))
+    return pd.Series(out, index=index, dtype=object)
+
+
+def _cells(ledger: pd.DataFrame, cfg: AggregationConfig) -> pd.DataFrame:
+    """One row per request: its cell key, timestamp and token counts (nothing else)."""
+    ts = pd.to_numeric(ledger[L.TIMESTAMP], errors="raise").astype("int64")
+    width_ms = cfg.bucket_seconds * 1000
+    return pd.DataFrame({
+        A.BUCKET_START: (ts // width_ms) * width_ms,
+        A.ARCHETYPE: assign_archetypes(ledger, cfg.taxonomy_version).astype(str),
+        A.SLO_CLASS: allow_listed(ledger.get(L.SLO_CLASS), cfg.slo_classes, ledger.index),
+        A.REGION: allow_listed(ledger.get(L.REGION), cfg.regions, ledger.index),
+        "ts": ts,
+        "prompt": pd.to_numeric(ledger[L.PROMPT_TOKENS], errors="coerce").astype("float64"),
+        "completion": pd.to_numeric(ledger[L.COMPLETION_TOKENS],
+                                    errors="coerce").astype("float64"),
+    }).reset_index(drop=True)
+
+
+def _suppress(cells: pd.DataFrame, cfg: AggregationConfig) -> tuple[pd.DataFrame, dict]:
+    """Apply k_min: merge small cells into `other` (or drop them); return kept rows + counts."""
+    n = cells.groupby(_KEYS, sort=False)["ts"].transform("size")
+    small = n < cfg.k_min
+    suppressed_cells = int(cells.loc[small, _KEYS].drop_duplicates().shape[0])
+    report = {"k_min": cfg.k_min, "suppression": cfg.suppression,
+              "cells_before_suppression": int(cells[_KEYS].drop_duplicates().shape[0]),
+              "suppressed_cells": suppressed_cells,
+              "suppressed_requests": int(small.sum())}
+    if cfg.suppression == "merge":
+        cells = cells.copy()
+        cells.loc[small, A.ARCHETYPE] = OTHER
+        n = cells.groupby(_KEYS, sort=False)["ts"].transform("size")
+        drop = (cells[A.ARCHETYPE] == OTHER) & (n < cfg.k_min)
+    else:
+        drop = small
+    report["dropped_cells"] = int(cells.loc[drop, _KEYS].drop_duplicates().shape[0])
+    report["dropped_requests"] = int(drop.sum())
+    # an `other` cell holds suppressed requests only, so what was not dropped was merged
+    report["merged_requests"] = report["suppressed_requests"] - report["dropped_requests"] \
+        if cfg.suppression == "merge" else 0
+    return cells.loc[~drop], report
+
+
+def _rate_cv(kept: pd.DataFrame) -> pd.Series:
+    """CV (population std / mean) of inter-arrival gaps inside each cell; null under 2 gaps."""
+    s = kept.sort_values([*_KEYS, "ts"])
+    gap = s["ts"].diff().astype("float64")
+    first = (s[_KEYS] != s[_KEYS].shift()).any(axis=1)
+    gap[first] = np.nan
+    g = gap.groupby([s[k] for k in _KEYS], sort=False)
+    stats = pd.DataFrame({"mean": g.mean(), "std": g.std(ddof=0), "n": g.count()})
+    cv = stats["std"] / stats["mean"].where(stats["mean"] > 0)
+    return cv.where(stats["n"] >= 2)
+
+
+def _bucket_table(kept: pd.DataFrame, cfg: AggregationConfig) -> pd.DataFrame:
+    g = kept.groupby(_KEYS, sort=True)
+    out = pd.DataFrame({
+        A.REQUESTS: g.size(),
+        A.PROMPT_TOKENS_SUM: g["prompt"].sum(min_count=1),
+        A.COMPLETION_TOKENS_SUM: g["completion"].sum(min_count=1),
+        A.PROMPT_TOKENS_P50: g["prompt"].quantile(0.5),
+        A.PROMPT_TOKENS_P90: g["prompt"].quantile(0.9),
+        A.COMPLETION_TOKENS_P50: g["completion"].quantile(0.5),
+        A.COMPLETION_TOKENS_P90: g["completion"].quantile(0.9),
+    })
+    out[A.RATE_CV] = _rate_cv(kept).reindex(out.index)
+    out = out.reset_index()
+    out[A.VERSION] = AGGREGATES_VERSION
+    out[A.BUCKET_SECONDS] = cfg.bucket_seconds
+    out[A.TAXONOMY_VERSION] = cfg.taxonomy_version
+    for col in (A.PROMPT_TOKENS_SUM, A.COMPLETION_TOKENS_SUM):
+        out[col] = out[col].round().astype("Int64")
+    out[A.REQUESTS] = out[A.REQUESTS].astype("int64")
+    return out[list(ORDER)].reset_index(drop=True)
+
+
+def ledger_to_aggregates(ledger: pd.DataFrame, cfg: AggregationConfig) -> AggregationResult:
+    """Validated ledger-v1 rows -> aggregates-v1 buckets plus the suppression report.
+
+    `ledger` is `validate_ledger(...).valid` (epoch-ms timestamps). Every request
+    is counted in a kept bucket, in `dropped_requests` or in `edge_requests`.
+    """
+    if ledger.empty:
+        raise ValueError("ledger_to_aggregates: the ledger has no rows")
+    cells = _cells(ledger, cfg)
+    edge = pd.Series(False, index=cells.index)
+    if cfg.trim_edges:
+        b = cells[A.BUCKET_START]
+        edge = (b == b.min()) | (b == b.max())
+        if edge.all():
+            raise ValueError(f"the ledger spans at most two {cfg.bucket_seconds} s buckets: "
+                             "nothing is left after trimming the partial edge buckets")
+    kept, report = _suppress(cells[~edge], cfg)
+    report["edge_buckets_trimmed"] = int(cells.loc[edge, A.BUCKET_START].nunique())
+    report["edge_requests"] = int(edge.sum())
+    if kept.empty:  # every cell suppressed: an empty table (the report says why)
+        table = pd.DataFrame({c: pd.Series(dtype=object) for c in ORDER})
+    else:
+        table = validate_aggregates(_bucket_table(kept, cfg), source="ledger_to_aggregates")
+        if table.rows_quarantined:  # a bug here, not a data problem
+            raise AssertionError(f"aggregation produced invalid rows: {table.by_reason()}")
+        table = table.valid[list(ORDER)]
+    report.update({
+        "ledger_rows": int(len(ledger)), "requests_kept": int(table[A.REQUESTS].sum()),
+        "buckets_out": int(len(table)), "bucket_seconds": cfg.bucket_seconds,
+        "taxonomy_version": cfg.taxonomy_version,
+        "slo_class_values": _value_counts(cells[A.SLO_CLASS]),
+        "region_values": _value_counts(cells[A.REGION]),
+    })
+    return AggregationResult(table, report)
+
+
+def _value_counts(s: pd.Series) -> dict[str, int]:
+    """Requests per OUTPUT label (allow-listed, so safe to report)."""
+    return {str(k): int(v) for k, v in s.value_counts().sort_index().items()}

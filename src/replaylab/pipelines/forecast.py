@@ -1,0 +1,178 @@
+"""The forecast pipeline: aggregates in, backtested probabilistic forecasts out.
+
+`aggregate_ledger` turns a ledger (validated here when given raw) into
+aggregates-v1 with k_min suppression; `run_forecast` backtests every forecaster
+over rolling origins, scores them, measures drift, writes the forecast table of
+the last origin, the backtest predictions and a report under the folder it is
+handed, and returns the summary (DIR/summary.json).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from replaylab.contracts import ValidationResult, validate_aggregates, validate_ledger
+from replaylab.contracts.columns import Aggregates as A
+from replaylab.forecast.aggregate import AggregationResult, ledger_to_aggregates
+from replaylab.forecast.config import AggregationConfig, ForecastConfig
+from replaylab.forecast.panel import ForecastDataError, build_panel, choose_seasons, plan_backtest
+
+COVERAGE_TARGET = (0.72, 0.88)
+
+
+def aggregate_ledger(ledger: ValidationResult | pd.DataFrame,
+                     cfg: AggregationConfig) -> AggregationResult:
+    """A ledger-v1 frame (validated here) or validation result -> aggregates-v1 + report."""
+    result = ledger if isinstance(ledger, ValidationResult) else validate_ledger(ledger)
+    if result.contract != "ledger-v1":
+        raise ForecastDataError(f"aggregate_ledger needs ledger-v1 rows, got {result.contract}")
+    if result.valid.empty:
+        raise ForecastDataError("the ledger has no valid rows to aggregate")
+    try:
+        agg = ledger_to_aggregates(result.valid, cfg)
+    except ValueError as e:  # e.g. everything in the trimmed edge buckets
+        raise ForecastDataError(f"cannot aggregate the ledger: {e}") from e
+    agg.report["ledger_validation"] = {k: v for k, v in result.summary().items()
+                                       if k != "contract"}
+    return agg
+
+
+def _inputs(data: AggregationResult | ValidationResult | pd.DataFrame
+            ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Validated aggregates rows and what the summary says about where they came from."""
+    if isinstance(data, AggregationResult):
+        rep = data.report
+        return data.aggregates, {"from": "ledger", "aggregation": rep,
+                                 "suppressed_buckets": rep["suppressed_cells"]}
+    result = data if isinstance(data, ValidationResult) else validate_aggregates(data)
+    if result.contract != "aggregates-v1":
+        raise ForecastDataError(f"run_forecast needs aggregates-v1 rows, got {result.contract}")
+    info = {"from": "aggregates", "validation": {k: v for k, v in result.summary().items()
+                                                 if k != "contract"},
+            # suppression happened upstream (if at all); these rows do not say how much
+            "suppressed_buckets": 0,
+            "other_rows": int((result.valid[A.ARCHETYPE] == "other").sum())}
+    return result.valid, info
+
+
+def _targets(scores: dict, best: str) -> dict:
+    cov = scores[best]["coverage_80"]
+    return {"best_mase_below_seasonal_naive": bool(
+                best != "seasonal_naive"
+                and scores[best]["mase"] < scores["seasonal_naive"]["mase"]),
+            "best_coverage_80_in_72_88": cov is not None and
+            COVERAGE_TARGET[0] <= cov <= COVERAGE_TARGET[1]}
+
+
+def _write(out_dir: Path, frames: dict[str, pd.DataFrame]) -> dict[str, str]:
+    paths = {}
+    for name, frame in frames.items():
+        path = out_dir / f"{name}.parquet"
+        frame.to_parquet(path, index=False)
+        paths[name] = str(path)
+    return paths
+
+
+def _report(out_dir: Path, panel, bt, scores, best, drift, cfg, facts) -> dict[str, str]:
+    from replaylab.forecast.figures import bands_figure, drift_figure, scores_figure
+    from replaylab.tracking.report import write_html_report
+
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    cutoffs = sorted(bt.predictions["cutoff"].unique())
+    origins = [int(panel.bucket_start_ms[0] + (c + 1) * panel.bucket_seconds * 1000)
+               for c in cutoffs]
+    figures = {
+        "actual_vs_forecast": bands_figure(panel, bt.predictions, best, cfg.report_series,
+                                           fig_dir / "actual_vs_forecast.png"),
+        "scores": scores_figure(scores, fig_dir / "scores.png"),
+        "drift": drift_figure(drift["archetype_mix"], drift["calibration"], origins,
+                              fig_dir / "drift.png")}
+    html = write_html_report(out_dir / "report.html", title="replaylab: forecast backtest",
+                             facts=facts, figures=figures)
+    return {"html": str(html), **{k: str(v) for k, v in figures.items()}}
+
+
+def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig) -> dict[str, Any]:
+    """Panel, plan, seasons, backtest, scores, comparison and drift of one input."""
+    from replaylab.forecast.backtest import (
+        choose_best,
+        run_backtest,
+        score_backtest,
+        series_scores,
+    )
+    from replaylab.forecast.drift import archetype_mix_drift, calibration_drift
+
+    panel = build_panel(aggregates, cfg)
+    plan = plan_backtest(panel.n_buckets, cfg.backtest)
+    seasons = choose_seasons(cfg.seasonalities_s, panel.bucket_seconds,
+                             panel.n_buckets - plan.test_size())
+    bt = run_backtest(panel, cfg, plan, seasons)
+    scores = score_backtest(bt, panel, seasons)
+    drift = {"archetype_mix": archetype_mix_drift(aggregates, cfg.drift_window_s),
+             "calibration": calibration_drift(bt.predictions, bt.forecasters)}
+    return {"panel": panel, "plan": plan, "seasons": seasons, "bt": bt, "scores": scores,
+            "by_series": series_scores(bt, panel, seasons), "comparison": choose_best(scores),
+            "drift": drift}
+
+
+def _summary(r: dict[str, Any], source: dict, cfg: ForecastConfig) -> dict[str, Any]:
+    panel, plan, seasons, scores = r["panel"], r["plan"], r["seasons"], r["scores"]
+    best = r["comparison"]["best"]
+    return {
+        "pipeline": "forecast", "input": source, "series": panel.n_series,
+        "buckets": panel.n_buckets, "bucket_seconds": panel.bucket_seconds,
+        "suppressed_buckets": source["suppressed_buckets"],
+        "horizon_buckets": plan.horizon, "taxonomy_version": panel.taxonomy_version,
+        "series_ids": panel.ids, "selection": panel.selection,
+        "plan": {"n_windows": plan.n_windows, "n_windows_requested": plan.n_windows_requested,
+                 "step_buckets": plan.step, "test_buckets": plan.test_size(),
+                 "history_before_first_origin": panel.n_buckets - plan.test_size(),
+                 "refit_every_windows": cfg.backtest.refit_every_windows},
+        "seasons": {"seasonal_naive": seasons.naive, "mstl": list(seasons.mstl),
+                    "notes": list(seasons.notes)},
+        "backtest": scores, "backtest_by_series": r["by_series"],
+        "skipped": r["bt"].skipped, **r["comparison"],
+        "targets": _targets(scores, best), "drift": r["drift"]}
+
+
+def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
+                 cfg: ForecastConfig, out_dir: Path) -> dict[str, Any]:
+    """Backtest, score, forecast the next horizon, write artifacts; return the summary.
+
+    `data`: aggregates-v1 rows (a frame, validated here, or `read_aggregates`'s
+    result) or `aggregate_ledger`'s result (its suppression report is kept).
+    Writes under `out_dir`: forecast.parquet (the last origin's forecast, every
+    forecaster), backtest.parquet (every origin's forecast with the actuals),
+    aggregates.parquet (when built from a ledger), report.html and figures/.
+    """
+    from replaylab.forecast.future import future_forecast, to_forecast_form
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    aggregates, source = _inputs(data)
+    r = _backtest(aggregates, cfg)
+    timings = {"backtest_total": time.perf_counter() - t0}
+    panel, bt = r["panel"], r["bt"]
+    t0 = time.perf_counter()
+    frames = {"forecast": future_forecast(panel, cfg, r["seasons"], bt.forecasters),
+              "backtest": to_forecast_form(bt.predictions, panel, bt.forecasters, actual=True)}
+    timings["future_forecast"] = time.perf_counter() - t0
+    if source["from"] == "ledger":
+        frames["aggregates"] = aggregates
+    summary = _summary(r, source, cfg)
+    summary["artifacts"] = _write(out_dir, frames)
+    t0 = time.perf_counter()
+    facts = {k: summary[k] for k in ("series", "buckets", "bucket_seconds", "suppressed_buckets",
+                                     "horizon_buckets", "taxonomy_version", "plan", "seasons",
+                                     "backtest", "best", "beats_seasonal_naive", "targets")}
+    summary["reports"] = _report(out_dir, panel, bt, r["scores"], summary["best"], r["drift"],
+                                 cfg, facts)
+    timings["report"] = time.perf_counter() - t0
+    summary["timings_s"] = {k: round(v, 3) for k, v in {**timings, **bt.timings_s}.items()}
+    return summary
