@@ -23,7 +23,6 @@ under "demand" (other keys are kept).
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import resource
 import tempfile
@@ -109,10 +108,7 @@ def bench_dask(loaded: LoadedLedger, data, cfg: DemandConfig, workers: int) -> d
         out: dict = {"workers": workers, "threads_per_worker": 1,
                      "cluster_start_seconds": round(time.perf_counter() - t0, 1)}
         out["fit"] = bench_fit(data, cfg, client)
-        if "client" in inspect.signature(train_demand).parameters:
-            out["pipeline"] = bench_pipeline(loaded, cfg, client)
-        else:
-            out["pipeline"] = "train_demand takes no client yet: model fit only"
+        out["pipeline"] = bench_pipeline(loaded, cfg, client)
     return out
 
 

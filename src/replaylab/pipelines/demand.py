@@ -23,7 +23,6 @@ import pandas as pd
 
 from replaylab import __version__
 from replaylab.contracts import Ledger as L
-from replaylab.contracts import write_quarantine
 from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
@@ -42,7 +41,7 @@ from replaylab.demand.metrics import (
     quantile_key,
 )
 from replaylab.demand.model import QuantileDemandModel, request_cap
-from replaylab.pipelines.project import LoadedLedger
+from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
     PROJECTION_CODE_VERSION,
     ProjectionConfig,
@@ -185,20 +184,6 @@ class _Data:
         return self.labels.y_total[self.masks[split]]
 
 
-def _write_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) -> dict[str, str]:
-    """The quarantine (and the synthetic ledger) next to the outputs; their paths."""
-    artifacts: dict[str, str] = {}
-    q = write_quarantine(loaded.result, out_dir / "quarantine" / "ledger.jsonl")
-    if q is not None:
-        artifacts["quarantine"] = str(q)
-    if write_ledger and loaded.raw is not None:
-        loaded.raw.to_parquet(out_dir / "ledger.parquet", index=False)
-        artifacts["ledger"] = str(out_dir / "ledger.parquet")
-    elif loaded.origin != "synthetic":
-        artifacts["ledger"] = loaded.origin
-    return artifacts
-
-
 def _prepare(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
              demand: DemandConfig) -> _Data:
     """Project, split and label the valid rows; DemandDataError when nothing can be trained."""
@@ -310,7 +295,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
-    artifacts = _write_inputs(loaded, out_dir, write_ledger)
+    artifacts = write_run_inputs(loaded, out_dir, write_ledger)
     t0 = time.perf_counter()
     data = _prepare(loaded, projection, split, demand)
     timings["projection"] = time.perf_counter() - t0

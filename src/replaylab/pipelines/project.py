@@ -70,6 +70,20 @@ def load_ledger(inp: LedgerInput) -> LoadedLedger:
     return LoadedLedger(result, origin="synthetic", injected_defects=defects, raw=frame)
 
 
+def write_run_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) -> dict[str, str]:
+    """The quarantine (and the synthetic ledger) next to a run's outputs; their paths."""
+    artifacts: dict[str, str] = {}
+    q = write_quarantine(loaded.result, out_dir / "quarantine" / "ledger.jsonl")
+    if q is not None:
+        artifacts["quarantine"] = str(q)
+    if write_ledger and loaded.raw is not None:
+        loaded.raw.to_parquet(out_dir / "ledger.parquet", index=False)
+        artifacts["ledger"] = str(out_dir / "ledger.parquet")
+    elif loaded.origin != "synthetic":
+        artifacts["ledger"] = loaded.origin
+    return artifacts
+
+
 def ledger_profile(ledger: pd.DataFrame) -> dict[str, Any]:
     """Counts a reviewer checks first: sessions, turns, categories, models, time window."""
     def counts(col: str) -> dict[str, int]:
@@ -106,15 +120,7 @@ def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: Sp
     ledger = result.valid
     artifacts: dict[str, str] = {}
 
-    q = write_quarantine(result, out_dir / "quarantine" / "ledger.jsonl")
-    if q is not None:
-        artifacts["quarantine"] = str(q)
-    if write_ledger and loaded.raw is not None:
-        path = out_dir / "ledger.parquet"
-        loaded.raw.to_parquet(path, index=False)
-        artifacts["ledger"] = str(path)
-    elif loaded.origin != "synthetic":
-        artifacts["ledger"] = loaded.origin
+    artifacts.update(write_run_inputs(loaded, out_dir, write_ledger))
 
     t0 = time.perf_counter()
     fingerprint = ledger_fingerprint(ledger)
