@@ -23,6 +23,10 @@ import numpy as np
 import pandas as pd
 
 from replaylab.tracking.demand_figures import (
+    _group_rows,
+    demand_figures,
+)
+from replaylab.tracking.demand_scores import (
     MIN_GROUP_N,
     MODEL,
     _band,
@@ -30,14 +34,12 @@ from replaylab.tracking.demand_figures import (
     _flag,
     _fmt,
     _get,
-    _group_rows,
     _metrics,
     _num,
     _predictors,
     _prepare,
     _quantiles,
     _scores,
-    demand_figures,
 )
 
 # ---------------------------------------------------------------- HTML
