@@ -12,6 +12,11 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the field and the value."""
 
 
+def fail_field(cls: str, name: str, value: object, why: str) -> None:
+    """Raise the ValueError every config dataclass raises: `Cls.field=value: why`."""
+    raise ValueError(f"{cls}.{name}={value!r}: {why}")
+
+
 def from_mapping(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     """Build dataclass `cls` from a plain mapping; unknown keys are a ConfigError.
 

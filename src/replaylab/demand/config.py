@@ -11,13 +11,10 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from replaylab.config import fail_field as _fail
 from replaylab.config import from_mapping
 
 SCALES = ("log1p", "linear")
-
-
-def _fail(cls: str, name: str, value: object, why: str) -> None:
-    raise ValueError(f"{cls}.{name}={value!r}: {why}")
 
 
 def _names(cls: str, name: str, value: object) -> tuple[str, ...]:

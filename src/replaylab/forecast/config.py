@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from replaylab.config import fail_field as _fail
 from replaylab.config import from_mapping
 
 FORECASTERS = ("seasonal_naive", "moving_window", "auto_ets", "mstl", "lightgbm")
@@ -22,10 +23,6 @@ SUPPRESSION = ("merge", "drop")
 _LABEL = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,31}$")
 _MAX_ALLOWED = 16  # an allow-list longer than this is not "low cardinality"
 RESERVED_LABELS = ("all", "other", "unknown")
-
-
-def _fail(cls: str, name: str, value: object, why: str) -> None:
-    raise ValueError(f"{cls}.{name}={value!r}: {why}")
 
 
 def _int(cls: str, name: str, value: object, lo: int) -> int:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
-def _fail(cls: str, name: str, value: object, why: str) -> None:
-    raise ValueError(f"{cls}.{name}={value!r}: {why}")
+from replaylab.config import fail_field as _fail
 
 
 @dataclass(frozen=True)

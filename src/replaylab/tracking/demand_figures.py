@@ -4,10 +4,7 @@ Also the shared helpers that read a test-predictions frame and a run summary:
 predictor and quantile columns, the scored-row mask, metrics recomputed from the
 predictions. Pure functions; figures go to the folder they are handed.
 
-Predictions: one row per test request with ``y`` (actual total tokens, NaN when
-usage is absent), ``censored``, ``absent_usage`` (optionally ``cancelled``), the
-group columns, and per predictor P the columns ``P-q0.1``, ``P-q0.5``,
-``P-q0.9``, ``P-lo-80``, ``P-hi-80``.
+The predictions frame is described in demand_report.py.
 """
 
 
