@@ -1,11 +1,34 @@
-"""Deployable artifacts of trained models (exact ONNX export of the demand boosters)."""
+"""Deployable artifacts of trained models (exact ONNX export of the demand boosters).
 
-from replaylab.artifacts.onnx_lgbm import (
-    UnsupportedBoosterError,
-    booster_to_onnx,
-    demand_model_to_onnx,
-    design_to_matrix,
-)
+The exporter (`onnx_lgbm`, which needs numpy, pandas and onnx) is imported lazily
+on first attribute access, so `replaylab.artifacts.manifest` (standard library
+only) can be imported by the runtime without pulling the training stack.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "UnsupportedBoosterError": "replaylab.artifacts.onnx_lgbm",
+    "booster_to_onnx": "replaylab.artifacts.onnx_lgbm",
+    "demand_model_to_onnx": "replaylab.artifacts.onnx_lgbm",
+    "design_to_matrix": "replaylab.artifacts.onnx_lgbm",
+}
 
 __all__ = ["UnsupportedBoosterError", "booster_to_onnx", "demand_model_to_onnx",
            "design_to_matrix"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
