@@ -1,0 +1,296 @@
+"""Artifact manifests (schema 1): build, write (optionally HMAC-signed), verify.
+
+Standard library only (json, hashlib, hmac, pathlib, datetime): the serving
+runtime imports this module without numpy/pandas/lightgbm/onnx. See
+`docs/artifacts.md`, section "Manifest (schema 1)".
+
+`verify_manifest` raises `ManifestError(reason_code, message)`; the reason code
+is a short stable string meant for the runtime's `hint_fallback` reason.
+Files present in the folder but not listed are ignored by verification and must
+never be loaded: the runtime reads artifact files only through
+`read_verified_file`, which reads the bytes once and checks size and sha256 on
+those same bytes (no check-then-open race).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import re
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any
+
+MANIFEST_SCHEMA_VERSION = "1"
+MANIFEST_NAME = "manifest.json"
+MAX_CLOCK_SKEW = timedelta(minutes=5)
+SIGNATURE_PREFIX = "hmac-sha256:"
+HASH_PREFIX = "sha256:"
+_CHUNK = 1 << 20
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]+)?$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+# Every top-level field of schema 1 and its JSON type ("signature" is optional).
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "schema_version": str, "kind": str, "version": str, "content_hash": str,
+    "created_at": str, "valid_until": str, "contracts": dict, "features": list,
+    "outputs": dict, "calibration": dict, "training": dict, "runtime": dict,
+    "fallback": dict, "files": list,
+}
+
+REASON_CODES = (
+    "unreadable",        # manifest.json missing or not readable
+    "invalid_json",      # not JSON, not an object, NaN/Infinity
+    "schema_version",    # schema_version missing or not "1"
+    "malformed",         # a required field missing / wrong type, bad files entry
+    "missing_signature",  # a key was given but the manifest has no signature
+    "bad_signature",     # signature does not match (wrong key or edited manifest)
+    "kind",              # kind differs from required_kind
+    "content_hash",      # content_hash differs from files+features+outputs+calibration
+    "expired",           # now > valid_until
+    "future_created",    # created_at > now + MAX_CLOCK_SKEW
+    "path_escape",       # absolute path, '..', or symlink resolving outside the folder
+    "missing_file",      # a listed file does not exist
+    "not_a_file",        # a listed path is a directory or other non-regular file
+    "size_mismatch",     # size differs from the listed size
+    "hash_mismatch",     # sha256 differs from the listed sha256
+    "not_listed",        # read_verified_file asked for a name the manifest does not list
+)
+
+
+class ManifestError(Exception):
+    """An artifact failed verification; `reason` is one of `REASON_CODES`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Canonical encoding: sorted keys, no whitespace, UTF-8, no NaN/Infinity."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def content_hash(manifest: dict) -> str:
+    """`sha256:` + hex of canonical JSON of {files, features, outputs, calibration}."""
+    body = {k: manifest[k] for k in ("files", "features", "outputs", "calibration")}
+    return HASH_PREFIX + hashlib.sha256(canonical_json(body)).hexdigest()
+
+
+def _signature(manifest: dict, key: bytes) -> str:
+    body = {k: v for k, v in manifest.items() if k != "signature"}
+    return SIGNATURE_PREFIX + hmac.new(key, canonical_json(body), hashlib.sha256).hexdigest()
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _utc(dt: datetime, what: str) -> datetime:
+    if dt.tzinfo is None or dt.utcoffset() is None:
+        raise ValueError(f"{what} must be timezone-aware")
+    return dt.astimezone(UTC)
+
+
+def _iso(dt: datetime) -> str:
+    return dt.isoformat().replace("+00:00", "Z")
+
+
+def build_manifest(folder: Path, *, kind: str, version: str, contracts: dict,
+                   valid_days: float, features: list[dict], outputs: dict,
+                   calibration: dict, training: dict, runtime: dict, fallback: dict,
+                   created: datetime | None = None) -> dict:
+    """The schema-1 manifest of every regular file under `folder` (recursively,
+    except `manifest.json` at the top). Symlinks are refused (ValueError)."""
+    folder = Path(folder)
+    if not kind or not isinstance(kind, str):
+        raise ValueError("kind must be a non-empty string")
+    if not isinstance(version, str) or not _SEMVER.match(version):
+        raise ValueError(f"version must be a semantic version, got {version!r}")
+    if not (isinstance(valid_days, int | float) and math.isfinite(valid_days)
+            and valid_days > 0):
+        raise ValueError(f"valid_days must be a positive finite number, got {valid_days!r}")
+    created_at = _utc(created, "created") if created is not None else datetime.now(UTC)
+    files = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            raise ValueError(f"refusing symlink in artifact folder: {rel}")
+        if path.is_dir() or rel == MANIFEST_NAME:
+            continue
+        if not path.is_file():
+            raise ValueError(f"not a regular file: {rel}")
+        files.append({"path": rel, "sha256": _sha256_file(path),
+                      "size": path.stat().st_size})
+    manifest = {
+        "schema_version": MANIFEST_SCHEMA_VERSION, "kind": kind, "version": version,
+        "contracts": contracts, "features": features, "outputs": outputs,
+        "calibration": calibration, "training": training, "runtime": runtime,
+        "fallback": fallback, "files": files,
+        "created_at": _iso(created_at),
+        "valid_until": _iso(created_at + timedelta(days=valid_days)),
+    }
+    manifest["content_hash"] = content_hash(manifest)
+    canonical_json(manifest)  # fail early on NaN / non-JSON values
+    return manifest
+
+
+def write_manifest(folder: Path, manifest: dict, *, hmac_key: bytes | None = None) -> Path:
+    """Write `folder/manifest.json` atomically as canonical JSON (+ newline).
+    With `hmac_key`, adds `signature` = HMAC-SHA256 of the canonical JSON of the
+    manifest without `signature`."""
+    folder = Path(folder)
+    manifest = {k: v for k, v in manifest.items() if k != "signature"}
+    if hmac_key is not None:
+        manifest["signature"] = _signature(manifest, hmac_key)
+    data = canonical_json(manifest) + b"\n"
+    target = folder / MANIFEST_NAME
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-finite number {name} in manifest")
+
+
+def _parse_time(manifest: dict, field: str) -> datetime:
+    try:
+        dt = datetime.fromisoformat(manifest[field])
+    except ValueError as exc:
+        raise ManifestError("malformed", f"{field} is not ISO 8601: {exc}") from None
+    if dt.tzinfo is None:
+        raise ManifestError("malformed", f"{field} has no timezone")
+    return dt.astimezone(UTC)
+
+
+def _check_structure(manifest: dict) -> None:
+    for field, typ in _FIELDS.items():
+        if field not in manifest:
+            raise ManifestError("malformed", f"missing field {field!r}")
+        if not isinstance(manifest[field], typ):
+            raise ManifestError("malformed", f"field {field!r} has the wrong type")
+    if "signature" in manifest and not isinstance(manifest["signature"], str):
+        raise ManifestError("malformed", "signature is not a string")
+    seen = set()
+    for entry in manifest["files"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and isinstance(entry.get("sha256"), str) and _HEX64.match(entry["sha256"])
+                and type(entry.get("size")) is int and entry["size"] >= 0):
+            raise ManifestError("malformed", f"bad files entry {entry!r}")
+        if entry["path"] in seen:
+            raise ManifestError("malformed", f"duplicate path {entry['path']!r}")
+        seen.add(entry["path"])
+
+
+def _resolve_inside(folder: Path, rel: str) -> Path:
+    """`folder/rel` after checking that it cannot leave the folder."""
+    pure = PurePosixPath(rel)
+    if (not rel or "\\" in rel or "\x00" in rel or pure.is_absolute()
+            or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive
+            or any(part in ("..", ".", "") for part in rel.split("/"))):
+        raise ManifestError("path_escape", f"path {rel!r} is absolute or leaves the folder")
+    root = folder.resolve()
+    path = folder / pure
+    if not path.resolve().is_relative_to(root):
+        raise ManifestError("path_escape", f"path {rel!r} resolves outside the folder")
+    return path
+
+
+def verify_manifest(folder: Path, *, hmac_key: bytes | None = None,
+                    now: datetime | None = None, required_kind: str | None = None) -> dict:
+    """Check `folder/manifest.json` and every listed file; return the manifest.
+
+    Order: readable JSON object -> schema_version -> structure -> signature
+    (only when `hmac_key` is given; without a key a signature is not checked)
+    -> kind -> content_hash -> validity period -> each file (path, exists,
+    regular, size, sha256). Unlisted files are ignored (never load them).
+    """
+    folder = Path(folder)
+    now = _utc(now, "now") if now is not None else datetime.now(UTC)
+    try:
+        raw = (folder / MANIFEST_NAME).read_bytes()
+    except OSError as exc:
+        raise ManifestError("unreadable", f"cannot read manifest: {exc}") from None
+    try:
+        manifest = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ManifestError("invalid_json", f"manifest is not valid JSON: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError("invalid_json", "manifest is not a JSON object")
+    if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
+        raise ManifestError("schema_version",
+                            f"unsupported schema_version {manifest.get('schema_version')!r}")
+    _check_structure(manifest)
+
+    if hmac_key is not None:
+        if "signature" not in manifest:
+            raise ManifestError("missing_signature", "a key was given but the manifest is unsigned")
+        if not hmac.compare_digest(manifest["signature"], _signature(manifest, hmac_key)):
+            raise ManifestError("bad_signature", "manifest signature does not match")
+    if required_kind is not None and manifest["kind"] != required_kind:
+        raise ManifestError("kind", f"kind {manifest['kind']!r}, expected {required_kind!r}")
+    if not hmac.compare_digest(manifest["content_hash"], content_hash(manifest)):
+        raise ManifestError("content_hash", "content_hash does not match the manifest body")
+
+    created_at = _parse_time(manifest, "created_at")
+    valid_until = _parse_time(manifest, "valid_until")
+    if created_at > now + MAX_CLOCK_SKEW:
+        raise ManifestError("future_created", f"created_at {manifest['created_at']} is in the future")
+    if now > valid_until:
+        raise ManifestError("expired", f"artifact expired at {manifest['valid_until']}")
+
+    for entry in manifest["files"]:
+        path = _resolve_inside(folder, entry["path"])
+        if not path.exists():
+            raise ManifestError("missing_file", f"listed file {entry['path']!r} is missing")
+        if not path.is_file():
+            raise ManifestError("not_a_file", f"{entry['path']!r} is not a regular file")
+        size = path.stat().st_size
+        if size != entry["size"]:
+            raise ManifestError("size_mismatch",
+                                f"{entry['path']!r}: size {size}, listed {entry['size']}")
+        if not hmac.compare_digest(_sha256_file(path), entry["sha256"]):
+            raise ManifestError("hash_mismatch", f"{entry['path']!r}: sha256 differs")
+    return manifest
+
+
+def read_verified_file(folder: Path, manifest: dict, name: str) -> bytes:
+    """The bytes of listed file `name`, checked (size, sha256) on the bytes returned.
+
+    Use this to load artifact files after `verify_manifest`: the bytes handed to
+    e.g. `onnxruntime.InferenceSession(bytes)` are exactly the verified ones.
+    """
+    entry = next((e for e in manifest["files"] if e["path"] == name), None)
+    if entry is None:
+        raise ManifestError("not_listed", f"{name!r} is not listed in the manifest")
+    path = _resolve_inside(Path(folder), name)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ManifestError("missing_file", f"listed file {name!r} is missing") from None
+    except OSError as exc:
+        raise ManifestError("not_a_file", f"cannot read {name!r}: {exc}") from None
+    if len(data) != entry["size"]:
+        raise ManifestError("size_mismatch", f"{name!r}: size {len(data)}, listed {entry['size']}")
+    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), entry["sha256"]):
+        raise ManifestError("hash_mismatch", f"{name!r}: sha256 differs")
+    return data
