@@ -1,1 +1,1 @@
-"""`python -m export`: ONNX + manifest from a finished run (arrives with the artifacts issue, #4)."""
+"""`python -m export`: the demand artifact (ONNX + manifest) of a finished run; shared glue."""

@@ -91,13 +91,26 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     kwargs = {"hpo": hpo, "on_trial": _nested_trial_logger(cfg),
               "write_ledger": bool(cfg.data.write_ledger)}
     if cfg.compute.kind == "local":
-        summary, _run = train_demand(loaded, projection, split, demand_cfg, run_dir, **kwargs)
-        return summary
-    with dask_client(cfg.compute) as client:
-        summary, _run = train_demand(loaded, projection, split, demand_cfg, run_dir,
-                                     client=client, **kwargs)
-    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
-                          "n_workers": cfg.compute.n_workers}
+        summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir, **kwargs)
+    else:
+        with dask_client(cfg.compute) as client:
+            summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir,
+                                        client=client, **kwargs)
+        summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
+                              "n_workers": cfg.compute.n_workers}
+    return _save_and_export(cfg, run, summary, run_dir)
+
+
+def _save_and_export(cfg: DictConfig, run, summary: dict, run_dir: Path) -> dict:
+    """Keep the fitted run (re-export) and export the artifact (docs/artifacts.md)."""
+    from export.glue import active_run_id, export_run, save_run_state
+
+    summary["artifacts"]["demand_run"] = str(save_run_state(run, run_dir))
+    if cfg.export.enabled:
+        section = export_run(run, summary, run_dir / "artifacts" / "demand", cfg.export,
+                             active_run_id())
+        summary["artifacts"]["demand"] = section["path"]
+        summary["export"] = section
     return summary
 
 

@@ -76,6 +76,11 @@ def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None
         path = Path(rel)
         if path.is_file():
             mlflow.log_artifact(str(path), artifact_path="reports")
+    arts = summary.get("artifacts", {})
+    if arts.get("demand") and Path(arts["demand"]).is_dir():  # the deployable artifact
+        mlflow.log_artifacts(arts["demand"], artifact_path="demand_artifact")
+    if arts.get("demand_run") and Path(arts["demand_run"]).is_file():  # for python -m export
+        mlflow.log_artifact(arts["demand_run"], artifact_path="demand_run")
     q = summary.get("artifacts", {}).get("quarantine")
     if q and Path(q).is_file():
         mlflow.log_artifact(q, artifact_path="quarantine")

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.demand.baselines import bucket_keys, prompt_tokens
-from replaylab.demand.model import clip_total, forward, inverse
+from replaylab.runtime.demand_math import conformal_band, forward
 
 
 def conformal_quantile(scores: np.ndarray, alpha: float) -> float:
@@ -121,16 +121,8 @@ class GroupConformal:
     def predict_interval(self, features: pd.DataFrame, lo: np.ndarray, hi: np.ndarray,
                          cap: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Calibrated (lo, hi) totals (n,) each from the base band; cap: max_tokens or NaN."""
-        prompt = prompt_tokens(features)
-        q = self.correction(features)
-        glo = forward(np.asarray(lo, float) - prompt, self.scale) - q
-        ghi = forward(np.asarray(hi, float) - prompt, self.scale) + q
-        inside_out = glo > ghi
-        mid = (glo + ghi) / 2.0
-        glo, ghi = np.where(inside_out, mid, glo), np.where(inside_out, mid, ghi)
-        band = prompt[:, None] + inverse(np.column_stack([glo, ghi]), self.scale)
-        band = clip_total(band, prompt, cap)
-        return band[:, 0], band[:, 1]
+        return conformal_band(lo, hi, prompt_tokens(features), self.correction(features), cap,
+                              self.scale)
 
     def cells(self) -> list[dict]:
         """Each calibration cell: its size and which correction it gets."""

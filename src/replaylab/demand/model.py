@@ -29,27 +29,9 @@ from replaylab.contracts.columns import Ledger as L
 from replaylab.demand.baselines import _check_quantiles, _output_labels, prompt_tokens
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
+from replaylab.runtime.demand_math import forward, raw_to_total
 
 _NON_FEATURES = ("split",)  # columns a pipeline may add to a projection frame
-
-
-def forward(out_tokens: np.ndarray, scale: str) -> np.ndarray:
-    """Output tokens -> the model / conformal scale."""
-    out = np.maximum(np.asarray(out_tokens, dtype="float64"), 0.0)
-    return np.log1p(out) if scale == "log1p" else out
-
-
-def inverse(values: np.ndarray, scale: str) -> np.ndarray:
-    """The model / conformal scale -> output tokens (>= 0)."""
-    values = np.asarray(values, dtype="float64")
-    return np.maximum(np.expm1(values) if scale == "log1p" else values, 0.0)
-
-
-def clip_total(total: np.ndarray, prompt: np.ndarray, cap: np.ndarray | None) -> np.ndarray:
-    """Clip totals (n, k) to [prompt, prompt + cap]; cap NaN (or None) = no upper bound."""
-    lo = prompt[:, None]
-    hi = np.inf if cap is None else np.where(np.isfinite(cap), prompt + cap, np.inf)[:, None]
-    return np.clip(total, lo, hi)
 
 
 def request_cap(features: pd.DataFrame) -> np.ndarray:
@@ -207,10 +189,8 @@ class QuantileDemandModel:
         return self._to_total(features, raw)
 
     def _to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
-        raw = np.sort(raw, axis=1)  # non-crossing: the k-th smallest value answers level k
-        prompt = prompt_tokens(features)
-        total = prompt[:, None] + inverse(raw, self.scale)
-        return clip_total(total, prompt, request_cap(features) if self.clip_to_cap else None)
+        return raw_to_total(raw, prompt_tokens(features),
+                            request_cap(features) if self.clip_to_cap else None, self.scale)
 
     def feature_importance(self) -> dict[str, float]:
         """Gain importance per feature, summed over the quantile boosters."""

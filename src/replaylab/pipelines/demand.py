@@ -70,6 +70,7 @@ class DemandRun:
     projection_version: str
     ledger_fingerprint: str
     feature_columns: list[str] = field(default_factory=list)
+    time_window: dict[str, Any] = field(default_factory=dict)  # per split: first/last dispatch ms
 
 
 def level_label(level: float) -> str:
@@ -264,6 +265,13 @@ def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -
     }
 
 
+def _time_window(data: _Data) -> dict[str, Any]:
+    """First and last dispatch (epoch ms) of each split's rows."""
+    t = data.features[L.TIMESTAMP].to_numpy(dtype="int64")
+    return {s: {"first_ms": int(t[data.splits == s].min()), "last_ms": int(t[data.splits == s].max())}
+            for s in ("train", "calibration", "test") if (data.splits == s).any()}
+
+
 def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,
                         client: object = None) -> float:
     """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
@@ -363,7 +371,8 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     }
     run = DemandRun(demand, model, m.calibrator, baselines,
                     {k: s.calibrator for k, s in scored.items() if k != MODEL},
-                    data.version, data.fingerprint, list(model.feature_names_))
+                    data.version, data.fingerprint, list(model.feature_names_),
+                    _time_window(data))
     summary = _finite(summary)
     t0 = time.perf_counter()
     report = write_demand_report(predictions, summary, out_dir)

@@ -1,0 +1,41 @@
+"""Serving runtime: load verified artifacts and answer in microseconds.
+
+Installed by `replaylab[serve]`: numpy and onnxruntime (and tokenizers for the
+router's encoder), nothing heavier; a test imports it with torch, lightgbm,
+pandas, sklearn and mlflow made unimportable. Names are imported lazily.
+
+    from replaylab.runtime import DemandPredictor, negotiate, Acknowledgement
+    predictor = DemandPredictor.load("artifacts/demand", hmac_key=key)
+    hint = predictor.predict({"prompt_tokens": 812, "max_tokens": 1024, ...})
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "DemandPredictor": "replaylab.runtime.demand",
+    "FallbackBaseline": "replaylab.runtime.demand",
+    "DemandHint": "replaylab.runtime.hints",
+    "Acknowledgement": "replaylab.runtime.hints",
+    "HINT_VERSION": "replaylab.runtime.hints",
+    "SUPPORTED_HINT_VERSIONS": "replaylab.runtime.hints",
+    "negotiate": "replaylab.runtime.hints",
+    "ledger_record": "replaylab.runtime.hints",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

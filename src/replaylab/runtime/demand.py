@@ -1,0 +1,380 @@
+"""DemandPredictor: a verified demand artifact answering pre-dispatch hints (numpy + onnxruntime).
+
+`DemandPredictor.load(path, ...)` never raises for a bad artifact. It verifies
+(`replaylab.artifacts.manifest.verify_manifest`: schema version, every file's
+size and sha256, no path leaving the folder, validity period, optional HMAC
+signature) and then checks what this runtime needs: the feature schema (every
+feature one it can assemble, vocabularies well-formed, the ONNX input width
+equal to the schema), the outputs (levels 0.5 and 0.9 present) and the
+calibration. On any failure the model is not used: every hint comes from the
+conservative baseline with `hint_fallback=True` and the reason code
+(`DemandPredictor.reason`), see `FallbackBaseline`.
+
+Feature assembly mirrors the projection (`replaylab.projection.features`): a
+request is a mapping of ledger-v1 pre-dispatch fields (`prompt_tokens`,
+`max_tokens`, `turn_index`, `streaming`, `category`, `selected_model`, ...,
+`timestamp` as epoch ms, RFC 3339 or an aware datetime; now when absent) plus
+the session history the caller keeps (the projection's `hist_*` names, e.g.
+`hist_turns_ended`, `hist_completion_mean`, `hist_last_completion`). A request
+with no `hist_*` field is a first turn (counts 0, the rest missing); a request
+with some has the missing counts set to the largest given count (`censored` to
+0) and the other missing fields treated as missing values (LightGBM's missing
+branch). Numeric fields take int, float, bool or None; a string there, or a
+missing `prompt_tokens` (the hint is prompt + output), makes that request's
+hint a fallback with reason `bad_request` / `missing_prompt_tokens`.
+
+A loaded predictor is immutable; `predict` may be called from many threads at
+once (onnxruntime's `InferenceSession.run` is thread-safe).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.runtime.demand_math import SCALES, conformal_band, raw_to_total
+from replaylab.runtime.hints import HINT_VERSION, DemandHint
+
+KIND = "demand"
+MODEL_FILE = "model.onnx"
+CALENDAR = ("hour_utc", "day_of_week")
+HISTORY_COUNTS = ("hist_turns_dispatched", "hist_turns_ended", "hist_turns_with_usage")
+HISTORY = (*HISTORY_COUNTS, "hist_turns_censored", "hist_completion_mean",
+           "hist_completion_ewma", "hist_last_completion", "hist_ms_since_last_end")
+FEATURE_KINDS = ("numeric", "bool", "category")
+FEATURE_SOURCES = ("request", "calendar", "history")
+_NONE = "<none>"  # conformal cell value of a missing group attribute (as in training)
+_MS_PER_HOUR, _MS_PER_DAY = 3_600_000, 86_400_000
+
+
+class ArtifactError(Exception):
+    """The artifact verified but this runtime cannot use it; `reason` is a short code."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+
+
+class _BadRequest(ValueError):
+    """A request field this runtime cannot read (the request gets a fallback hint)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackBaseline:
+    """The documented conservative baseline: reserve the prompt plus the whole output cap.
+
+    hint_lo = prompt; hint_p50 = hint_p90 = hint_hi = prompt + cap, where cap is
+    the request's `max_tokens`, else `default_max_tokens`. It never
+    under-reserves a request that respects its cap: it is a reservation, not an
+    estimate, so `hint_interval` is None (no coverage is claimed). A request
+    without `prompt_tokens` reserves the cap alone. `hint_model_version` is
+    `baseline:max_tokens_cap`.
+    """
+
+    default_max_tokens: int = 4096
+    name: str = "max_tokens_cap"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.default_max_tokens, bool) or not isinstance(
+                self.default_max_tokens, int) or self.default_max_tokens < 1:
+            raise ValueError(f"FallbackBaseline.default_max_tokens={self.default_max_tokens!r}: "
+                             "must be an int >= 1")
+
+    def hint(self, request: Mapping[str, Any], reason: str, age_ms: int | None = None,
+             ) -> DemandHint:
+        prompt = _number(request.get("prompt_tokens"), default=0.0)
+        cap = _number(request.get("max_tokens"), default=math.nan)
+        if not math.isfinite(prompt) or prompt < 0:
+            prompt = 0.0
+        if not math.isfinite(cap) or cap < 0:
+            cap = float(self.default_max_tokens)
+        top = prompt + cap
+        return DemandHint(HINT_VERSION, f"baseline:{self.name}", top, top, prompt, top, None,
+                          age_ms, True, reason, _request_id(request))
+
+
+def _number(value: Any, default: float = math.nan) -> float:
+    """A numeric request field as float; None/NaN -> default; a string is a bad request."""
+    if value is None:
+        return default
+    if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
+        v = float(value)
+        return default if math.isnan(v) else v
+    raise _BadRequest(f"not a number: {value!r}")
+
+
+def _request_id(request: Mapping[str, Any]) -> str | None:
+    rid = request.get("request_id")
+    return None if rid is None else str(rid)
+
+
+def _epoch_ms(value: Any, now_ms: int) -> int:
+    """timestamp as int epoch ms: int/float ms, RFC 3339 string, aware datetime; None -> now."""
+    if value is None:
+        return now_ms
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise _BadRequest("timestamp datetime has no timezone")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, str):
+        try:
+            dt = datetime.fromisoformat(value)
+        except ValueError:
+            raise _BadRequest(f"timestamp {value!r} is not RFC 3339") from None
+        return _epoch_ms(dt if dt.tzinfo else dt.replace(tzinfo=UTC), now_ms)
+    v = _number(value)
+    if not math.isfinite(v):
+        return now_ms
+    return int(v)
+
+
+@dataclass(frozen=True)
+class _Feature:
+    name: str
+    kind: str
+    source: str
+    index: dict[str, int] | None  # category -> code, in LightGBM's (pandas) order
+    first_turn: float
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What the manifest says about inputs, outputs and calibration, checked."""
+
+    features: tuple[_Feature, ...]
+    quantiles: tuple[float, ...]
+    i50: int
+    i90: int
+    scale: str
+    clip_to_cap: bool
+    level: float
+    group_columns: tuple[str, ...]
+    corrections: dict[str, float | None]
+    global_correction: float | None
+    version: str
+    created_ms: int
+    valid_until_ms: int
+    fallback: FallbackBaseline
+
+    @staticmethod
+    def from_manifest(m: dict) -> _Spec:
+        feats = []
+        for f in m["features"]:
+            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+                raise ArtifactError("feature_schema", f"bad feature entry {f!r}")
+            kind, source, name = f.get("kind"), f.get("source"), f["name"]
+            if kind not in FEATURE_KINDS or source not in FEATURE_SOURCES:
+                raise ArtifactError("feature_schema", f"{name}: kind {kind!r} / source {source!r}")
+            if (source == "calendar" and name not in CALENDAR) or (
+                    source == "history" and name not in HISTORY):
+                raise ArtifactError("feature_schema", f"{name}: unknown {source} feature")
+            index = None
+            if kind == "category":
+                vocab = f.get("vocabulary")
+                if not isinstance(vocab, list) or not all(isinstance(v, str) for v in vocab) \
+                        or len(set(vocab)) != len(vocab):
+                    raise ArtifactError("feature_schema", f"{name}: bad vocabulary")
+                index = {v: i for i, v in enumerate(vocab)}
+            first = f.get("first_turn")
+            feats.append(_Feature(name, kind, source, index,
+                                  math.nan if first is None else float(first)))
+        if len({f.name for f in feats}) != len(feats) or not feats:
+            raise ArtifactError("feature_schema", "empty or duplicate feature names")
+        out, cal = m["outputs"], m["calibration"]
+        try:
+            qs = tuple(float(q) for q in out["quantiles"])
+            i50, i90 = qs.index(0.5), qs.index(0.9)
+            scale, level = out["scale"], float(cal["level"])
+            groups = tuple(str(c) for c in cal["group_columns"])
+            corr = {str(k): (None if v is None else float(v))
+                    for k, v in cal["corrections"].items()}
+            glob = cal["global_correction"]
+            glob = None if glob is None else float(glob)
+            fb = m["fallback"]
+            fallback = FallbackBaseline(int(fb["default_max_tokens"]), str(fb["name"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ArtifactError("outputs", f"outputs/calibration/fallback unusable: {exc}") from None
+        if scale not in SCALES or list(qs) != sorted(set(qs)) or not 0.0 < level < 1.0:
+            raise ArtifactError("outputs", f"scale {scale!r}, quantiles {qs}, level {level}")
+        created = datetime.fromisoformat(m["created_at"]).astimezone(UTC)
+        until = datetime.fromisoformat(m["valid_until"]).astimezone(UTC)
+        version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
+        return _Spec(tuple(feats), qs, i50, i90, scale, bool(out.get("clip_to_cap", True)),
+                     level, groups, corr, glob, version, int(created.timestamp() * 1000),
+                     int(until.timestamp() * 1000), fallback)
+
+
+class DemandPredictor:
+    """Pre-dispatch demand hints from a verified artifact, or the fallback with its reason.
+
+    Build with `DemandPredictor.load`; `predict(request)` / `predict_batch(requests)`.
+    `loaded` says whether the model answers; `reason` why not; `version` the
+    artifact version (`<semver>+<content hash prefix>`).
+    """
+
+    def __init__(self, *, spec: _Spec | None, session: Any, reason: str | None,
+                 fallback: FallbackBaseline, clock: Callable[[], float]) -> None:
+        self._spec = spec
+        self._session = session
+        self.reason = reason
+        self._fallback = spec.fallback if spec is not None else fallback
+        self._clock = clock
+        self.version = spec.version if spec is not None else None
+        self.manifest: dict | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    @classmethod
+    def load(cls, path: str | Path | None, *, hmac_key: bytes | None = None,
+             fallback: FallbackBaseline | None = None, threads: int = 1,
+             now: datetime | None = None, clock: Callable[[], float] = time.time,
+             ) -> DemandPredictor:
+        """Verify and load an artifact folder; never raises for a bad or missing artifact.
+
+        hmac_key: when given, the manifest must carry a matching signature.
+        fallback: the baseline used when the artifact cannot be trusted (a
+        trusted artifact brings its own, from its manifest). threads: onnxruntime
+        intra-op threads per call. now / clock: verification time / the clock
+        for hint ages and expiry (seconds since the epoch).
+        """
+        fallback = fallback or FallbackBaseline()
+        if path is None or not Path(path).is_dir():
+            return cls(spec=None, session=None, reason="missing_artifact", fallback=fallback,
+                       clock=clock)
+        try:
+            manifest = verify_manifest(Path(path), hmac_key=hmac_key, required_kind=KIND,
+                                       now=now or datetime.fromtimestamp(clock(), UTC))
+            spec = _Spec.from_manifest(manifest)
+            session = _session(read_verified_file(Path(path), manifest, MODEL_FILE), threads)
+            _check_signature(session, len(spec.features), len(spec.quantiles))
+        except (ManifestError, ArtifactError) as exc:
+            return cls(spec=None, session=None, reason=exc.reason, fallback=fallback,
+                       clock=clock)
+        except Exception:  # noqa: BLE001 - onnxruntime refusing the graph, etc.: fall back
+            return cls(spec=None, session=None, reason="onnx_load", fallback=fallback,
+                       clock=clock)
+        predictor = cls(spec=spec, session=session, reason=None, fallback=fallback, clock=clock)
+        predictor.manifest = manifest
+        return predictor
+
+    # ------------------------------------------------------------------ predict
+    def predict(self, request: Mapping[str, Any]) -> DemandHint:
+        """One request's hint (see the module docstring for the request fields)."""
+        return self.predict_batch((request,))[0]
+
+    def predict_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[DemandHint]:
+        """Hints for many requests with one model call; each row falls back on its own."""
+        now_ms = int(self._clock() * 1000)
+        spec = self._spec
+        if spec is None or self._session is None:
+            return [self._fallback.hint(r, self.reason or "not_loaded") for r in requests]
+        age = now_ms - spec.created_ms
+        if now_ms > spec.valid_until_ms:
+            return [self._fallback.hint(r, "expired", age) for r in requests]
+        n, nf = len(requests), len(spec.features)
+        X = np.empty((n, nf), dtype="float64")
+        prompt, cap, corr = np.zeros(n), np.full(n, np.nan), np.zeros(n)
+        bad: dict[int, str] = {}
+        for i, r in enumerate(requests):
+            try:
+                self._assemble(r, now_ms, X[i])
+                p = _number(r.get("prompt_tokens"))
+                if not math.isfinite(p) or p < 0:
+                    bad[i] = "missing_prompt_tokens"
+                    continue
+                prompt[i] = p
+                if spec.clip_to_cap:
+                    c = _number(r.get("max_tokens"))
+                    cap[i] = c if c >= 0 else math.nan
+                q = spec.corrections.get(_cell(r, spec.group_columns), spec.global_correction)
+                if q is None:
+                    bad[i] = "uncertain"  # too few calibration rows: unbounded interval
+                    continue
+                corr[i] = q
+            except _BadRequest:
+                bad[i] = "bad_request"
+        if bad:
+            X[list(bad)] = 0.0  # keep the batch shape; these rows' outputs are discarded
+        raw = self._session.run(None, {"X": X})[0]
+        total = raw_to_total(raw, prompt, cap if spec.clip_to_cap else None, spec.scale)
+        lo, hi = conformal_band(total[:, 0], total[:, -1], prompt, corr,
+                                cap if spec.clip_to_cap else None, spec.scale)
+        out = []
+        for i, r in enumerate(requests):
+            if i in bad:
+                out.append(self._fallback.hint(r, bad[i], age))
+                continue
+            out.append(DemandHint(HINT_VERSION, spec.version, float(total[i, spec.i50]),
+                                  float(total[i, spec.i90]), float(lo[i]), float(hi[i]),
+                                  spec.level, age, False, None, _request_id(r)))
+        return out
+
+    def _assemble(self, r: Mapping[str, Any], now_ms: int, row: np.ndarray) -> None:
+        """Fill one float64 row in the artifact's feature order (the projection's encoding)."""
+        spec = self._spec
+        ts = None
+        has_history = any(h in r for h in HISTORY)
+        max_count = max((_number(r.get(h), 0.0) for h in HISTORY_COUNTS), default=0.0) \
+            if has_history else 0.0
+        for j, f in enumerate(spec.features):
+            if f.source == "calendar":
+                if ts is None:
+                    ts = _epoch_ms(r.get("timestamp"), now_ms)
+                row[j] = (ts // _MS_PER_HOUR) % 24 if f.name == "hour_utc" else \
+                    (ts // _MS_PER_DAY + 3) % 7  # 1970-01-01 was a Thursday (3)
+            elif f.source == "history" and f.name not in r:
+                if not has_history:
+                    row[j] = f.first_turn
+                elif f.name in HISTORY_COUNTS:
+                    row[j] = max_count
+                else:
+                    row[j] = 0.0 if f.name == "hist_turns_censored" else math.nan
+            elif f.kind == "category":
+                v = r.get(f.name)
+                code = None if v is None or (isinstance(v, float) and math.isnan(v)) \
+                    else f.index.get(str(v))
+                row[j] = math.nan if code is None else code
+            else:
+                row[j] = _number(r.get(f.name))
+
+
+def _cell(r: Mapping[str, Any], columns: Sequence[str]) -> str:
+    """The request's conformal cell key, as training built it ('a|b|c', missing -> '<none>')."""
+    if not columns:
+        return "*"
+    parts = []
+    for c in columns:
+        v = r.get(c)
+        parts.append(_NONE if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return "|".join(parts)
+
+
+def _session(model: bytes, threads: int) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = int(threads)
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+
+
+def _check_signature(session: Any, n_features: int, n_outputs: int) -> None:
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    if [i.name for i in inputs] != ["X"] or inputs[0].type != "tensor(double)" or \
+            inputs[0].shape[1] != n_features:
+        raise ArtifactError("feature_schema",
+                            f"graph input {[(i.name, i.type, i.shape) for i in inputs]} does not "
+                            f"take {n_features} float64 features")
+    if [o.name for o in outputs] != ["raw"] or outputs[0].shape[1] != n_outputs:
+        raise ArtifactError("outputs", f"graph output {[(o.name, o.shape) for o in outputs]}")

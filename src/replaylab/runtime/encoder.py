@@ -1,0 +1,272 @@
+"""Serving-side sentence encoder: a verified ONNX transformer + its tokenizer (numpy only).
+
+Method (the sentence-transformers pipeline of the exported model, re-done here
+so serving needs neither torch nor transformers):
+
+1. tokenize: the model's own `tokenizer.json` (WordPiece for MiniLM: lowercase,
+   accents stripped, `[CLS] ... [SEP]`), truncated to `max_seq_length` tokens
+   *including* the two special tokens (256 for all-MiniLM-L6-v2; its
+   tokenizer.json says 128, sentence-transformers overrides it, and so do we);
+2. pad each length-sorted chunk of texts to its longest member (pad id 0);
+3. run the ONNX transformer: `input_ids`, `attention_mask`, `token_type_ids`
+   (b, t) int64 -> `last_hidden_state` (b, t, d) float32;
+4. pool: mean of the token vectors where `attention_mask == 1`
+   (sum / max(count, 1e-9), as `sentence_transformers.models.Pooling`);
+5. normalize: x / max(||x||_2, 1e-12) when the model ends with `Normalize`.
+
+The pooling mode, the normalization flag, `max_seq_length` and the dimension
+come from `encoder_config.json` in the artifact folder, written by
+`replaylab.router.encoder.export_encoder` from the model's own modules.
+
+`load_encoder(folder)` verifies the folder's manifest (kind `encoder`, every
+file's size and sha256, validity, optional HMAC) and reads each file through
+`read_verified_file`, so the bytes onnxruntime sees are the verified bytes.
+Any failure raises `ManifestError` (or its subclass `EncoderArtifactError` for
+a verified folder this runtime cannot use): the router catches it and falls
+back. A loaded encoder is immutable; `encode` may be called from several
+threads (the tokenizer and `InferenceSession.run` are thread-safe).
+
+Imports: numpy, onnxruntime, tokenizers and the standard-library manifest
+module; never torch, transformers, sentence-transformers or pandas (a test
+checks this in a fresh interpreter).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+
+KIND = "encoder"
+CONFIG_FILE = "encoder_config.json"
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FORMAT = 1
+VARIANTS = ("fp32", "int8")
+POOLING_MODES = ("mean",)
+INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+_MEAN_EPS = 1e-9      # sentence-transformers' clamp of the token count
+_NORM_EPS = 1e-12     # torch.nn.functional.normalize's default eps
+
+
+class EncoderArtifactError(ManifestError):
+    """The folder verified but this runtime cannot use it (`reason` names what)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderConfig:
+    """What the runtime needs besides the ONNX graph and the tokenizer.
+
+    `encoder_ids` maps a variant (`fp32`, `int8`) to the id written next to its
+    embeddings (ledger `embedding_model`, cache keys); `files` maps it to its
+    ONNX file. `dimension` is d of the (n, d) output.
+    """
+
+    model_id: str
+    dimension: int
+    max_seq_length: int
+    pooling: str
+    normalize: bool
+    pad_id: int
+    files: dict[str, str]
+    encoder_ids: dict[str, str]
+
+    @classmethod
+    def from_dict(cls, raw: Any) -> EncoderConfig:
+        """Parse `encoder_config.json`; a missing or ill-typed field is an EncoderArtifactError."""
+        def bad(why: str) -> EncoderArtifactError:
+            return EncoderArtifactError("encoder_config", f"{CONFIG_FILE}: {why}")
+
+        if not isinstance(raw, dict):
+            raise bad("not a JSON object")
+        if raw.get("format") != CONFIG_FORMAT:
+            raise bad(f"format {raw.get('format')!r}, this runtime reads {CONFIG_FORMAT}")
+        types = {"model_id": str, "dimension": int, "max_seq_length": int, "pooling": str,
+                 "normalize": bool, "pad_id": int, "variants": dict}
+        for name, typ in types.items():
+            if type(raw.get(name)) is not typ:
+                raise bad(f"field {name!r} missing or not {typ.__name__}: {raw.get(name)!r}")
+        if raw["pooling"] not in POOLING_MODES:
+            raise EncoderArtifactError("unsupported_pooling",
+                                       f"pooling {raw['pooling']!r}; supported: {POOLING_MODES}")
+        if raw["dimension"] <= 0 or raw["max_seq_length"] < 2:
+            raise bad(f"dimension {raw['dimension']} / max_seq_length {raw['max_seq_length']}")
+        files, ids = {}, {}
+        for variant, entry in raw["variants"].items():
+            if not (variant in VARIANTS and isinstance(entry, dict)
+                    and isinstance(entry.get("file"), str)
+                    and isinstance(entry.get("encoder_id"), str) and entry["encoder_id"]):
+                raise bad(f"bad variant entry {variant!r}: {entry!r}")
+            files[variant], ids[variant] = entry["file"], entry["encoder_id"]
+        if "fp32" not in files:
+            raise bad("no fp32 variant")
+        return cls(model_id=raw["model_id"], dimension=raw["dimension"],
+                   max_seq_length=raw["max_seq_length"], pooling=raw["pooling"],
+                   normalize=raw["normalize"], pad_id=raw["pad_id"], files=files,
+                   encoder_ids=ids)
+
+
+def mean_pool(token_embeddings: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """(b, t, d) float32 token vectors, (b, t) 0/1 mask -> (b, d) masked mean (float32)."""
+    mask = attention_mask.astype(np.float32)[:, :, None]
+    summed = (token_embeddings * mask).sum(axis=1)
+    return summed / np.maximum(mask.sum(axis=1), np.float32(_MEAN_EPS))
+
+
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """(b, d) -> rows divided by max(||row||_2, 1e-12), float32."""
+    norms = np.sqrt(np.einsum("ij,ij->i", x, x, dtype=np.float32))[:, None]
+    return x / np.maximum(norms, np.float32(_NORM_EPS))
+
+
+class OnnxSentenceEncoder:
+    """Texts -> (n, d) float32 sentence embeddings with one ONNX variant.
+
+    Build with `load_encoder(folder)` (verified) or `from_bytes` (the exporter's
+    parity check, before a manifest exists). `encoder_id` names the embedding
+    space of this variant; vectors from different ids must not be mixed.
+    """
+
+    def __init__(self, session: ort.InferenceSession, tokenizer: Tokenizer,
+                 config: EncoderConfig, variant: str) -> None:
+        self.session = session
+        self.tokenizer = tokenizer
+        self.config = config
+        self.variant = variant
+        self.encoder_id = config.encoder_ids[variant]
+        self.dimension = config.dimension
+        self.max_seq_length = config.max_seq_length
+        self._input_names = tuple(i.name for i in session.get_inputs())
+        self._output_name = session.get_outputs()[0].name
+
+    @classmethod
+    def from_bytes(cls, onnx_model: bytes, tokenizer_json: str, config: EncoderConfig, *,
+                   variant: str = "fp32", threads: int = 1) -> OnnxSentenceEncoder:
+        """An encoder from in-memory files; `threads` = onnxruntime intra-op threads (>= 1)."""
+        if variant not in config.files:
+            raise EncoderArtifactError("variant", f"variant {variant!r} not in the artifact; "
+                                                  f"available: {sorted(config.files)}")
+        if type(threads) is not int or threads < 1:
+            raise ValueError(f"threads must be an int >= 1, got {threads!r}")
+        try:
+            tokenizer = Tokenizer.from_str(tokenizer_json)
+        except Exception as exc:  # tokenizers raises its own Exception type
+            raise EncoderArtifactError("tokenizer", f"cannot parse tokenizer: {exc}") from None
+        # Truncation from the encoder config, not from tokenizer.json (which may
+        # carry the upstream 128); padding by hand per chunk (see `encode`).
+        tokenizer.enable_truncation(max_length=config.max_seq_length)
+        tokenizer.no_padding()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            session = ort.InferenceSession(onnx_model, sess_options=opts,
+                                           providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises Fail/InvalidGraph/... subclasses
+            raise EncoderArtifactError("onnx_load", f"onnxruntime cannot load the "
+                                                    f"{variant} graph: {exc}") from None
+        names = {i.name for i in session.get_inputs()}
+        if not names <= set(INPUT_NAMES) or "input_ids" not in names:
+            raise EncoderArtifactError("onnx_inputs", f"graph inputs {sorted(names)}, "
+                                                      f"expected a subset of {INPUT_NAMES}")
+        return cls(session, tokenizer, config, variant)
+
+    def token_counts(self, texts: Sequence[str]) -> np.ndarray:
+        """(n,) int: tokens each text is encoded with (after truncation, incl. [CLS]/[SEP])."""
+        return np.array([len(e.ids) for e in self.tokenizer.encode_batch(_checked(texts))],
+                        dtype=np.int64)
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+        """(n,) texts -> (n, d) float32 embeddings, in input order; n = 0 gives (0, d).
+
+        Texts are sorted by token count and run in chunks of `batch_size`, each
+        padded to its own longest member, so short prompts pay for no padding.
+        """
+        texts = _checked(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        if not texts:
+            return out
+        encodings = self.tokenizer.encode_batch(texts) if len(texts) > 1 else [
+            self.tokenizer.encode(texts[0])]
+        lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64,
+                              count=len(encodings))
+        order = np.argsort(-lengths, kind="stable")
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            out[rows] = self._encode_chunk([encodings[i] for i in rows], int(lengths[rows[0]]))
+        return out
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """One text -> (d,) float32 embedding (the serving hot path)."""
+        return self.encode([text])[0]
+
+    def _encode_chunk(self, encodings: list, width: int) -> np.ndarray:
+        # Why by hand: the tokenizer's own padding pads a whole encode_batch call
+        # to one length; per-chunk padding keeps each chunk as short as its longest text.
+        b = len(encodings)
+        feeds = {"input_ids": np.full((b, width), self.config.pad_id, dtype=np.int64),
+                 "attention_mask": np.zeros((b, width), dtype=np.int64),
+                 "token_type_ids": np.zeros((b, width), dtype=np.int64)}
+        for r, enc in enumerate(encodings):
+            n = len(enc.ids)
+            feeds["input_ids"][r, :n] = enc.ids
+            feeds["attention_mask"][r, :n] = 1
+            feeds["token_type_ids"][r, :n] = enc.type_ids
+        hidden = self.session.run([self._output_name],
+                                  {k: feeds[k] for k in self._input_names})[0]  # (b, t, d)
+        pooled = mean_pool(hidden, feeds["attention_mask"])
+        if pooled.shape[1] != self.dimension:
+            raise EncoderArtifactError("dimension", f"graph gives {pooled.shape[1]} dims, "
+                                                    f"config says {self.dimension}")
+        return l2_normalize(pooled) if self.config.normalize else pooled
+
+
+def _checked(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise TypeError("encode takes a sequence of texts; use encode_one for a single string")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"text {i} is {type(t).__name__}, not str")
+    return texts
+
+
+def load_encoder(folder: str | Path, *, variant: str = "fp32", threads: int = 1,
+                 hmac_key: bytes | None = None, now: datetime | None = None
+                 ) -> OnnxSentenceEncoder:
+    """Verify `folder` (manifest kind `encoder`) and load one variant for serving.
+
+    Raises `ManifestError` (verification) or `EncoderArtifactError` (verified
+    but unusable: bad config, missing variant, graph onnxruntime cannot load,
+    dimension differing from the manifest's `outputs.dimension`).
+    """
+    folder = Path(folder)
+    manifest = verify_manifest(folder, hmac_key=hmac_key, now=now, required_kind=KIND)
+    try:
+        raw = json.loads(read_verified_file(folder, manifest, CONFIG_FILE).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise EncoderArtifactError("encoder_config", f"{CONFIG_FILE} is not JSON: {exc}") from None
+    config = EncoderConfig.from_dict(raw)
+    listed = manifest["outputs"].get("dimension")
+    if listed != config.dimension:
+        raise EncoderArtifactError("dimension", f"manifest outputs.dimension {listed!r} != "
+                                                f"{CONFIG_FILE} dimension {config.dimension}")
+    if variant not in config.files:
+        raise EncoderArtifactError("variant", f"variant {variant!r} not in the artifact; "
+                                              f"available: {sorted(config.files)}")
+    tokenizer_json = read_verified_file(folder, manifest, TOKENIZER_FILE).decode("utf-8")
+    onnx_model = read_verified_file(folder, manifest, config.files[variant])
+    return OnnxSentenceEncoder.from_bytes(onnx_model, tokenizer_json, config, variant=variant,
+                                          threads=threads)
