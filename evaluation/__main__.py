@@ -1,4 +1,4 @@
-"""python -m evaluation experiment=<name> [overrides...]
+"""python -m evaluation experiment=<name> [overrides...]   (or: python -m evaluation <name> ...)
 
 Compose the config (conf_eval/), open the MLflow run, call one library
 experiment, write DIR/summary.json and log what it returns. Nothing else lives here.
@@ -25,7 +25,20 @@ def _autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
                                       run_dir)
 
 
-EXPERIMENTS = {"autoscaling": _autoscaling}
+def _residuals(cfg: DictConfig, run_dir: Path) -> dict:
+    from evaluation.residuals import residuals
+
+    return residuals(cfg, run_dir)
+
+
+EXPERIMENTS = {"autoscaling": _autoscaling, "residuals": _residuals}
+
+
+def _positional_experiment(argv: list[str]) -> list[str]:
+    """`python -m evaluation residuals k=v` -> `experiment=residuals k=v` (Hydra wants k=v)."""
+    if len(argv) > 1 and "=" not in argv[1] and not argv[1].startswith("-"):
+        return [argv[0], f"experiment={argv[1]}", *argv[2:]]
+    return argv
 
 
 def _experiment(cfg: DictConfig, run_dir: Path) -> dict:
@@ -45,4 +58,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    import sys
+
+    sys.argv = _positional_experiment(sys.argv)
     main()

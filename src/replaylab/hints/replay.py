@@ -1,0 +1,163 @@
+"""Replay a ledger through the demand runtime and a stand-in downstream admission consumer.
+
+`replay_hints(ledger, predictor, consumer_for)` walks a validated ledger-v1
+frame in dispatch order, as serving would have:
+
+1. the request's pre-dispatch fields plus its session history at dispatch (the
+   projection's `hist_*` fields: what a session-telemetry store holds then,
+   `replaylab.projection.dispatch_time_features`) go to `predictor.predict_batch`;
+2. the request's consumer (`consumer_for(row)`, e.g. by pool or region: a
+   partial deployment has consumers without hint support) negotiates a hint
+   version; with none in common no hint is sent and the ack is `unsupported`;
+3. the consumer decides with or without the hint and acknowledges
+   (`used` / `ignored`, its decision), or says nothing (`absent`);
+4. `ledger_record` joins request, hint, ack and the actual outcome of the
+   ledger row (usage, finish reason, cancellation) and derives the residuals.
+
+The output is a ledger-v1 frame (every input row, every input column, plus
+`hint_*`, `ack_*` and the residual columns) that `validate_ledger` accepts;
+`python -m evaluation residuals` reads it.
+
+`AdmissionConsumer` is a stand-in, not a scheduler: it keeps a token budget of
+requests in flight (reserved at dispatch, released at the ledger's end time)
+and decides `admitted` when the reservation fits, else `queued`. A trusted hint
+reserves `hint_p90`; without one (unsupported, a fallback it ignores) it
+reserves prompt + max_tokens (or its default cap), the conservative rule.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts.columns import Ledger as L
+from replaylab.projection import dispatch_time_features
+from replaylab.projection.features import HISTORY_COLUMNS, OWN_BOOL_COLUMNS, OWN_CATEGORY_COLUMNS
+from replaylab.runtime.hints import (
+    SUPPORTED_HINT_VERSIONS,
+    Acknowledgement,
+    DemandHint,
+    ledger_record,
+    negotiate,
+)
+
+# Pre-dispatch request fields handed to the runtime (the rest of the row is the actual).
+REQUEST_FIELDS = (L.REQUEST_ID, L.SESSION_ID, L.TURN_INDEX, L.TIMESTAMP, L.PROMPT_TOKENS,
+                  L.MAX_TOKENS, L.CACHED_PROMPT_TOKENS, *OWN_BOOL_COLUMNS,
+                  *OWN_CATEGORY_COLUMNS)
+
+
+@dataclass
+class AdmissionConsumer:
+    """Stand-in downstream admission with a budget of in-flight tokens.
+
+    hint_versions: versions it understands (empty: no hint support);
+    capacity_tokens: in-flight token budget; default_max_tokens: the cap it
+    assumes for a request without max_tokens; use_fallback: whether it acts on a
+    hint marked `hint_fallback` (default no: it ignores it and reserves the cap);
+    responds: False models a consumer that never acknowledges (`absent`).
+    """
+
+    name: str = "admission"
+    hint_versions: tuple[str, ...] = SUPPORTED_HINT_VERSIONS
+    capacity_tokens: float = 500_000.0
+    default_max_tokens: int = 4096
+    use_fallback: bool = False
+    responds: bool = True
+    _in_flight: list[tuple[int, float]] = field(default_factory=list, repr=False)
+    _reserved: float = 0.0
+
+    def decide(self, request: Mapping[str, Any], hint: DemandHint | None, now_ms: int,
+               end_ms: int | None) -> Acknowledgement | None:
+        """Admit or queue `request`; the acknowledgement (None when it does not respond)."""
+        while self._in_flight and self._in_flight[0][0] <= now_ms:
+            self._reserved -= heapq.heappop(self._in_flight)[1]
+        if hint is None:
+            state = "unsupported"
+        elif hint.hint_fallback and not self.use_fallback:
+            state = "ignored"
+        else:
+            state = "used"
+        if state == "used":
+            need = hint.hint_p90
+        else:
+            prompt = _num(request.get(L.PROMPT_TOKENS), 0.0)
+            need = prompt + _num(request.get(L.MAX_TOKENS), float(self.default_max_tokens))
+        decision = "admitted" if self._reserved + need <= self.capacity_tokens else "queued"
+        if decision == "admitted" and end_ms is not None:
+            self._reserved += need
+            heapq.heappush(self._in_flight, (end_ms, need))
+        if not self.responds:
+            return None
+        return Acknowledgement(state, decision)
+
+
+def _num(v: Any, default: float) -> float:
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
+        return default
+    return float(v)
+
+
+def _plain(v: Any) -> Any:
+    """A frame cell as a plain Python value (pd.NA / NaN / NaT -> None)."""
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _end_ms(row: Mapping[str, Any]) -> int | None:
+    end = row.get(L.ENDED_AT)
+    if end is not None:
+        return int(end)
+    dur = row.get(L.DURATION_MS)
+    return None if dur is None else int(row[L.TIMESTAMP]) + int(dur)
+
+
+def replay_hints(ledger: pd.DataFrame, predictor: Any,
+                 consumer_for: Callable[[Mapping[str, Any]], AdmissionConsumer] | None = None,
+                 ) -> pd.DataFrame:
+    """Replay `ledger` (validated ledger-v1, `validate_ledger(...).valid`) through the runtime.
+
+    predictor: a `replaylab.runtime.DemandPredictor` (or anything with
+    `predict_batch(requests) -> list[DemandHint]`). consumer_for: the consumer
+    of a row (one shared AdmissionConsumer by default). Returns one row per
+    input row, in dispatch order, with hint, ack and residual columns added;
+    rows and columns are never dropped.
+    """
+    consumer_for = consumer_for or _single(AdmissionConsumer())
+    ordered = ledger.sort_values([L.TIMESTAMP, L.SESSION_ID, L.TURN_INDEX], kind="stable")
+    history = dispatch_time_features(ordered)[list(HISTORY_COLUMNS)]
+    rows = [{k: _plain(v) for k, v in rec.items()} for rec in ordered.to_dict("records")]
+    hist = [{k: _plain(v) for k, v in rec.items()} for rec in history.to_dict("records")]
+    requests = [{**{k: r[k] for k in REQUEST_FIELDS if k in r}, **h}
+                for r, h in zip(rows, hist, strict=True)]
+    hints = predictor.predict_batch(requests) if requests else []
+    out = []
+    for row, req, hint in zip(rows, requests, hints, strict=True):
+        consumer = consumer_for(row)
+        sent = hint if negotiate(consumer.hint_versions) is not None else None
+        ack = consumer.decide(req, sent, int(row[L.TIMESTAMP]), _end_ms(row))
+        request = {k: v for k, v in row.items() if not k.startswith(("hint_", "ack_"))}
+        out.append(ledger_record(request, sent, ack))
+    frame = pd.DataFrame(out, columns=_columns(ordered, out))
+    return frame.reset_index(drop=True)
+
+
+def _single(consumer: AdmissionConsumer) -> Callable[[Mapping[str, Any]], AdmissionConsumer]:
+    return lambda _row: consumer
+
+
+def _columns(ordered: pd.DataFrame, out: Sequence[dict]) -> list[str]:
+    cols = [c for c in ordered.columns if not str(c).startswith(("hint_", "ack_"))]
+    extra = [c for c in (out[0] if out else {}) if c not in cols]
+    return cols + extra
