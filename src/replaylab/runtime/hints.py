@@ -42,7 +42,8 @@ class DemandHint:
 
     `fallback_reason` says why the conservative baseline answered (a manifest
     reason code such as `hash_mismatch`, or `expired`, `missing_prompt_tokens`,
-    ...); None when the model answered. It is not a ledger column: serving logs it.
+    ...); None when the model answered. It is recorded as the extra ledger
+    column `hint_fallback_reason` (ledger-v1 carries extra columns untouched).
     """
 
     hint_version: str
@@ -64,12 +65,13 @@ class DemandHint:
             "hint_p50": self.hint_p50, "hint_p90": self.hint_p90, "hint_lo": self.hint_lo,
             "hint_hi": self.hint_hi, "hint_interval": self.hint_interval,
             "hint_age_ms": self.hint_age_ms, "hint_fallback": self.hint_fallback,
+            "hint_fallback_reason": self.fallback_reason,
         }
 
 
 HINT_COLUMNS = (
     "hint_version", "hint_model_version", "hint_p50", "hint_p90", "hint_lo", "hint_hi",
-    "hint_interval", "hint_age_ms", "hint_fallback")
+    "hint_interval", "hint_age_ms", "hint_fallback", "hint_fallback_reason")
 
 
 def negotiate(accepted: Iterable[str],
