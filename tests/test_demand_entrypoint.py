@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from replaylab.runtime import DemandPredictor
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
+from tests.conftest import REPO
 from tests.test_entrypoints import run_training
 
 
@@ -32,6 +37,26 @@ def test_demand_pipeline_writes_the_summary_keys(tmp_path):
     assert [r["nominal"] for r in t["reliability"]] == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
     pred = pd.read_parquet(s["artifacts"]["predictions_test"])
     assert {"model-q0.5", "model-lo-80", "model-hi-80", "max_tokens_cap-hi-80"} <= set(pred)
+    # exported at the end of training; python -m export re-exports from the finished run
+    art = Path(s["artifacts"]["demand"])
+    assert art == out / "artifacts" / "demand" and s["export"]["signed"] is False
+    first = DemandPredictor.load(art)
+    assert first.loaded and first.version == f"1.0.0+{s['export']['content_hash'][7:19]}"
+    again = tmp_path / "re"
+    proc = subprocess.run([sys.executable, "-m", "export", f"run_dir={out}", "tracking=off",
+                           f"out={again / 'demand'}", "export.version=1.0.1",
+                           f"hydra.run.dir={again}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    e = json.loads((again / "summary.json").read_text())
+    second = DemandPredictor.load(e["artifacts"]["demand"])
+    assert second.loaded and second.version.startswith("1.0.1+")
+    row = {"prompt_tokens": 700, "max_tokens": 2000, "category": "code", "turn_index": 1}
+    assert first.predict(row).hint_p90 == second.predict(row).hint_p90
+    bad = subprocess.run([sys.executable, "-m", "export", "tracking=off",
+                          f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert bad.returncode == 2 and "exactly one of run_dir" in bad.stderr
 
 
 def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):

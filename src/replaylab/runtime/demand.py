@@ -90,8 +90,8 @@ class FallbackBaseline:
 
     def hint(self, request: Mapping[str, Any], reason: str, age_ms: int | None = None,
              ) -> DemandHint:
-        prompt = _number(request.get("prompt_tokens"), default=0.0)
-        cap = _number(request.get("max_tokens"), default=math.nan)
+        prompt = _lenient(request.get("prompt_tokens"))
+        cap = _lenient(request.get("max_tokens"))
         if not math.isfinite(prompt) or prompt < 0:
             prompt = 0.0
         if not math.isfinite(cap) or cap < 0:
@@ -109,6 +109,14 @@ def _number(value: Any, default: float = math.nan) -> float:
         v = float(value)
         return default if math.isnan(v) else v
     raise _BadRequest(f"not a number: {value!r}")
+
+
+def _lenient(value: Any) -> float:
+    """Like `_number`, but anything unreadable is NaN: the fallback never raises."""
+    try:
+        return _number(value)
+    except _BadRequest:
+        return math.nan
 
 
 def _request_id(request: Mapping[str, Any]) -> str | None:
