@@ -1,0 +1,1 @@
+"""Routing: a MiniLM cost/quality router learned from session-scoped exploration."""

@@ -1,0 +1,318 @@
+"""Receipts: what production would log, simulated from full-information outcomes.
+
+Method. Each prompt i of an OutcomeMatrix opens `sessions_per_prompt` sessions s
+of T_s ~ min(Geometric(1 / mean_turns), max_turns) turns. The logging policy
+binds the session ONCE, at its first turn, with the scenario-rules choice r(i)
+except in a fraction `rate` = eps of new sessions, which bind to another candidate
+drawn uniformly among the K - 1 the rules did not choose. The logged propensity of
+the opening binding is therefore the exact probability of the bound candidate:
+
+    pi_0(a | i) = 1 - eps            if a = r(i)
+                = eps / (K - 1)      otherwise,           sum_a pi_0(a | i) = 1,
+
+with eps <= cap (RouterExplorationConfig refuses more). The binding never changes
+per turn; only a failure rebinds: after a failed turn the session moves to the
+next stronger candidate of the ladder for the remaining turns (rebind_reason =
+escalation, routing_source = heuristic, propensity 1: deterministic given the
+failure). The strongest candidate has nowhere to go and keeps the session.
+
+Turn outcomes. The table holds one label per (prompt, candidate); every turn of
+session s served by candidate a carries that label (the follow-ups are about the
+same task) and that call's cost (measured, priced or per-call: replay.py). Only
+the served candidate's outcome reaches the ledger; `SessionTruth` keeps what every
+opening candidate would have produced (quality of the opening answer, session
+cost and quality with escalation) for checking off-policy estimates.
+
+The ledger is ledger-v1 (routing columns binding_id, routing_source,
+rebind_reason, propensity, outcome_status, outcome_score, actual_cost) plus the
+extra columns prompt_id and task; it is validated before it is returned and
+holds no prompt text. `bandit_rows` turns any receipts ledger, simulated or real,
+into one row per binding: (context key, action, reward, propensity, cost, session).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts import validate_ledger
+from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Outcomes as O
+from replaylab.router.config import RouterExplorationConfig
+from replaylab.router.replay import Label, OutcomeMatrix
+from replaylab.router.rules import ScenarioRules
+
+CURRENCY = "USD"
+
+
+@dataclass(frozen=True)
+class SessionTruth:
+    """Counterfactual outcome of every session under every opening candidate.
+
+    session_id, prompt_row, turns: (S,); the rest (S, K) over `candidates`:
+    opening_quality = r(i, a); session_cost = USD over all turns with escalation;
+    session_quality = mean turn quality; escalations = rebinds in the session.
+    """
+
+    candidates: tuple[str, ...]
+    session_id: np.ndarray
+    prompt_row: np.ndarray
+    turns: np.ndarray
+    opening_quality: np.ndarray
+    session_cost: np.ndarray
+    session_quality: np.ndarray
+    escalations: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReceiptsSimulation:
+    """The receipts ledger (validated ledger-v1), the counterfactual truth and the counts.
+
+    logging_probs: (S, K) pi_0(a | session) of the opening binding, rows sum to 1.
+    opening: (S,) column index of the logged opening candidate.
+    """
+
+    ledger: pd.DataFrame
+    truth: SessionTruth
+    logging_probs: np.ndarray
+    opening: np.ndarray
+    stats: dict
+
+
+def ladder(matrix: OutcomeMatrix, config: RouterExplorationConfig) -> tuple[np.ndarray, str]:
+    """Column indices weakest -> strongest, and where the order came from."""
+    if config.ladder:
+        missing = sorted(set(matrix.candidates) - set(config.ladder))
+        extra = sorted(set(config.ladder) - set(matrix.candidates))
+        if missing or extra:
+            raise ValueError(f"RouterExplorationConfig.ladder={list(config.ladder)}: must list the "
+                             f"table's candidates exactly (missing {missing}, unknown {extra})")
+        return np.array([matrix.index(c) for c in config.ladder]), "configured"
+    mean = matrix.score.mean(axis=0)
+    return np.lexsort((matrix.cost.mean(axis=0), mean)), "fitted: mean score on the given table"
+
+
+def _rollout(matrix: OutcomeMatrix, rows: np.ndarray, opening: np.ndarray, turns: np.ndarray,
+             next_of: np.ndarray, escalation: bool) -> dict[str, np.ndarray]:
+    """Serve sessions turn by turn: (S, T) served candidate, quality, success, cost, rebind."""
+    s, t_max = len(rows), int(turns.max()) if len(turns) else 0
+    out = {k: np.zeros((s, t_max), dtype=d) for k, d in (
+        ("served", np.int64), ("quality", float), ("success", bool), ("cost", float),
+        ("rebind", bool))}
+    current = opening.copy()
+    for t in range(t_max):
+        out["served"][:, t] = current
+        out["quality"][:, t] = matrix.score[rows, current]
+        ok = matrix.success[rows, current]
+        out["success"][:, t] = ok
+        out["cost"][:, t] = matrix.cost[rows, current]
+        if t > 0:
+            out["rebind"][:, t] = current != out["served"][:, t - 1]
+        if escalation:
+            current = np.where(ok, current, next_of[current])
+    out["active"] = np.arange(t_max)[None, :] < turns[:, None]
+    return out
+
+
+def _truth(matrix: OutcomeMatrix, rows: np.ndarray, turns: np.ndarray, next_of: np.ndarray,
+           escalation: bool, session_id: np.ndarray) -> SessionTruth:
+    k = len(matrix.candidates)
+    cost, quality, esc = (np.zeros((len(rows), k)) for _ in range(3))
+    for a in range(k):
+        r = _rollout(matrix, rows, np.full(len(rows), a), turns, next_of, escalation)
+        cost[:, a] = (r["cost"] * r["active"]).sum(axis=1)
+        quality[:, a] = (r["quality"] * r["active"]).sum(axis=1) / turns
+        esc[:, a] = (r["rebind"] & r["active"]).sum(axis=1)
+    return SessionTruth(matrix.candidates, session_id, rows, turns, matrix.score[rows].copy(),
+                        cost, quality, esc)
+
+
+def _ledger_frame(matrix: OutcomeMatrix, sim: dict[str, np.ndarray], session_id: np.ndarray,
+                  rows: np.ndarray, opens_ms: np.ndarray, offsets_ms: np.ndarray,
+                  explored: np.ndarray, propensity: np.ndarray, decision: np.ndarray) -> pd.DataFrame:
+    s_idx, t_idx = np.nonzero(sim["active"])  # row-major: session by session, turn by turn
+    served = sim["served"][s_idx, t_idx]
+    rebind = sim["rebind"][s_idx, t_idx]
+    first = t_idx == 0
+    n_binding = np.cumsum(sim["rebind"], axis=1)[s_idx, t_idx]
+    sid = session_id[s_idx].astype(str)
+    tokens = {c: getattr(matrix, c)[rows[s_idx], served] for c in (L.PROMPT_TOKENS,
+                                                                    L.COMPLETION_TOKENS)}
+    source = np.where(first, np.where(explored[s_idx], "exploration", "heuristic"),
+                      np.where(rebind, "heuristic", "sticky_binding"))
+    ok = sim["success"][s_idx, t_idx]
+    # decision of the binding: the opening decision, or "escalation" once rebound
+    binding_decision = np.where(n_binding > 0, "escalation", decision[s_idx])
+    return pd.DataFrame({
+        L.VERSION: "1",
+        L.REQUEST_ID: np.char.add(np.char.add(sid, "/t"), t_idx.astype(str)),
+        L.SESSION_ID: sid,
+        L.TURN_INDEX: t_idx.astype(np.int64),
+        L.TIMESTAMP: (opens_ms[s_idx] + offsets_ms[s_idx, t_idx]).astype(np.int64),
+        L.PROMPT_TOKENS: pd.array(np.round(tokens[L.PROMPT_TOKENS]), dtype="Int64"),
+        L.COMPLETION_TOKENS: pd.array(np.round(tokens[L.COMPLETION_TOKENS]), dtype="Int64"),
+        L.LIFECYCLE_STATE: "completed",
+        L.SELECTED_MODEL: np.asarray(matrix.candidates, dtype=object)[served],
+        L.DECISION: binding_decision,
+        L.ACTUAL_COST: sim["cost"][s_idx, t_idx],
+        L.CURRENCY: CURRENCY,
+        L.ROUTING_SOURCE: source,
+        L.BINDING_ID: np.char.add(np.char.add(sid, "/b"), n_binding.astype(str)),
+        L.REBIND_REASON: np.where(rebind, "escalation", None),
+        L.PROPENSITY: np.where(first, propensity[s_idx], np.where(rebind, 1.0, np.nan)),
+        L.OUTCOME_STATUS: np.where(ok, "success", "failure"),
+        L.OUTCOME_SCORE: sim["quality"][s_idx, t_idx],
+        O.PROMPT_ID: matrix.prompt_ids[rows[s_idx]],
+        O.TASK: matrix.meta[O.TASK].to_numpy()[rows[s_idx]],
+    })
+
+
+def simulate_receipts(matrix: OutcomeMatrix, rules: ScenarioRules,
+                      config: RouterExplorationConfig | None = None) -> ReceiptsSimulation:
+    """Simulate the receipts ledger of the rules policy with session-scoped exploration.
+
+    matrix: the prompts that open sessions (full information); rules: fitted
+    ScenarioRules (the logging policy). Seeded by `config.seed`: the same inputs
+    give the same ledger.
+    """
+    config = config or RouterExplorationConfig()
+    k, eps = len(matrix.candidates), float(config.rate)
+    order, ladder_source = ladder(matrix, config)
+    next_of = np.arange(k)
+    next_of[order[:-1]] = order[1:]  # the strongest maps to itself
+    rng = np.random.default_rng(config.seed)
+    rows = np.repeat(np.arange(matrix.n_prompts), config.sessions_per_prompt)
+    n = len(rows)
+    reps = np.tile(np.arange(config.sessions_per_prompt), matrix.n_prompts)
+    session_id = np.char.add(np.char.add(matrix.prompt_ids[rows].astype(str), "#"), reps.astype(str))
+    turns = np.minimum(rng.geometric(1.0 / config.mean_turns, size=n), config.max_turns)
+    explored = rng.random(n) < eps
+    other = rng.integers(0, k - 1, size=n)
+    opens_ms = config.start_ms + np.cumsum(
+        np.round(rng.exponential(config.mean_session_gap_s * 1000.0, size=n))).astype(np.int64)
+    think = np.round(rng.exponential(config.mean_think_s * 1000.0, size=(n, config.max_turns)))
+    offsets_ms = np.cumsum(think, axis=1) - think[:, :1]  # turn 0 at the session opening
+
+    choice, decision = rules.decide(matrix.meta)
+    rule_idx = np.array([matrix.index(c) for c in choice], dtype=np.int64)[rows]
+    opening = np.where(explored, other + (other >= rule_idx), rule_idx)
+    probs = np.full((n, k), eps / (k - 1))
+    probs[np.arange(n), rule_idx] = 1.0 - eps
+    propensity = probs[np.arange(n), opening]
+    decision = np.where(explored, "exploration", decision[rows])
+
+    sim = _rollout(matrix, rows, opening, turns, next_of, config.escalation)
+    frame = _ledger_frame(matrix, sim, session_id, rows, opens_ms, offsets_ms, explored,
+                          propensity, decision)
+    checked = validate_ledger(frame, source="simulate_receipts")
+    if checked.rows_quarantined:
+        raise RuntimeError(f"simulated ledger failed ledger-v1: {checked.by_reason()}")
+    truth = _truth(matrix, rows, turns, next_of, config.escalation, session_id)
+    ledger = checked.valid
+    stats = {
+        "prompts": matrix.n_prompts, "sessions": n, "turns": len(ledger),
+        "mean_turns": float(turns.mean()), "candidates": list(matrix.candidates),
+        "ladder": [matrix.candidates[i] for i in order], "ladder_source": ladder_source,
+        "exploration_rate": eps, "exploration_sessions": int(explored.sum()),
+        "exploration_share": float(explored.mean()) if n else 0.0,
+        "escalations": int((ledger[L.REBIND_REASON] == "escalation").sum()),
+        "sessions_escalated": int((sim["rebind"] & sim["active"]).any(axis=1).sum()),
+        "opening_by_candidate": dict(zip(matrix.candidates,
+                                         np.bincount(opening, minlength=k).tolist(), strict=True)),
+        "propensities": {f"{p:.6g}": int(c) for p, c in zip(*np.unique(propensity,
+                                                                       return_counts=True),
+                                                                   strict=True)},
+        "logged_opening_quality": float(truth.opening_quality[np.arange(n), opening].mean()),
+        "logged_cost_usd": float(ledger[L.ACTUAL_COST].sum()),
+        "rows_quarantined": checked.rows_quarantined,
+    }
+    return ReceiptsSimulation(ledger, truth, probs, opening, stats)
+
+
+def _turn_quality(frame: pd.DataFrame) -> pd.Series:
+    """outcome_score where known, else 1 / 0 from outcome_status; NaN when neither says."""
+    status = frame[L.OUTCOME_STATUS] if L.OUTCOME_STATUS in frame else pd.Series(None, frame.index)
+    from_status = status.map({"success": 1.0, "failure": 0.0}).astype("float64")
+    if L.OUTCOME_SCORE not in frame:
+        return from_status
+    return pd.to_numeric(frame[L.OUTCOME_SCORE], errors="coerce").fillna(from_status)
+
+
+def _require(frame: pd.DataFrame) -> None:
+    need = [L.BINDING_ID, L.PROPENSITY, L.SELECTED_MODEL]
+    missing = [c for c in need if c not in frame.columns]
+    if not {L.OUTCOME_SCORE, L.OUTCOME_STATUS} & set(frame.columns):
+        missing.append(f"{L.OUTCOME_SCORE} or {L.OUTCOME_STATUS}")
+    if missing:
+        raise ValueError(f"bandit_rows: the ledger lacks routing column(s) {', '.join(missing)}: "
+                         "it is not a receipts ledger")
+    if frame[L.BINDING_ID].isna().any():
+        raise ValueError(f"bandit_rows: {int(frame[L.BINDING_ID].isna().sum())} rows have no "
+                         f"{L.BINDING_ID}")
+
+
+def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Receipts ledger (ledger-v1 with routing columns) -> one bandit row per binding.
+
+    The ledger is validated (quarantined rows are counted in
+    `attrs["label_report"]` and not used). Columns: Label.* (session_id,
+    binding_id, context_key, candidate, reward, success, cost, propensity,
+    label_source, policy_decision, binding_turns, binding_cost, session_cost) plus
+    prompt_id / task / prompt_tokens / prompt_embedding / embedding_model when
+    present; never prompt_text. A binding opened by the logging policy (every
+    binding but escalations) must carry its propensity in (0, 1] on its first
+    turn: a missing one is refused with the count and examples.
+    """
+    checked = validate_ledger(ledger, source="bandit_rows")
+    frame = checked.valid
+    _require(frame)
+    frame = frame.sort_values([L.SESSION_ID, L.TURN_INDEX], kind="stable")
+    cost = frame[L.ACTUAL_COST] if L.ACTUAL_COST in frame else pd.Series(np.nan, frame.index)
+    frame = frame.assign(_q=_turn_quality(frame), _c=pd.to_numeric(cost, errors="coerce"))
+    per_binding = frame.groupby(L.BINDING_ID, sort=False)
+    if (per_binding[L.SELECTED_MODEL].nunique() > 1).any() or (
+            per_binding[L.SESSION_ID].nunique() > 1).any():
+        raise ValueError("bandit_rows: a binding_id spans several models or sessions")
+    first = frame.drop_duplicates(L.BINDING_ID, keep="first").reset_index(drop=True)
+    reason = first[L.REBIND_REASON] if L.REBIND_REASON in first else pd.Series(None, first.index)
+    decision = (reason != "escalation").to_numpy()
+    prop = pd.to_numeric(first[L.PROPENSITY], errors="coerce")
+    bad = decision & ~(prop.gt(0) & prop.le(1)).to_numpy()
+    if bad.any():
+        ids = first.loc[bad, L.BINDING_ID].head(3).tolist()
+        raise ValueError(f"bandit_rows: {int(bad.sum())} binding(s) chosen by the logging policy "
+                         f"have no propensity in (0, 1] on their first turn (e.g. {ids}); "
+                         "off-policy estimates need the logged probability of every choice")
+    binding_cost = frame.groupby(L.BINDING_ID, sort=False)["_c"].sum(min_count=1)
+    session_cost = frame.groupby(L.SESSION_ID, sort=False)["_c"].sum(min_count=1)
+    source = first[L.ROUTING_SOURCE] if L.ROUTING_SOURCE in first else pd.Series(None, first.index)
+    has_pid = O.PROMPT_ID in first and first[O.PROMPT_ID].notna().all()
+    status = first[L.OUTCOME_STATUS] if L.OUTCOME_STATUS in first else pd.Series(None, first.index)
+    out = pd.DataFrame({
+        Label.SESSION_ID: first[L.SESSION_ID], Label.BINDING_ID: first[L.BINDING_ID],
+        Label.CONTEXT_KEY: first[O.PROMPT_ID] if has_pid else first[L.REQUEST_ID],
+        Label.CANDIDATE: first[L.SELECTED_MODEL], Label.REWARD: first["_q"],
+        Label.SUCCESS: status.map({"success": True, "failure": False}).astype("boolean"),
+        Label.COST: first["_c"],
+        Label.PROPENSITY: prop,
+        Label.LABEL_SOURCE: np.where(source == "exploration", "exploration", "logged"),
+        Label.POLICY_DECISION: decision,
+        Label.BINDING_TURNS: per_binding.size().reindex(first[L.BINDING_ID]).to_numpy(),
+        Label.BINDING_COST: binding_cost.reindex(first[L.BINDING_ID]).to_numpy(),
+        Label.SESSION_COST: session_cost.reindex(first[L.SESSION_ID]).to_numpy(),
+    })
+    for col in (O.PROMPT_ID, O.TASK, L.CATEGORY, L.PROMPT_TOKENS, L.TIMESTAMP,
+                L.PROMPT_EMBEDDING, L.EMBEDDING_MODEL):
+        if col in first.columns:
+            out[col] = first[col].to_numpy()
+    out.attrs["label_report"] = {
+        "rows_read": checked.rows_read, "rows_quarantined": checked.rows_quarantined,
+        "quarantine_by_reason": checked.by_reason(), "bindings": len(out),
+        "policy_decisions": int(decision.sum()), "escalations": int((~decision).sum()),
+        "exploration": int((out[Label.LABEL_SOURCE] == "exploration").sum()),
+        "no_outcome": int(out[Label.REWARD].isna().sum()),
+        "context_key": O.PROMPT_ID if has_pid else L.REQUEST_ID,
+    }
+    return out

@@ -1,0 +1,269 @@
+"""Full-information outcomes as arrays, and offline replay labels.
+
+An outcomes-v1 table (one row per prompt x candidate) is the full-information
+ground truth: for every prompt i and candidate a it holds the quality r(i, a) in
+[0, 1] and the call cost c(i, a). `outcome_matrix` turns it into aligned arrays
+(n prompts x K candidates) that the simulator, the rules baseline, the metrics
+and the truth of the off-policy estimates all share.
+
+Cost of a call, in the order of the outcomes-v1 contract:
+1. the table's `cost` (measured, e.g. RouterArena's inference_cost);
+2. prompt_tokens x input price + completion_tokens x output price (per million
+   tokens, `RouterCostConfig.prices`) when both counts are known;
+3. a per-call cost `RouterCostConfig.call_cost_usd` (MODELED; RouteLLM has no tokens).
+The report counts the calls priced each way, per candidate.
+
+Replay labels. Production logs only the bound candidate's outcome. An offline
+replay sends a logged opening prompt to the other candidates as well; the
+answers are judged like the logged one. Here the replayed outcomes are read
+from the outcomes table for a seeded share of the distinct logged opening
+prompts, one label row per (prompt, other candidate), marked
+`label_source = "replay"` and carrying no propensity: they are full-information
+labels for the reward model, not bandit samples, and are never fed to IPS.
+
+Privacy: prompt text is read only to estimate a prompt's length when token
+counts are missing; no array or frame built here holds text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts import validate_outcomes
+from replaylab.contracts.columns import Outcomes as O
+from replaylab.router.config import RouterCostConfig, RouterReplayConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Label:
+    """Columns of a label table: one row per observed (context, candidate) outcome."""
+
+    SESSION_ID = "session_id"
+    BINDING_ID = "binding_id"
+    CONTEXT_KEY = "context_key"  # prompt_id when known, else the binding's first request_id
+    PROMPT_ID = "prompt_id"
+    TASK = "task"
+    CANDIDATE = "candidate"  # the action
+    REWARD = "reward"  # quality in [0, 1] of the binding's first turn
+    SUCCESS = "success"
+    COST = "cost"  # USD of the binding's first call
+    PROPENSITY = "propensity"  # logging probability of the action; NaN for replay rows
+    LABEL_SOURCE = "label_source"  # "logged" | "exploration" | "replay"
+    POLICY_DECISION = "policy_decision"  # chosen by the logging policy (not an escalation)
+    BINDING_TURNS = "binding_turns"
+    BINDING_COST = "binding_cost"  # USD over the binding's turns
+    SESSION_COST = "session_cost"  # USD over the whole session (all bindings)
+    PROMPT_LENGTH = "prompt_length"  # tokens (known or estimated)
+
+
+LABEL_SOURCES = ("logged", "exploration", "replay")
+PROMPT_LENGTH_SOURCE = "prompt_length_source"  # "tokens" | "chars_estimate"
+
+
+@dataclass(frozen=True)
+class OutcomeMatrix:
+    """Outcomes of n prompts x K candidates; row i of every array is `meta` row i.
+
+    meta: prompt_id, task, prompt_length, prompt_length_source and the importer's
+        extra columns (split, contaminated, ...); never prompt text.
+    score: (n, K) quality in [0, 1]; success: (n, K) bool; cost: (n, K) USD per call;
+    prompt_tokens, completion_tokens: (n, K) float, NaN where unknown.
+    """
+
+    candidates: tuple[str, ...]
+    meta: pd.DataFrame
+    score: np.ndarray
+    success: np.ndarray
+    cost: np.ndarray
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    report: dict = field(default_factory=dict)
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.meta)
+
+    @property
+    def prompt_ids(self) -> np.ndarray:
+        return self.meta[O.PROMPT_ID].to_numpy()
+
+    def index(self, candidate: str) -> int:
+        """Column of `candidate`; a ValueError names the known candidates."""
+        if candidate not in self.candidates:
+            raise ValueError(f"unknown candidate {candidate!r}; known: {', '.join(self.candidates)}")
+        return self.candidates.index(candidate)
+
+    def take(self, rows: np.ndarray | Sequence[int] | pd.Series) -> OutcomeMatrix:
+        """The prompts at positions (or a boolean mask) `rows`, e.g. one split."""
+        idx = np.asarray(rows)
+        if idx.dtype == bool:
+            idx = np.flatnonzero(idx)
+        return OutcomeMatrix(self.candidates, self.meta.iloc[idx].reset_index(drop=True),
+                             self.score[idx], self.success[idx], self.cost[idx],
+                             self.prompt_tokens[idx], self.completion_tokens[idx],
+                             dict(self.report, prompts=len(idx)))
+
+    def mean_score(self) -> pd.Series:
+        return pd.Series(self.score.mean(axis=0), index=list(self.candidates))
+
+    def mean_cost(self) -> pd.Series:
+        return pd.Series(self.cost.mean(axis=0), index=list(self.candidates))
+
+
+def _priced(frame: pd.DataFrame, cost: RouterCostConfig) -> pd.Series:
+    p_in = frame[O.CANDIDATE].map({k: v["input_usd_per_million"] for k, v in cost.prices.items()})
+    p_out = frame[O.CANDIDATE].map({k: v["output_usd_per_million"] for k, v in cost.prices.items()})
+    return (frame[O.PROMPT_TOKENS].astype("float64") * p_in
+            + frame[O.COMPLETION_TOKENS].astype("float64") * p_out) / 1e6
+
+
+def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig) -> tuple[pd.Series, pd.Series]:
+    """Per-row USD and how it was obtained (measured | priced_tokens | per_call_config)."""
+    measured = pd.to_numeric(frame[O.COST], errors="coerce") if O.COST in frame else None
+    usd = measured if measured is not None else pd.Series(np.nan, index=frame.index)
+    how = pd.Series(np.where(usd.notna(), "measured", ""), index=frame.index, dtype=object)
+    priced = _priced(frame, cost)
+    use = usd.isna() & priced.notna()
+    usd, how = usd.where(~use, priced), how.where(~use, "priced_tokens")
+    per_call = frame[O.CANDIDATE].map(cost.call_cost_usd).astype("float64")
+    use = usd.isna() & per_call.notna()
+    usd, how = usd.where(~use, per_call), how.where(~use, "per_call_config")
+    if usd.isna().any():
+        cands = sorted(frame.loc[usd.isna(), O.CANDIDATE].unique())
+        raise ValueError(f"no cost for {int(usd.isna().sum())} calls of {', '.join(cands)}: the "
+                         "table has no cost, no priced token counts, and router.cost.call_cost_usd "
+                         f"has no entry for them (set e.g. call_cost_usd.{cands[0]})")
+    return usd, how
+
+
+def _prompt_meta(valid: pd.DataFrame, order: pd.Index, chars_per_token: float) -> pd.DataFrame:
+    """Per prompt: task, length (median known prompt tokens, else chars / chars_per_token)."""
+    contract = {O.VERSION, O.PROMPT_TEXT, O.CANDIDATE, O.SCORE, O.SUCCESS, O.COST, O.CURRENCY,
+                O.PROMPT_TOKENS, O.COMPLETION_TOKENS}
+    extras = [c for c in valid.columns if c not in contract]
+    first = valid.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID).reindex(order)
+    meta = first[[c for c in extras if c != O.PROMPT_ID]].reset_index()
+    tokens = valid.groupby(O.PROMPT_ID)[O.PROMPT_TOKENS].median().reindex(order).to_numpy(float)
+    chars = first[O.PROMPT_TEXT].astype(str).str.len().to_numpy(float)
+    known = np.isfinite(tokens)
+    meta[Label.PROMPT_LENGTH] = np.where(known, tokens, np.ceil(chars / chars_per_token))
+    meta[PROMPT_LENGTH_SOURCE] = np.where(known, "tokens", "chars_estimate")
+    return meta
+
+
+def outcome_matrix(outcomes: pd.DataFrame, cost: RouterCostConfig | None = None, *,
+                   candidates: Sequence[str] | None = None,
+                   chars_per_token: float = 4.0) -> OutcomeMatrix:
+    """outcomes-v1 frame -> OutcomeMatrix over the prompts scored by every candidate.
+
+    The frame is validated first (quarantined rows are counted, not used). A
+    prompt lacking a score for some candidate is left out and counted per
+    candidate in `report["incomplete_prompts"]`, never filled in.
+    """
+    cost = cost or RouterCostConfig()
+    checked = validate_outcomes(outcomes, source="outcome_matrix")
+    valid = checked.valid
+    if valid.empty:
+        raise ValueError("outcome_matrix: no valid outcomes-v1 rows "
+                         f"(quarantined by reason: {checked.by_reason()})")
+    cands = tuple(candidates) if candidates is not None else tuple(sorted(valid[O.CANDIDATE].unique()))
+    unknown = sorted(set(cands) - set(valid[O.CANDIDATE]))
+    if unknown or len(cands) < 2:
+        raise ValueError(f"outcome_matrix: candidates {list(cands)}: need >= 2 candidates present "
+                         f"in the table (absent: {unknown})")
+    valid = valid[valid[O.CANDIDATE].isin(cands)].copy()
+    usd, how = _resolve_cost(valid, cost)
+    valid[O.COST] = usd.to_numpy()
+    order = pd.Index(pd.unique(valid[O.PROMPT_ID]), name=O.PROMPT_ID)
+
+    def wide(col: str) -> pd.DataFrame:
+        return valid.pivot(index=O.PROMPT_ID, columns=O.CANDIDATE, values=col).reindex(
+            index=order, columns=list(cands))
+
+    score = wide(O.SCORE).astype("float64")
+    complete = score.notna().all(axis=1).to_numpy()
+    incomplete = {c: int(score[c].isna().sum()) for c in cands if score[c].isna().any()}
+    keep = order[complete]
+    meta = _prompt_meta(valid[valid[O.PROMPT_ID].isin(keep)], keep, chars_per_token)
+    arrays = {col: wide(col).to_numpy(dtype="float64", na_value=np.nan)[complete]
+              for col in (O.SCORE, O.SUCCESS, O.COST, O.PROMPT_TOKENS, O.COMPLETION_TOKENS)}
+    report = {
+        "rows_read": checked.rows_read, "rows_quarantined": checked.rows_quarantined,
+        "quarantine_by_reason": checked.by_reason(), "prompts": int(complete.sum()),
+        "incomplete_prompts": int((~complete).sum()), "missing_scores_by_candidate": incomplete,
+        "candidates": list(cands),
+        "cost_source": {c: how[valid[O.CANDIDATE] == c].value_counts().to_dict() for c in cands},
+        "prompt_length_source": meta[PROMPT_LENGTH_SOURCE].value_counts().to_dict(),
+    }
+    if incomplete:
+        logger.warning("outcome_matrix: %d prompts lack a score for some candidate and were left "
+                       "out (%s)", report["incomplete_prompts"], incomplete)
+    return OutcomeMatrix(cands, meta, arrays[O.SCORE], arrays[O.SUCCESS] > 0.5, arrays[O.COST],
+                         arrays[O.PROMPT_TOKENS], arrays[O.COMPLETION_TOKENS], report)
+
+
+def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
+                  config: RouterReplayConfig | None = None) -> pd.DataFrame:
+    """Replay a seeded share of logged opening prompts against the other candidates.
+
+    labels: bandit rows (`exploration.bandit_rows`), needing prompt_id. Returns one
+    row per (replayed prompt, candidate not logged for it), label columns as the
+    bandit rows, `label_source = "replay"`, propensity NaN, outcomes and costs read
+    from `matrix`. `attrs["replay_report"]` counts prompts and rows.
+    """
+    config = config or RouterReplayConfig()
+    if Label.PROMPT_ID not in labels.columns:
+        raise ValueError("replay_labels: the bandit rows carry no prompt_id (a real receipts "
+                         "ledger needs a prompt_id column to be matched to replayed outcomes)")
+    opening = labels[labels[Label.POLICY_DECISION].astype(bool)]
+    row_of = pd.Series(np.arange(matrix.n_prompts), index=matrix.prompt_ids)
+    known = opening[opening[Label.PROMPT_ID].isin(row_of.index)]
+    prompts = np.sort(pd.unique(known[Label.PROMPT_ID]).astype(str))
+    n_pick = int(round(config.share * len(prompts)))
+    rng = np.random.default_rng(config.seed)
+    picked = np.sort(rng.choice(prompts, size=n_pick, replace=False)) if n_pick else prompts[:0]
+    first = known.drop_duplicates(Label.PROMPT_ID).set_index(Label.PROMPT_ID)
+    seen = known.groupby(Label.PROMPT_ID)[Label.CANDIDATE].agg(set)
+    rows = []
+    for pid in picked:
+        i = int(row_of[pid])
+        for k, cand in enumerate(matrix.candidates):
+            if cand in seen[pid]:
+                continue
+            rows.append({
+                Label.SESSION_ID: first.at[pid, Label.SESSION_ID], Label.BINDING_ID: None,
+                Label.CONTEXT_KEY: pid, Label.PROMPT_ID: pid,
+                Label.TASK: matrix.meta[O.TASK].iat[i], Label.CANDIDATE: cand,
+                Label.REWARD: float(matrix.score[i, k]), Label.SUCCESS: bool(matrix.success[i, k]),
+                Label.COST: float(matrix.cost[i, k]), Label.PROPENSITY: np.nan,
+                Label.LABEL_SOURCE: "replay", Label.POLICY_DECISION: False,
+                Label.PROMPT_LENGTH: float(matrix.meta[Label.PROMPT_LENGTH].iat[i]),
+            })
+    out = pd.DataFrame(rows, columns=[Label.SESSION_ID, Label.BINDING_ID, Label.CONTEXT_KEY,
+                                      Label.PROMPT_ID, Label.TASK, Label.CANDIDATE, Label.REWARD,
+                                      Label.SUCCESS, Label.COST, Label.PROPENSITY,
+                                      Label.LABEL_SOURCE, Label.POLICY_DECISION,
+                                      Label.PROMPT_LENGTH])
+    out.attrs["replay_report"] = {"logged_prompts": len(prompts), "replayed_prompts": n_pick,
+                                  "share": config.share, "rows": len(out),
+                                  "prompts_not_in_table": int(opening[Label.PROMPT_ID].nunique()
+                                                              - len(prompts))}
+    return out
+
+
+def training_labels(bandit: pd.DataFrame, replay: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Logged + exploration bandit rows and replay rows in one label table (no text)."""
+    parts = [bandit] if replay is None or replay.empty else [bandit, replay]
+    out = pd.concat(parts, ignore_index=True, sort=False)
+    bad = sorted(set(out[Label.LABEL_SOURCE].unique()) - set(LABEL_SOURCES))
+    if bad:
+        raise ValueError(f"training_labels: unknown label_source {bad}; known {LABEL_SOURCES}")
+    if O.PROMPT_TEXT in out.columns:
+        raise ValueError("training_labels: a prompt_text column reached the label table")
+    return out
