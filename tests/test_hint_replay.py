@@ -173,7 +173,7 @@ def test_hint_columns_equal_the_runtime_on_the_same_requests(ledger, replayed, p
         assert _cells(got, col) == _cells(expected, col), col
     # single requests answer as the batch does
     for i in ids[:40]:
-        assert predictor.predict(reqs[i]) == hints[ids.index(i)]
+        assert _same(predictor.predict(reqs[i]), hints[ids.index(i)])
     # the model answered (synthetic prompts are never null), with the artifact's version
     assert not got["hint_fallback"].any()
     assert (got["hint_model_version"] == predictor.version).all()
@@ -337,7 +337,16 @@ def test_a_bad_request_falls_back_alone(predictor):
     cap = predictor.manifest["fallback"]["default_max_tokens"]
     assert (h_bad.hint_lo, h_bad.hint_p90) == (0.0, float(cap))  # unreadable: prompt 0, cap
     assert (h_none.fallback_reason, h_none.hint_p90) == ("missing_prompt_tokens", 64.0)
-    assert predictor.predict(good) == h_good
+    assert _same(predictor.predict(good), h_good)
+
+
+def _same(a: DemandHint, b: DemandHint) -> bool:
+    """Equal hints; the single-request path (Python floats) may differ from the batch
+    (numpy) in the last bit of a token estimate."""
+    num = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
+    close = all(math.isclose(getattr(a, f), getattr(b, f), rel_tol=1e-12) for f in num)
+    rest = {k: v for k, v in a.columns().items() if k not in num}
+    return close and rest == {k: v for k, v in b.columns().items() if k not in num}
 
 
 # ---------------------------------------------------------------- admission consumer
@@ -404,17 +413,12 @@ def test_replay_admission_with_tiny_and_enormous_capacity(ledger, predictor, rep
         assert _cells(_by_id(out), col) == _cells(_by_id(replayed), col), col
 
 
-@pytest.mark.xfail(strict=True, reason="replay_hints of an empty ledger adds no hint/ack/"
-                   "residual columns (hints/replay.py _columns takes them from out[0])")
 def test_empty_ledger_replays_to_an_empty_hinted_ledger(ledger, predictor):
     out = replay_hints(ledger.iloc[:0], predictor)
     assert len(out) == 0
     assert {*HINT_COLUMNS, *ACK_COLUMNS, *RESIDUAL_COLUMNS} <= set(out.columns)
 
 
-@pytest.mark.xfail(strict=True, reason="an artifact created up to MAX_CLOCK_SKEW in the future "
-                   "loads, but runtime/demand.py predict_batch computes hint_age_ms = now - "
-                   "created < 0, which validate_ledger quarantines (hint_age_ms min=0)")
 def test_artifact_from_slightly_ahead_clock_yields_a_valid_ledger(trained, ledger):
     p = _predictor(trained.art, now_s=(CREATED - timedelta(minutes=2)).timestamp())
     assert p.loaded  # within the 5-minute clock skew

@@ -76,7 +76,8 @@ def _check_parity(run_dir: Path, art: Path) -> dict:
     rel = _rel(got, ref)
     assert rel <= RTOL, f"max relative difference {rel:.3g} over {len(reqs)} test rows"
     single = _hints_array([predictor.predict(r) for r in reqs[:300]])
-    np.testing.assert_array_equal(single, got[:300])  # one row at a time = the batch
+    # one row at a time (Python floats) = the batch (numpy), to the last bit or two
+    np.testing.assert_allclose(single, got[:300], rtol=1e-12, atol=0)
     return {"rows": len(reqs), "max_rel": rel}
 
 
@@ -316,6 +317,7 @@ def test_eight_threads_get_the_single_threaded_answers(synthetic):
     reqs, _ = _requests(run_dir)
     reqs = reqs[:400]
     expected = _hints_array([p.predict(r) for r in reqs])
+    np.testing.assert_allclose(expected, _hints_array(p.predict_batch(reqs)), rtol=1e-12)
     barrier = threading.Barrier(8)
 
     def worker(k: int) -> np.ndarray:

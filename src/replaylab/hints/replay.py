@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,10 @@ from replaylab.contracts.columns import Ledger as L
 from replaylab.projection import dispatch_time_features
 from replaylab.projection.features import HISTORY_COLUMNS, OWN_BOOL_COLUMNS, OWN_CATEGORY_COLUMNS
 from replaylab.runtime.hints import (
+    HINT_COLUMNS,
+    RESIDUAL,
+    RESIDUAL_COVERED,
+    RESIDUAL_LOWER_BOUND,
     SUPPORTED_HINT_VERSIONS,
     Acknowledgement,
     DemandHint,
@@ -149,15 +153,30 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
         ack = consumer.decide(req, sent, int(row[L.TIMESTAMP]), _end_ms(row))
         request = {k: v for k, v in row.items() if not k.startswith(("hint_", "ack_"))}
         out.append(ledger_record(request, sent, ack))
-    frame = pd.DataFrame(out, columns=_columns(ordered, out))
-    return frame.reset_index(drop=True)
+    frame = pd.DataFrame(out, columns=_columns(ordered))
+    return _restore_dtypes(frame, ordered).reset_index(drop=True)
 
 
 def _single(consumer: AdmissionConsumer) -> Callable[[Mapping[str, Any]], AdmissionConsumer]:
     return lambda _row: consumer
 
 
-def _columns(ordered: pd.DataFrame, out: Sequence[dict]) -> list[str]:
+_ADDED = (*HINT_COLUMNS, "ack_state", "ack_decision", RESIDUAL, RESIDUAL_LOWER_BOUND,
+          RESIDUAL_COVERED)
+
+
+def _columns(ordered: pd.DataFrame) -> list[str]:
+    """The input's columns (old hint/ack columns replaced), then the added ones."""
     cols = [c for c in ordered.columns if not str(c).startswith(("hint_", "ack_"))]
-    extra = [c for c in (out[0] if out else {}) if c not in cols]
-    return cols + extra
+    return cols + [c for c in _ADDED if c not in cols]
+
+
+def _restore_dtypes(frame: pd.DataFrame, ordered: pd.DataFrame) -> pd.DataFrame:
+    """Carried columns keep their input dtypes (Int64 token counts stay integers)."""
+    for c in frame.columns:
+        if c in ordered.columns and frame[c].dtype != ordered[c].dtype:
+            try:
+                frame[c] = frame[c].astype(ordered[c].dtype)
+            except (TypeError, ValueError):
+                pass  # keep what the record produced; validate_ledger reads it either way
+    return frame

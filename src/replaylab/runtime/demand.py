@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
-from replaylab.runtime.demand_math import SCALES, conformal_band, raw_to_total
+from replaylab.runtime.demand_math import (
+    SCALES,
+    conformal_band,
+    conformal_band_row,
+    raw_to_total,
+    raw_to_total_row,
+)
 from replaylab.runtime.hints import HINT_VERSION, DemandHint
 
 KIND = "demand"
@@ -277,8 +283,28 @@ class DemandPredictor:
 
     # ------------------------------------------------------------------ predict
     def predict(self, request: Mapping[str, Any]) -> DemandHint:
-        """One request's hint (see the module docstring for the request fields)."""
-        return self.predict_batch((request,))[0]
+        """One request's hint (see the module docstring for the request fields).
+
+        The same answer as `predict_batch((request,))[0]`, computed on Python
+        floats after the model call (numpy's per-call overhead dominates one row).
+        """
+        now_ms = int(self._clock() * 1000)
+        spec = self._spec
+        if spec is None or self._session is None:
+            return self._fallback.hint(request, self.reason or "not_loaded")
+        age = max(now_ms - spec.created_ms, 0)  # created up to MAX_CLOCK_SKEW ahead: 0
+        if now_ms > spec.valid_until_ms:
+            return self._fallback.hint(request, "expired", age)
+        X = np.empty((1, len(spec.features)), dtype="float64")
+        prepared = self._prepare(request, now_ms, X[0])
+        if isinstance(prepared, str):
+            return self._fallback.hint(request, prepared, age)
+        prompt, cap, q = prepared
+        raw = self._session.run(None, {"X": X})[0][0].tolist()
+        total = raw_to_total_row(raw, prompt, cap, spec.scale)
+        lo, hi = conformal_band_row(total[0], total[-1], prompt, q, cap, spec.scale)
+        return DemandHint(HINT_VERSION, spec.version, total[spec.i50], total[spec.i90], lo, hi,
+                          spec.level, age, False, None, _request_id(request))
 
     def predict_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[DemandHint]:
         """Hints for many requests with one model call; each row falls back on its own."""
@@ -286,7 +312,7 @@ class DemandPredictor:
         spec = self._spec
         if spec is None or self._session is None:
             return [self._fallback.hint(r, self.reason or "not_loaded") for r in requests]
-        age = now_ms - spec.created_ms
+        age = max(now_ms - spec.created_ms, 0)
         if now_ms > spec.valid_until_ms:
             return [self._fallback.hint(r, "expired", age) for r in requests]
         n, nf = len(requests), len(spec.features)
@@ -294,29 +320,17 @@ class DemandPredictor:
         prompt, cap, corr = np.zeros(n), np.full(n, np.nan), np.zeros(n)
         bad: dict[int, str] = {}
         for i, r in enumerate(requests):
-            try:
-                self._assemble(r, now_ms, X[i])
-                p = _number(r.get("prompt_tokens"))
-                if not math.isfinite(p) or p < 0:
-                    bad[i] = "missing_prompt_tokens"
-                    continue
-                prompt[i] = p
-                if spec.clip_to_cap:
-                    c = _number(r.get("max_tokens"))
-                    cap[i] = c if c >= 0 else math.nan
-                q = spec.corrections.get(_cell(r, spec.group_columns), spec.global_correction)
-                if q is None:
-                    bad[i] = "uncertain"  # too few calibration rows: unbounded interval
-                    continue
-                corr[i] = q
-            except _BadRequest:
-                bad[i] = "bad_request"
+            prepared = self._prepare(r, now_ms, X[i])
+            if isinstance(prepared, str):
+                bad[i] = prepared
+            else:
+                prompt[i], cap[i], corr[i] = prepared
         if bad:
             X[list(bad)] = 0.0  # keep the batch shape; these rows' outputs are discarded
         raw = self._session.run(None, {"X": X})[0]
-        total = raw_to_total(raw, prompt, cap if spec.clip_to_cap else None, spec.scale)
-        lo, hi = conformal_band(total[:, 0], total[:, -1], prompt, corr,
-                                cap if spec.clip_to_cap else None, spec.scale)
+        clip = cap if spec.clip_to_cap else None
+        total = raw_to_total(raw, prompt, clip, spec.scale)
+        lo, hi = conformal_band(total[:, 0], total[:, -1], prompt, corr, clip, spec.scale)
         out = []
         for i, r in enumerate(requests):
             if i in bad:
@@ -326,6 +340,26 @@ class DemandPredictor:
                                   float(total[i, spec.i90]), float(lo[i]), float(hi[i]),
                                   spec.level, age, False, None, _request_id(r)))
         return out
+
+    def _prepare(self, r: Mapping[str, Any], now_ms: int,
+                 row: np.ndarray) -> tuple[float, float, float] | str:
+        """Fill `row`; (prompt, cap or NaN, correction), or the reason this request falls back."""
+        spec = self._spec
+        try:
+            self._assemble(r, now_ms, row)
+            p = _number(r.get("prompt_tokens"))
+            if not math.isfinite(p) or p < 0:
+                return "missing_prompt_tokens"
+            c = math.nan
+            if spec.clip_to_cap:
+                c = _number(r.get("max_tokens"))
+                c = c if c >= 0 else math.nan
+        except _BadRequest:
+            return "bad_request"
+        q = spec.corrections.get(_cell(r, spec.group_columns), spec.global_correction)
+        if q is None:
+            return "uncertain"  # too few calibration rows: unbounded interval
+        return p, c, q
 
     def _assemble(self, r: Mapping[str, Any], now_ms: int, row: np.ndarray) -> None:
         """Fill one float64 row in the artifact's feature order (the projection's encoding)."""

@@ -67,7 +67,9 @@ class EncoderConfig:
 
     `encoder_ids` maps a variant (`fp32`, `int8`) to the id written next to its
     embeddings (ledger `embedding_model`, cache keys); `files` maps it to its
-    ONNX file. `dimension` is d of the (n, d) output.
+    ONNX file; `per_text` lists the variants that must run one text per call
+    (dynamic int8 scales activations over the whole batch, so a text's vector
+    would depend on its batch mates). `dimension` is d of the (n, d) output.
     """
 
     model_id: str
@@ -78,6 +80,7 @@ class EncoderConfig:
     pad_id: int
     files: dict[str, str]
     encoder_ids: dict[str, str]
+    per_text: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, raw: Any) -> EncoderConfig:
@@ -99,19 +102,22 @@ class EncoderConfig:
                                        f"pooling {raw['pooling']!r}; supported: {POOLING_MODES}")
         if raw["dimension"] <= 0 or raw["max_seq_length"] < 2:
             raise bad(f"dimension {raw['dimension']} / max_seq_length {raw['max_seq_length']}")
-        files, ids = {}, {}
+        files, ids, per_text = {}, {}, set()
         for variant, entry in raw["variants"].items():
             if not (variant in VARIANTS and isinstance(entry, dict)
                     and isinstance(entry.get("file"), str)
-                    and isinstance(entry.get("encoder_id"), str) and entry["encoder_id"]):
+                    and isinstance(entry.get("encoder_id"), str) and entry["encoder_id"]
+                    and type(entry.get("per_text", False)) is bool):
                 raise bad(f"bad variant entry {variant!r}: {entry!r}")
             files[variant], ids[variant] = entry["file"], entry["encoder_id"]
+            if entry.get("per_text", False):
+                per_text.add(variant)
         if "fp32" not in files:
             raise bad("no fp32 variant")
         return cls(model_id=raw["model_id"], dimension=raw["dimension"],
                    max_seq_length=raw["max_seq_length"], pooling=raw["pooling"],
                    normalize=raw["normalize"], pad_id=raw["pad_id"], files=files,
-                   encoder_ids=ids)
+                   encoder_ids=ids, per_text=frozenset(per_text))
 
 
 def mean_pool(token_embeddings: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
@@ -144,6 +150,7 @@ class OnnxSentenceEncoder:
         self.encoder_id = config.encoder_ids[variant]
         self.dimension = config.dimension
         self.max_seq_length = config.max_seq_length
+        self.per_text = variant in config.per_text
         self._input_names = tuple(i.name for i in session.get_inputs())
         self._output_name = session.get_outputs()[0].name
 
@@ -191,10 +198,14 @@ class OnnxSentenceEncoder:
 
         Texts are sorted by token count and run in chunks of `batch_size`, each
         padded to its own longest member, so short prompts pay for no padding.
+        A `per_text` variant (int8) runs one text per call whatever `batch_size`,
+        so each vector depends on its text alone.
         """
         texts = _checked(texts)
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if self.per_text:
+            batch_size = 1
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         if not texts:
             return out

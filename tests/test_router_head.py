@@ -1,0 +1,251 @@
+"""The router's MLP head: size, learning the cluster structure, IPS, calibration, ONNX.
+
+Synthetic data with a known structure: embeddings in 8 clusters; the cheap
+candidate succeeds on clusters 0-3, the middle one on 0-5, the strong one on
+0-6, nobody on 7 (success probability 0.97 where it "succeeds", 0.03 elsewhere).
+Training rows mix logged bandit rows (a logging policy 0.6 / 0.3 / 0.1, weight
+1/propensity) with full-information replay rows for 20% of the prompts.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from replaylab.artifacts.manifest import verify_manifest
+from replaylab.config import ConfigError, from_mapping
+from replaylab.router.head import (
+    HeadConfig,
+    SuccessHead,
+    TrainingRows,
+    grouped_validation_mask,
+    ips_weights,
+    parameter_count,
+)
+from replaylab.router.head_onnx import KIND, export_head, head_to_onnx, onnx_inputs, parity
+
+torch.set_num_threads(1)
+
+K = 3
+GOOD = np.array([[1, 1, 1]] * 4 + [[0, 1, 1]] * 2 + [[0, 0, 1], [0, 0, 0]], dtype=bool)  # (8, K)
+PRICE = np.array([1.0, 4.0, 20.0])  # USD per million tokens, cheapest first
+
+
+def clustered(n: int = 2000, d: int = 32, seed: int = 0) -> dict:
+    """Embeddings (n, d) in 8 clusters, meta, full-information score / cost (n, K)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(len(GOOD), d))
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    cluster = rng.integers(0, len(GOOD), n)
+    emb = centers[cluster] + rng.normal(scale=0.5 / np.sqrt(d), size=(n, d))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    p = np.where(GOOD[cluster], 0.97, 0.03)
+    score = (rng.random(p.shape) < p).astype(float)
+    tokens = np.round(rng.lognormal(4.0, 1.0, n))
+    cost = PRICE * (tokens[:, None] + 200.0) / 1e6 * rng.lognormal(0.0, 0.1, (n, K))
+    meta = {"category": np.array([f"task{c % 3}" for c in cluster], dtype=object),
+            "prompt_tokens": tokens}
+    return {"emb": emb.astype(np.float32), "meta": meta, "score": score, "cost": cost,
+            "cluster": cluster, "p": p}
+
+
+def logged_rows(data: dict, prompts: np.ndarray, pi0=(0.6, 0.3, 0.1), replay_share: float = 0.2,
+                seed: int = 1) -> TrainingRows:
+    """One logged action per prompt (weight 1/pi0) plus all K for a replayed share (weight 1)."""
+    rng = np.random.default_rng(seed)
+    act = rng.choice(K, size=len(prompts), p=pi0)
+    replay = prompts[rng.random(len(prompts)) < replay_share]
+    row = np.r_[prompts, np.repeat(replay, K)]
+    action = np.r_[act, np.tile(np.arange(K), len(replay))]
+    weight = np.r_[ips_weights(np.asarray(pi0)[act]), np.ones(len(replay) * K)]
+    return TrainingRows(row, action, data["score"][row, action], weight,
+                        data["cost"][row, action])
+
+
+def subset(meta: dict, idx: np.ndarray) -> dict:
+    return {k: v[idx] for k, v in meta.items()}
+
+
+TRAIN, CALIB, TEST = np.arange(0, 1400), np.arange(1400, 1700), np.arange(1700, 2000)
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return clustered()
+
+
+@pytest.fixture(scope="module")
+def head(data: dict) -> SuccessHead:
+    return SuccessHead(seed=0).fit(data["emb"], data["meta"], logged_rows(data, TRAIN), K)
+
+
+def test_parameter_count_is_in_the_issue_range() -> None:
+    for k in range(2, 10):
+        for vocab in (1, 60):
+            assert 100_000 <= parameter_count(384, k, vocab) <= 250_000, (k, vocab)
+    assert parameter_count(384, 2, 1) == 136_356  # hidden (256, 128), category_dim 16
+
+
+def test_head_learns_the_cluster_structure(data: dict, head: SuccessHead) -> None:
+    prob = head.predict_proba(data["emb"][TEST], subset(data["meta"], TEST))
+    assert prob.shape == (len(TEST), K) and ((prob >= 0) & (prob <= 1)).all()
+    auc = [roc_auc_score(data["score"][TEST, k], prob[:, k]) for k in range(K)]
+    assert min(auc) > 0.9, auc
+    assert head.n_parameters_ == parameter_count(32, K, 3)
+    rep = head.report()
+    assert rep["has_cost"] and rep["categories"] == 3 and rep["epochs"] >= rep["best_epoch"] + 1
+
+
+def test_cost_head_predicts_the_cost_scale(data: dict, head: SuccessHead) -> None:
+    cost = head.predict_cost(data["emb"][TEST], subset(data["meta"], TEST))
+    assert (cost > 0).all()
+    r = np.corrcoef(np.log(cost.ravel()), np.log(data["cost"][TEST].ravel()))[0, 1]
+    assert r > 0.9
+    # the cost ordering of the candidates is learned
+    assert (np.median(cost, axis=0) == np.sort(np.median(cost, axis=0))).all()
+
+
+def confounded(n: int = 3000, d: int = 16, seed: int = 0) -> tuple:
+    """One region; a hidden z (half the prompts, invisible in the embedding) decides the
+    cheap candidate's success (0.05 if z else 0.95), and the logging policy knows it:
+    it sends z=0 prompts to cheap w.p. 0.9, z=1 w.p. 0.1 (cheap under-explored where
+    it fails). Truth: P(cheap succeeds) = 0.5 everywhere."""
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(n, d))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    z = rng.random(n) < 0.5
+    score = np.column_stack([rng.random(n) < np.where(z, 0.05, 0.95),
+                             rng.random(n) < 0.9]).astype(float)
+    p_cheap = np.where(z, 0.1, 0.9)
+    act = (rng.random(n) >= p_cheap).astype(np.int64)
+    prop = np.where(act == 0, p_cheap, 1.0 - p_cheap)
+    return emb.astype(np.float32), score, act, prop
+
+
+def test_ips_weighting_corrects_a_biased_logging_policy() -> None:
+    emb, score, act, prop = confounded()
+    rows = np.arange(len(act))
+    mean = {}
+    for name, w in (("plain", None), ("ips", ips_weights(prop))):
+        head = SuccessHead(seed=0).fit(emb, None, TrainingRows(rows, act, score[rows, act], w), 2)
+        mean[name] = head.predict_proba(emb)[:, 0].mean()
+    truth = score[:, 0].mean()  # ~0.5
+    assert mean["plain"] > truth + 0.25  # sees mostly the easy half: ~0.85
+    assert abs(mean["ips"] - truth) < 0.12
+    assert abs(mean["ips"] - truth) < abs(mean["plain"] - truth) / 2
+
+
+def test_fit_is_deterministic_and_leaves_global_state(data: dict) -> None:
+    cfg = HeadConfig(max_epochs=3, hidden=(32, 16))
+    rows = logged_rows(data, TRAIN[:400])
+    torch.manual_seed(123)
+    rng_before, threads_before = torch.get_rng_state(), torch.get_num_threads()
+    a = SuccessHead(cfg, seed=7).fit(data["emb"], data["meta"], rows, K)
+    assert torch.equal(torch.get_rng_state(), rng_before)
+    assert torch.get_num_threads() == threads_before
+    b = SuccessHead(cfg, seed=7).fit(data["emb"], data["meta"], rows, K)
+    c = SuccessHead(cfg, seed=8).fit(data["emb"], data["meta"], rows, K)
+    sa, sb, sc = (h.net_.state_dict() for h in (a, b, c))
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert not all(torch.equal(sa[k], sc[k]) for k in sa)
+    assert a.history_ == b.history_
+
+
+def test_validation_slice_is_grouped_by_prompt() -> None:
+    row = np.repeat(np.arange(100), 3)
+    val = grouped_validation_mask(row, 0.2, seed=0)
+    assert set(row[val]).isdisjoint(row[~val]) and len(set(row[val])) == 20
+
+
+def test_unseen_rare_and_missing_categories_share_the_other_slot(data: dict,
+                                                                 head: SuccessHead) -> None:
+    e = data["emb"][TEST[:50]]
+    tok = data["meta"]["prompt_tokens"][TEST[:50]]
+    base = head.predict_proba(e, {"category": np.full(50, None, object), "prompt_tokens": tok})
+    for other in ("never-seen", float("nan")):
+        got = head.predict_proba(e, {"category": np.full(50, other, object), "prompt_tokens": tok})
+        np.testing.assert_array_equal(got, base)
+    np.testing.assert_array_equal(head.predict_proba(e, {"prompt_tokens": tok}), base)
+    # a category seen fewer than min_category_count times is not in the vocabulary
+    meta = {"category": np.r_[np.full(299, "big", object), ["rare"]], "prompt_tokens": np.ones(300)}
+    rows = TrainingRows(np.arange(300), np.zeros(300, np.int64), np.ones(300))
+    small = SuccessHead(HeadConfig(max_epochs=1, hidden=(8,)), seed=0).fit(
+        data["emb"][:300], meta, rows, 2)
+    assert small.encoder_.vocabulary_ == ("big",)
+
+
+@pytest.mark.parametrize("method", ["platt", "isotonic"])
+def test_calibration_matches_the_observed_rate(data: dict, head: SuccessHead,
+                                               method: str) -> None:
+    calib = logged_rows(data, CALIB, replay_share=1.0, seed=5)
+    h = copy.deepcopy(head).calibrate(data["emb"], data["meta"], calib, method=method)
+    p = h.predict_proba(data["emb"], data["meta"])[calib.row, calib.action]
+    for k in range(K):  # weighted mean prediction = weighted mean reward, per candidate
+        m = calib.action == k
+        assert abs(np.average(p[m], weights=calib.weight[m])
+                   - np.average(calib.reward[m], weights=calib.weight[m])) < 0.01
+    test = TEST
+    prob = h.predict_proba(data["emb"][test], subset(data["meta"], test))
+    assert min(roc_auc_score(data["score"][test, k], prob[:, k]) for k in range(K)) > 0.88
+    assert h.calibration_["method"] == method and h.calibration_["identity"] == []
+    if method == "isotonic":
+        with pytest.raises(ValueError, match="isotonic"):
+            head_to_onnx(h)
+
+
+def test_onnx_export_matches_torch(data: dict, head: SuccessHead, tmp_path) -> None:
+    h = copy.deepcopy(head).calibrate(
+        data["emb"], data["meta"], logged_rows(data, CALIB, replay_share=1.0, seed=5))
+    model = head_to_onnx(h)
+    meta = subset(data["meta"], TEST)
+    figures = parity(h, model, data["emb"][TEST], meta)
+    assert figures["success_prob_max_abs"] <= 1e-5 and figures["cost_max_rel"] <= 1e-5
+    # unknown categories and missing / negative token counts go through the same graph
+    odd = {"category": np.r_[["zzz", None], meta["category"][2:]].astype(object),
+           "prompt_tokens": np.r_[np.nan, -5.0, meta["prompt_tokens"][2:]]}
+    parity(h, model, data["emb"][TEST], odd)
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert [i.name for i in sess.get_inputs()] == ["embedding", "category", "prompt_tokens"]
+    assert [o.name for o in sess.get_outputs()] == ["success_prob", "cost"]
+    feed = onnx_inputs(h, data["emb"][TEST[:3]], subset(data["meta"], TEST[:3]))
+    feed["category"] = np.array([-1, 999, len(h.encoder_.vocabulary_)], np.int64)  # all `other`
+    other = h.predict_proba(data["emb"][TEST[:3]], {"prompt_tokens": feed["prompt_tokens"]})
+    np.testing.assert_allclose(sess.run(None, feed)[0], other, atol=1e-5)
+
+    manifest = export_head(h, tmp_path / "head", version="0.1.0", candidates=["c", "m", "s"],
+                           embedding_model="synthetic", parity_embedding=data["emb"][TEST],
+                           parity_meta=meta, threshold=0.6)
+    assert verify_manifest(tmp_path / "head", required_kind=KIND)["content_hash"] == \
+        manifest["content_hash"]
+    assert manifest["outputs"]["candidates"] == ["c", "m", "s"]
+    assert manifest["features"][1]["vocabulary"] == list(h.encoder_.vocabulary_)
+    assert manifest["calibration"]["method"] == "platt"
+    assert (tmp_path / "head" / "model.onnx").read_bytes() == model
+    with pytest.raises(FileExistsError):
+        export_head(h, tmp_path / "head", version="0.1.0", candidates=["c", "m", "s"],
+                    embedding_model="synthetic", parity_embedding=data["emb"][TEST])
+
+
+def test_config_and_rows_are_validated() -> None:
+    with pytest.raises(ValueError, match="HeadConfig.hidden"):
+        HeadConfig(hidden=())
+    with pytest.raises(ValueError, match="HeadConfig.calibration"):
+        HeadConfig(calibration="temperature")
+    with pytest.raises(ConfigError, match="unknown field"):
+        from_mapping(HeadConfig, {"hiden": [8]}, "router.head")
+    assert from_mapping(HeadConfig, {"hidden": [64, 32]}, "router.head").hidden == (64, 32)
+    with pytest.raises(ValueError, match="reward"):
+        TrainingRows([0, 1], [0, 1], [0.5, 1.5])
+    with pytest.raises(ValueError, match="weight"):
+        TrainingRows([0, 1], [0, 1], [0.5, 1.0], [1.0, 0.0])
+    np.testing.assert_allclose(ips_weights([0.5, np.nan, 0.01], max_weight=20), [2.0, 1.0, 20.0])
+    with pytest.raises(ValueError, match="propensities"):
+        ips_weights([0.0])
+    with pytest.raises(RuntimeError, match="not fitted"):
+        SuccessHead().predict_proba(np.zeros((1, 4), np.float32))
