@@ -1,4 +1,4 @@
-"""python -m training [pipeline=project|demand|forecast|import] [overrides...]
+"""python -m training [pipeline=project|demand|forecast|import|router] [overrides...]
 
 Compose the config, seed, open the MLflow run, call one library pipeline,
 write DIR/summary.json and log what it returns. Nothing else lives here.
@@ -16,22 +16,24 @@ from omegaconf.errors import ValidationError as OmegaConfValidationError
 from replaylab.config import ConfigError
 from replaylab.contracts import ContractError
 from replaylab.demand.labels import DemandDataError
+from replaylab.pipelines.router import RouterDataError
 
 log = logging.getLogger("replaylab")
 
 
 def _pipeline(cfg: DictConfig, run_dir: Path) -> dict:
-    from training import forecast_glue, pipelines
+    from training import forecast_glue, pipelines, router_glue
 
     table = {"project": pipelines.project, "import": pipelines.import_source,
-             "demand": pipelines.demand, "forecast": forecast_glue.forecast}
+             "demand": pipelines.demand, "forecast": forecast_glue.forecast,
+             "router": router_glue.router}
     if cfg.pipeline not in table:
         raise ConfigError(f"pipeline={cfg.pipeline!r} is unknown; choose one of {sorted(table)}")
     return table[cfg.pipeline](cfg, run_dir)
 
 
-INPUT_ERRORS = (ContractError, ConfigError, DemandDataError, FileNotFoundError, ImportError,
-                OmegaConfValidationError)
+INPUT_ERRORS = (ContractError, ConfigError, DemandDataError, RouterDataError, FileNotFoundError,
+                ImportError, OmegaConfValidationError)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

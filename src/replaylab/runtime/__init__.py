@@ -23,6 +23,8 @@ _LAZY = {
     "SUPPORTED_HINT_VERSIONS": "replaylab.runtime.hints",
     "negotiate": "replaylab.runtime.hints",
     "ledger_record": "replaylab.runtime.hints",
+    "Router": "replaylab.runtime.router",
+    "RouteDecision": "replaylab.runtime.router",
 }
 
 __all__ = sorted(_LAZY)

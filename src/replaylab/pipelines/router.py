@@ -1,0 +1,363 @@
+"""The router pipeline: outcomes in; exploration labels, learned router, baselines, OPE, go/no-go out.
+
+`train_router(outcomes, cfg, out_dir, embed)`:
+
+1. the outcomes-v1 table becomes a full-information matrix (prompts x
+   candidates: quality, cost); prompts are split train / calibration / test
+   (seeded, by prompt; each prompt opens one session);
+2. TRAIN is what production would have logged: the scenario rules (fitted on
+   train, said so in the summary) bind each session once, a bounded share of
+   sessions binds to another candidate at random (`simulate_receipts`), only
+   the bound candidate's outcome is visible; a configured share of logged
+   opening prompts is replayed offline against the other candidates;
+3. prompt text goes through `embed` (the ONNX MiniLM encoder at run time too)
+   and nowhere else: label tables hold ids, embeddings, labels and metadata;
+4. the MLP head learns each candidate's success from the IPS-weighted logged
+   decisions plus the replay labels; kNN and LightGBM on the same rows;
+5. CALIBRATION is replayed in full (offline replay of every candidate): Platt
+   calibration of the head and the threshold of each scoring router;
+6. TEST is scored against the full table (`truth`), and also re-logged by the
+   rules with exploration so the off-policy estimates (IPS, SNIPS, DR) of the
+   learned policy can be checked against that truth;
+7. go/no-go: the learned router at the rules' calibration quality must save
+   cost on test with a paired, prompt-bootstrap interval excluding zero, lose
+   no more than `go.quality_margin` quality, with exploration within its cap; a
+   learning curve refits on shares of the explored sessions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts.columns import Outcomes as O
+from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
+from replaylab.router.exploration import bandit_rows, simulate_receipts
+from replaylab.router.head import SuccessHead, TrainingRows, ips_weights
+from replaylab.router.metrics import policy_summary
+from replaylab.router.ope import logged_decisions, ope_estimates, policy_matrix, policy_value
+from replaylab.router.pipeline_config import RouterPipelineConfig
+from replaylab.router.policy import PolicyConfig, choose_by_threshold, select_threshold
+from replaylab.router.replay import Label, OutcomeMatrix, outcome_matrix, replay_labels, training_labels
+from replaylab.router.rules import ScenarioRules
+
+SPLITS = ("train", "calibration", "test")
+SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
+
+
+class RouterDataError(ValueError):
+    """The outcomes cannot train a router (the message says why)."""
+
+
+@dataclass
+class RouterRun:
+    """The fitted objects of a run: enough to export and serve the router."""
+
+    config: RouterPipelineConfig
+    candidates: tuple[str, ...]
+    head: SuccessHead
+    threshold: float
+    rules: ScenarioRules
+    summary: dict = field(default_factory=dict)
+
+
+def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
+    first = outcomes.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)[O.PROMPT_TEXT]
+    return first.reindex(prompt_ids).fillna("").astype(str).tolist()
+
+
+def _split(n: int, shares: Sequence[float], seed: int) -> np.ndarray:
+    order = np.random.default_rng(seed).permutation(n)
+    cuts = np.round(np.cumsum(shares)[:-1] * n).astype(int)
+    out = np.empty(n, dtype=object)
+    for name, idx in zip(SPLITS, np.split(order, cuts), strict=True):
+        out[idx] = name
+    return out
+
+
+def _meta(m: OutcomeMatrix) -> dict[str, np.ndarray]:
+    return {"category": m.meta[O.TASK].astype(str).to_numpy(),
+            "prompt_tokens": m.meta[Label.PROMPT_LENGTH].to_numpy(float)}
+
+
+def _rows(labels: pd.DataFrame, m: OutcomeMatrix, max_weight: float | None) -> TrainingRows:
+    """Label table -> TrainingRows: logged decisions (IPS weights) and replay rows (weight 1).
+
+    Escalation bindings are left out: they are chosen because the opening call
+    failed, so their outcomes are not a sample of any policy's decisions.
+    """
+    keep = labels[labels[Label.POLICY_DECISION].astype(bool)
+                  | (labels[Label.LABEL_SOURCE] == "replay")]
+    row_of = pd.Series(np.arange(m.n_prompts), index=m.prompt_ids)
+    col_of = {c: k for k, c in enumerate(m.candidates)}
+    return TrainingRows(
+        row=row_of.reindex(keep[Label.PROMPT_ID]).to_numpy(np.int64),
+        action=keep[Label.CANDIDATE].map(col_of).to_numpy(np.int64),
+        reward=keep[Label.REWARD].to_numpy(float),
+        weight=ips_weights(pd.to_numeric(keep[Label.PROPENSITY], errors="coerce").to_numpy(float),
+                           max_weight),
+        cost=keep[Label.COST].to_numpy(float))
+
+
+def _full_rows(m: OutcomeMatrix) -> TrainingRows:
+    """Every (prompt, candidate) of a fully replayed split, weight 1."""
+    n, k = m.score.shape
+    return TrainingRows(row=np.repeat(np.arange(n), k), action=np.tile(np.arange(k), n),
+                        reward=m.score.ravel(), weight=None, cost=m.cost.ravel())
+
+
+def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
+    """mean(a - b) with a percentile bootstrap interval over prompts (the sessions)."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    idx = np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))
+    boots = d[idx].mean(axis=1)
+    return {"mean": float(d.mean()), "ci": [float(np.quantile(boots, 0.025)),
+                                            float(np.quantile(boots, 0.975))]}
+
+
+def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
+                             cfg: PolicyConfig) -> float:
+    """The cheapest threshold whose calibration quality reaches `quality` (the rules')."""
+    strong = float(m.score[:, -1].mean())
+    share = min(max(quality / strong, 1e-6), 1.0) if strong > 0 else 1.0
+    pc = PolicyConfig(target_share=share, success_cutoff=cfg.success_cutoff, escalate=False,
+                      max_thresholds=cfg.max_thresholds)
+    return float(select_threshold(prob, m.score, m.cost, pc).threshold)
+
+
+def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) -> np.ndarray:
+    """The rules family's curve: per-task train success of each candidate (what the rules are
+    fitted on), shorter prompts first within a task; sweeping a threshold over it moves
+    tasks (then long prompts) from cheap to strong candidates."""
+    tasks = train.meta[O.TASK].astype(str).to_numpy()
+    table = pd.DataFrame(train.score).groupby(tasks).mean()
+    prior = train.score.mean(axis=0)
+    own = table.reindex(m.meta[O.TASK].astype(str)).to_numpy(float)
+    own = np.where(np.isfinite(own), own, prior[None, :])
+    length = m.meta[Label.PROMPT_LENGTH].to_numpy(float)
+    rank = pd.Series(length).rank(pct=True).to_numpy()
+    return own - 1e-3 * rank[:, None]  # ties within a task broken by length
+
+
+def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
+         choice: np.ndarray, prob: np.ndarray) -> dict:
+    """OPE of the learned policy on re-logged test sessions, beside the truth."""
+    import dataclasses
+
+    exp = dataclasses.replace(cfg.labels.exploration, seed=cfg.labels.exploration.seed + 1)
+    sim = simulate_receipts(test, rules, exp)
+    b = logged_decisions(bandit_rows(sim.ledger), test.candidates)
+    row_of = pd.Series(np.arange(test.n_prompts), index=test.prompt_ids.astype(str))
+    rows = row_of.reindex(pd.Series(b.context_key).astype(str)).to_numpy()
+    if np.isnan(rows.astype(float)).any():
+        raise RouterDataError("OPE: a logged context does not map to a test prompt")
+    rows = rows.astype(np.int64)
+    k = len(test.candidates)
+    est = ope_estimates(b, policy_matrix(choice[rows], k), q_hat=prob[rows],
+                        config=cfg.labels.evaluation)
+    tag = cfg.labels.evaluation.level_tag
+    out = {name: {"estimate": est[name], "ci": [est[f"{name}-lo-{tag}"], est[f"{name}-hi-{tag}"]]}
+           for name in ("ips", "snips", "dr")}
+    out["truth"] = policy_value(test.score[rows], policy_matrix(choice[rows], k))
+    out["logging_policy_truth"] = float(test.score[rows, b.action].mean())
+    out.update({k2: est[k2] for k2 in ("n", "sessions", "ess", "mean_weight", "support")
+                if k2 in est})
+    out["covers_truth"] = {n: out[n]["ci"][0] <= out["truth"] <= out[n]["ci"][1]
+                           for n in ("ips", "snips", "dr")}
+    return out
+
+
+def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: RouterPipelineConfig,
+              calib: tuple[np.ndarray, dict, TrainingRows]) -> SuccessHead:
+    head = SuccessHead(cfg.head, seed=cfg.seed).fit(E, meta, rows, k)
+    return head.calibrate(*calib)
+
+
+def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
+                 embed: Callable[[list[str]], np.ndarray],
+                 progress: Callable[[str], None] | None = None) -> tuple[dict, RouterRun]:
+    """Train, calibrate, test and gate the router; write tables; return the summary and run.
+
+    outcomes: an outcomes-v1 frame (every candidate scored on every prompt);
+    embed: texts -> (n, d) float32 L2-normalized embeddings (the encoder the
+    runtime uses). Raises RouterDataError when the table cannot train a router.
+    """
+    say = progress or (lambda _msg: None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    if m.n_prompts < 50:
+        raise RouterDataError(f"{m.n_prompts} prompts scored by every candidate: need >= 50")
+    say(f"embedding {m.n_prompts} prompts")
+    E = np.asarray(embed(_texts(outcomes, m.prompt_ids)), dtype=np.float32)
+    timings["embed"] = time.perf_counter() - t0
+    split = _split(m.n_prompts, cfg.split, cfg.seed)
+    tr, ca, te = (m.take(split == s) for s in SPLITS)
+    Etr, Eca, Ete = (E[split == s] for s in SPLITS)
+    mtr, mca, mte = _meta(tr), _meta(ca), _meta(te)
+    k = len(m.candidates)
+
+    t0 = time.perf_counter()
+    rules = ScenarioRules(cfg.labels.rules).fit(tr)
+    sim = simulate_receipts(tr, rules, cfg.labels.exploration)
+    bandit = bandit_rows(sim.ledger)
+    labels = training_labels(bandit, replay_labels(bandit, tr, cfg.labels.replay))
+    rows = _rows(labels, tr, cfg.head.max_weight)
+    timings["labels"] = time.perf_counter() - t0
+
+    say("training the head and the baselines")
+    t0 = time.perf_counter()
+    calib = (Eca, mca, _full_rows(ca))
+    head = _fit_head(Etr, mtr, rows, k, cfg, calib)
+    timings["head"] = time.perf_counter() - t0
+    scorers: dict[str, Any] = {
+        "learned": head,
+        "knn": KnnRouter(n_neighbors=cfg.knn_neighbors).fit(Etr, mtr, rows, k),
+        "lgbm": LgbmRouter(n_estimators=cfg.lgbm_estimators).fit(Etr, mtr, rows, k),
+    }
+    prob_ca = {n: s.predict_proba(Eca, mca) for n, s in scorers.items()}
+    prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
+    chosen = {n: select_threshold(prob_ca[n], ca.score, ca.cost, cfg.policy) for n in SCORED}
+    choice = {n: choose_by_threshold(prob_te[n], chosen[n].threshold) for n in SCORED}
+
+    rules_te = rules.predict_index(te)
+    rng = np.random.default_rng(cfg.seed)
+    random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed)
+    choice.update({"rules": rules_te, "random": random.choose(Ete),
+                   "cheap_only": np.zeros(te.n_prompts, np.int64),
+                   "strong_only": np.full(te.n_prompts, k - 1, np.int64),
+                   "oracle": OracleRouter(cfg.policy.success_cutoff).choose(te.score)})
+    curves = {**prob_te, "rules": _rules_scores(rules, tr, te),
+              "random": rng.random((te.n_prompts, k)),
+              "oracle": OracleRouter(cfg.policy.success_cutoff).predict_proba(te.score)}
+    ev = cfg.labels.evaluation
+    test = {}
+    for name, ch in choice.items():
+        s = policy_summary(te, ch, curves.get(name), ev)
+        test[name] = {key: s[key] for key in ("quality", "cost", "strong_share", "apgr", "cpt50",
+                                               "cpt80", "cost_ratio_at_95")}
+        test[name]["ci"] = {key: [s.get(f"{key}-lo-{ev.level_tag}"),
+                                  s.get(f"{key}-hi-{ev.level_tag}")]
+                            for key in ("quality", "cost")}
+    for n in SCORED:
+        test[n]["threshold"] = chosen[n].summary()
+
+    say("off-policy evaluation and the go/no-go gate")
+    t0 = time.perf_counter()
+    ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"])
+    timings["ope"] = time.perf_counter() - t0
+    gate, curve = _gate(cfg, rules, head, scorers, (Etr, mtr, tr, labels), (Eca, mca, ca, calib),
+                        (Ete, mte, te), rules_te, sim.stats)
+    timings["learning_curve"] = gate.pop("_seconds")
+
+    curve_rows = []
+    for name, pred in curves.items():
+        from replaylab.router.metrics import cost_quality_curve
+
+        c = cost_quality_curve(te, pred, ev).frame()
+        c["policy"] = name
+        curve_rows.append(c)
+    curves_path = out_dir / "router_curves_test.parquet"
+    pd.concat(curve_rows, ignore_index=True).to_parquet(curves_path, index=False)
+    labels_path = out_dir / "router_labels.parquet"
+    labels.to_parquet(labels_path, index=False)  # ids, labels, metadata: no text
+
+    summary = {
+        "pipeline": "router", "candidates": list(m.candidates), "prompts": int(m.n_prompts),
+        "outcomes": m.report,
+        "splits": {s: int((split == s).sum()) for s in SPLITS},
+        "exploration": {"rate": float(cfg.labels.exploration.rate),
+                        "cap": float(cfg.labels.exploration.cap),
+                        "sessions": int(sim.stats["sessions"]),
+                        "explored_sessions": int(sim.stats["exploration_sessions"]),
+                        **{k2: v for k2, v in sim.stats.items()
+                           if k2 not in ("sessions", "exploration_sessions")}},
+        "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
+        "rules": rules.describe(),
+        "head": head.report(),
+        "test": test, "ope": ope, **gate, "learning_curve": curve,
+        "artifacts": {"curves": str(curves_path), "labels": str(labels_path)},
+        "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
+    }
+    run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary)
+    return summary, run
+
+
+def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
+          scorers: dict, train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
+          stats: dict) -> tuple[dict, list[dict]]:
+    """go/no-go at equal quality, and the learning curve over explored sessions."""
+    t_start = time.perf_counter()
+    Etr, mtr, tr, labels = train
+    Eca, mca, ca, calib_rows = calib
+    Ete, mte, te = test
+    g = cfg.go
+    k = len(tr.candidates)
+    rows_te = np.arange(te.n_prompts)
+    rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
+
+    def compare(h: SuccessHead) -> dict:
+        t = _equal_quality_threshold(h.predict_proba(Eca, mca), ca, rules_q_cal, cfg.policy)
+        ch = choose_by_threshold(h.predict_proba(Ete, mte), t)
+        return {"threshold": t,
+                "cost_saving": _paired(te.cost[rows_te, rules_te], te.cost[rows_te, ch],
+                                       g.n_boot, cfg.seed),
+                "quality_delta": _paired(te.score[rows_te, ch], te.score[rows_te, rules_te],
+                                         g.n_boot, cfg.seed),
+                "rules_cost": float(te.cost[rows_te, rules_te].mean()),
+                "learned_cost": float(te.cost[rows_te, ch].mean())}
+
+    main = compare(head)
+    explored = labels[labels[Label.LABEL_SOURCE] == "exploration"]
+    sessions = np.sort(explored[Label.SESSION_ID].unique())
+    curve = []
+    rng = np.random.default_rng(cfg.seed)
+    perm = rng.permutation(sessions)
+    for f in g.curve_fractions:
+        keep = set(perm[: int(round(f * len(perm)))])
+        sub = labels[(labels[Label.LABEL_SOURCE] != "exploration")
+                     | labels[Label.SESSION_ID].isin(keep)]
+        h = main if f == 1.0 else None
+        if h is None:
+            fitted = _fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg, calib_rows)
+            h = compare(fitted)
+        n = len(keep)
+        curve.append({"fraction": f, "explored_sessions": n,
+                      "days_of_live_exploration": n / (float(cfg.labels.exploration.rate)
+                                                       * g.sessions_per_day),
+                      "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
+                      "significant": bool(h["cost_saving"]["ci"][0] > 0
+                                          and h["quality_delta"]["ci"][0] >= -g.quality_margin)})
+    reasons = []
+    saving, dq = main["cost_saving"], main["quality_delta"]
+    within_cap = float(cfg.labels.exploration.rate) <= float(cfg.labels.exploration.cap)
+    share = float(stats["exploration_share"])
+    if saving["ci"][0] <= 0:
+        reasons.append(f"cost saving vs rules {saving['mean']:.4g} USD/prompt, 95% CI "
+                       f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}] does not exclude zero")
+    if dq["ci"][0] < -g.quality_margin:
+        reasons.append(f"quality vs rules {dq['mean']:+.4f}, CI lower bound {dq['ci'][0]:+.4f} "
+                       f"is below -{g.quality_margin:g}")
+    if not within_cap:
+        reasons.append("exploration rate above its cap")
+    go = not reasons
+    if go:
+        reasons.append(f"learned saves {saving['mean']:.4g} USD/prompt vs rules (95% CI "
+                       f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}]) at quality "
+                       f"{dq['mean']:+.4f}; exploration {share:.3f} of sessions within cap "
+                       f"{cfg.labels.exploration.cap:g}")
+    first = next((c for c in curve if c["significant"]), None)
+    gate = {"go": go, "go_reasons": reasons,
+            "go_detail": {**main, "rules_calibration_quality": rules_q_cal,
+                          "exploration_within_cap": within_cap,
+                          "explored_sessions_needed": first["explored_sessions"] if first else None,
+                          "days_needed": first["days_of_live_exploration"] if first else None},
+            "_seconds": time.perf_counter() - t_start}
+    return gate, curve

@@ -1,0 +1,103 @@
+"""The router pipeline's config (conf/router/default.yaml): candidates, splits, stages, gate."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from replaylab.config import ConfigError, fail_field, from_mapping
+from replaylab.router.config import RouterLabelsConfig
+from replaylab.router.head import HeadConfig
+from replaylab.router.policy import PolicyConfig
+
+
+@dataclass(frozen=True)
+class GoConfig:
+    """The go/no-go gate and the learning curve.
+
+    quality_margin: the learned router may lose at most this much quality
+    against the rules (the lower bound of the paired interval of the quality
+    difference must stay above -margin) while its cost saving's interval
+    excludes zero. sessions_per_day: new sessions a day in the deployment the
+    report plans for (to turn explored sessions into days of live exploration).
+    curve_fractions: shares of the explored sessions the learning curve refits on.
+    """
+
+    quality_margin: float = 0.01
+    sessions_per_day: float = 10_000.0
+    curve_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
+    n_boot: int = 1000
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if not 0.0 <= float(self.quality_margin) < 1.0:
+            fail_field(name, "quality_margin", self.quality_margin, "must be in [0, 1)")
+        if not float(self.sessions_per_day) > 0:
+            fail_field(name, "sessions_per_day", self.sessions_per_day, "must be > 0")
+        fr = tuple(float(f) for f in self.curve_fractions)
+        if not fr or any(not 0.0 < f <= 1.0 for f in fr):
+            fail_field(name, "curve_fractions", self.curve_fractions, "values in (0, 1]")
+        object.__setattr__(self, "curve_fractions", tuple(sorted(set(fr))))
+        if int(self.n_boot) < 100:
+            fail_field(name, "n_boot", self.n_boot, "must be >= 100")
+
+
+@dataclass(frozen=True)
+class RouterPipelineConfig:
+    """Everything `train_router` needs.
+
+    candidates: cheapest first (the strongest last); split: train / calibration /
+    test shares of the prompts (seeded, by prompt); labels: exploration, replay,
+    rules, costs, evaluation (router/config.py); head, policy: the learned
+    router and its threshold rule; knn_neighbors, lgbm_estimators: baselines.
+    """
+
+    candidates: tuple[str, ...] = ()
+    split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    labels: RouterLabelsConfig = field(default_factory=RouterLabelsConfig)
+    head: HeadConfig = field(default_factory=HeadConfig)
+    policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(escalate=False))
+    go: GoConfig = field(default_factory=GoConfig)
+    knn_neighbors: int = 25
+    lgbm_estimators: int = 200
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        cands = tuple(str(c) for c in self.candidates)
+        if len(cands) < 2 or len(set(cands)) != len(cands):
+            fail_field(name, "candidates", list(self.candidates),
+                       "list at least two distinct candidates, cheapest first")
+        object.__setattr__(self, "candidates", cands)
+        sp = tuple(float(s) for s in self.split)
+        if len(sp) != 3 or any(s <= 0 for s in sp) or abs(sum(sp) - 1.0) > 1e-9:
+            fail_field(name, "split", list(self.split), "three positive shares summing to 1")
+        object.__setattr__(self, "split", sp)
+
+
+def router_config(values: Mapping[str, Any] | None, where: str = "router") -> RouterPipelineConfig:
+    """Build the config from a plain mapping (Hydra's `router` node); ConfigError on bad input."""
+    values = dict(values or {})
+    sub = {"labels": (RouterLabelsConfig, {k: values.pop(k) for k in
+                                           ("cost", "rules", "exploration", "replay",
+                                            "evaluation") if k in values}),
+           "head": (HeadConfig, values.pop("head", {}) or {}),
+           "policy": (PolicyConfig, {"escalate": False, **(values.pop("policy", {}) or {})}),
+           "go": (GoConfig, values.pop("go", {}) or {})}
+    built = {}
+    for key, (cls, raw) in sub.items():
+        if cls is RouterLabelsConfig:
+            try:
+                built[key] = RouterLabelsConfig(**raw)
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"{where}: {e}") from e
+        else:
+            built[key] = from_mapping(cls, _tuples(raw), f"{where}.{key}")
+    return from_mapping(RouterPipelineConfig, {**_tuples(values), **built}, where)
+
+
+def _tuples(d: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
+            for k, v in d.items()}
+

@@ -1,0 +1,255 @@
+"""The router pipeline end to end, its artifact and the serving Router.
+
+Pipeline logic runs on the shipped RouteLLM GSM8K outcomes with a cheap
+stand-in embedding (TF-IDF + SVD); the artifact tests use the real MiniLM ONNX
+encoder, exported once per module, on a subset of the same prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from replaylab.config import ConfigError
+from replaylab.contracts import validate_ledger
+from replaylab.pipelines.router import RouterDataError, _meta, _split, train_router
+from replaylab.router.artifact import export_router
+from replaylab.router.exploration import simulate_receipts
+from replaylab.router.pipeline_config import router_config
+from replaylab.router.policy import choose_by_threshold
+from replaylab.runtime import Router
+from replaylab.sources.routellm import import_routellm_gsm8k
+from tests.conftest import REPO
+
+GSM8K = REPO / "data" / "routellm_gsm8k" / "gsm8k_responses.csv"
+CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+POLICIES = {"learned", "rules", "random", "knn", "lgbm", "cheap_only", "strong_only", "oracle"}
+KEYS = {"quality", "cost", "strong_share", "apgr", "cpt50", "cpt80", "cost_ratio_at_95"}
+
+
+def _cfg(**over) -> object:
+    base = {"candidates": [CHEAP, STRONG],
+            "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
+            "head": {"max_epochs": 30, "num_threads": 1}, "go": {"n_boot": 300},
+            "evaluation": {"n_boot": 200}, "lgbm_estimators": 50}
+    base.update(over)
+    return router_config(base)
+
+
+def _tfidf(texts: list[str]) -> np.ndarray:
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    z = TruncatedSVD(48, random_state=0).fit_transform(TfidfVectorizer(min_df=2).fit_transform(texts))
+    return (z / np.linalg.norm(z, axis=1, keepdims=True).clip(1e-9)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> pd.DataFrame:
+    return import_routellm_gsm8k(GSM8K)
+
+
+@pytest.fixture(scope="module")
+def gsm8k_run(outcomes, tmp_path_factory):
+    seen: list[list[str]] = []
+
+    def embed(texts):
+        seen.append(list(texts))
+        return _tfidf(texts)
+
+    out = tmp_path_factory.mktemp("router")
+    summary, run = train_router(outcomes, _cfg(), out, embed)
+    return summary, run, out, seen
+
+
+# ---------------------------------------------------------------- pipeline
+def test_summary_has_the_documented_keys(gsm8k_run):
+    s, _, _, _ = gsm8k_run
+    assert s["pipeline"] == "router" and s["candidates"] == [CHEAP, STRONG]
+    assert s["prompts"] == 1319 and sum(s["splits"].values()) == 1319
+    assert set(s["test"]) == POLICIES
+    for name, v in s["test"].items():
+        assert KEYS <= set(v), name
+    assert {"ips", "snips", "dr", "truth"} <= set(s["ope"])
+    for est in ("ips", "snips", "dr"):
+        lo, hi = s["ope"][est]["ci"]
+        assert lo <= hi and np.isfinite(s["ope"][est]["estimate"])
+    assert isinstance(s["go"], bool) and s["go_reasons"]
+    assert [c["fraction"] for c in s["learning_curve"]] == [0.25, 0.5, 1.0]
+
+
+def test_exploration_is_bounded_and_session_scoped(gsm8k_run):
+    s, _, _, _ = gsm8k_run
+    e = s["exploration"]
+    assert e["rate"] == 0.05 and e["cap"] == 0.10
+    # explored share within 4 standard errors of the rate, never above the cap
+    se = (0.05 * 0.95 / e["sessions"]) ** 0.5
+    assert abs(e["explored_sessions"] / e["sessions"] - 0.05) < 4 * se
+    assert s["labels"]["exploration"] == e["explored_sessions"]
+    with pytest.raises(ConfigError, match="cap"):
+        _cfg(exploration={"rate": 0.2})
+
+
+def test_oracle_and_anchors_bound_every_policy(gsm8k_run):
+    t = gsm8k_run[0]["test"]
+    assert t["oracle"]["quality"] >= max(v["quality"] for v in t.values())
+    assert t["cheap_only"]["cost"] <= min(v["cost"] for v in t.values())
+    assert t["strong_only"]["strong_share"] == 1.0 and t["cheap_only"]["strong_share"] == 0.0
+    # the random router is matched to the learned router's strong-call rate
+    assert abs(t["random"]["strong_share"] - t["learned"]["strong_share"]) < 0.08
+
+
+def test_prompt_text_never_leaves_the_embedding_step(gsm8k_run, outcomes):
+    s, _, out, seen = gsm8k_run
+    assert len(seen) == 1 and len(seen[0]) == 1319  # one call, every prompt once
+    labels = pd.read_parquet(s["artifacts"]["labels"])
+    texts = set(outcomes["prompt_text"])
+    for col in labels.columns:
+        assert "prompt_text" not in col and "response" not in col
+        if labels[col].dtype == object:
+            assert not set(labels[col].dropna().astype(str)) & texts, col
+    assert "prompt_text" not in pd.read_parquet(s["artifacts"]["curves"]).columns
+
+
+def test_the_rules_say_they_were_fitted(gsm8k_run):
+    rules = gsm8k_run[0]["rules"]
+    assert "fitted on the training split" in rules["note"]
+
+
+def test_splits_are_disjoint_and_seeded():
+    a, b = _split(1000, (0.6, 0.2, 0.2), 3), _split(1000, (0.6, 0.2, 0.2), 3)
+    assert (a == b).all() and {x: int((a == x).sum()) for x in set(a)} == {
+        "train": 600, "calibration": 200, "test": 200}
+
+
+def test_a_table_too_small_is_a_clear_error(outcomes, tmp_path):
+    few = outcomes[outcomes["prompt_id"].isin(outcomes["prompt_id"].unique()[:20])]
+    with pytest.raises(RouterDataError, match="need >= 50"):
+        train_router(few, _cfg(), tmp_path, _tfidf)
+
+
+def test_simulated_receipts_validate_as_ledger(outcomes):
+    from replaylab.router.replay import outcome_matrix
+    from replaylab.router.rules import ScenarioRules
+
+    cfg = _cfg()
+    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    sim = simulate_receipts(m, ScenarioRules(cfg.labels.rules).fit(m), cfg.labels.exploration)
+    assert validate_ledger(sim.ledger).rows_quarantined == 0
+    firsts = sim.ledger.dropna(subset=["propensity"])
+    assert set(np.round(firsts["propensity"], 6)) <= {0.95, 0.05, 1.0}
+
+
+# ---------------------------------------------------------------- artifact and runtime (MiniLM)
+@pytest.fixture(scope="module")
+def encoder_dir(outcomes, tmp_path_factory):
+    from replaylab.router.encoder import export_encoder, load_minilm
+
+    texts = outcomes["prompt_text"].drop_duplicates().tolist()[:40]
+    folder = tmp_path_factory.mktemp("enc") / "minilm"
+    export_encoder(load_minilm(), folder, parity_texts=texts, int8=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def minilm_run(outcomes, encoder_dir, tmp_path_factory):
+    from replaylab.runtime.encoder import load_encoder
+
+    ids = outcomes["prompt_id"].drop_duplicates().to_numpy()[:400]
+    sub = outcomes[outcomes["prompt_id"].isin(ids)]
+    enc = load_encoder(encoder_dir, threads=2)
+    out = tmp_path_factory.mktemp("rrun")
+    summary, run = train_router(sub, _cfg(), out, lambda t: enc.encode(t))
+    art = export_router(run, encoder_dir, out / "artifacts" / "router")
+    return sub, summary, run, art, enc
+
+
+@pytest.mark.slow
+def test_router_artifact_routes_as_training_decided(minilm_run):
+    sub, _, run, art, enc = minilm_run
+    router = Router.load(art, threads=2)
+    assert router.loaded, router.reason
+    assert router.candidates == (CHEAP, STRONG) and router.threshold == run.threshold
+    first = sub.drop_duplicates("prompt_id")
+    texts = first["prompt_text"].tolist()[:120]
+    meta = {"category": first["task"].to_numpy()[:120],
+            "prompt_tokens": np.ceil(first["prompt_text"].str.len().to_numpy()[:120] / 4.0)}
+    want = choose_by_threshold(run.head.predict_proba(enc.encode(texts), meta), run.threshold)
+    got = router.route_batch(texts, list(meta["category"]))
+    assert [d.candidate for d in got] == [run.candidates[k] for k in want]
+    one = router.route(texts[0], "gsm8k")
+    assert one.candidate == got[0].candidate and not one.fallback
+    assert set(one.scores) == {CHEAP, STRONG} and one.version == router.version
+
+
+@pytest.mark.slow
+def test_bad_router_artifacts_fall_back(minilm_run, tmp_path):
+    _, _, _, art, _ = minilm_run
+    missing = Router.load(tmp_path / "none", fallback_candidate=STRONG)
+    d = missing.route("What is 2 + 2?")
+    assert (d.candidate, d.fallback, d.reason) == (STRONG, True, "missing_artifact")
+    bad = tmp_path / "bad"
+    shutil.copytree(art, bad)
+    data = bytearray((bad / "head.onnx").read_bytes())
+    data[-10] ^= 0xFF
+    (bad / "head.onnx").write_bytes(bytes(data))
+    r = Router.load(bad, fallback_candidate=STRONG)
+    assert not r.loaded and r.reason == "hash_mismatch"
+    assert r.route("hello").candidate == STRONG
+    with pytest.raises(ValueError, match="fallback_candidate"):
+        Router.load(bad).route("hello")
+    good = Router.load(art)
+    d = good.route(None)  # the tokenizer refuses it: the artifact's rules answer
+    assert d.fallback and d.decision.startswith("rules:") and d.reason == "model_error"
+
+
+_BLOCKER = """
+import sys, importlib.abc
+BLOCKED = {"torch", "transformers", "sentence_transformers", "lightgbm", "pandas", "sklearn",
+           "mlflow", "scipy"}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"blocked in this test: {name}")
+sys.meta_path.insert(0, Block())
+"""
+
+
+@pytest.mark.slow
+def test_router_runtime_without_the_training_stack(minilm_run):
+    _, _, _, art, _ = minilm_run
+    code = _BLOCKER + f"""
+import json
+from replaylab.runtime import Router
+r = Router.load({str(art)!r})
+d = r.route("Natalia sold clips to 48 of her friends in April. How many clips?", "gsm8k")
+print(json.dumps([r.loaded, d.candidate, d.fallback]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    loaded, cand, fallback = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded and not fallback and cand in (CHEAP, STRONG)
+
+
+def test_meta_carries_task_and_length(outcomes):
+    from replaylab.router.replay import outcome_matrix
+
+    m = outcome_matrix(outcomes, _cfg().labels.cost, candidates=[CHEAP, STRONG])
+    meta = _meta(m)
+    assert set(meta["category"]) == {"gsm8k"} and (meta["prompt_tokens"] > 0).all()
+
+
+def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "training", "pipeline=router", "tracking=off",
+                           "router.exploration.rate=0.3", f"hydra.run.dir={tmp_path}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "cap" in proc.stderr
