@@ -44,7 +44,13 @@ from replaylab.router.metrics import policy_summary
 from replaylab.router.ope import logged_decisions, ope_estimates, policy_matrix, policy_value
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import PolicyConfig, choose_by_threshold, select_threshold
-from replaylab.router.replay import Label, OutcomeMatrix, outcome_matrix, replay_labels, training_labels
+from replaylab.router.replay import (
+    Label,
+    OutcomeMatrix,
+    outcome_matrix,
+    replay_labels,
+    training_labels,
+)
 from replaylab.router.rules import ScenarioRules
 
 SPLITS = ("train", "calibration", "test")
