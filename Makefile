@@ -1,4 +1,5 @@
-# replaylab: `make run` trains on the embedded default data; `make test` runs every test.
+# replaylab: `make run` trains the demand model and the router on the embedded default data;
+# `make test` runs every test.
 # Both create .venv when absent and install the pinned environment (torch CPU first).
 
 PYTHON ?= python3
@@ -31,8 +32,10 @@ chromium:
 	  || echo "warning: could not install chromium; the browser report test will skip"; }
 
 run: setup
-	$(PY) -m training pipeline=demand hydra.run.dir=$(RUN_DIR)
-	@echo "summary: $(RUN_DIR)/summary.json  report: $(RUN_DIR)/demand_report.html"
+	$(PY) -m training pipeline=demand hydra.run.dir=$(RUN_DIR)/demand
+	$(PY) -m training pipeline=router hydra.run.dir=$(RUN_DIR)/router
+	@echo "demand: $(RUN_DIR)/demand/summary.json  report: $(RUN_DIR)/demand/demand_report.html"
+	@echo "router: $(RUN_DIR)/router/summary.json  report: $(RUN_DIR)/router/router_report.html"
 
 test: setup chromium
 	$(PY) -m pytest -q

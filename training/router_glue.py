@@ -97,17 +97,11 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
 
 def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,
                        encoder_dir: Path) -> None:
-    """The go/no-go report and the router artifact (when those modules are present)."""
-    try:
-        from replaylab.tracking.router_report import write_router_report
-    except ImportError:
-        write_router_report = None
-    if write_router_report is not None:
-        summary["reports"] = {"html": str(write_router_report(summary, run_dir))}
-    try:
-        from replaylab.router.artifact import export_router
-    except ImportError:
-        return
+    """The go/no-go report and the router artifact."""
+    from replaylab.router.artifact import export_router
+    from replaylab.tracking.router_report import write_router_report
+
+    summary["reports"] = {"html": str(write_router_report(summary, run_dir))}
     from export.glue import active_run_id, git_commit, hmac_key
 
     path = export_router(run, encoder_dir, run_dir / "artifacts" / "router",

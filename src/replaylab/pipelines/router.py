@@ -292,8 +292,22 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path)},
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
+    summary = _finite(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary)
     return summary, run
+
+
+def _finite(tree: Any) -> Any:
+    """JSON-safe: NaN / inf (an undefined APGR, an infinite threshold) -> None."""
+    if isinstance(tree, dict):
+        return {k: _finite(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [_finite(v) for v in tree]
+    if isinstance(tree, float | np.floating) and not np.isfinite(tree):
+        return None
+    if isinstance(tree, np.generic):
+        return tree.item()
+    return tree
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
@@ -343,8 +357,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
                                           and h["quality_delta"]["ci"][0] >= -g.quality_margin)})
     reasons = []
     saving, dq = main["cost_saving"], main["quality_delta"]
-    within_cap = float(cfg.labels.exploration.rate) <= float(cfg.labels.exploration.cap)
-    share = float(stats["exploration_share"])
+    share = float(stats["exploration_share"])  # realized share of explored sessions
+    within_cap = share <= float(cfg.labels.exploration.cap)
     if saving["ci"][0] <= 0:
         reasons.append(f"cost saving vs rules {saving['mean']:.4g} USD/prompt, 95% CI "
                        f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}] does not exclude zero")
@@ -352,17 +366,25 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
         reasons.append(f"quality vs rules {dq['mean']:+.4f}, CI lower bound {dq['ci'][0]:+.4f} "
                        f"is below -{g.quality_margin:g}")
     if not within_cap:
-        reasons.append("exploration rate above its cap")
+        reasons.append(f"explored share {share:.3f} of sessions is above the cap "
+                       f"{cfg.labels.exploration.cap:g}")
     go = not reasons
     if go:
         reasons.append(f"learned saves {saving['mean']:.4g} USD/prompt vs rules (95% CI "
                        f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}]) at quality "
                        f"{dq['mean']:+.4f}; exploration {share:.3f} of sessions within cap "
                        f"{cfg.labels.exploration.cap:g}")
-    first = next((c for c in curve if c["significant"]), None)
+    # the smallest budget from which every larger one is significant (not a lucky early point)
+    first = None
+    for c in reversed(curve):
+        if not c["significant"]:
+            break
+        first = c
     gate = {"go": go, "go_reasons": reasons,
             "go_detail": {**main, "rules_calibration_quality": rules_q_cal,
-                          "exploration_within_cap": within_cap,
+                          "exploration_within_cap": within_cap, "explored_share": share,
+                          "quality_margin": g.quality_margin,
+                          "sessions_per_day": g.sessions_per_day,
                           "explored_sessions_needed": first["explored_sessions"] if first else None,
                           "days_needed": first["days_of_live_exploration"] if first else None},
             "_seconds": time.perf_counter() - t_start}
