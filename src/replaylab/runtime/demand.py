@@ -58,6 +58,8 @@ HISTORY = (*HISTORY_COUNTS, "hist_turns_censored", "hist_completion_mean",
 FEATURE_KINDS = ("numeric", "bool", "category")
 FEATURE_SOURCES = ("request", "calendar", "history")
 _NONE = "<none>"  # conformal cell value of a missing group attribute (as in training)
+_NUMERIC, _CATEGORY, _HISTORY, _HOUR, _DOW = range(5)  # feature-assembly operations
+_FAST = frozenset((int, float, bool))  # exact types read with float() directly
 _MS_PER_HOUR, _MS_PER_DAY = 3_600_000, 86_400_000
 
 
@@ -159,6 +161,14 @@ class _Feature:
     first_turn: float
 
 
+def _op(f: _Feature) -> int:
+    if f.source == "calendar":
+        return _HOUR if f.name == "hour_utc" else _DOW
+    if f.source == "history":
+        return _HISTORY
+    return _CATEGORY if f.kind == "category" else _NUMERIC
+
+
 @dataclass(frozen=True)
 class _Spec:
     """What the manifest says about inputs, outputs and calibration, checked."""
@@ -177,6 +187,7 @@ class _Spec:
     created_ms: int
     valid_until_ms: int
     fallback: FallbackBaseline
+    plan: tuple = ()  # (name, op, category index, first-turn value) per feature, in order
 
     @staticmethod
     def from_manifest(m: dict) -> _Spec:
@@ -221,9 +232,10 @@ class _Spec:
         created = datetime.fromisoformat(m["created_at"]).astimezone(UTC)
         until = datetime.fromisoformat(m["valid_until"]).astimezone(UTC)
         version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
+        plan = tuple((f.name, _op(f), f.index, f.first_turn) for f in feats)
         return _Spec(tuple(feats), qs, i50, i90, scale, bool(out.get("clip_to_cap", True)),
                      level, groups, corr, glob, version, int(created.timestamp() * 1000),
-                     int(until.timestamp() * 1000), fallback)
+                     int(until.timestamp() * 1000), fallback, plan)
 
 
 class DemandPredictor:
@@ -362,32 +374,42 @@ class DemandPredictor:
         return p, c, q
 
     def _assemble(self, r: Mapping[str, Any], now_ms: int, row: np.ndarray) -> None:
-        """Fill one float64 row in the artifact's feature order (the projection's encoding)."""
-        spec = self._spec
+        """Fill one float64 row in the artifact's feature order (the projection's encoding).
+
+        Hot path (one call per request): a precomputed plan per feature, plain
+        Python floats, one write into the numpy row.
+        """
+        has_history = not r.keys().isdisjoint(HISTORY)
+        max_count = max(_number(r.get(h), 0.0) for h in HISTORY_COUNTS) if has_history else 0.0
         ts = None
-        has_history = any(h in r for h in HISTORY)
-        max_count = max((_number(r.get(h), 0.0) for h in HISTORY_COUNTS), default=0.0) \
-            if has_history else 0.0
-        for j, f in enumerate(spec.features):
-            if f.source == "calendar":
+        vals = []
+        for name, op, index, first in self._spec.plan:
+            if op == _NUMERIC:
+                v = r.get(name)
+                if type(v) in _FAST:
+                    vals.append(float(v))  # NaN stays NaN
+                else:
+                    vals.append(_number(v))
+            elif op == _CATEGORY:
+                v = r.get(name)
+                code = None if v is None or (isinstance(v, float) and v != v) else \
+                    index.get(v if type(v) is str else str(v))
+                vals.append(math.nan if code is None else float(code))
+            elif op == _HISTORY:
+                if name in r:
+                    vals.append(_number(r[name]))
+                elif not has_history:
+                    vals.append(first)
+                elif name in HISTORY_COUNTS:
+                    vals.append(max_count)
+                else:
+                    vals.append(0.0 if name == "hist_turns_censored" else math.nan)
+            else:  # calendar
                 if ts is None:
                     ts = _epoch_ms(r.get("timestamp"), now_ms)
-                row[j] = (ts // _MS_PER_HOUR) % 24 if f.name == "hour_utc" else \
-                    (ts // _MS_PER_DAY + 3) % 7  # 1970-01-01 was a Thursday (3)
-            elif f.source == "history" and f.name not in r:
-                if not has_history:
-                    row[j] = f.first_turn
-                elif f.name in HISTORY_COUNTS:
-                    row[j] = max_count
-                else:
-                    row[j] = 0.0 if f.name == "hist_turns_censored" else math.nan
-            elif f.kind == "category":
-                v = r.get(f.name)
-                code = None if v is None or (isinstance(v, float) and math.isnan(v)) \
-                    else f.index.get(str(v))
-                row[j] = math.nan if code is None else code
-            else:
-                row[j] = _number(r.get(f.name))
+                vals.append(float((ts // _MS_PER_HOUR) % 24) if op == _HOUR else
+                            float((ts // _MS_PER_DAY + 3) % 7))  # 1970-01-01 was a Thursday
+        row[:] = vals
 
 
 def _cell(r: Mapping[str, Any], columns: Sequence[str]) -> str:
