@@ -31,7 +31,15 @@ def _residuals(cfg: DictConfig, run_dir: Path) -> dict:
     return residuals(cfg, run_dir)
 
 
-EXPERIMENTS = {"autoscaling": _autoscaling, "residuals": _residuals}
+def _fleet(cfg: DictConfig, run_dir: Path) -> dict:
+    from evaluation.fleet import fleet
+
+    return fleet(cfg, run_dir)
+
+
+EXPERIMENTS = {"autoscaling": _autoscaling, "residuals": _residuals,
+               **dict.fromkeys(("energy", "hint_admission", "stale_telemetry", "rollout",
+                                "overload"), _fleet)}
 
 
 def _positional_experiment(argv: list[str]) -> list[str]:

@@ -1,0 +1,855 @@
+"""Fleet experiments of issue 6: `python -m evaluation experiment=<name>` for each of
+
+    energy           least-loaded vs static efficient pool vs energy-aware, J per success and
+                     per output token beside SLO, cost and capacity; again under +-20 %
+                     power-model error (does the ranking hold?)
+    hint_admission   admission without a hint / with the demand artifact's hint / with the
+                     true length (experiments_hint.py)
+    stale_telemetry  telemetry-aware least-loaded through a scrape outage (experiments_ops.py)
+    rollout          shadow, canary shares 0/25/50/100 % and a rollback (experiments_ops.py)
+    overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without admission
+
+`run_fleet_experiment(name, cfg, run_dir)` takes the plain experiment mapping (as
+Hydra composes it: conf_eval/experiment/<name>.yaml), writes figures under
+`run_dir/figures` and returns the summary the entry point writes to summary.json:
+
+    {"experiment": name, "workload": "<source, requests, scaling>",
+     "policies": {"<policy>": {SUMMARY_KEYS..., "conserved": bool}, ...},
+     "conserved": bool, <experiment sections>, "reports": {figure: path}}
+
+Every policy's entry is `replaylab.fleet.outcomes.summarize` pooled over the
+replicates (time windows or seeds) the experiment ran; confidence intervals are
+two-sided 95 % Student-t intervals over those replicates (paired where two
+policies saw the same requests). Non-finite numbers are written as null.
+
+The policies of issue 6 (`replaylab.fleet.policies`, `telemetry_feed`, `shadow`)
+are imported inside functions, by name, so this module imports cheaply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.config import ConfigError, from_mapping
+
+# ---------------------------------------------------------------- numbers and summaries
+
+
+def clean(tree: Any) -> Any:
+    """JSON-safe copy: numpy scalars to Python, NaN / inf to None, tuples to lists."""
+    if isinstance(tree, Mapping):
+        return {str(k): clean(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return [clean(v) for v in tree]
+    if isinstance(tree, np.ndarray):
+        return [clean(v) for v in tree.tolist()]
+    if isinstance(tree, np.generic):
+        tree = tree.item()
+    if isinstance(tree, float) and not math.isfinite(tree):
+        return None
+    return tree
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Mean and two-sided Student-t interval over replicates (NaN-free values only)."""
+    from scipy import stats
+
+    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype="float64")
+    n = int(x.size)
+    if n == 0:
+        return {"mean": math.nan, "ci95": [math.nan, math.nan], "n": 0}
+    m = float(x.mean())
+    if n < 2:
+        return {"mean": m, "ci95": [math.nan, math.nan], "n": n}
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
+    return {"mean": m, "ci95": [m - half, m + half], "n": n}
+
+
+def paired_diff(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """a - b per replicate (same requests), its mean and 95 % t-interval."""
+    d = [x - y for x, y in zip(a, b, strict=True)]
+    out = mean_ci(d)
+    lo, hi = out["ci95"]
+    out["excludes_zero"] = bool(math.isfinite(lo) and (lo > 0 or hi < 0))
+    return out
+
+
+def pooled_summary(results: Sequence, slo: Mapping | None = None,
+                   power_factor: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """`summarize` over several runs as if one: counts and energy summed, p99s pooled.
+
+    One run gives exactly `summarize(run)`. power_factor: pool_id -> multiplier of
+    that pool's energy (a power curve scaled by f draws f times the energy, idle
+    included, for the same decisions); pools not named keep 1.
+    """
+    from replaylab.fleet.outcomes import SUMMARY_KEYS, met_slo
+    from replaylab.fleet.profiles import weakest
+
+    counts = {k: 0 for k in ("arrived", "completed", "rejected", "timed_out", "cancelled")}
+    good = 0
+    window = energy = gpu_h = cost = 0.0
+    tokens = 0
+    ttft, e2e, prov = [], [], []
+    for r in results:
+        for k, v in r.counts().items():
+            counts[k] += v
+        good += int(met_slo(r, slo).sum())
+        w = r.workload
+        window += r.end_time_s - (float(w.arrival_s[0]) if w.n else 0.0)
+        energy += run_energy_j(r, power_factor)
+        gpu_h += r.gpu_hours
+        cost += r.cost
+        tokens += int(r.output_tokens.sum())
+        done = r.completed
+        ttft.append(r.ttft_s[done])
+        e2e.append(r.e2e_s[done])
+        prov.append(r.energy_provenance)
+    denom = counts["arrived"] - counts["cancelled"]
+
+    def p99(parts: list[np.ndarray]) -> float:
+        x = np.concatenate(parts) if parts else np.zeros(0)
+        x = x[np.isfinite(x)]
+        return float(np.quantile(x, 0.99)) if x.size else math.nan
+
+    out = {**counts, "slo_attainment": good / denom if denom else math.nan,
+           "ttft_p99_s": p99(ttft), "e2e_p99_s": p99(e2e),
+           "goodput_rps": good / window if window > 0 else math.nan,
+           "gpu_hours": gpu_h, "cost": cost,
+           "joules_per_success": energy / counts["completed"] if counts["completed"] else math.nan,
+           "joules_per_output_token": energy / tokens if tokens else math.nan,
+           "energy_provenance": weakest(prov) if prov else "modeled"}
+    summary = {k: out[k] for k in SUMMARY_KEYS}
+    summary["conserved"] = conserved(summary)
+    return summary
+
+
+def run_energy_j(result, power_factor: Mapping[str, float] | None = None) -> float:
+    """All energy of a run; with power_factor, each pool's energy times its factor."""
+    reps = result.replicas
+    if not len(reps):
+        return 0.0
+    if not power_factor:
+        return float(reps["energy_j"].sum())
+    f = reps["pool_id"].map(lambda p: float(power_factor.get(p, 1.0)))
+    return float((reps["energy_j"] * f).sum())
+
+
+def conserved(summary: Mapping[str, Any]) -> bool:
+    """arrived = completed + rejected + timed_out + cancelled."""
+    return int(summary["arrived"]) == sum(int(summary[k]) for k in
+                                          ("completed", "rejected", "timed_out", "cancelled"))
+
+
+def replicate_metrics(results: Sequence, slo: Mapping | None = None,
+                      power_factor: Mapping[str, float] | None = None) -> dict[str, list]:
+    """Per replicate: the summary numbers the experiments put intervals on."""
+    keys = ("slo_attainment", "goodput_rps", "gpu_hours", "cost", "joules_per_success",
+            "joules_per_output_token", "ttft_p99_s")
+    rows = [pooled_summary([r], slo, power_factor) for r in results]
+    out = {k: [float(s[k]) for s in rows] for k in keys}
+    out["rejected_share"] = [s["rejected"] / s["arrived"] if s["arrived"] else math.nan
+                             for s in rows]
+    out["timed_out_share"] = [s["timed_out"] / s["arrived"] if s["arrived"] else math.nan
+                              for s in rows]
+    return out
+
+
+def ci_table(per_rep: Mapping[str, list]) -> dict[str, dict]:
+    return {k: mean_ci(v) for k, v in per_rep.items()}
+
+
+# ---------------------------------------------------------------- configuration pieces
+
+
+def slo_targets(spec: Mapping[str, Mapping[str, float]] | None) -> dict:
+    """{class: SloTarget} from {class: {ttft_s, tpot_s, e2e_s}} (None: outcomes.DEFAULT_SLO)."""
+    from replaylab.fleet.outcomes import DEFAULT_SLO, SloTarget
+
+    if not spec:
+        return dict(DEFAULT_SLO)
+    out = {}
+    for name, t in spec.items():
+        try:
+            out[str(name)] = SloTarget(**{k: (math.inf if v is None else float(v))
+                                         for k, v in dict(t).items()})
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"experiment.slo.{name}: {e}") from e
+    return out
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool of an experiment's fleet; `source` says where its profile comes from.
+
+    mlenergy: `calibrate_mlenergy` on energy/mlenergy_v3_measured.csv (model, gpu,
+      num_gpus, task); fleetsim: FleetSim's manual profile `gpu` (modeled).
+    KV capacity: kv_capacity_tokens, or kv_capacity_estimate(memory_gb, weights_gb,
+    kv_bytes_per_token, num_gpus) when it is null. max_batch / cost / idle_w: null
+    keeps the source's value.
+    """
+
+    source: str = "mlenergy"
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    gpu: str = "H100"
+    num_gpus: int | None = None
+    task: str = "lm-arena-chat"
+    replicas: int = 1
+    kv_capacity_tokens: int | None = None
+    memory_gb: float = 80.0
+    weights_gb: float = 16.0
+    kv_bytes_per_token: int = 131_072   # Llama-3.1-8B: 32 layers x 8 KV heads x 128 x 2 x 2 B
+    max_batch: int | None = None
+    cost_per_gpu_hour: float | None = None
+    idle_w: float | None = None
+    cold_start_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.source not in ("mlenergy", "fleetsim"):
+            raise ValueError(f"source={self.source!r}: must be mlenergy or fleetsim")
+        if self.replicas < 0:
+            raise ValueError(f"replicas={self.replicas}: must be >= 0")
+
+
+def build_profile(spec: PoolSpec, shared_dir: str | Path):
+    """The GpuProfile of a pool spec (see PoolSpec)."""
+    from replaylab.fleet.profiles import (
+        calibrate_mlenergy,
+        kv_capacity_estimate,
+        load_fleetsim_profiles,
+    )
+
+    shared = Path(shared_dir)
+    kv = spec.kv_capacity_tokens or kv_capacity_estimate(
+        spec.memory_gb, spec.weights_gb, spec.kv_bytes_per_token, spec.num_gpus or 1)
+    if spec.source == "mlenergy":
+        kw = {"cost_per_gpu_hour": spec.cost_per_gpu_hour} if spec.cost_per_gpu_hour else {}
+        prof = calibrate_mlenergy(shared / "energy" / "mlenergy_v3_measured.csv",
+                                  model=spec.model, gpu=spec.gpu, kv_capacity_tokens=kv,
+                                  task=spec.task, num_gpus=spec.num_gpus,
+                                  max_batch=spec.max_batch, idle_w=spec.idle_w, **kw).profile
+        return prof
+    profiles = load_fleetsim_profiles(shared / "fleet" / "fleetsim_gpu_profiles.json")
+    if spec.gpu not in profiles:
+        raise ConfigError(f"fleetsim profile {spec.gpu!r} unknown; known {sorted(profiles)}")
+    prof = profiles[spec.gpu]
+    changes: dict[str, Any] = {}
+    if spec.kv_capacity_tokens:
+        changes["kv_capacity_tokens"] = int(spec.kv_capacity_tokens)
+    if spec.max_batch:
+        changes["max_batch"] = int(spec.max_batch)
+    if spec.cost_per_gpu_hour is not None:
+        changes["cost_per_gpu_hour"] = float(spec.cost_per_gpu_hour)
+    if spec.num_gpus:
+        changes["gpus"] = int(spec.num_gpus)
+    return prof.with_overrides(**changes) if changes else prof
+
+
+def build_pools(pools: Mapping[str, Mapping], shared_dir: str | Path, model: str,
+                power_factor: Mapping[str, float] | None = None) -> list:
+    """PoolConfigs (in config order) serving `model`; power_factor scales a pool's power curve."""
+    from replaylab.fleet.sim_fleet import PoolConfig
+
+    out = []
+    for pid, raw in pools.items():
+        spec = from_mapping(PoolSpec, dict(raw or {}), f"experiment.pools.{pid}")
+        prof = build_profile(spec, shared_dir)
+        f = float((power_factor or {}).get(pid, 1.0))
+        if f != 1.0:
+            prof = scaled_power(prof, f)
+        out.append(PoolConfig(str(pid), model, prof, replicas=spec.replicas,
+                              cold_start_s=spec.cold_start_s))
+    return out
+
+
+def scaled_power(profile, factor: float):
+    """The profile with its whole power curve (idle and nominal) times `factor`."""
+    return profile.with_overrides(power_idle_w=profile.power_idle_w * factor,
+                                  power_nominal_w=profile.power_nominal_w * factor)
+
+
+def make_policy(spec: Mapping[str, Any] | str, primary: Mapping[str, str] | None = None):
+    """A fresh policy from its spec: {kind, ...parameters}; kinds:
+
+    round_robin, least_loaded, static_efficient, energy_aware (max_load_per_replica,
+    hysteresis, carbon), spillover (primary: {model: pool}, max_load_per_replica),
+    hint_admission (mode none|hint|perfect, kv_headroom, default_max_tokens,
+    chooser: another spec). Bad kinds or parameters are a ConfigError.
+    """
+    spec = {"kind": spec} if isinstance(spec, str) else dict(spec)
+    try:
+        return _policy(dict(spec), primary)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"policy {spec}: {e}") from e
+
+
+def _policy(spec: dict, primary: Mapping[str, str] | None):
+    from replaylab.fleet.sim_policy import LeastLoaded, RoundRobin
+
+    kind = spec.pop("kind", None)
+    if kind == "round_robin":
+        return RoundRobin()
+    if kind == "least_loaded":
+        return LeastLoaded()
+    if kind in ("static_efficient", "energy_aware", "spillover", "hint_admission"):
+        from replaylab.fleet import policies as P
+
+        if kind == "static_efficient":
+            return P.StaticEfficientPolicy(**spec)
+        if kind == "energy_aware":
+            return P.EnergyAwarePolicy(**spec)
+        if kind == "spillover":
+            return P.SpilloverPolicy(spec.pop("primary", None) or primary or {}, **spec)
+        chooser = spec.pop("chooser", None)
+        return P.HintAdmission(**spec, chooser=make_policy(chooser) if chooser else None)
+    raise ConfigError(f"policy kind {kind!r} unknown; one of round_robin, least_loaded, "
+                      "static_efficient, energy_aware, spillover, hint_admission")
+
+
+# ---------------------------------------------------------------- workloads
+
+
+def azure_ledger(shared_dir: str | Path, service: str = "conv") -> pd.DataFrame:
+    """The Azure LLM inference trace 2023 (`conv` or `code`) as a ledger-v1 frame."""
+    from replaylab.sources.azure import import_azure_llm_2023
+
+    path = Path(shared_dir) / "traces" / "azure_llm_2023" / (
+        f"AzureLLMInferenceTrace_{service}.csv")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (data.shared_dir)")
+    return import_azure_llm_2023(path)
+
+
+def ledger_windows(ledger: pd.DataFrame, windows: int, window_s: float | None = None,
+                   max_requests: int | None = None) -> list[pd.DataFrame]:
+    """`windows` consecutive time windows of the ledger (equal length; window_s: fixed)."""
+    ts = ledger["timestamp"].to_numpy("int64")
+    t0, span = int(ts.min()), int(ts.max() - ts.min()) + 1
+    w_ms = int(window_s * 1000) if window_s else span // max(windows, 1)
+    out = []
+    for k in range(windows):
+        part = ledger[(ts >= t0 + k * w_ms) & (ts < t0 + (k + 1) * w_ms)]
+        if max_requests:
+            part = part.sort_values("timestamp", kind="stable").head(int(max_requests))
+        if len(part):
+            out.append(part)
+    if not out:
+        raise ConfigError(f"no ledger rows in {windows} windows of {w_ms} ms")
+    return out
+
+
+def workload_text(source: str, n: int, note: str = "") -> str:
+    return f"{source}: {n} requests" + (f"; {note}" if note else "")
+
+
+# ---------------------------------------------------------------- simulation helpers
+
+
+@dataclass(frozen=True)
+class SimSpec:
+    """SimConfig fields an experiment sets (queue length, timeouts, queueing mode)."""
+
+    queueing: str = "replica"
+    queue_capacity: int = 256
+    queue_timeout_s: float | None = None   # null: none
+    warm_start: bool = True
+    # energy / GPU-hour window: last arrival + this (the same for every policy)
+    horizon_pad_s: float = 0.0
+
+
+def sim_config(spec: Mapping | None, workload, **extra):
+    """SimConfig of an experiment; its energy window is common to every policy (see below).
+
+    The window ends at the last arrival + horizon_pad_s, and no earlier than the
+    latest time any request's client cancellation, deadline or queue timeout
+    could fire. Reason: `SimResult.end_time_s` is the time of the last event the
+    engine popped, including those events of requests that had already finished
+    (popped and skipped), and which requests get them depends on the policy
+    (a rejected request arms none). A horizon past all of them gives every
+    policy the same window, so idle energy and GPU-hours compare fairly.
+    """
+    from replaylab.fleet.sim_fleet import SimConfig
+
+    s = from_mapping(SimSpec, dict(spec or {}), "experiment.sim")
+    timeout = math.inf if s.queue_timeout_s is None else float(s.queue_timeout_s)
+    w = workload
+    last = float(w.arrival_s[-1]) if w.n else 0.0
+    horizon = last + float(s.horizon_pad_s)
+    if math.isfinite(timeout):
+        horizon = max(horizon, last + timeout)
+    for col in (w.cancel_after_s, w.deadline_s):
+        fin = np.isfinite(col)
+        if fin.any():
+            horizon = max(horizon, float((w.arrival_s[fin] + col[fin]).max()))
+    return SimConfig(queueing=s.queueing, queue_capacity=int(s.queue_capacity),
+                     queue_timeout_s=timeout, warm_start=s.warm_start,
+                     horizon_s=horizon, **extra)
+
+
+def simulate(pools: list, config, policy, workload, controller=None):
+    from replaylab.fleet.sim import FleetSim
+
+    return FleetSim(pools, config, policy, controller).run(workload)
+
+
+def pyplot():
+    from replaylab.tracking.report import _pyplot
+
+    return _pyplot()
+
+
+def save_figure(fig, plt, path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+# ---------------------------------------------------------------- energy
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """A real ledger cut into time windows (the replicates), each compressed `time_scale`x."""
+
+    source: str = "azure_conv"        # azure_conv | azure_code
+    windows: int = 4
+    window_s: float | None = None     # null: the trace's span / windows
+    time_scale: float = 8.0
+    max_requests: int | None = None   # per window (tests)
+
+
+@dataclass(frozen=True)
+class EnergyConfig:
+    shared_dir: str
+    seed: int = 0
+    model: str = "llama-3.1-8b"
+    trace: TraceSpec = field(default_factory=TraceSpec)
+    pools: dict = field(default_factory=dict)
+    policies: dict = field(default_factory=dict)
+    sim: dict = field(default_factory=dict)
+    slo: dict = field(default_factory=dict)
+    power_error: dict = field(default_factory=dict)  # name -> {pool: relative error}
+
+
+def _trace_ledger(shared_dir: str, source: str) -> pd.DataFrame:
+    if source in ("azure_conv", "azure_code"):
+        return azure_ledger(shared_dir, source.split("_", 1)[1])
+    raise ConfigError(f"trace.source={source!r}: azure_conv or azure_code")
+
+
+def trace_workloads(c_trace: TraceSpec, shared_dir: str, model: str) -> tuple[list, str]:
+    """(workloads per window, description) of a real trace, all rows mapped to `model`."""
+    from replaylab.fleet.workload import workload_from_ledger
+
+    ledger = _trace_ledger(shared_dir, c_trace.source)
+    parts = ledger_windows(ledger, c_trace.windows, c_trace.window_s, c_trace.max_requests)
+    wls = [workload_from_ledger(p, model_map={m: model for m in p["selected_model"].unique()},
+                                time_scale=c_trace.time_scale) for p in parts]
+    n = sum(w.n for w in wls)
+    skipped = sum(sum(w.skipped.values()) for w in wls)
+    span = np.mean([w.duration_s for w in wls])
+    desc = workload_text(
+        f"Azure LLM inference trace 2023 ({c_trace.source}, ledger-v1 via "
+        "replaylab.sources.azure)", n,
+        f"{len(wls)} windows, arrivals compressed {c_trace.time_scale:g}x "
+        f"(~{span:.0f} s simulated each), {skipped} rows skipped, all served as {model!r}")
+    return wls, desc
+
+
+def _parse(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
+    values = dict(cfg)
+    values.pop("name", None)
+    for key, sub in sections.items():
+        values[key] = from_mapping(sub, values.get(key), f"experiment.{key}")
+    return from_mapping(cls, values, "experiment")
+
+
+def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Least-loaded vs static efficient pool vs energy-aware on a mixed fleet (module docstring).
+
+    Every policy runs every window at the nominal power curves. Power-model error
+    is then evaluated two ways for each perturbation (pool -> relative error):
+    `decisions_fixed`: the policies decided with the nominal curves and the real
+    draw differs (exact: a pool's energy scales with its curve); `policy_informed`:
+    the fleet re-simulated with the perturbed curves (energy-aware routes by them).
+    `ranking_holds`: the order of the policies by joules_per_output_token is the
+    nominal one.
+    """
+    c = _parse(EnergyConfig, cfg, {"trace": TraceSpec})
+    if not c.pools or not c.policies:
+        raise ConfigError("experiment=energy needs pools and policies")
+    slo = slo_targets(c.slo)
+    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    pools = build_pools(c.pools, c.shared_dir, c.model)
+    names = list(c.policies)
+
+    def run_all(pool_list) -> dict[str, list]:
+        out: dict[str, list] = {n: [] for n in names}
+        for w in wls:
+            conf = sim_config(c.sim, w)
+            for n in names:
+                out[n].append(simulate(pool_list, conf, make_policy(c.policies[n]), w))
+        return out
+
+    nominal = run_all(pools)
+    policies = {n: pooled_summary(nominal[n], slo) for n in names}
+    per_rep = {n: replicate_metrics(nominal[n], slo) for n in names}
+
+    def ranking(summaries: Mapping[str, Mapping]) -> list[str]:
+        return sorted(names, key=lambda n: (summaries[n]["joules_per_output_token"], n))
+
+    base_rank = ranking(policies)
+    errors: dict[str, Any] = {}
+    for ename, factors in c.power_error.items():
+        f = {str(p): 1.0 + float(e) for p, e in dict(factors).items()}
+        fixed = {n: pooled_summary(nominal[n], slo, f) for n in names}
+        informed_runs = run_all(build_pools(c.pools, c.shared_dir, c.model, f))
+        informed = {n: pooled_summary(informed_runs[n], slo) for n in names}
+        errors[ename] = {
+            "relative_error": {p: f[p] - 1.0 for p in f},
+            "decisions_fixed": {
+                "joules_per_output_token": {n: fixed[n]["joules_per_output_token"] for n in names},
+                "joules_per_success": {n: fixed[n]["joules_per_success"] for n in names},
+                "ranking": ranking(fixed), "ranking_holds": ranking(fixed) == base_rank},
+            "policy_informed": {
+                "joules_per_output_token": {n: informed[n]["joules_per_output_token"]
+                                            for n in names},
+                "slo_attainment": {n: informed[n]["slo_attainment"] for n in names},
+                "ranking": ranking(informed), "ranking_holds": ranking(informed) == base_rank},
+            "ranking_holds": ranking(fixed) == base_rank and ranking(informed) == base_rank,
+        }
+    best = base_rank[0]
+    lead = {n: paired_diff(per_rep[n]["joules_per_output_token"],
+                           per_rep[best]["joules_per_output_token"])
+            for n in names if n != best}
+    slo_vs_best = {n: paired_diff(per_rep[n]["slo_attainment"], per_rep[best]["slo_attainment"])
+                   for n in names if n != best}
+    summary: dict[str, Any] = {
+        "experiment": "energy", "workload": desc,
+        "policies": policies,
+        "conserved": all(p["conserved"] for p in policies.values()),
+        "fleet": {p.pool_id: {"profile": p.profile.name, "gpus": p.profile.gpus,
+                              "replicas": p.replicas, "max_batch": p.profile.max_batch,
+                              "kv_capacity_tokens": p.profile.kv_capacity_tokens,
+                              "power_idle_w": p.profile.power_idle_w,
+                              "power_nominal_w": p.profile.power_nominal_w,
+                              "cost_per_gpu_hour": p.profile.cost_per_gpu_hour,
+                              "energy_provenance": p.profile.energy_provenance,
+                              "source": p.profile.source} for p in pools},
+        "replicates": len(wls),
+        "ci95": {n: ci_table(per_rep[n]) for n in names},
+        "pools": {n: pool_shares_pooled(nominal[n]) for n in names},
+        "ranking": base_rank,
+        "lead_over_best": {"best": best, "joules_per_output_token_diff": lead,
+                           "slo_attainment_diff": slo_vs_best},
+        "power_error": errors,
+        "ranking_holds": {k: v["ranking_holds"] for k, v in errors.items()},
+        "ranking_holds_all": all(v["ranking_holds"] for v in errors.values()),
+        "provenance": "energy: calibrated curves (ML.ENERGY) or modeled (FleetSim) per pool; "
+                      "fitted idle power is an extrapolation; KV capacity and prices modeled",
+    }
+    summary["answer"] = _energy_answer(summary, names)
+    summary["reports"] = _energy_figures(summary, names, Path(run_dir) / "figures")
+    return clean(summary)
+
+
+def _energy_answer(s: dict, names: list[str]) -> str:
+    pol, rank = s["policies"], s["ranking"]
+    parts = ["Ranking by joules per output token (nominal power curves): " + " < ".join(
+        f"{n} ({pol[n]['joules_per_output_token']:.4f} J/tok, SLO "
+        f"{pol[n]['slo_attainment']:.3f}, TTFT p99 {pol[n]['ttft_p99_s']:.2f} s)" for n in rank)
+        + "."]
+    best = s["lead_over_best"]["best"]
+    for n, d in s["lead_over_best"]["joules_per_output_token_diff"].items():
+        lo, hi = d["ci95"]
+        rel = d["mean"] / pol[best]["joules_per_output_token"]
+        parts.append(f"{n} uses {d['mean']:+.4f} J/tok ({rel:+.1%}) more than {best} "
+                     f"[95% CI {lo:+.4f}, {hi:+.4f} over {d['n']} windows; "
+                     + ("excludes zero" if d["excludes_zero"] else "includes zero") + "].")
+    errs = s["power_error"]
+    if errs:
+        fixed = [k for k, v in errs.items() if v["decisions_fixed"]["ranking_holds"]]
+        informed = [k for k, v in errs.items() if v["policy_informed"]["ranking_holds"]]
+        parts.append(f"Power-model error: with the decisions made on the nominal curves the "
+                     f"ranking holds in {len(fixed)}/{len(errs)} perturbations; with the "
+                     f"policies re-deciding on the perturbed curves in {len(informed)}/"
+                     f"{len(errs)}.")
+        for k, v in errs.items():
+            if not v["ranking_holds"]:
+                which = "decisions fixed" if not v["decisions_fixed"]["ranking_holds"] else \
+                    "re-decided"
+                r = (v["decisions_fixed"] if which == "decisions fixed"
+                     else v["policy_informed"])["ranking"]
+                parts.append(f"It breaks under {k} ({which}): " + " < ".join(r) + ".")
+    return " ".join(parts)
+
+
+def pool_shares_pooled(results: Sequence) -> dict[str, dict[str, float]]:
+    """pool_shares over several runs (served share and utilization pooled)."""
+    frames = [r.replicas for r in results if len(r.replicas)]
+    if not frames:
+        return {}
+    reps = pd.concat(frames, ignore_index=True)
+    served = float(reps["served"].sum()) or 1.0
+    out = {}
+    for pid, g in reps.groupby("pool_id", sort=False):
+        on = float(g["on_s"].sum())
+        out[str(pid)] = {"served_share": float(g["served"].sum()) / served,
+                         "utilization": float(g["busy_s"].sum()) / on if on > 0 else math.nan,
+                         "energy_share": float(g["energy_j"].sum()) / max(
+                             float(reps["energy_j"].sum()), 1e-12)}
+    return out
+
+
+def _energy_figures(summary: dict, names: list[str], out: Path) -> dict[str, str]:
+    plt = pyplot()
+    pol = summary["policies"]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for n in names:
+        x = pol[n]["joules_per_output_token"]
+        y = pol[n]["slo_attainment"]
+        alts = [v["decisions_fixed"]["joules_per_output_token"][n]
+                for v in summary["power_error"].values()]
+        alts += [v["policy_informed"]["joules_per_output_token"][n]
+                 for v in summary["power_error"].values()]
+        lo = min([x, *alts]) if alts else x
+        hi = max([x, *alts]) if alts else x
+        ci = summary["ci95"][n]["slo_attainment"]["ci95"]
+        yerr = None
+        if all(v is not None and math.isfinite(v) for v in ci):
+            yerr = [[max(y - ci[0], 0)], [max(ci[1] - y, 0)]]
+        a.errorbar([x], [y], xerr=[[x - lo], [hi - x]], yerr=yerr, fmt="o", capsize=4, label=n)
+    a.set_xlabel("J per output token (bars: range under power-model error)")
+    a.set_ylabel("SLO attainment (bars: 95% CI over windows)")
+    a.set_title("Energy vs SLO per policy")
+    a.legend(fontsize=8)
+    keys = ["nominal", *summary["power_error"]]
+    width = 0.8 / max(len(names), 1)
+    for i, n in enumerate(names):
+        vals = [pol[n]["joules_per_output_token"]] + [
+            summary["power_error"][k]["decisions_fixed"]["joules_per_output_token"][n]
+            for k in keys[1:]]
+        b.bar(np.arange(len(keys)) + i * width, vals, width, label=n)
+    b.set_xticks(np.arange(len(keys)) + width * (len(names) - 1) / 2, keys, rotation=20,
+                 fontsize=8)
+    b.set_ylabel("J per output token (decisions fixed)")
+    b.set_title("Ranking under power-model error")
+    b.legend(fontsize=8)
+    return {"energy_vs_slo": save_figure(fig, plt, out / "energy_vs_slo.png")}
+
+
+# ---------------------------------------------------------------- overload
+
+
+@dataclass(frozen=True)
+class OverloadWorkload:
+    """A synthetic stream (token CDF of a real trace) at `factor` x the fleet's capacity."""
+
+    cdf: str = "azure_cdf.json"       # under shared_dir/fleet
+    duration_s: float = 300.0
+    arrival: str = "gamma"
+    cv: float = 1.5
+    hint_sigma: float = 0.5           # calibrated p90 hint, log-normal noise
+    cancel_share: float = 0.05
+    cancel_after_mean_s: float = 30.0
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class OverloadConfig:
+    shared_dir: str
+    seed: int = 0
+    model: str = "llama-3.1-8b"
+    load_factors: tuple[float, ...] = (1.0, 1.5, 2.0)
+    workload: OverloadWorkload = field(default_factory=OverloadWorkload)
+    pools: dict = field(default_factory=dict)
+    policies: dict = field(default_factory=dict)
+    sim: dict = field(default_factory=dict)
+    slo: dict = field(default_factory=dict)
+    capacity_rps: float | None = None  # null: estimated from the profiles (capacity_estimate)
+
+
+def capacity_estimate(pools: Sequence, prompt: np.ndarray, completion: np.ndarray) -> dict:
+    """Requests/s the fleet can finish at full batch (analytic, from its profiles).
+
+    Per replica the batch is min(max_batch, KV capacity / mean reservation); one
+    iteration then takes base + per_seq * B + per_kv * K + prefill per chunk; a
+    request occupies its slot for ceil(p / chunk) + c - 1 iterations. Queueing,
+    head-of-line blocking and batch formation are ignored: an upper bound.
+    """
+    out = {"pools": {}, "rps": 0.0}
+    total = prompt + completion
+    for p in pools:
+        prof = p.profile
+        blk = prof.kv_block_tokens
+        reserve = float(np.mean(np.ceil(total / blk) * blk))
+        b = max(1.0, min(float(prof.max_batch), prof.kv_capacity_tokens / reserve))
+        pf = np.maximum(1, np.ceil(prompt / prof.chunk_tokens))
+        iters = float(np.mean(pf + completion - 1))
+        share_pf = float(np.mean(pf)) / iters
+        dt = prof.iteration_s(b, b * reserve / 2.0, b * share_pf)
+        rps = p.replicas * b / (dt * iters)
+        out["pools"][p.pool_id] = {"batch": b, "iteration_s": dt, "rps": rps}
+        out["rps"] += rps
+    return out
+
+
+def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
+    from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
+
+    values = dict(cfg)
+    wl = dict(values.get("workload") or {})
+    if "seeds" in wl:
+        wl["seeds"] = tuple(wl["seeds"])
+    values["workload"] = wl
+    if "load_factors" in values:
+        values["load_factors"] = tuple(values["load_factors"])
+    c = _parse(OverloadConfig, values, {"workload": OverloadWorkload})
+    if not c.pools or not c.policies:
+        raise ConfigError("experiment=overload needs pools and policies")
+    slo = slo_targets(c.slo)
+    pools = build_pools(c.pools, c.shared_dir, c.model)
+    cdf = Path(c.shared_dir) / "fleet" / c.workload.cdf
+    if not cdf.is_file():
+        raise FileNotFoundError(f"{cdf}: token CDF (data.shared_dir/fleet)")
+    probe = workload_from_cdf(cdf, SyntheticWorkloadConfig(n_requests=20_000), seed=c.seed)
+    cap = capacity_estimate(pools, probe.prompt_tokens, probe.completion_tokens)
+    cap_rps = float(c.capacity_rps or cap["rps"])
+    names = list(c.policies)
+    runs: dict[str, dict[str, list]] = {}
+    n_total = 0
+    for f in c.load_factors:
+        rate = cap_rps * float(f)
+        key = f"{float(f):g}x"
+        runs[key] = {n: [] for n in names}
+        for s in c.workload.seeds:
+            n_req = max(1, int(round(rate * c.workload.duration_s)))
+            w = workload_from_cdf(cdf, SyntheticWorkloadConfig(
+                n_requests=n_req, rate_per_s=rate, arrival=c.workload.arrival, cv=c.workload.cv,
+                hint_sigma=c.workload.hint_sigma, cancel_share=c.workload.cancel_share,
+                cancel_after_mean_s=c.workload.cancel_after_mean_s, models=(c.model,)),
+                seed=c.seed * 1000 + int(s))
+            n_total += w.n
+            conf = sim_config(c.sim, w)
+            for n in names:
+                runs[key][n].append(simulate(pools, conf, make_policy(c.policies[n]), w))
+    policies: dict[str, dict] = {}
+    by_load: dict[str, dict] = {}
+    for key, per in runs.items():
+        by_load[key] = {}
+        for n, results in per.items():
+            s = pooled_summary(results, slo)
+            policies[f"{n}@{key}"] = s
+            reasons: dict[str, int] = {}
+            for r in results:
+                for k, v in r.reject_reasons.items():
+                    reasons[k] = reasons.get(k, 0) + int(v)
+            by_load[key][n] = {"summary": s, "reject_reasons": reasons,
+                               "ci95": ci_table(replicate_metrics(results, slo))}
+    desc = workload_text(
+        f"synthetic from the {c.workload.cdf} token CDF (Azure LLM 2023), "
+        f"{c.workload.arrival} arrivals cv={c.workload.cv:g}", n_total,
+        f"{len(c.workload.seeds)} seeds x {len(c.load_factors)} load factors of "
+        f"{cap_rps:.2f} req/s, {c.workload.duration_s:g} s each, "
+        f"{c.workload.cancel_share:.0%} client cancellations, p90 hint sigma "
+        f"{c.workload.hint_sigma:g}")
+    summary: dict[str, Any] = {
+        "experiment": "overload", "workload": desc, "policies": policies,
+        "conserved": all(p["conserved"] for p in policies.values()),
+        "capacity": {"rps": cap_rps, "estimated": clean(cap),
+                     "stated": c.capacity_rps is not None},
+        "load_factors": list(c.load_factors), "by_load": by_load,
+        "fleet": {p.pool_id: {"profile": p.profile.name, "replicas": p.replicas}
+                  for p in pools},
+    }
+    summary["answer"] = _overload_answer(summary, names)
+    summary["reports"] = _overload_figures(summary, names, Path(run_dir) / "figures")
+    return clean(summary)
+
+
+def _overload_answer(s: dict, names: list[str]) -> str:
+    runs = len(s["policies"])
+    ok = sum(bool(p["conserved"]) for p in s["policies"].values())
+    parts = [f"Requests are conserved in {ok}/{runs} policy x load runs (arrived = completed + "
+             f"rejected + timed_out + cancelled). Capacity estimate {s['capacity']['rps']:.1f} "
+             "req/s (an upper bound)."]
+    for key in (f"{float(f):g}x" for f in s["load_factors"]):
+        cells = []
+        for n in names:
+            x = s["by_load"][key][n]["summary"]
+            a = x["arrived"] or 1
+            cells.append(f"{n} SLO {x['slo_attainment']:.3f}, goodput {x['goodput_rps']:.1f}/s, "
+                         f"rejected {100 * x['rejected'] / a:.0f}%, timed out "
+                         f"{100 * x['timed_out'] / a:.0f}%")
+        parts.append(f"At {key}: " + "; ".join(cells) + ".")
+    return " ".join(parts)
+
+
+def _overload_figures(summary: dict, names: list[str], out: Path) -> dict[str, str]:
+    plt = pyplot()
+    loads = summary["load_factors"]
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    panels = (("goodput_rps", "goodput (req/s within SLO)"),
+              ("slo_attainment", "SLO attainment"), ("ttft_p99_s", "TTFT p99 (s)"))
+    for ax, (key, label) in zip(axes, panels, strict=True):
+        for n in names:
+            ys, lo, hi = [], [], []
+            for f in loads:
+                cell = summary["by_load"][f"{float(f):g}x"][n]
+                ys.append(cell["summary"][key])
+                ci = cell["ci95"].get(key, {}).get("ci95", [None, None])
+                lo.append(ci[0])
+                hi.append(ci[1])
+            ys_a = np.array([np.nan if v is None else v for v in ys], dtype=float)
+            ax.plot(loads, ys_a, marker="o", label=n)
+            if all(v is not None for v in lo + hi):
+                ax.fill_between(loads, lo, hi, alpha=0.15)
+        ax.set_xlabel("offered load / estimated capacity")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Overload: offered load beyond capacity, with and without admission")
+    return {"overload": save_figure(fig, plt, out / "overload.png")}
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def _hint(cfg, run_dir):
+    from replaylab.fleet.experiments_hint import run_hint_admission_experiment
+
+    return run_hint_admission_experiment(cfg, run_dir)
+
+
+def _stale(cfg, run_dir):
+    from replaylab.fleet.experiments_ops import run_stale_telemetry_experiment
+
+    return run_stale_telemetry_experiment(cfg, run_dir)
+
+
+def _rollout(cfg, run_dir):
+    from replaylab.fleet.experiments_ops import run_rollout_experiment
+
+    return run_rollout_experiment(cfg, run_dir)
+
+
+FLEET_EXPERIMENTS: dict[str, Callable[[Mapping[str, Any], Path], dict]] = {
+    "energy": run_energy_experiment, "hint_admission": _hint, "stale_telemetry": _stale,
+    "rollout": _rollout, "overload": run_overload_experiment}
+
+
+def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Run fleet experiment `name` with its plain config; returns the JSON-safe summary."""
+    if name not in FLEET_EXPERIMENTS:
+        raise ConfigError(f"fleet experiment {name!r} unknown; one of {sorted(FLEET_EXPERIMENTS)}")
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return FLEET_EXPERIMENTS[name](cfg, Path(run_dir))

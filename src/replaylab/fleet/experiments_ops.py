@@ -1,0 +1,581 @@
+"""Operating a serving policy: stale telemetry, and a staged rollout with shadow, canary, rollback.
+
+`python -m evaluation experiment=stale_telemetry`: least-loaded routing on live
+state against the same policy fed by modeled telemetry (`TelemetryFeed` as the
+simulator's controller, scraped every `scrape_interval_s`) with a scrape outage
+inside every window. `TelemetryAware` decides on telemetry while every eligible
+replica's observation is fresh and on its deterministic fallback otherwise. The
+summary counts decisions per mode, splits SLO attainment into requests that
+arrived while the router was blind (outage start + ttl .. outage end + delay)
+and the rest, and runs the telemetry-aware policy twice to show the fallback is
+deterministic (identical decisions and identical per-request outcomes).
+
+`python -m evaluation experiment=rollout`: each candidate policy (energy-aware and
+static efficient pool by default) replacing the baseline (least-loaded) in
+stages on one fleet and trace:
+
+1. shadow: `ShadowPolicy(acting=baseline, candidate)`: the candidate's choices are
+   logged beside the baseline's without acting; `shadow_report` says whether the
+   candidate would have broken a hard constraint (or rejected more), and whether
+   a canary may start (`canary_ready`); the shadow run is checked to be the
+   baseline's own run (no SLO regression can come from shadowing);
+2. canary at each traffic share (25 %, 50 %, 100 % by default): a request is
+   routed by the candidate when a fixed hash of its index falls below the share
+   (`CanarySplit`; the same request always takes the same side);
+3. rollback: the candidate at a share until `RollbackGuard` (the simulator's
+   controller hook, every tick) trips on a stated time, a queue guard or a
+   predicted-TPOT guard, and the baseline after it; SLO before and after.
+
+Each step is compared with the baseline run on the same windows (paired per
+window, 95 % t-intervals); a step is promoted when its mean SLO attainment is
+not more than `regression_threshold` below the baseline's and the candidate
+broke no hard constraint; the `ladder` stops at the first step that fails.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaylab.config import ConfigError, from_mapping
+from replaylab.fleet.experiments import (
+    TraceSpec,
+    build_pools,
+    ci_table,
+    clean,
+    make_policy,
+    paired_diff,
+    pooled_summary,
+    pyplot,
+    replicate_metrics,
+    save_figure,
+    sim_config,
+    simulate,
+    slo_targets,
+    trace_workloads,
+)
+
+# ---------------------------------------------------------------- shared pieces
+
+
+def _masked_slo(result, slo, mask: np.ndarray) -> dict[str, Any]:
+    """SLO attainment and TTFT p99 of the requests in `mask` (cancellations left out)."""
+    from replaylab.fleet.outcomes import met_slo
+    from replaylab.fleet.sim_result import CANCELLED
+
+    ok = met_slo(result, slo)
+    keep = mask & (result.state != CANCELLED)
+    n = int(keep.sum())
+    ttft = result.ttft_s[keep & result.completed]
+    ttft = ttft[np.isfinite(ttft)]
+    return {"requests": n, "slo_attainment": float(ok[keep].mean()) if n else math.nan,
+            "ttft_p99_s": float(np.quantile(ttft, 0.99)) if ttft.size else math.nan}
+
+
+def _pool_mapping(c_pools: Mapping) -> dict:
+    return {str(k): dict(v or {}) for k, v in c_pools.items()}
+
+
+# ---------------------------------------------------------------- stale telemetry
+
+
+@dataclass(frozen=True)
+class FeedSpec:
+    scrape_interval_s: float = 1.0
+    delay_s: float = 0.0
+    ttl_s: float = 3.0
+    outage_fraction: tuple[float, float] = (0.4, 0.6)  # of each window's duration
+
+
+@dataclass(frozen=True)
+class StaleConfig:
+    shared_dir: str
+    seed: int = 0
+    model: str = "llama-3.1-8b"
+    trace: TraceSpec = field(default_factory=TraceSpec)
+    pools: dict = field(default_factory=dict)
+    policy: dict = field(default_factory=lambda: {"kind": "least_loaded"})
+    feed: FeedSpec = field(default_factory=FeedSpec)
+    sim: dict = field(default_factory=dict)
+    slo: dict = field(default_factory=dict)
+
+
+def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
+    values = dict(cfg)
+    values.pop("name", None)
+    feed = dict(values.get("feed") or {})
+    if "outage_fraction" in feed:
+        feed["outage_fraction"] = tuple(float(x) for x in feed["outage_fraction"])
+    values["feed"] = from_mapping(FeedSpec, feed, "experiment.feed")
+    values["trace"] = from_mapping(TraceSpec, values.get("trace"), "experiment.trace")
+    c = from_mapping(StaleConfig, values, "experiment")
+    a, b = c.feed.outage_fraction
+    if not 0 <= a < b <= 1:
+        raise ConfigError(f"experiment.feed.outage_fraction={c.feed.outage_fraction}: "
+                          "need 0 <= start < end <= 1")
+    if not c.pools:
+        raise ConfigError("experiment=stale_telemetry needs pools")
+    return c
+
+
+def _telemetry_run(pools, conf, policy_spec, w, spec: FeedSpec, outage: tuple):
+    from replaylab.fleet.telemetry_feed import TelemetryAware, TelemetryFeed
+
+    feed = TelemetryFeed(scrape_interval_s=spec.scrape_interval_s, delay_s=spec.delay_s,
+                         ttl_s=spec.ttl_s, outage=outage)
+    pol = TelemetryAware(make_policy(policy_spec), feed, record=True)
+    result = simulate(pools, feed.sim_config(conf), pol, w, controller=feed)
+    return result, pol, feed
+
+
+def run_stale_telemetry_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring."""
+    c = _stale_config(cfg)
+    slo = slo_targets(c.slo)
+    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    pools = build_pools(_pool_mapping(c.pools), c.shared_dir, c.model)
+    runs: dict[str, list] = {"live": [], "telemetry_no_outage": [], "telemetry_outage": []}
+    modes: dict[str, Counter] = {k: Counter() for k in runs if k != "live"}
+    inside: dict[str, list] = {k: [] for k in runs}
+    outside: dict[str, list] = {k: [] for k in runs}
+    deterministic = True
+    windows = []
+    for w in wls:
+        conf = sim_config(c.sim, w)
+        a, b = (f * w.duration_s for f in c.feed.outage_fraction)
+        blind = (a + c.feed.ttl_s, b + c.feed.delay_s)  # decisions on the fallback
+        windows.append({"outage_s": [a, b], "blind_s": list(blind)})
+        in_mask = (w.arrival_s >= blind[0]) & (w.arrival_s < blind[1])
+        live = simulate(pools, conf, make_policy(c.policy), w)
+        runs["live"].append(live)
+        for key, outage in (("telemetry_no_outage", ()), ("telemetry_outage", ((a, b),))):
+            res, pol, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
+            runs[key].append(res)
+            modes[key].update(pol.decisions)
+            if key == "telemetry_outage":
+                res2, pol2, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
+                same = (pol.trace == pol2.trace and np.array_equal(res.state, res2.state)
+                        and np.array_equal(res.replica, res2.replica)
+                        and np.allclose(res.end_s, res2.end_s, equal_nan=True, rtol=0, atol=0))
+                deterministic = deterministic and bool(same)
+        for key in runs:
+            inside[key].append(_masked_slo(runs[key][-1], slo, in_mask))
+            outside[key].append(_masked_slo(runs[key][-1], slo, ~in_mask))
+    policies = {k: pooled_summary(v, slo) for k, v in runs.items()}
+    per_rep = {k: replicate_metrics(v, slo) for k, v in runs.items()}
+
+    def side(rows: list[dict]) -> dict[str, Any]:
+        n = sum(r["requests"] for r in rows)
+        att = (sum(r["slo_attainment"] * r["requests"] for r in rows
+                   if math.isfinite(r["slo_attainment"])) / n) if n else math.nan
+        return {"requests": n, "slo_attainment": att,
+                "per_window": [r["slo_attainment"] for r in rows],
+                "ttft_p99_s_per_window": [r["ttft_p99_s"] for r in rows]}
+
+    window_split = {k: {"blind": side(inside[k]), "rest": side(outside[k])} for k in runs}
+    blind_diff = paired_diff([r["slo_attainment"] for r in inside["telemetry_outage"]],
+                             [r["slo_attainment"] for r in inside["live"]])
+    summary: dict[str, Any] = {
+        "experiment": "stale_telemetry", "workload": desc, "policies": policies,
+        "conserved": all(p["conserved"] for p in policies.values()),
+        "feed": {"scrape_interval_s": c.feed.scrape_interval_s, "delay_s": c.feed.delay_s,
+                 "ttl_s": c.feed.ttl_s, "outage_fraction": list(c.feed.outage_fraction),
+                 "windows": windows, "fallback": "IndexRoundRobin (request index mod eligible)"},
+        "wrapped_policy": c.policy,
+        "decisions_by_mode": {k: dict(v) for k, v in modes.items()},
+        "slo_by_window": window_split,
+        "blind_vs_live_slo_diff": blind_diff,
+        "deterministic_fallback": deterministic,
+        "replicates": len(wls),
+        "ci95": {k: ci_table(v) for k, v in per_rep.items()},
+    }
+    summary["answer"] = _stale_answer(summary)
+    summary["reports"] = _stale_figures(summary, runs["telemetry_outage"][0],
+                                        runs["live"][0], windows[0], slo,
+                                        Path(run_dir) / "figures")
+    return clean(summary)
+
+
+def _stale_answer(s: dict) -> str:
+    split, modes = s["slo_by_window"], s["decisions_by_mode"]["telemetry_outage"]
+    total = sum(modes.values()) or 1
+    d = s["blind_vs_live_slo_diff"]
+    lo, hi = d["ci95"]
+    ci = (f" [95% CI {100 * lo:+.1f}, {100 * hi:+.1f} pp over {d['n']} windows]"
+          if lo is not None and math.isfinite(lo) else "")
+    pol = s["policies"]
+    return (f"With scrapes failing over {s['feed']['outage_fraction']} of every window the "
+            f"router decided {100 * modes.get('fallback', 0) / total:.1f}% of requests on its "
+            f"fallback (telemetry stale after ttl {s['feed']['ttl_s']:g} s). Requests arriving "
+            f"while it was blind met the SLO {100 * split['telemetry_outage']['blind']['slo_attainment']:.1f}"
+            f"% of the time against {100 * split['live']['blind']['slo_attainment']:.1f}% with live "
+            f"state ({100 * d['mean']:+.1f} pp{ci}); outside that period "
+            f"{100 * split['telemetry_outage']['rest']['slo_attainment']:.1f}% vs "
+            f"{100 * split['live']['rest']['slo_attainment']:.1f}%. Whole run: SLO "
+            f"{pol['telemetry_outage']['slo_attainment']:.4f} (outage) / "
+            f"{pol['telemetry_no_outage']['slo_attainment']:.4f} (telemetry, no outage) / "
+            f"{pol['live']['slo_attainment']:.4f} (live); TTFT p99 "
+            f"{pol['telemetry_outage']['ttft_p99_s']:.2f} / "
+            f"{pol['telemetry_no_outage']['ttft_p99_s']:.2f} / {pol['live']['ttft_p99_s']:.2f} s. "
+            f"The fallback is deterministic (two runs, identical decisions and outcomes): "
+            f"{s['deterministic_fallback']}.")
+
+
+def _stale_figures(summary: dict, tele, live, window: dict, slo, out: Path) -> dict[str, str]:
+    from replaylab.fleet.outcomes import met_slo
+
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
+    for name, res in (("live least-loaded", live), ("telemetry-aware (outage)", tele)):
+        t = res.workload.arrival_s
+        ok = met_slo(res, slo).astype(float)
+        bins = np.linspace(0, float(t.max()) if t.size else 1.0, 41)
+        idx = np.clip(np.digitize(t, bins) - 1, 0, len(bins) - 2)
+        att = [ok[idx == k].mean() if (idx == k).any() else np.nan for k in range(len(bins) - 1)]
+        ttft = res.ttft_s
+        p99 = [np.nanquantile(ttft[idx == k], 0.99) if np.isfinite(ttft[idx == k]).any()
+               else np.nan for k in range(len(bins) - 1)]
+        a.plot(bins[:-1], att, label=name)
+        b.plot(bins[:-1], p99, label=name)
+    for ax in (a, b):
+        ax.axvspan(*window["outage_s"], color="r", alpha=0.12, label="scrape outage")
+        ax.axvspan(*window["blind_s"], color="r", alpha=0.12)
+        ax.set_xlabel("arrival time (s), first window")
+    a.set_ylabel("SLO attainment per bin")
+    b.set_ylabel("TTFT p99 per bin (s)")
+    a.legend(fontsize=8)
+    fig.suptitle("Telemetry outage: fallback to deterministic round robin while stale")
+    return {"stale_telemetry": save_figure(fig, plt, out / "stale_telemetry.png")}
+
+
+# ---------------------------------------------------------------- rollout
+
+
+_HASH = 0x9E3779B1  # Knuth's multiplicative hash: a fixed, well-spread split of request indices
+
+
+def canary_side(index: int, share: float) -> bool:
+    """True when request `index` goes to the candidate at traffic `share` (fixed per request)."""
+    return ((index * _HASH) & 0xFFFFFFFF) / 2.0 ** 32 < share
+
+
+class CanarySplit:
+    """Route a fixed `share` of requests by `candidate`, the rest by `baseline`.
+
+    The side of a request is a hash of its index (the same request always takes
+    the same side at a given share; a larger share keeps the smaller one's
+    requests). `active` False (set by a RollbackGuard) sends everything to the
+    baseline from then on. `decisions` counts each side.
+    """
+
+    def __init__(self, baseline, candidate, share: float) -> None:
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"CanarySplit.share={share!r}: must be in [0, 1]")
+        self.baseline, self.candidate, self.share = baseline, candidate, float(share)
+        self.active = True
+        self.decisions: Counter = Counter()
+
+    def _side(self, request):
+        if self.active and canary_side(request.index, self.share):
+            return "candidate", self.candidate
+        return "baseline", self.baseline
+
+    def admit(self, request, fleet, now):
+        _, pol = self._side(request)
+        admit = getattr(pol, "admit", None)
+        return None if admit is None else admit(request, fleet, now)
+
+    def choose(self, request, eligible, fleet, now):
+        name, pol = self._side(request)
+        self.decisions[name] += 1
+        return pol.choose(request, eligible, fleet, now)
+
+
+class RollbackGuard:
+    """A Controller (no scale actions) that switches a CanarySplit back to its baseline.
+
+    Checked every control tick, on what a router sees: trips at `at_s` (a
+    scheduled rollback); when the mean queue per ready replica exceeds
+    `max_mean_queue`; or when some ready replica's predicted iteration time (its
+    profile's dt at its current batch, KV and prefills: the time per output token
+    it is delivering now) exceeds `max_predicted_tpot_s`. `rolled_back_at` and
+    `reason` record when and why.
+    """
+
+    def __init__(self, split: CanarySplit, at_s: float = math.inf,
+                 max_mean_queue: float = math.inf,
+                 max_predicted_tpot_s: float = math.inf) -> None:
+        self.split, self.at_s = split, float(at_s)
+        self.max_mean_queue, self.max_tpot = float(max_mean_queue), float(max_predicted_tpot_s)
+        self.rolled_back_at: float | None = None
+        self.reason: str | None = None
+
+    def decide(self, now: float, fleet) -> tuple:
+        if self.rolled_back_at is not None:
+            return ()
+        ready = [r for r in fleet.replicas if r.state == "ready"]
+        mean_q = sum(r.queued for r in ready) / len(ready) if ready else 0.0
+        tpot = max((r.profile.iteration_s(r.running, r.kv_used, r.n_prefill) for r in ready
+                    if r.running), default=0.0)
+        reason = None
+        if mean_q > self.max_mean_queue:
+            reason = f"guard: mean queue {mean_q:.1f} > {self.max_mean_queue:g}"
+        elif tpot > self.max_tpot:
+            reason = f"guard: predicted TPOT {tpot:.3f} s > {self.max_tpot:g} s"
+        elif now >= self.at_s:
+            reason = f"scheduled at {self.at_s:g} s"
+        if reason is not None:
+            self.split.active = False
+            self.rolled_back_at, self.reason = float(now), reason
+        return ()
+
+
+@dataclass(frozen=True)
+class RollbackSpec:
+    share: float = 1.0                 # the candidate's share before the rollback
+    at_fraction: float = 0.5           # of each window: scheduled rollback
+    max_mean_queue: float | None = None       # guard; null: none
+    max_predicted_tpot_s: float | None = None  # guard; null: none
+    control_interval_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    shared_dir: str
+    seed: int = 0
+    model: str = "llama-3.1-8b"
+    trace: TraceSpec = field(default_factory=TraceSpec)
+    pools: dict = field(default_factory=dict)
+    baseline: dict = field(default_factory=lambda: {"kind": "least_loaded"})
+    candidates: dict = field(default_factory=lambda: {"energy_aware": {"kind": "energy_aware"}})
+    shares: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)
+    rollback: RollbackSpec = field(default_factory=RollbackSpec)
+    regression_threshold: float = 0.01   # SLO attainment drop that blocks promotion
+    sim: dict = field(default_factory=dict)
+    slo: dict = field(default_factory=dict)
+
+
+def _rollout_config(cfg: Mapping[str, Any]) -> RolloutConfig:
+    values = dict(cfg)
+    values.pop("name", None)
+    if "shares" in values:
+        values["shares"] = tuple(float(s) for s in values["shares"])
+    values["trace"] = from_mapping(TraceSpec, values.get("trace"), "experiment.trace")
+    values["rollback"] = from_mapping(RollbackSpec, values.get("rollback"),
+                                      "experiment.rollback")
+    c = from_mapping(RolloutConfig, values, "experiment")
+    if not c.pools or not c.candidates:
+        raise ConfigError("experiment=rollout needs pools and candidates")
+    if 0.0 not in c.shares:
+        raise ConfigError("experiment.shares must include 0.0 (the baseline every step is "
+                          "compared with)")
+    return c
+
+
+BASELINE = "baseline"
+
+
+def _share_name(s: float) -> str:
+    return BASELINE if s == 0 else f"canary_{100 * s:g}%"
+
+
+def _hard_violations(result) -> dict[str, int]:
+    """Hard constraints the simulator can break only through a policy: none is the bar."""
+    counts = result.counts()
+    lost = counts["arrived"] - sum(v for k, v in counts.items() if k != "arrived")
+    return {"unconserved": int(lost), "no_replica": int(result.reject_reasons.get("no_replica", 0))}
+
+
+def _guard(split: CanarySplit, rb: RollbackSpec, duration_s: float) -> RollbackGuard:
+    inf = math.inf
+    return RollbackGuard(split, at_s=rb.at_fraction * duration_s,
+                         max_mean_queue=inf if rb.max_mean_queue is None else rb.max_mean_queue,
+                         max_predicted_tpot_s=inf if rb.max_predicted_tpot_s is None
+                         else rb.max_predicted_tpot_s)
+
+
+def _rollout_candidate(c: RolloutConfig, cand: Mapping, wls: list, pools: list, slo,
+                       baseline_runs: list) -> tuple[dict[str, list], dict[str, Any]]:
+    """Shadow, every canary share and the rollback of one candidate on every window."""
+    from replaylab.fleet.shadow import ShadowPolicy, shadow_report
+
+    steps: dict[str, list] = {"shadow": [], **{_share_name(s): [] for s in c.shares if s > 0},
+                              "rollback": []}
+    sides = {k: Counter() for k in steps}
+    reports, rollback_facts, shadow_clean = [], [], True
+    for w, base in zip(wls, baseline_runs, strict=True):
+        conf = sim_config(c.sim, w)
+        shadow = ShadowPolicy(make_policy(c.baseline), make_policy(cand))
+        res = simulate(pools, conf, shadow, w)
+        steps["shadow"].append(res)
+        reports.append(shadow_report(shadow.log, res, slo))
+        shadow_clean = shadow_clean and bool(
+            np.array_equal(res.state, base.state) and np.array_equal(res.replica, base.replica)
+            and np.array_equal(res.end_s, base.end_s, equal_nan=True))
+        for s in c.shares:
+            if s > 0:
+                split = CanarySplit(make_policy(c.baseline), make_policy(cand), s)
+                steps[_share_name(s)].append(simulate(pools, conf, split, w))
+                sides[_share_name(s)].update(split.decisions)
+        split = CanarySplit(make_policy(c.baseline), make_policy(cand), c.rollback.share)
+        guard = _guard(split, c.rollback, w.duration_s)
+        res = simulate(pools, replace(conf, control_interval_s=c.rollback.control_interval_s),
+                       split, w, controller=guard)
+        steps["rollback"].append(res)
+        sides["rollback"].update(split.decisions)
+        t_rb = guard.rolled_back_at if guard.rolled_back_at is not None else math.inf
+        before = w.arrival_s < t_rb
+        rollback_facts.append({"rolled_back_at_s": guard.rolled_back_at, "reason": guard.reason,
+                               "before": _masked_slo(res, slo, before),
+                               "after": _masked_slo(res, slo, ~before)})
+    shadow_all = _merge_shadow(reports)
+    # the shadow run is the baseline's own run: shadowing itself cannot regress the SLO
+    shadow_all["identical_to_baseline_run"] = shadow_clean
+    facts = {"shadow": shadow_all, "decisions_by_side": {k: dict(v) for k, v in sides.items()
+                                                         if v},
+             "rollback": {"share": c.rollback.share, "at_fraction": c.rollback.at_fraction,
+                          "guard_max_mean_queue": c.rollback.max_mean_queue,
+                          "guard_max_predicted_tpot_s": c.rollback.max_predicted_tpot_s,
+                          "windows": rollback_facts}}
+    return steps, facts
+
+
+def run_rollout_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Shadow, canary shares and a rollback of each candidate policy; see the module docstring."""
+    c = _rollout_config(cfg)
+    slo = slo_targets(c.slo)
+    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    pools = build_pools(_pool_mapping(c.pools), c.shared_dir, c.model)
+    base_runs = [simulate(pools, sim_config(c.sim, w), make_policy(c.baseline), w) for w in wls]
+    policies = {BASELINE: pooled_summary(base_runs, slo)}
+    per_rep = {BASELINE: replicate_metrics(base_runs, slo)}
+    candidates: dict[str, Any] = {}
+    for cname, cand in c.candidates.items():
+        steps, facts = _rollout_candidate(c, dict(cand or {}), wls, pools, slo, base_runs)
+        gates = {}
+        for k, results in steps.items():
+            key = f"{cname}/{k}"
+            policies[key] = pooled_summary(results, slo)
+            per_rep[key] = replicate_metrics(results, slo)
+            if k == "shadow":
+                continue
+            hard: Counter = Counter()
+            for r in results:
+                hard.update(_hard_violations(r))
+            d = paired_diff(per_rep[key]["slo_attainment"], per_rep[BASELINE]["slo_attainment"])
+            regression = bool(d["mean"] < -c.regression_threshold)
+            gates[k] = {"slo_attainment_diff_vs_baseline": d,
+                        "joules_per_output_token_diff_vs_baseline": paired_diff(
+                            per_rep[key]["joules_per_output_token"],
+                            per_rep[BASELINE]["joules_per_output_token"]),
+                        "hard_constraint_violations": dict(hard),
+                        "slo_regression": regression,
+                        "promote": (not regression) and sum(hard.values()) == 0}
+        ladder = []
+        for k in ["shadow", *[_share_name(s) for s in sorted(c.shares) if s > 0]]:
+            ok = facts["shadow"]["canary_ready"] if k == "shadow" else gates[k]["promote"]
+            ladder.append({"step": k, "proceed": bool(ok)})
+            if not ok:
+                break
+        candidates[cname] = {"policy": dict(cand or {}), **facts, "gates": gates,
+                             "ladder": ladder,
+                             "reached": ladder[-1]["step"] if ladder[-1]["proceed"] else
+                             (ladder[-2]["step"] if len(ladder) > 1 else "none")}
+    summary: dict[str, Any] = {
+        "experiment": "rollout", "workload": desc, "policies": policies,
+        "conserved": all(p["conserved"] for p in policies.values()),
+        "baseline": c.baseline, "shares": list(c.shares),
+        "regression_threshold": c.regression_threshold,
+        "candidates": candidates,
+        "replicates": len(wls),
+        "ci95": {k: ci_table(v) for k, v in per_rep.items()},
+    }
+    summary["answer"] = " ".join(_rollout_answer(n, f, policies) for n, f in candidates.items())
+    summary["reports"] = _rollout_figures(summary, per_rep, c, Path(run_dir) / "figures")
+    return clean(summary)
+
+
+def _rollout_answer(name: str, f: dict, policies: dict) -> str:
+    sh = f["shadow"]
+    steps = [x["step"] for x in f["ladder"]]
+    stop = next((x["step"] for x in f["ladder"] if not x["proceed"]), None)
+    full = f["gates"].get("canary_100%", {}).get("slo_attainment_diff_vs_baseline")
+    rb = f["rollback"]["windows"]
+    after = [w["after"]["slo_attainment"] for w in rb if w["after"]["requests"]]
+    reasons = sorted({(w["reason"] or "").split(" at ")[0].split(":")[0] for w in rb})
+    agree = sh["agreement"]
+    return (f"{name}: shadow " + ("ready" if sh["canary_ready"] else "NOT ready") +
+            f" ({sh['candidate_violations']} hard-constraint violations, "
+            + (f"{100 * agree:.0f}% agreement" if agree is not None else "no agreement") +
+            ", shadow run identical to the baseline's: "
+            f"{sh['identical_to_baseline_run']}); ladder {' -> '.join(steps)} "
+            + (f"stopped at {stop}" if stop else "completed") +
+            (f"; at 100% SLO attainment {100 * full['mean']:+.2f} pp vs baseline"
+             if full else "") +
+            f"; rollback ({', '.join(reasons)}) left SLO attainment after it at "
+            + (f"{100 * min(after):.1f}-{100 * max(after):.1f}%" if after else "n/a")
+            + f" per window (whole rollback run {policies[f'{name}/rollback']['slo_attainment']:.4f}).")
+
+
+def _merge_shadow(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One shadow verdict over every window: ready only if every window is ready."""
+    if not reports:
+        return {"canary_ready": False, "reasons": ["no shadow run"]}
+    agreement = [r.get("agreement_rate") for r in reports]
+    finite = [a for a in agreement if a is not None and math.isfinite(a)]
+    reasons: list[str] = []
+    for r in reports:
+        for x in r.get("reasons") or ():
+            if x not in reasons:
+                reasons.append(str(x))
+    return {"canary_ready": all(bool(r.get("canary_ready")) for r in reports),
+            "agreement": float(np.mean(finite)) if finite else None,
+            "agreement_per_window": agreement,
+            "choice_agreement_per_window": [r.get("choice_agreement") for r in reports],
+            "candidate_violations": sum(int(r.get("candidate_violations") or 0) for r in reports),
+            "candidate_errors": sum(int(r.get("candidate_errors") or 0) for r in reports),
+            "decisions": sum(int(r.get("decisions") or 0) for r in reports),
+            "reasons": reasons, "per_window": list(reports)}
+
+
+def _rollout_figures(summary: dict, per_rep: dict, c: RolloutConfig,
+                     out: Path) -> dict[str, str]:
+    plt = pyplot()
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
+    shares = sorted(c.shares)
+    for cname, facts in summary["candidates"].items():
+        for key, ax in (("slo_attainment", a), ("joules_per_output_token", b)):
+            xs, ys, lo, hi = [], [], [], []
+            for s in shares:
+                if s == 0:
+                    xs.append(0.0)
+                    ys.append(0.0)
+                    lo.append(0.0)
+                    hi.append(0.0)
+                    continue
+                d = facts["gates"][_share_name(s)][f"{key}_diff_vs_baseline"]
+                xs.append(100 * s)
+                ys.append(d["mean"])
+                lo.append(d["ci95"][0] if d["ci95"][0] is not None else d["mean"])
+                hi.append(d["ci95"][1] if d["ci95"][1] is not None else d["mean"])
+            line, = ax.plot(xs, ys, marker="o", label=cname)
+            ax.fill_between(xs, lo, hi, alpha=0.15, color=line.get_color())
+            rb = facts["gates"]["rollback"][f"{key}_diff_vs_baseline"]["mean"]
+            ax.plot([100 * c.rollback.share], [rb], "x", ms=10, color=line.get_color(),
+                    label=f"{cname}: rollback run")
+    a.axhline(-c.regression_threshold, ls="--", color="r", lw=0.8, label="regression threshold")
+    a.set_ylabel("SLO attainment - baseline (paired, 95% CI)")
+    b.set_ylabel("J per output token - baseline (paired, 95% CI)")
+    for ax in (a, b):
+        ax.axhline(0, color="k", lw=0.5)
+        ax.set_xlabel("candidate share of requests (%)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Canary ladder over {c.baseline.get('kind')}: difference from the baseline "
+                 "run per window")
+    return {"rollout": save_figure(fig, plt, out / "rollout.png")}
