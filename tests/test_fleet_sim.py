@@ -114,6 +114,15 @@ def test_deadline_times_out_queued_and_running_requests():
     assert r.output_tokens[0] == 51 and math.isnan(r.start_s[1])
 
 
+def test_the_energy_window_ends_at_the_last_processed_event_not_a_stale_deadline():
+    """A deadline armed for a request that already finished must not stretch the run
+    (it did: energy and GPU-hours then depended on which policy armed which events)."""
+    w = make_workload([0.0], [10], [20], deadline_s=np.array([1000.0]))
+    r = run(w, [PoolConfig("p", "m", FLAT)])
+    assert r.counts()["completed"] == 1
+    assert r.end_time_s == pytest.approx(r.end_s[0]) and r.end_time_s < 1000.0
+
+
 def test_cold_start_delays_the_first_service_of_an_added_replica():
     w = make_workload(np.linspace(0, 20, 400), [100] * 400, [50] * 400)
     pools = [PoolConfig("p", "m", FLAT, replicas=1, cold_start_s=5.0)]

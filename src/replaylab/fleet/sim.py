@@ -179,7 +179,7 @@ class _Run(ArrivalsMixin, ScalingMixin):
         heap, reps, arr, n, state = self.heap, self.reps, self.arr, self.n, self.state
         on_replica, arrive, abort = self._on_replica, self._arrive, self._abort
         ia = events = 0
-        t = 0.0
+        t = last = 0.0  # last: the last event actually processed (stale pops don't count)
         while True:
             if heap:
                 if ia < n and arr[ia] < heap[0][0]:
@@ -187,6 +187,7 @@ class _Run(ArrivalsMixin, ScalingMixin):
                     arrive(ia, t)
                     ia += 1
                     events += 1
+                    last = t
                     continue
                 t, key = heappop(heap)
                 kind = key & 7
@@ -212,14 +213,16 @@ class _Run(ArrivalsMixin, ScalingMixin):
                     _, pool_id, delta = self.cfg.scale_events[key >> 3]
                     self.scale(ScaleAction(pool_id, delta), t)
                 events += 1
+                last = t
             elif ia < n:
                 t = arr[ia]
                 arrive(ia, t)
                 ia += 1
                 events += 1
+                last = t
             else:
                 break
-        return self._finish(t, events, time.perf_counter() - wall)
+        return self._finish(last, events, time.perf_counter() - wall)
 
     # ---- replica iteration clock ----
     def _account(self, rep: Replica, t: float) -> None:
