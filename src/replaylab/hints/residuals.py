@@ -142,9 +142,9 @@ def residual_summary(ledger: pd.DataFrame, group_columns: Sequence[str] = GROUP_
     r = row_residuals(ledger)
     if not r["hinted"].any():
         raise ResidualDataError("no row carries a hint (hint_p50 is null everywhere)")
-    fallback = ledger[L.HINT_FALLBACK].eq(True) if L.HINT_FALLBACK in ledger.columns else \
-        pd.Series(False, index=ledger.index)
-    model_rows = r["hinted"] & ~fallback.to_numpy(dtype=bool)
+    fallback = (ledger[L.HINT_FALLBACK].astype("boolean").fillna(False).to_numpy(dtype=bool)
+                if L.HINT_FALLBACK in ledger.columns else np.zeros(len(ledger), dtype=bool))
+    model_rows = r["hinted"] & ~fallback
     interval = ledger.get(L.HINT_INTERVAL)
     nominal = float(np.nanmedian(interval.to_numpy(dtype="float64", na_value=np.nan))) \
         if interval is not None and interval.notna().any() else None
