@@ -263,15 +263,22 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                         (Ete, mte, te), rules_te, sim.stats)
     timings["learning_curve"] = gate.pop("_seconds")
 
-    curve_rows = []
-    for name, pred in curves.items():
-        from replaylab.router.metrics import cost_quality_curve
+    from replaylab.router.metrics import anchors, cost_quality_curve
 
-        c = cost_quality_curve(te, pred, ev).frame()
-        c["policy"] = name
-        curve_rows.append(c)
+    curve_rows, note = [], None
+    weak, strong = anchors(te, ev, allow_same=True)
+    if weak == strong:  # e.g. RouterArena: the cheapest candidate is also the best on average
+        note = (f"{te.candidates[weak]} is both the cheapest and the best on average: there "
+                "is no cost/quality trade-off to sweep, curve metrics are undefined")
+    else:
+        for name, pred in curves.items():
+            c = cost_quality_curve(te, pred, ev).frame()
+            c["policy"] = name
+            curve_rows.append(c)
     curves_path = out_dir / "router_curves_test.parquet"
-    pd.concat(curve_rows, ignore_index=True).to_parquet(curves_path, index=False)
+    (pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame(
+        columns=["threshold", "strong_share", "quality", "cost", "policy"])).to_parquet(
+        curves_path, index=False)
     labels_path = out_dir / "router_labels.parquet"
     labels.to_parquet(labels_path, index=False)  # ids, labels, metadata: no text
 
@@ -288,7 +295,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
         "rules": rules.describe(),
         "head": head.report(),
-        "test": test, "ope": ope, **gate, "learning_curve": curve,
+        "test": test, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path)},
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
