@@ -48,7 +48,6 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import psutil
 
 P99_TARGET_US = 100.0
@@ -56,16 +55,6 @@ SPEEDUP_TARGET = 10.0
 GROWTH_LIMIT_TRACEMALLOC = 64 * 1024
 GROWTH_LIMIT_RSS = 1024 * 1024
 BATCH = 1024
-
-
-def _plain(v):
-    if v is None or v is pd.NA or v is pd.NaT:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 def _percentiles(ns: np.ndarray) -> dict:
@@ -199,7 +188,7 @@ def _lgbm_one_thread(model):
 def _setup(sessions: int, tmp: Path):
     from replaylab.artifacts.demand_export import export_demand
     from replaylab.demand import DemandConfig
-    from replaylab.hints.replay import REQUEST_FIELDS
+    from replaylab.hints.replay import REQUEST_FIELDS, plain_value
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
@@ -220,7 +209,7 @@ def _setup(sessions: int, tmp: Path):
     ledger = loaded.result.valid
     feats = dispatch_time_features(ledger, ProjectionConfig())
     keep = [c for c in (*REQUEST_FIELDS, *HISTORY_COLUMNS) if c in feats.columns]
-    requests = [{k: _plain(v) for k, v in rec.items()}
+    requests = [{k: plain_value(v) for k, v in rec.items()}
                 for rec in feats[keep].to_dict("records")]
     return loaded, run, predictor, feats, requests, train_s
 

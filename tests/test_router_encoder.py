@@ -395,7 +395,7 @@ def test_ledger_embeddings_missing_rows():
 
 
 def test_publish_replaces_a_previous_export_only_when_asked(tmp_path):
-    from replaylab.router.encoder import _publish
+    from replaylab.artifacts.manifest import publish_folder as _publish
 
     out = tmp_path / "encoder"
     for version in ("v1", "v2"):

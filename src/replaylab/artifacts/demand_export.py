@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from replaylab import __version__
-from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.projection.features import CALENDAR_COLUMNS, HISTORY_COLUMNS, OWN_BOOL_COLUMNS
@@ -150,9 +148,7 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
     out_dir = Path(out_dir)
     sections = _sections(run, summary, mlflow_run_id=mlflow_run_id, git_commit=git_commit)
     graph = demand_model_to_onnx(run.model)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_folder(out_dir) as tmp:
         model_path = tmp / MODEL_FILE
         with model_path.open("wb") as f:
             f.write(graph.SerializeToString())
@@ -163,19 +159,5 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
         manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
                                   created=created, **sections)
         write_manifest(tmp, manifest, hmac_key=hmac_key)
-        _replace_dir(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
-
-def _replace_dir(new: Path, target: Path) -> None:
-    """Rename `new` to `target`; an existing `target` is moved aside first, then removed."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}-{os.urandom(4).hex()}")
-        os.rename(target, old)
-    os.rename(new, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -20,7 +20,10 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
@@ -294,3 +297,43 @@ def read_verified_file(folder: Path, manifest: dict, name: str) -> bytes:
     if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), entry["sha256"]):
         raise ManifestError("hash_mismatch", f"{name!r}: sha256 differs")
     return data
+
+
+def publish_folder(tmp: Path, out_dir: Path, *, overwrite: bool = True) -> None:
+    """Rename the finished folder `tmp` to `out_dir` (a sibling, so one rename).
+
+    An existing `out_dir` is moved aside first and then removed: a reader sees
+    the old folder or the new one, never a mix; between the two renames the
+    path is briefly absent (a loader then falls back). With `overwrite=False`
+    an existing `out_dir` is a FileExistsError instead.
+    """
+    tmp, out_dir = Path(tmp), Path(out_dir)
+    if not out_dir.exists():
+        os.replace(tmp, out_dir)
+        return
+    if not overwrite:
+        raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
+    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    os.replace(out_dir, old / out_dir.name)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def staged_folder(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
+    """A temporary sibling folder of `out_dir` to write an artifact into.
+
+    On a normal exit it is published as `out_dir` (`publish_folder`, checked
+    against `overwrite` at that moment); on an
+    exception it is removed. A process killed inside the block leaves only the
+    temporary `.<name>.tmp-*` folder, never a half-written `out_dir`.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    try:
+        yield tmp
+        publish_folder(tmp, out_dir, overwrite=overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -108,7 +108,7 @@ def _num(v: Any, default: float) -> float:
     return float(v)
 
 
-def _plain(v: Any) -> Any:
+def plain_value(v: Any) -> Any:
     """A frame cell as a plain Python value (pd.NA / NaN / NaT -> None)."""
     if v is None or v is pd.NA or v is pd.NaT:
         return None
@@ -141,8 +141,8 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
     consumer_for = consumer_for or _single(AdmissionConsumer())
     ordered = ledger.sort_values([L.TIMESTAMP, L.SESSION_ID, L.TURN_INDEX], kind="stable")
     history = dispatch_time_features(ordered)[list(HISTORY_COLUMNS)]
-    rows = [{k: _plain(v) for k, v in rec.items()} for rec in ordered.to_dict("records")]
-    hist = [{k: _plain(v) for k, v in rec.items()} for rec in history.to_dict("records")]
+    rows = [{k: plain_value(v) for k, v in rec.items()} for rec in ordered.to_dict("records")]
+    hist = [{k: plain_value(v) for k, v in rec.items()} for rec in history.to_dict("records")]
     requests = [{**{k: r[k] for k in REQUEST_FIELDS if k in r}, **h}
                 for r, h in zip(rows, hist, strict=True)]
     hints = predictor.predict_batch(requests) if requests else []

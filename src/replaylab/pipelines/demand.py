@@ -41,6 +41,7 @@ from replaylab.demand.metrics import (
     quantile_key,
 )
 from replaylab.demand.model import QuantileDemandModel, request_cap
+from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
     PROJECTION_CODE_VERSION,
@@ -76,17 +77,6 @@ class DemandRun:
 def level_label(level: float) -> str:
     """'80' for 0.8: statsforecast's interval column suffix (`model-lo-80`)."""
     return f"{100.0 * float(level):g}"
-
-
-def _finite(tree: Any) -> Any:
-    """JSON-safe summary: a non-finite float (an unbounded interval) becomes None."""
-    if isinstance(tree, dict):
-        return {k: _finite(v) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return [_finite(v) for v in tree]
-    if isinstance(tree, float) and not math.isfinite(tree):
-        return None
-    return tree
 
 
 @dataclass
@@ -373,7 +363,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
                     {k: s.calibrator for k, s in scored.items() if k != MODEL},
                     data.version, data.fingerprint, list(model.feature_names_),
                     _time_window(data))
-    summary = _finite(summary)
+    summary = json_safe(summary)
     t0 = time.perf_counter()
     report = write_demand_report(predictions, summary, out_dir)
     summary["reports"] = {"html": str(report)}

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Outcomes as O
+from replaylab.jsonsafe import json_safe
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead, TrainingRows, ips_weights
@@ -299,22 +300,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path)},
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
-    summary = _finite(summary)
+    summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary)
     return summary, run
-
-
-def _finite(tree: Any) -> Any:
-    """JSON-safe: NaN / inf (an undefined APGR, an infinite threshold) -> None."""
-    if isinstance(tree, dict):
-        return {k: _finite(v) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return [_finite(v) for v in tree]
-    if isinstance(tree, float | np.floating) and not np.isfinite(tree):
-        return None
-    if isinstance(tree, np.generic):
-        return tree.item()
-    return tree
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,

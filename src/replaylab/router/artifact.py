@@ -23,15 +23,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from replaylab import __version__
-from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from replaylab.artifacts.manifest import (
+    build_manifest,
+    staged_folder,
+    verify_manifest,
+    write_manifest,
+)
+from replaylab.jsonsafe import json_safe
 from replaylab.router.head_onnx import head_to_onnx, manifest_sections
 
 KIND = "router"
@@ -93,9 +96,7 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
                  k: summary.get("exploration", {}).get(k)
                  for k in ("rate", "cap", "sessions", "explored_sessions")},
              **(training or {})}
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_folder(out_dir) as tmp:
         (tmp / HEAD_FILE).write_bytes(head_to_onnx(head))
         (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run), indent=1,
                                                   sort_keys=True) + "\n")
@@ -104,35 +105,7 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
         _link_or_copy(encoder_dir / "manifest.json", tmp / ENCODER_DIR / "manifest.json")
         manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
                                   created=created, contracts={"outcomes": "1", "ledger": "1"},
-                                  training=_finite(json.loads(json.dumps(facts, default=_plain))),
-                                  **sections)
+                                  training=json_safe(facts), **sections)
         write_manifest(tmp, manifest, hmac_key=hmac_key)
-        if out_dir.exists():
-            aside = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}-{os.urandom(4).hex()}")
-            os.rename(out_dir, aside)
-            os.rename(tmp, out_dir)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.rename(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
-
-def _plain(x: Any) -> Any:
-    if isinstance(x, np.generic):
-        v = x.item()
-        return None if isinstance(v, float) and not np.isfinite(v) else v
-    return str(x)
-
-
-def _finite(tree: Any) -> Any:
-    """JSON-safe: NaN / inf -> None, recursively."""
-    if isinstance(tree, dict):
-        return {k: _finite(v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_finite(v) for v in tree]
-    if isinstance(tree, float) and not np.isfinite(tree):
-        return None
-    return tree

@@ -41,8 +41,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.runtime.encoder import (
     CONFIG_FILE,
     CONFIG_FORMAT,
@@ -298,21 +296,6 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _publish(tmp: Path, out_dir: Path, overwrite: bool) -> None:
-    """Rename the finished temporary folder to `out_dir` (same parent, so one rename)."""
-    if not out_dir.exists():
-        os.replace(tmp, out_dir)
-        return
-    if not overwrite:
-        raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
-    # Two renames: a reader sees the old folder or the new one, never a mix;
-    # between the renames the path is briefly absent (a loader then falls back).
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-    os.replace(out_dir, old / out_dir.name)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _measure(model: Any, files: dict[str, bytes], tokenizer_json: str, config: EncoderConfig,
              texts: list[str], n_prompts: int) -> dict[str, dict]:
     """Parity of each variant (through the runtime encoder) against `model.encode`."""
@@ -363,9 +346,7 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
         raise ValueError("parity_texts is empty: parity must be measured on real prompts")
     texts = parity_texts + list(EDGE_CASE_TEXTS)
     spec = describe_model(model)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_folder(out_dir, overwrite=overwrite) as tmp:
         variants = {"fp32": {"file": ONNX_FP32, "encoder_id": model_id}}
         _export_onnx(model, tmp / ONNX_FP32, opset)
         if int8:
@@ -389,10 +370,6 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
         manifest = _manifest(tmp, model, spec, config, parity, texts, opset, version,
                              valid_days, created, training or {})
         write_manifest(tmp, manifest, hmac_key=hmac_key)
-        _publish(tmp, out_dir, overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return EncoderExport(path=out_dir, manifest=manifest, parity=parity)
 
 

@@ -35,9 +35,6 @@ from __future__ import annotations
 
 import copy
 import io
-import os
-import shutil
-import tempfile
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -48,7 +45,12 @@ import torch
 from torch import nn
 
 from replaylab import __version__
-from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from replaylab.artifacts.manifest import (
+    build_manifest,
+    staged_folder,
+    verify_manifest,
+    write_manifest,
+)
 from replaylab.router.head import OTHER, SuccessHead, meta_arrays
 
 KIND = "router_head"
@@ -175,9 +177,7 @@ def export_head(head: SuccessHead, out_dir: str | Path, *, version: str,
     model = head_to_onnx(head)
     figures = parity(head, model, parity_embedding, parity_meta)
     sections = manifest_sections(head, candidates, embedding_model, threshold)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
+    with staged_folder(out_dir) as tmp:
         (tmp / MODEL_FILE).write_bytes(model)
         manifest = build_manifest(
             tmp, kind=KIND, version=version, valid_days=valid_days, created=created,
@@ -186,14 +186,4 @@ def export_head(head: SuccessHead, out_dir: str | Path, *, version: str,
                       **(training or {})}, **sections)
         write_manifest(tmp, manifest, hmac_key=hmac_key)
         verify_manifest(tmp, hmac_key=hmac_key, now=created, required_kind=KIND)
-        if out_dir.exists():
-            aside = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, aside)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(aside, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return manifest
