@@ -301,12 +301,10 @@ class DemandPredictor:
         floats after the model call (numpy's per-call overhead dominates one row).
         """
         now_ms = int(self._clock() * 1000)
+        reason, age = self._usable(now_ms)
+        if reason is not None:
+            return self._fallback.hint(request, reason, age)
         spec = self._spec
-        if spec is None or self._session is None:
-            return self._fallback.hint(request, self.reason or "not_loaded")
-        age = max(now_ms - spec.created_ms, 0)  # created up to MAX_CLOCK_SKEW ahead: 0
-        if now_ms > spec.valid_until_ms:
-            return self._fallback.hint(request, "expired", age)
         X = np.empty((1, len(spec.features)), dtype="float64")
         prepared = self._prepare(request, now_ms, X[0])
         if isinstance(prepared, str):
@@ -321,12 +319,10 @@ class DemandPredictor:
     def predict_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[DemandHint]:
         """Hints for many requests with one model call; each row falls back on its own."""
         now_ms = int(self._clock() * 1000)
+        reason, age = self._usable(now_ms)
+        if reason is not None:
+            return [self._fallback.hint(r, reason, age) for r in requests]
         spec = self._spec
-        if spec is None or self._session is None:
-            return [self._fallback.hint(r, self.reason or "not_loaded") for r in requests]
-        age = max(now_ms - spec.created_ms, 0)
-        if now_ms > spec.valid_until_ms:
-            return [self._fallback.hint(r, "expired", age) for r in requests]
         n, nf = len(requests), len(spec.features)
         X = np.empty((n, nf), dtype="float64")
         prompt, cap, corr = np.zeros(n), np.full(n, np.nan), np.zeros(n)
@@ -352,6 +348,14 @@ class DemandPredictor:
                                   float(total[i, spec.i90]), float(lo[i]), float(hi[i]),
                                   spec.level, age, False, None, _request_id(r)))
         return out
+
+    def _usable(self, now_ms: int) -> tuple[str | None, int | None]:
+        """(why the model cannot answer at `now_ms`, or None; the artifact's age in ms)."""
+        spec = self._spec
+        if spec is None or self._session is None:
+            return self.reason or "not_loaded", None
+        age = max(now_ms - spec.created_ms, 0)  # created up to MAX_CLOCK_SKEW ahead: 0
+        return ("expired" if now_ms > spec.valid_until_ms else None), age
 
     def _prepare(self, r: Mapping[str, Any], now_ms: int,
                  row: np.ndarray) -> tuple[float, float, float] | str:
