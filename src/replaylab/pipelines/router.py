@@ -260,8 +260,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     t0 = time.perf_counter()
     ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"])
     timings["ope"] = time.perf_counter() - t0
-    gate, curve = _gate(cfg, rules, head, scorers, (Etr, mtr, tr, labels), (Eca, mca, ca, calib),
-                        (Ete, mte, te), rules_te, sim.stats)
+    gate, curve = _gate(cfg, rules, (prob_ca["learned"], prob_te["learned"]),
+                        (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te), rules_te,
+                        sim.stats)
     timings["learning_curve"] = gate.pop("_seconds")
 
     from replaylab.router.metrics import anchors, cost_quality_curve
@@ -305,10 +306,13 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     return summary, run
 
 
-def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
-          scorers: dict, train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
+def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
+          train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
           stats: dict) -> tuple[dict, list[dict]]:
-    """go/no-go at equal quality, and the learning curve over explored sessions."""
+    """go/no-go at equal quality, and the learning curve over explored sessions.
+
+    learned: the fitted head's (calibration, test) success probabilities.
+    """
     t_start = time.perf_counter()
     Etr, mtr, tr, labels = train
     Eca, mca, ca, calib_rows = calib
@@ -318,9 +322,9 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
     rows_te = np.arange(te.n_prompts)
     rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
 
-    def compare(h: SuccessHead) -> dict:
-        t = _equal_quality_threshold(h.predict_proba(Eca, mca), ca, rules_q_cal, cfg.policy)
-        ch = choose_by_threshold(h.predict_proba(Ete, mte), t)
+    def compare(prob_cal: np.ndarray, prob_test: np.ndarray) -> dict:
+        t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy)
+        ch = choose_by_threshold(prob_test, t)
         return {"threshold": t,
                 "cost_saving": _paired(te.cost[rows_te, rules_te], te.cost[rows_te, ch],
                                        g.n_boot, cfg.seed),
@@ -329,7 +333,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
                 "rules_cost": float(te.cost[rows_te, rules_te].mean()),
                 "learned_cost": float(te.cost[rows_te, ch].mean())}
 
-    main = compare(head)
+    main = compare(*learned)
     explored = labels[labels[Label.LABEL_SOURCE] == "exploration"]
     sessions = np.sort(explored[Label.SESSION_ID].unique())
     curve = []
@@ -342,7 +346,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, head: SuccessHead,
         h = main if f == 1.0 else None
         if h is None:
             fitted = _fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg, calib_rows)
-            h = compare(fitted)
+            h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
         n = len(keep)
         curve.append({"fraction": f, "explored_sessions": n,
                       "days_of_live_exploration": n / (float(cfg.labels.exploration.rate)
