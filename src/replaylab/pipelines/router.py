@@ -42,7 +42,14 @@ from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, Rand
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead, TrainingRows, ips_weights
 from replaylab.router.metrics import policy_summary
-from replaylab.router.ope import logged_decisions, ope_estimates, policy_matrix, policy_value
+from replaylab.router.ope import (
+    logged_decisions,
+    ope_estimates,
+    percentile_interval,
+    policy_matrix,
+    policy_value,
+    session_bootstrap,
+)
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import PolicyConfig, choose_by_threshold, select_threshold
 from replaylab.router.replay import (
@@ -120,12 +127,13 @@ def _full_rows(m: OutcomeMatrix) -> TrainingRows:
 
 
 def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
-    """mean(a - b) with a percentile bootstrap interval over prompts (the sessions)."""
+    """mean(a - b) with a 95% percentile interval from the session bootstrap (prompts are
+    the sessions here), the same resampling the off-policy estimates use."""
     d = np.asarray(a, float) - np.asarray(b, float)
-    idx = np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))
-    boots = d[idx].mean(axis=1)
-    return {"mean": float(d.mean()), "ci": [float(np.quantile(boots, 0.025)),
-                                            float(np.quantile(boots, 0.975))]}
+    reps = np.concatenate([(w @ d) / w.sum(axis=1)
+                           for w in session_bootstrap(np.arange(len(d)), n_boot, seed)])
+    lo, hi = percentile_interval(reps, 0.95)
+    return {"mean": float(d.mean()), "ci": [float(lo), float(hi)]}
 
 
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
