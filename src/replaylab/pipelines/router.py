@@ -40,7 +40,8 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.jsonsafe import json_safe
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
-from replaylab.router.head import SuccessHead, TrainingRows, ips_weights
+from replaylab.router.head import SuccessHead
+from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import policy_summary
 from replaylab.router.ope import (
     logged_decisions,

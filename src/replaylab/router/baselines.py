@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.router.head import MetaEncoder, TrainingRows, meta_arrays
+from replaylab.router.inputs import MetaEncoder, TrainingRows, meta_arrays
 from replaylab.router.policy import choose_by_threshold
 
 

@@ -51,7 +51,8 @@ from replaylab.artifacts.manifest import (
     verify_manifest,
     write_manifest,
 )
-from replaylab.router.head import OTHER, SuccessHead, meta_arrays
+from replaylab.router.head import SuccessHead
+from replaylab.router.inputs import OTHER, meta_arrays
 
 KIND = "router_head"
 MODEL_FILE = "model.onnx"
