@@ -38,23 +38,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
+from replaylab.jsonsafe import json_safe
 
 # ---------------------------------------------------------------- numbers and summaries
-
-
-def clean(tree: Any) -> Any:
-    """JSON-safe copy: numpy scalars to Python, NaN / inf to None, tuples to lists."""
-    if isinstance(tree, Mapping):
-        return {str(k): clean(v) for k, v in tree.items()}
-    if isinstance(tree, list | tuple):
-        return [clean(v) for v in tree]
-    if isinstance(tree, np.ndarray):
-        return [clean(v) for v in tree.tolist()]
-    if isinstance(tree, np.generic):
-        tree = tree.item()
-    if isinstance(tree, float) and not math.isfinite(tree):
-        return None
-    return tree
 
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
@@ -405,11 +391,10 @@ def pyplot():
 
 
 def save_figure(fig, plt, path: Path) -> str:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    """`tracking.report.save_figure`, the path as a string (it goes into summary.json)."""
+    from replaylab.tracking.report import save_figure as save
+
+    return str(save(fig, plt, path))
 
 
 # ---------------------------------------------------------------- energy
@@ -558,7 +543,7 @@ def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, An
     }
     summary["answer"] = _energy_answer(summary, names)
     summary["reports"] = _energy_figures(summary, names, Path(run_dir) / "figures")
-    return clean(summary)
+    return json_safe(summary)
 
 
 def _energy_answer(s: dict, names: list[str]) -> str:
@@ -765,7 +750,7 @@ def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, 
     summary: dict[str, Any] = {
         "experiment": "overload", "workload": desc, "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
-        "capacity": {"rps": cap_rps, "estimated": clean(cap),
+        "capacity": {"rps": cap_rps, "estimated": json_safe(cap),
                      "stated": c.capacity_rps is not None},
         "load_factors": list(c.load_factors), "by_load": by_load,
         "fleet": {p.pool_id: {"profile": p.profile.name, "replicas": p.replicas}
@@ -773,7 +758,7 @@ def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, 
     }
     summary["answer"] = _overload_answer(summary, names)
     summary["reports"] = _overload_figures(summary, names, Path(run_dir) / "figures")
-    return clean(summary)
+    return json_safe(summary)
 
 
 def _overload_answer(s: dict, names: list[str]) -> str:

@@ -41,7 +41,6 @@ from replaylab.fleet.experiments import (
     PoolSpec,
     build_profile,
     ci_table,
-    clean,
     make_policy,
     mean_ci,
     paired_diff,
@@ -54,6 +53,7 @@ from replaylab.fleet.experiments import (
     slo_targets,
     workload_text,
 )
+from replaylab.jsonsafe import json_safe
 
 
 @dataclass(frozen=True)
@@ -344,7 +344,7 @@ def run_hint_admission_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict
     }
     summary["answer"] = _answer(comparisons, c, sizing)
     summary["reports"] = _figures(summary, names, per_rep, run_dir / "figures")
-    return clean(summary)
+    return json_safe(summary)
 
 
 _METRICS = (("slo_attainment", "slo_attainment"), ("rejected_share", "rejected_share"),

@@ -48,7 +48,6 @@ from replaylab.fleet.experiments import (
     TraceSpec,
     build_pools,
     ci_table,
-    clean,
     make_policy,
     paired_diff,
     pooled_summary,
@@ -60,6 +59,7 @@ from replaylab.fleet.experiments import (
     slo_targets,
     trace_workloads,
 )
+from replaylab.jsonsafe import json_safe
 
 # ---------------------------------------------------------------- shared pieces
 
@@ -199,7 +199,7 @@ def run_stale_telemetry_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dic
     summary["reports"] = _stale_figures(summary, runs["telemetry_outage"][0],
                                         runs["live"][0], windows[0], slo,
                                         Path(run_dir) / "figures")
-    return clean(summary)
+    return json_safe(summary)
 
 
 def _stale_answer(s: dict) -> str:
@@ -498,7 +498,7 @@ def run_rollout_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, A
     }
     summary["answer"] = " ".join(_rollout_answer(n, f, policies) for n, f in candidates.items())
     summary["reports"] = _rollout_figures(summary, per_rep, c, Path(run_dir) / "figures")
-    return clean(summary)
+    return json_safe(summary)
 
 
 def _rollout_answer(name: str, f: dict, policies: dict) -> str:

@@ -176,7 +176,7 @@ def residual_summary(ledger: pd.DataFrame, group_columns: Sequence[str] = GROUP_
 def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
                      group_columns: Sequence[str] = GROUP_COLUMNS) -> dict[str, Path]:
     """Calibration drift over time, coverage by group, sizing ratios: PNG files."""
-    from replaylab.tracking.report import _pyplot
+    from replaylab.tracking.report import _pyplot, save_figure
 
     plt = _pyplot()
     out_dir = Path(out_dir)
@@ -203,7 +203,7 @@ def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
         ax[1].legend(fontsize=8)
         ax[0].set_title("Calibration drift of model hints over time")
         fig.autofmt_xdate()
-        paths["drift"] = _save(fig, plt, out_dir / "residual_drift.png")
+        paths["drift"] = save_figure(fig, plt, out_dir / "residual_drift.png")
     rows = [g for g in summary["groups"] if g["by"] in group_columns and g["scored"]]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 0.3 * len(rows) + 1.5))
@@ -217,7 +217,7 @@ def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
             ax.axvline(nominal, color="k", ls="--")
         ax.set_xlabel("coverage (red: CI excludes nominal)")
         ax.invert_yaxis()
-        paths["groups"] = _save(fig, plt, out_dir / "residual_groups.png")
+        paths["groups"] = save_figure(fig, plt, out_dir / "residual_groups.png")
     r = row_residuals(ledger)
     ratio = r["ratio_p90"].dropna()
     if len(ratio):
@@ -227,12 +227,6 @@ def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
         ax.set_xlabel("log2(actual total / hint_p90)")
         ax.set_ylabel("requests")
         ax.legend(fontsize=8)
-        paths["sizing"] = _save(fig, plt, out_dir / "residual_sizing.png")
+        paths["sizing"] = save_figure(fig, plt, out_dir / "residual_sizing.png")
     return paths
 
-
-def _save(fig, plt, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

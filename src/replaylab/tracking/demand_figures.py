@@ -37,14 +37,9 @@ from replaylab.tracking.demand_scores import (
     _quantiles,
     _scores,
 )
-from replaylab.tracking.report import _pyplot
+from replaylab.tracking.report import _pyplot, save_figure
 
-
-def _save(fig, plt, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+_save = save_figure
 
 
 def _fig_baselines(plt, scores, qs, interval, path):

@@ -29,6 +29,16 @@ def _pyplot():
     return plt
 
 
+def save_figure(fig, plt, path: Path) -> Path:
+    """Write a figure as PNG (tight layout, 110 dpi) into a folder made if needed; close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _token_histograms(ledger: pd.DataFrame, ax_prompt, ax_output) -> None:
     cats = ledger[L.CATEGORY].fillna("(none)") if L.CATEGORY in ledger else pd.Series(
         "(all)", index=ledger.index)
