@@ -2,12 +2,13 @@
 
     energy           least-loaded vs static efficient pool vs energy-aware, J per success and
                      per output token beside SLO, cost and capacity; again under +-20 %
-                     power-model error (does the ranking hold?)
+                     power-model error (does the ranking hold?) (experiments_energy.py)
     hint_admission   admission without a hint / with the demand artifact's hint / with the
                      true length (experiments_hint.py)
     stale_telemetry  telemetry-aware least-loaded through a scrape outage (experiments_ops.py)
     rollout          shadow, canary shares 0/25/50/100 % and a rollback (experiments_ops.py)
     overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without admission
+                     (experiments_overload.py)
 
 `run_fleet_experiment(name, cfg, run_dir)` takes the plain experiment mapping (as
 Hydra composes it: conf_eval/experiment/<name>.yaml), writes figures under
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,6 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
-from replaylab.jsonsafe import json_safe
 
 # ---------------------------------------------------------------- numbers and summaries
 
@@ -397,7 +397,7 @@ def save_figure(fig, plt, path: Path) -> str:
     return str(save(fig, plt, path))
 
 
-# ---------------------------------------------------------------- energy
+# ---------------------------------------------------------------- real traces
 
 
 @dataclass(frozen=True)
@@ -409,19 +409,6 @@ class TraceSpec:
     window_s: float | None = None     # null: the trace's span / windows
     time_scale: float = 8.0
     max_requests: int | None = None   # per window (tests)
-
-
-@dataclass(frozen=True)
-class EnergyConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    trace: TraceSpec = field(default_factory=TraceSpec)
-    pools: dict = field(default_factory=dict)
-    policies: dict = field(default_factory=dict)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
-    power_error: dict = field(default_factory=dict)  # name -> {pool: relative error}
 
 
 def _trace_ledger(shared_dir: str, source: str) -> pd.DataFrame:
@@ -449,361 +436,13 @@ def trace_workloads(c_trace: TraceSpec, shared_dir: str, model: str) -> tuple[li
     return wls, desc
 
 
-def _parse(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
+def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
     values = dict(cfg)
     values.pop("name", None)
     for key, sub in sections.items():
         values[key] = from_mapping(sub, values.get(key), f"experiment.{key}")
     return from_mapping(cls, values, "experiment")
 
-
-def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Least-loaded vs static efficient pool vs energy-aware on a mixed fleet (module docstring).
-
-    Every policy runs every window at the nominal power curves. Power-model error
-    is then evaluated two ways for each perturbation (pool -> relative error):
-    `decisions_fixed`: the policies decided with the nominal curves and the real
-    draw differs (exact: a pool's energy scales with its curve); `policy_informed`:
-    the fleet re-simulated with the perturbed curves (energy-aware routes by them).
-    `ranking_holds`: the order of the policies by joules_per_output_token is the
-    nominal one.
-    """
-    c = _parse(EnergyConfig, cfg, {"trace": TraceSpec})
-    if not c.pools or not c.policies:
-        raise ConfigError("experiment=energy needs pools and policies")
-    slo = slo_targets(c.slo)
-    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
-    pools = build_pools(c.pools, c.shared_dir, c.model)
-    names = list(c.policies)
-
-    def run_all(pool_list) -> dict[str, list]:
-        out: dict[str, list] = {n: [] for n in names}
-        for w in wls:
-            conf = sim_config(c.sim, w)
-            for n in names:
-                out[n].append(simulate(pool_list, conf, make_policy(c.policies[n]), w))
-        return out
-
-    nominal = run_all(pools)
-    policies = {n: pooled_summary(nominal[n], slo) for n in names}
-    per_rep = {n: replicate_metrics(nominal[n], slo) for n in names}
-
-    def ranking(summaries: Mapping[str, Mapping]) -> list[str]:
-        return sorted(names, key=lambda n: (summaries[n]["joules_per_output_token"], n))
-
-    base_rank = ranking(policies)
-    errors: dict[str, Any] = {}
-    for ename, factors in c.power_error.items():
-        f = {str(p): 1.0 + float(e) for p, e in dict(factors).items()}
-        fixed = {n: pooled_summary(nominal[n], slo, f) for n in names}
-        informed_runs = run_all(build_pools(c.pools, c.shared_dir, c.model, f))
-        informed = {n: pooled_summary(informed_runs[n], slo) for n in names}
-        errors[ename] = {
-            "relative_error": {p: f[p] - 1.0 for p in f},
-            "decisions_fixed": {
-                "joules_per_output_token": {n: fixed[n]["joules_per_output_token"] for n in names},
-                "joules_per_success": {n: fixed[n]["joules_per_success"] for n in names},
-                "ranking": ranking(fixed), "ranking_holds": ranking(fixed) == base_rank},
-            "policy_informed": {
-                "joules_per_output_token": {n: informed[n]["joules_per_output_token"]
-                                            for n in names},
-                "slo_attainment": {n: informed[n]["slo_attainment"] for n in names},
-                "ranking": ranking(informed), "ranking_holds": ranking(informed) == base_rank},
-            "ranking_holds": ranking(fixed) == base_rank and ranking(informed) == base_rank,
-        }
-    best = base_rank[0]
-    lead = {n: paired_diff(per_rep[n]["joules_per_output_token"],
-                           per_rep[best]["joules_per_output_token"])
-            for n in names if n != best}
-    slo_vs_best = {n: paired_diff(per_rep[n]["slo_attainment"], per_rep[best]["slo_attainment"])
-                   for n in names if n != best}
-    summary: dict[str, Any] = {
-        "experiment": "energy", "workload": desc,
-        "policies": policies,
-        "conserved": all(p["conserved"] for p in policies.values()),
-        "fleet": {p.pool_id: {"profile": p.profile.name, "gpus": p.profile.gpus,
-                              "replicas": p.replicas, "max_batch": p.profile.max_batch,
-                              "kv_capacity_tokens": p.profile.kv_capacity_tokens,
-                              "power_idle_w": p.profile.power_idle_w,
-                              "power_nominal_w": p.profile.power_nominal_w,
-                              "cost_per_gpu_hour": p.profile.cost_per_gpu_hour,
-                              "energy_provenance": p.profile.energy_provenance,
-                              "source": p.profile.source} for p in pools},
-        "replicates": len(wls),
-        "ci95": {n: ci_table(per_rep[n]) for n in names},
-        "pools": {n: pool_shares_pooled(nominal[n]) for n in names},
-        "ranking": base_rank,
-        "lead_over_best": {"best": best, "joules_per_output_token_diff": lead,
-                           "slo_attainment_diff": slo_vs_best},
-        "power_error": errors,
-        "ranking_holds": {k: v["ranking_holds"] for k, v in errors.items()},
-        "ranking_holds_all": all(v["ranking_holds"] for v in errors.values()),
-        "provenance": "energy: calibrated curves (ML.ENERGY) or modeled (FleetSim) per pool; "
-                      "fitted idle power is an extrapolation; KV capacity and prices modeled",
-    }
-    summary["answer"] = _energy_answer(summary, names)
-    summary["reports"] = _energy_figures(summary, names, Path(run_dir) / "figures")
-    return json_safe(summary)
-
-
-def _energy_answer(s: dict, names: list[str]) -> str:
-    pol, rank = s["policies"], s["ranking"]
-    parts = ["Ranking by joules per output token (nominal power curves): " + " < ".join(
-        f"{n} ({pol[n]['joules_per_output_token']:.4f} J/tok, SLO "
-        f"{pol[n]['slo_attainment']:.3f}, TTFT p99 {pol[n]['ttft_p99_s']:.2f} s)" for n in rank)
-        + "."]
-    best = s["lead_over_best"]["best"]
-    for n, d in s["lead_over_best"]["joules_per_output_token_diff"].items():
-        lo, hi = d["ci95"]
-        rel = d["mean"] / pol[best]["joules_per_output_token"]
-        parts.append(f"{n} uses {d['mean']:+.4f} J/tok ({rel:+.1%}) more than {best} "
-                     f"[95% CI {lo:+.4f}, {hi:+.4f} over {d['n']} windows; "
-                     + ("excludes zero" if d["excludes_zero"] else "includes zero") + "].")
-    errs = s["power_error"]
-    if errs:
-        fixed = [k for k, v in errs.items() if v["decisions_fixed"]["ranking_holds"]]
-        informed = [k for k, v in errs.items() if v["policy_informed"]["ranking_holds"]]
-        parts.append(f"Power-model error: with the decisions made on the nominal curves the "
-                     f"ranking holds in {len(fixed)}/{len(errs)} perturbations; with the "
-                     f"policies re-deciding on the perturbed curves in {len(informed)}/"
-                     f"{len(errs)}.")
-        for k, v in errs.items():
-            if not v["ranking_holds"]:
-                which = "decisions fixed" if not v["decisions_fixed"]["ranking_holds"] else \
-                    "re-decided"
-                r = (v["decisions_fixed"] if which == "decisions fixed"
-                     else v["policy_informed"])["ranking"]
-                parts.append(f"It breaks under {k} ({which}): " + " < ".join(r) + ".")
-    return " ".join(parts)
-
-
-def pool_shares_pooled(results: Sequence) -> dict[str, dict[str, float]]:
-    """pool_shares over several runs (served share and utilization pooled)."""
-    frames = [r.replicas for r in results if len(r.replicas)]
-    if not frames:
-        return {}
-    reps = pd.concat(frames, ignore_index=True)
-    served = float(reps["served"].sum()) or 1.0
-    out = {}
-    for pid, g in reps.groupby("pool_id", sort=False):
-        on = float(g["on_s"].sum())
-        out[str(pid)] = {"served_share": float(g["served"].sum()) / served,
-                         "utilization": float(g["busy_s"].sum()) / on if on > 0 else math.nan,
-                         "energy_share": float(g["energy_j"].sum()) / max(
-                             float(reps["energy_j"].sum()), 1e-12)}
-    return out
-
-
-def _energy_figures(summary: dict, names: list[str], out: Path) -> dict[str, str]:
-    plt = pyplot()
-    pol = summary["policies"]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for n in names:
-        x = pol[n]["joules_per_output_token"]
-        y = pol[n]["slo_attainment"]
-        alts = [v["decisions_fixed"]["joules_per_output_token"][n]
-                for v in summary["power_error"].values()]
-        alts += [v["policy_informed"]["joules_per_output_token"][n]
-                 for v in summary["power_error"].values()]
-        lo = min([x, *alts]) if alts else x
-        hi = max([x, *alts]) if alts else x
-        ci = summary["ci95"][n]["slo_attainment"]["ci95"]
-        yerr = None
-        if all(v is not None and math.isfinite(v) for v in ci):
-            yerr = [[max(y - ci[0], 0)], [max(ci[1] - y, 0)]]
-        a.errorbar([x], [y], xerr=[[x - lo], [hi - x]], yerr=yerr, fmt="o", capsize=4, label=n)
-    a.set_xlabel("J per output token (bars: range under power-model error)")
-    a.set_ylabel("SLO attainment (bars: 95% CI over windows)")
-    a.set_title("Energy vs SLO per policy")
-    a.legend(fontsize=8)
-    keys = ["nominal", *summary["power_error"]]
-    width = 0.8 / max(len(names), 1)
-    for i, n in enumerate(names):
-        vals = [pol[n]["joules_per_output_token"]] + [
-            summary["power_error"][k]["decisions_fixed"]["joules_per_output_token"][n]
-            for k in keys[1:]]
-        b.bar(np.arange(len(keys)) + i * width, vals, width, label=n)
-    b.set_xticks(np.arange(len(keys)) + width * (len(names) - 1) / 2, keys, rotation=20,
-                 fontsize=8)
-    b.set_ylabel("J per output token (decisions fixed)")
-    b.set_title("Ranking under power-model error")
-    b.legend(fontsize=8)
-    return {"energy_vs_slo": save_figure(fig, plt, out / "energy_vs_slo.png")}
-
-
-# ---------------------------------------------------------------- overload
-
-
-@dataclass(frozen=True)
-class OverloadWorkload:
-    """A synthetic stream (token CDF of a real trace) at `factor` x the fleet's capacity."""
-
-    cdf: str = "azure_cdf.json"       # under shared_dir/fleet
-    duration_s: float = 300.0
-    arrival: str = "gamma"
-    cv: float = 1.5
-    hint_sigma: float = 0.5           # calibrated p90 hint, log-normal noise
-    cancel_share: float = 0.05
-    cancel_after_mean_s: float = 30.0
-    seeds: tuple[int, ...] = (0, 1, 2)
-
-
-@dataclass(frozen=True)
-class OverloadConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    load_factors: tuple[float, ...] = (1.0, 1.5, 2.0)
-    workload: OverloadWorkload = field(default_factory=OverloadWorkload)
-    pools: dict = field(default_factory=dict)
-    policies: dict = field(default_factory=dict)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
-    capacity_rps: float | None = None  # null: estimated from the profiles (capacity_estimate)
-
-
-def capacity_estimate(pools: Sequence, prompt: np.ndarray, completion: np.ndarray) -> dict:
-    """Requests/s the fleet can finish at full batch (analytic, from its profiles).
-
-    Per replica the batch is min(max_batch, KV capacity / mean reservation); one
-    iteration then takes base + per_seq * B + per_kv * K + prefill per chunk; a
-    request occupies its slot for ceil(p / chunk) + c - 1 iterations. Queueing,
-    head-of-line blocking and batch formation are ignored: an upper bound.
-    """
-    out = {"pools": {}, "rps": 0.0}
-    total = prompt + completion
-    for p in pools:
-        prof = p.profile
-        blk = prof.kv_block_tokens
-        reserve = float(np.mean(np.ceil(total / blk) * blk))
-        b = max(1.0, min(float(prof.max_batch), prof.kv_capacity_tokens / reserve))
-        pf = np.maximum(1, np.ceil(prompt / prof.chunk_tokens))
-        iters = float(np.mean(pf + completion - 1))
-        share_pf = float(np.mean(pf)) / iters
-        dt = prof.iteration_s(b, b * reserve / 2.0, b * share_pf)
-        rps = p.replicas * b / (dt * iters)
-        out["pools"][p.pool_id] = {"batch": b, "iteration_s": dt, "rps": rps}
-        out["rps"] += rps
-    return out
-
-
-def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
-    from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
-
-    values = dict(cfg)
-    wl = dict(values.get("workload") or {})
-    if "seeds" in wl:
-        wl["seeds"] = tuple(wl["seeds"])
-    values["workload"] = wl
-    if "load_factors" in values:
-        values["load_factors"] = tuple(values["load_factors"])
-    c = _parse(OverloadConfig, values, {"workload": OverloadWorkload})
-    if not c.pools or not c.policies:
-        raise ConfigError("experiment=overload needs pools and policies")
-    slo = slo_targets(c.slo)
-    pools = build_pools(c.pools, c.shared_dir, c.model)
-    cdf = Path(c.shared_dir) / "fleet" / c.workload.cdf
-    if not cdf.is_file():
-        raise FileNotFoundError(f"{cdf}: token CDF (data.shared_dir/fleet)")
-    probe = workload_from_cdf(cdf, SyntheticWorkloadConfig(n_requests=20_000), seed=c.seed)
-    cap = capacity_estimate(pools, probe.prompt_tokens, probe.completion_tokens)
-    cap_rps = float(c.capacity_rps or cap["rps"])
-    names = list(c.policies)
-    runs: dict[str, dict[str, list]] = {}
-    n_total = 0
-    for f in c.load_factors:
-        rate = cap_rps * float(f)
-        key = f"{float(f):g}x"
-        runs[key] = {n: [] for n in names}
-        for s in c.workload.seeds:
-            n_req = max(1, int(round(rate * c.workload.duration_s)))
-            w = workload_from_cdf(cdf, SyntheticWorkloadConfig(
-                n_requests=n_req, rate_per_s=rate, arrival=c.workload.arrival, cv=c.workload.cv,
-                hint_sigma=c.workload.hint_sigma, cancel_share=c.workload.cancel_share,
-                cancel_after_mean_s=c.workload.cancel_after_mean_s, models=(c.model,)),
-                seed=c.seed * 1000 + int(s))
-            n_total += w.n
-            conf = sim_config(c.sim, w)
-            for n in names:
-                runs[key][n].append(simulate(pools, conf, make_policy(c.policies[n]), w))
-    policies: dict[str, dict] = {}
-    by_load: dict[str, dict] = {}
-    for key, per in runs.items():
-        by_load[key] = {}
-        for n, results in per.items():
-            s = pooled_summary(results, slo)
-            policies[f"{n}@{key}"] = s
-            reasons: dict[str, int] = {}
-            for r in results:
-                for k, v in r.reject_reasons.items():
-                    reasons[k] = reasons.get(k, 0) + int(v)
-            by_load[key][n] = {"summary": s, "reject_reasons": reasons,
-                               "ci95": ci_table(replicate_metrics(results, slo))}
-    desc = workload_text(
-        f"synthetic from the {c.workload.cdf} token CDF (Azure LLM 2023), "
-        f"{c.workload.arrival} arrivals cv={c.workload.cv:g}", n_total,
-        f"{len(c.workload.seeds)} seeds x {len(c.load_factors)} load factors of "
-        f"{cap_rps:.2f} req/s, {c.workload.duration_s:g} s each, "
-        f"{c.workload.cancel_share:.0%} client cancellations, p90 hint sigma "
-        f"{c.workload.hint_sigma:g}")
-    summary: dict[str, Any] = {
-        "experiment": "overload", "workload": desc, "policies": policies,
-        "conserved": all(p["conserved"] for p in policies.values()),
-        "capacity": {"rps": cap_rps, "estimated": json_safe(cap),
-                     "stated": c.capacity_rps is not None},
-        "load_factors": list(c.load_factors), "by_load": by_load,
-        "fleet": {p.pool_id: {"profile": p.profile.name, "replicas": p.replicas}
-                  for p in pools},
-    }
-    summary["answer"] = _overload_answer(summary, names)
-    summary["reports"] = _overload_figures(summary, names, Path(run_dir) / "figures")
-    return json_safe(summary)
-
-
-def _overload_answer(s: dict, names: list[str]) -> str:
-    runs = len(s["policies"])
-    ok = sum(bool(p["conserved"]) for p in s["policies"].values())
-    parts = [f"Requests are conserved in {ok}/{runs} policy x load runs (arrived = completed + "
-             f"rejected + timed_out + cancelled). Capacity estimate {s['capacity']['rps']:.1f} "
-             "req/s (an upper bound)."]
-    for key in (f"{float(f):g}x" for f in s["load_factors"]):
-        cells = []
-        for n in names:
-            x = s["by_load"][key][n]["summary"]
-            a = x["arrived"] or 1
-            cells.append(f"{n} SLO {x['slo_attainment']:.3f}, goodput {x['goodput_rps']:.1f}/s, "
-                         f"rejected {100 * x['rejected'] / a:.0f}%, timed out "
-                         f"{100 * x['timed_out'] / a:.0f}%")
-        parts.append(f"At {key}: " + "; ".join(cells) + ".")
-    return " ".join(parts)
-
-
-def _overload_figures(summary: dict, names: list[str], out: Path) -> dict[str, str]:
-    plt = pyplot()
-    loads = summary["load_factors"]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    panels = (("goodput_rps", "goodput (req/s within SLO)"),
-              ("slo_attainment", "SLO attainment"), ("ttft_p99_s", "TTFT p99 (s)"))
-    for ax, (key, label) in zip(axes, panels, strict=True):
-        for n in names:
-            ys, lo, hi = [], [], []
-            for f in loads:
-                cell = summary["by_load"][f"{float(f):g}x"][n]
-                ys.append(cell["summary"][key])
-                ci = cell["ci95"].get(key, {}).get("ci95", [None, None])
-                lo.append(ci[0])
-                hi.append(ci[1])
-            ys_a = np.array([np.nan if v is None else v for v in ys], dtype=float)
-            ax.plot(loads, ys_a, marker="o", label=n)
-            if all(v is not None for v in lo + hi):
-                ax.fill_between(loads, lo, hi, alpha=0.15)
-        ax.set_xlabel("offered load / estimated capacity")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Overload: offered load beyond capacity, with and without admission")
-    return {"overload": save_figure(fig, plt, out / "overload.png")}
 
 
 # ---------------------------------------------------------------- dispatch
@@ -827,9 +466,21 @@ def _rollout(cfg, run_dir):
     return run_rollout_experiment(cfg, run_dir)
 
 
+def _energy(cfg, run_dir):
+    from replaylab.fleet.experiments_energy import run_energy_experiment
+
+    return run_energy_experiment(cfg, run_dir)
+
+
+def _overload(cfg, run_dir):
+    from replaylab.fleet.experiments_overload import run_overload_experiment
+
+    return run_overload_experiment(cfg, run_dir)
+
+
 FLEET_EXPERIMENTS: dict[str, Callable[[Mapping[str, Any], Path], dict]] = {
-    "energy": run_energy_experiment, "hint_admission": _hint, "stale_telemetry": _stale,
-    "rollout": _rollout, "overload": run_overload_experiment}
+    "energy": _energy, "hint_admission": _hint, "stale_telemetry": _stale,
+    "rollout": _rollout, "overload": _overload}
 
 
 def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
