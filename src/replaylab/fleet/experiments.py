@@ -5,7 +5,7 @@
                      power-model error (does the ranking hold?) (experiments_energy.py)
     hint_admission   admission without a hint / with the demand artifact's hint / with the
                      true length (experiments_hint.py)
-    stale_telemetry  telemetry-aware least-loaded through a scrape outage (experiments_ops.py)
+    stale_telemetry  telemetry-aware least-loaded through a scrape outage (experiments_stale.py)
     rollout          shadow, canary shares 0/25/50/100 % and a rollback (experiments_ops.py)
     overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without admission
                      (experiments_overload.py)
@@ -445,6 +445,27 @@ def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> A
 
 
 
+# ---------------------------------------------------------------- per-request slices
+
+
+def masked_slo(result, slo, mask: np.ndarray) -> dict[str, Any]:
+    """SLO attainment and TTFT p99 of the requests in `mask` (cancellations left out)."""
+    from replaylab.fleet.outcomes import met_slo
+    from replaylab.fleet.sim_result import CANCELLED
+
+    ok = met_slo(result, slo)
+    keep = mask & (result.state != CANCELLED)
+    n = int(keep.sum())
+    ttft = result.ttft_s[keep & result.completed]
+    ttft = ttft[np.isfinite(ttft)]
+    return {"requests": n, "slo_attainment": float(ok[keep].mean()) if n else math.nan,
+            "ttft_p99_s": float(np.quantile(ttft, 0.99)) if ttft.size else math.nan}
+
+
+def pool_mapping(c_pools: Mapping) -> dict:
+    return {str(k): dict(v or {}) for k, v in c_pools.items()}
+
+
 # ---------------------------------------------------------------- dispatch
 
 
@@ -455,7 +476,7 @@ def _hint(cfg, run_dir):
 
 
 def _stale(cfg, run_dir):
-    from replaylab.fleet.experiments_ops import run_stale_telemetry_experiment
+    from replaylab.fleet.experiments_stale import run_stale_telemetry_experiment
 
     return run_stale_telemetry_experiment(cfg, run_dir)
 

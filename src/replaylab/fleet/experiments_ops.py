@@ -1,14 +1,4 @@
-"""Operating a serving policy: stale telemetry, and a staged rollout with shadow, canary, rollback.
-
-`python -m evaluation experiment=stale_telemetry`: least-loaded routing on live
-state against the same policy fed by modeled telemetry (`TelemetryFeed` as the
-simulator's controller, scraped every `scrape_interval_s`) with a scrape outage
-inside every window. `TelemetryAware` decides on telemetry while every eligible
-replica's observation is fresh and on its deterministic fallback otherwise. The
-summary counts decisions per mode, splits SLO attainment into requests that
-arrived while the router was blind (outage start + ttl .. outage end + delay)
-and the rest, and runs the telemetry-aware policy twice to show the fallback is
-deterministic (identical decisions and identical per-request outcomes).
+"""Operating a serving policy: a staged rollout with shadow, canary and rollback.
 
 `python -m evaluation experiment=rollout`: each candidate policy (energy-aware and
 static efficient pool by default) replacing the baseline (least-loaded) in
@@ -49,7 +39,9 @@ from replaylab.fleet.experiments import (
     build_pools,
     ci_table,
     make_policy,
+    masked_slo,
     paired_diff,
+    pool_mapping,
     pooled_summary,
     pyplot,
     replicate_metrics,
@@ -60,199 +52,6 @@ from replaylab.fleet.experiments import (
     trace_workloads,
 )
 from replaylab.jsonsafe import json_safe
-
-# ---------------------------------------------------------------- shared pieces
-
-
-def _masked_slo(result, slo, mask: np.ndarray) -> dict[str, Any]:
-    """SLO attainment and TTFT p99 of the requests in `mask` (cancellations left out)."""
-    from replaylab.fleet.outcomes import met_slo
-    from replaylab.fleet.sim_result import CANCELLED
-
-    ok = met_slo(result, slo)
-    keep = mask & (result.state != CANCELLED)
-    n = int(keep.sum())
-    ttft = result.ttft_s[keep & result.completed]
-    ttft = ttft[np.isfinite(ttft)]
-    return {"requests": n, "slo_attainment": float(ok[keep].mean()) if n else math.nan,
-            "ttft_p99_s": float(np.quantile(ttft, 0.99)) if ttft.size else math.nan}
-
-
-def _pool_mapping(c_pools: Mapping) -> dict:
-    return {str(k): dict(v or {}) for k, v in c_pools.items()}
-
-
-# ---------------------------------------------------------------- stale telemetry
-
-
-@dataclass(frozen=True)
-class FeedSpec:
-    scrape_interval_s: float = 1.0
-    delay_s: float = 0.0
-    ttl_s: float = 3.0
-    outage_fraction: tuple[float, float] = (0.4, 0.6)  # of each window's duration
-
-
-@dataclass(frozen=True)
-class StaleConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    trace: TraceSpec = field(default_factory=TraceSpec)
-    pools: dict = field(default_factory=dict)
-    policy: dict = field(default_factory=lambda: {"kind": "least_loaded"})
-    feed: FeedSpec = field(default_factory=FeedSpec)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
-
-
-def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
-    values = dict(cfg)
-    values.pop("name", None)
-    feed = dict(values.get("feed") or {})
-    if "outage_fraction" in feed:
-        feed["outage_fraction"] = tuple(float(x) for x in feed["outage_fraction"])
-    values["feed"] = from_mapping(FeedSpec, feed, "experiment.feed")
-    values["trace"] = from_mapping(TraceSpec, values.get("trace"), "experiment.trace")
-    c = from_mapping(StaleConfig, values, "experiment")
-    a, b = c.feed.outage_fraction
-    if not 0 <= a < b <= 1:
-        raise ConfigError(f"experiment.feed.outage_fraction={c.feed.outage_fraction}: "
-                          "need 0 <= start < end <= 1")
-    if not c.pools:
-        raise ConfigError("experiment=stale_telemetry needs pools")
-    return c
-
-
-def _telemetry_run(pools, conf, policy_spec, w, spec: FeedSpec, outage: tuple):
-    from replaylab.fleet.telemetry_feed import TelemetryAware, TelemetryFeed
-
-    feed = TelemetryFeed(scrape_interval_s=spec.scrape_interval_s, delay_s=spec.delay_s,
-                         ttl_s=spec.ttl_s, outage=outage)
-    pol = TelemetryAware(make_policy(policy_spec), feed, record=True)
-    result = simulate(pools, feed.sim_config(conf), pol, w, controller=feed)
-    return result, pol, feed
-
-
-def run_stale_telemetry_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring."""
-    c = _stale_config(cfg)
-    slo = slo_targets(c.slo)
-    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
-    pools = build_pools(_pool_mapping(c.pools), c.shared_dir, c.model)
-    runs: dict[str, list] = {"live": [], "telemetry_no_outage": [], "telemetry_outage": []}
-    modes: dict[str, Counter] = {k: Counter() for k in runs if k != "live"}
-    inside: dict[str, list] = {k: [] for k in runs}
-    outside: dict[str, list] = {k: [] for k in runs}
-    deterministic = True
-    windows = []
-    for w in wls:
-        conf = sim_config(c.sim, w)
-        a, b = (f * w.duration_s for f in c.feed.outage_fraction)
-        blind = (a + c.feed.ttl_s, b + c.feed.delay_s)  # decisions on the fallback
-        windows.append({"outage_s": [a, b], "blind_s": list(blind)})
-        in_mask = (w.arrival_s >= blind[0]) & (w.arrival_s < blind[1])
-        live = simulate(pools, conf, make_policy(c.policy), w)
-        runs["live"].append(live)
-        for key, outage in (("telemetry_no_outage", ()), ("telemetry_outage", ((a, b),))):
-            res, pol, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
-            runs[key].append(res)
-            modes[key].update(pol.decisions)
-            if key == "telemetry_outage":
-                res2, pol2, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
-                same = (pol.trace == pol2.trace and np.array_equal(res.state, res2.state)
-                        and np.array_equal(res.replica, res2.replica)
-                        and np.allclose(res.end_s, res2.end_s, equal_nan=True, rtol=0, atol=0))
-                deterministic = deterministic and bool(same)
-        for key in runs:
-            inside[key].append(_masked_slo(runs[key][-1], slo, in_mask))
-            outside[key].append(_masked_slo(runs[key][-1], slo, ~in_mask))
-    policies = {k: pooled_summary(v, slo) for k, v in runs.items()}
-    per_rep = {k: replicate_metrics(v, slo) for k, v in runs.items()}
-
-    def side(rows: list[dict]) -> dict[str, Any]:
-        n = sum(r["requests"] for r in rows)
-        att = (sum(r["slo_attainment"] * r["requests"] for r in rows
-                   if math.isfinite(r["slo_attainment"])) / n) if n else math.nan
-        return {"requests": n, "slo_attainment": att,
-                "per_window": [r["slo_attainment"] for r in rows],
-                "ttft_p99_s_per_window": [r["ttft_p99_s"] for r in rows]}
-
-    window_split = {k: {"blind": side(inside[k]), "rest": side(outside[k])} for k in runs}
-    blind_diff = paired_diff([r["slo_attainment"] for r in inside["telemetry_outage"]],
-                             [r["slo_attainment"] for r in inside["live"]])
-    summary: dict[str, Any] = {
-        "experiment": "stale_telemetry", "workload": desc, "policies": policies,
-        "conserved": all(p["conserved"] for p in policies.values()),
-        "feed": {"scrape_interval_s": c.feed.scrape_interval_s, "delay_s": c.feed.delay_s,
-                 "ttl_s": c.feed.ttl_s, "outage_fraction": list(c.feed.outage_fraction),
-                 "windows": windows, "fallback": "IndexRoundRobin (request index mod eligible)"},
-        "wrapped_policy": c.policy,
-        "decisions_by_mode": {k: dict(v) for k, v in modes.items()},
-        "slo_by_window": window_split,
-        "blind_vs_live_slo_diff": blind_diff,
-        "deterministic_fallback": deterministic,
-        "replicates": len(wls),
-        "ci95": {k: ci_table(v) for k, v in per_rep.items()},
-    }
-    summary["answer"] = _stale_answer(summary)
-    summary["reports"] = _stale_figures(summary, runs["telemetry_outage"][0],
-                                        runs["live"][0], windows[0], slo,
-                                        Path(run_dir) / "figures")
-    return json_safe(summary)
-
-
-def _stale_answer(s: dict) -> str:
-    split, modes = s["slo_by_window"], s["decisions_by_mode"]["telemetry_outage"]
-    total = sum(modes.values()) or 1
-    d = s["blind_vs_live_slo_diff"]
-    lo, hi = d["ci95"]
-    ci = (f" [95% CI {100 * lo:+.1f}, {100 * hi:+.1f} pp over {d['n']} windows]"
-          if lo is not None and math.isfinite(lo) else "")
-    pol = s["policies"]
-    return (f"With scrapes failing over {s['feed']['outage_fraction']} of every window the "
-            f"router decided {100 * modes.get('fallback', 0) / total:.1f}% of requests on its "
-            f"fallback (telemetry stale after ttl {s['feed']['ttl_s']:g} s). Requests arriving "
-            f"while it was blind met the SLO {100 * split['telemetry_outage']['blind']['slo_attainment']:.1f}"
-            f"% of the time against {100 * split['live']['blind']['slo_attainment']:.1f}% with live "
-            f"state ({100 * d['mean']:+.1f} pp{ci}); outside that period "
-            f"{100 * split['telemetry_outage']['rest']['slo_attainment']:.1f}% vs "
-            f"{100 * split['live']['rest']['slo_attainment']:.1f}%. Whole run: SLO "
-            f"{pol['telemetry_outage']['slo_attainment']:.4f} (outage) / "
-            f"{pol['telemetry_no_outage']['slo_attainment']:.4f} (telemetry, no outage) / "
-            f"{pol['live']['slo_attainment']:.4f} (live); TTFT p99 "
-            f"{pol['telemetry_outage']['ttft_p99_s']:.2f} / "
-            f"{pol['telemetry_no_outage']['ttft_p99_s']:.2f} / {pol['live']['ttft_p99_s']:.2f} s. "
-            f"The fallback is deterministic (two runs, identical decisions and outcomes): "
-            f"{s['deterministic_fallback']}.")
-
-
-def _stale_figures(summary: dict, tele, live, window: dict, slo, out: Path) -> dict[str, str]:
-    from replaylab.fleet.outcomes import met_slo
-
-    plt = pyplot()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
-    for name, res in (("live least-loaded", live), ("telemetry-aware (outage)", tele)):
-        t = res.workload.arrival_s
-        ok = met_slo(res, slo).astype(float)
-        bins = np.linspace(0, float(t.max()) if t.size else 1.0, 41)
-        idx = np.clip(np.digitize(t, bins) - 1, 0, len(bins) - 2)
-        att = [ok[idx == k].mean() if (idx == k).any() else np.nan for k in range(len(bins) - 1)]
-        ttft = res.ttft_s
-        p99 = [np.nanquantile(ttft[idx == k], 0.99) if np.isfinite(ttft[idx == k]).any()
-               else np.nan for k in range(len(bins) - 1)]
-        a.plot(bins[:-1], att, label=name)
-        b.plot(bins[:-1], p99, label=name)
-    for ax in (a, b):
-        ax.axvspan(*window["outage_s"], color="r", alpha=0.12, label="scrape outage")
-        ax.axvspan(*window["blind_s"], color="r", alpha=0.12)
-        ax.set_xlabel("arrival time (s), first window")
-    a.set_ylabel("SLO attainment per bin")
-    b.set_ylabel("TTFT p99 per bin (s)")
-    a.legend(fontsize=8)
-    fig.suptitle("Telemetry outage: fallback to deterministic round robin while stale")
-    return {"stale_telemetry": save_figure(fig, plt, out / "stale_telemetry.png")}
-
 
 # ---------------------------------------------------------------- rollout
 
@@ -432,8 +231,8 @@ def _rollout_candidate(c: RolloutConfig, cand: Mapping, wls: list, pools: list, 
         t_rb = guard.rolled_back_at if guard.rolled_back_at is not None else math.inf
         before = w.arrival_s < t_rb
         rollback_facts.append({"rolled_back_at_s": guard.rolled_back_at, "reason": guard.reason,
-                               "before": _masked_slo(res, slo, before),
-                               "after": _masked_slo(res, slo, ~before)})
+                               "before": masked_slo(res, slo, before),
+                               "after": masked_slo(res, slo, ~before)})
     shadow_all = _merge_shadow(reports)
     # the shadow run is the baseline's own run: shadowing itself cannot regress the SLO
     shadow_all["identical_to_baseline_run"] = shadow_clean
@@ -451,7 +250,7 @@ def run_rollout_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, A
     c = _rollout_config(cfg)
     slo = slo_targets(c.slo)
     wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
-    pools = build_pools(_pool_mapping(c.pools), c.shared_dir, c.model)
+    pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
     base_runs = [simulate(pools, sim_config(c.sim, w), make_policy(c.baseline), w) for w in wls]
     policies = {BASELINE: pooled_summary(base_runs, slo)}
     per_rep = {BASELINE: replicate_metrics(base_runs, slo)}
