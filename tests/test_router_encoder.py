@@ -149,6 +149,41 @@ def test_int8_parity_reported(exported, reference, prompts):
 
 
 @pytest.mark.slow
+def test_serving_session_settings_keep_the_vectors(exported, prompts):
+    # DISABLED_OPTIMIZERS (SkipLayerNormFusion off, for speed) must not move the
+    # vectors; the one-text fast path must give mean_pool's exact bits.
+    from replaylab.router.encoder import EDGE_CASE_TEXTS, cosine_rows
+    from replaylab.runtime.encoder import (
+        DISABLED_OPTIMIZERS,
+        OnnxSentenceEncoder,
+        l2_normalize,
+        mean_pool,
+    )
+
+    assert DISABLED_OPTIMIZERS == ("SkipLayerNormFusion",)
+    texts = prompts[:20] + list(EDGE_CASE_TEXTS)[:6]
+    for variant in ("fp32", "int8"):
+        served = load_encoder(exported.path, variant=variant)
+        stock = OnnxSentenceEncoder.from_bytes(
+            (exported.path / served.config.files[variant]).read_bytes(),
+            served.tokenizer.to_str(), served.config, variant=variant, disabled_optimizers=())
+        a, b = served.encode(texts), stock.encode(texts)
+        # fp32: the same vectors. int8: half the vectors are bit-identical, the others
+        # differ (min cosine 0.9965 on 316 texts), because Add + LayerNormalization
+        # rounds a few activations differently from SkipLayerNormalization and dynamic
+        # int8 then quantizes them to another step; accuracy against
+        # sentence-transformers is unchanged (test_int8_parity_reported).
+        assert cosine_rows(a, b).min() >= (1 - 1e-9 if variant == "fp32" else 0.995), variant
+        for t in texts[:3] + texts[-3:]:
+            ids = np.array([served.tokenizer.encode(t).ids], dtype=np.int64)
+            mask = np.ones_like(ids)
+            hidden = served.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                               "token_type_ids": np.zeros_like(ids)})[0]
+            np.testing.assert_array_equal(served.encode_one(t),
+                                          l2_normalize(mean_pool(hidden, mask))[0])
+
+
+@pytest.mark.slow
 def test_truncation_at_max_seq_length_not_tokenizer_json_128(exported, minilm):
     enc = load_encoder(exported.path)
     mid, long = "The router picks a model for each prompt. " * 20, "word " * 1000

@@ -87,7 +87,7 @@ def test_parameter_count_is_in_the_issue_range() -> None:
     for k in range(2, 10):
         for vocab in (1, 60):
             assert 100_000 <= parameter_count(384, k, vocab) <= 250_000, (k, vocab)
-    assert parameter_count(384, 2, 1) == 136_356  # hidden (256, 128), category_dim 16
+    assert parameter_count(384, 2, 1) == 136_362  # hidden (256, 128), category_dim 16, wide 6
 
 
 def test_head_learns_the_cluster_structure(data: dict, head: SuccessHead) -> None:

@@ -180,7 +180,9 @@ def test_router_artifact_routes_as_training_decided(minilm_run):
     texts = first["prompt_text"].tolist()[:120]
     meta = {"category": first["task"].to_numpy()[:120],
             "prompt_tokens": np.ceil(first["prompt_text"].str.len().to_numpy()[:120] / 4.0)}
-    want = choose_by_threshold(run.head.predict_proba(enc.encode(texts), meta), run.threshold)
+    want = choose_by_threshold(run.head.predict_proba(enc.encode(texts), meta), run.threshold,
+                               fallback=run.fallback, rule=run.rule)
+    assert router.rule == run.rule == "margin"
     got = router.route_batch(texts, list(meta["category"]))
     assert [d.candidate for d in got] == [run.candidates[k] for k in want]
     one = router.route(texts[0], "gsm8k")

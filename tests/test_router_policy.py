@@ -243,7 +243,7 @@ def test_routellm_small_real_check(shared_data) -> None:
     assert min(roc_auc_score(score[te, k], prob[te, k]) for k in range(2)) > 0.6
     choice = select_threshold(prob[ca], score[ca], cost[ca], PolicyConfig(escalate=False))
     assert choice.met and choice.quality >= 0.95 * score[ca, 1].mean() - 1e-12
-    routed = ThresholdPolicy(choice.threshold).choose(prob[te])
+    routed = choice.choose(prob[te])
     ours = evaluate(routed, score[te], cost[te], escalate=False)
     rnd = RandomRouter.matching(routed, 2, seed=0).choose(emb[te])
     assert ours["quality"] > evaluate(rnd, score[te], cost[te], escalate=False)["quality"]

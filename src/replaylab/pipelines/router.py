@@ -52,7 +52,13 @@ from replaylab.router.ope import (
     session_bootstrap,
 )
 from replaylab.router.pipeline_config import RouterPipelineConfig
-from replaylab.router.policy import PolicyConfig, choose_by_threshold, select_threshold
+from replaylab.router.policy import (
+    PolicyConfig,
+    choose_by_threshold,
+    routing_scores,
+    select_threshold,
+    strongest_column,
+)
 from replaylab.router.replay import (
     Label,
     OutcomeMatrix,
@@ -80,6 +86,8 @@ class RouterRun:
     threshold: float
     rules: ScenarioRules
     summary: dict = field(default_factory=dict)
+    rule: str = "absolute"  # policy.routing_scores rule of the threshold
+    fallback: int = -1  # column routed to when no candidate clears the threshold
 
 
 def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
@@ -140,17 +148,19 @@ def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
                              cfg: PolicyConfig) -> float:
     """The cheapest threshold whose calibration quality reaches `quality` (the rules')."""
-    strong = float(m.score[:, -1].mean())
+    strong = float(m.score[:, strongest_column(m.score, m.cost)].mean())
     share = min(max(quality / strong, 1e-6), 1.0) if strong > 0 else 1.0
     pc = PolicyConfig(target_share=share, success_cutoff=cfg.success_cutoff, escalate=False,
-                      max_thresholds=cfg.max_thresholds)
+                      max_thresholds=cfg.max_thresholds, rule=cfg.rule)
     return float(select_threshold(prob, m.score, m.cost, pc).threshold)
 
 
 def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) -> np.ndarray:
     """The rules family's curve: per-task train success of each candidate (what the rules are
-    fitted on), shorter prompts first within a task; sweeping a threshold over it moves
-    tasks (then long prompts) from cheap to strong candidates."""
+    fitted on), shorter prompts first within a task. Under the `margin` rule, sweeping the
+    threshold is sweeping the rules' own tolerance (cheapest candidate within -t of the
+    task's best), the long-prompt rule breaking ties; under `absolute` it moves tasks
+    (then long prompts) from cheap to strong candidates."""
     tasks = train.meta[O.TASK].astype(str).to_numpy()
     table = pd.DataFrame(train.score).groupby(tasks).mean()
     prior = train.score.mean(axis=0)
@@ -158,7 +168,9 @@ def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) 
     own = np.where(np.isfinite(own), own, prior[None, :])
     length = m.meta[Label.PROMPT_LENGTH].to_numpy(float)
     rank = pd.Series(length).rank(pct=True).to_numpy()
-    return own - 1e-3 * rank[:, None]  # ties within a task broken by length
+    others = np.ones(own.shape, bool)  # the task's best keeps its value: a margin of 0
+    others[np.arange(len(own)), own.argmax(axis=1)] = False
+    return own - 1e-3 * rank[:, None] * others  # ties within a task broken by length
 
 
 def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
@@ -241,18 +253,22 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     prob_ca = {n: s.predict_proba(Eca, mca) for n, s in scorers.items()}
     prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
     chosen = {n: select_threshold(prob_ca[n], ca.score, ca.cost, cfg.policy) for n in SCORED}
-    choice = {n: choose_by_threshold(prob_te[n], chosen[n].threshold) for n in SCORED}
+    choice = {n: chosen[n].choose(prob_te[n]) for n in SCORED}
+    top = strongest_column(ca.score, ca.cost)  # the strongest on the calibration replay
 
     rules_te = rules.predict_index(te)
     rng = np.random.default_rng(cfg.seed)
-    random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed)
+    random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed, strong=top)
+    oracle = OracleRouter(cfg.policy.success_cutoff)
     choice.update({"rules": rules_te, "random": random.choose(Ete),
                    "cheap_only": np.zeros(te.n_prompts, np.int64),
-                   "strong_only": np.full(te.n_prompts, k - 1, np.int64),
-                   "oracle": OracleRouter(cfg.policy.success_cutoff).choose(te.score)})
-    curves = {**prob_te, "rules": _rules_scores(rules, tr, te),
+                   "strong_only": np.full(te.n_prompts, top, np.int64),
+                   "oracle": oracle.choose(te.score, fallback=top)})
+    rule = cfg.policy.rule
+    curves = {**{n: routing_scores(p, rule) for n, p in prob_te.items()},
+              "rules": routing_scores(_rules_scores(rules, tr, te), rule),
               "random": rng.random((te.n_prompts, k)),
-              "oracle": OracleRouter(cfg.policy.success_cutoff).predict_proba(te.score)}
+              "oracle": oracle.predict_proba(te.score)}
     ev = cfg.labels.evaluation
     test = {}
     for name, ch in choice.items():
@@ -311,7 +327,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
     summary = json_safe(summary)
-    run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary)
+    run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
+                    rule=rule, fallback=int(chosen["learned"].fallback))
     return summary, run
 
 
@@ -331,9 +348,11 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     rows_te = np.arange(te.n_prompts)
     rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
 
+    top = strongest_column(ca.score, ca.cost)
+
     def compare(prob_cal: np.ndarray, prob_test: np.ndarray) -> dict:
         t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy)
-        ch = choose_by_threshold(prob_test, t)
+        ch = choose_by_threshold(prob_test, t, fallback=top, rule=cfg.policy.rule)
         return {"threshold": t,
                 "cost_saving": _paired(te.cost[rows_te, rules_te], te.cost[rows_te, ch],
                                        g.n_boot, cfg.seed),

@@ -55,9 +55,14 @@ def router_config_json(run: Any) -> dict:
     """What the runtime needs besides the graphs (plain JSON)."""
     head, rules = run.head, run.rules
     m = run.config.labels
+    rule = getattr(run, "rule", "absolute")
+    fallback = list(run.candidates)[int(getattr(run, "fallback", -1))]
     return {
         "format": 1, "candidates": list(run.candidates), "threshold": float(run.threshold),
-        "policy": "cheapest candidate whose success_prob >= threshold, else the last (strongest)",
+        "rule": rule, "fallback_candidate": fallback,
+        "policy": ("cheapest candidate whose success_prob >= max(success_prob) + threshold, "
+                   "else fallback_candidate" if rule == "margin" else
+                   "cheapest candidate whose success_prob >= threshold, else fallback_candidate"),
         "category_vocabulary": list(head.encoder_.vocabulary_),
         "prompt_tokens": {"when_missing": "ceil(len(text) / chars_per_token)",
                           "chars_per_token": float(m.rules.chars_per_token)},
@@ -86,7 +91,7 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
     sections["fallback"] = {
         "trusted_artifact": "the scenario rules in router.json (task -> candidate, long prompts)",
         "untrusted_artifact": "the caller's fallback candidate (default: the strongest)",
-        "candidate": list(run.candidates)[-1]}
+        "candidate": list(run.candidates)[int(getattr(run, "fallback", -1))]}
     summary = run.summary or {}
     facts = {"head": head.report(), "replaylab_version": __version__,
              "test": {k: {m: v.get(m) for m in ("quality", "cost", "cost_ratio_at_95")}

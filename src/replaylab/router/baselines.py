@@ -76,23 +76,28 @@ class StrongOnlyRouter(_Constant):
 
 
 class RandomRouter(_Constant):
-    """The strongest with probability strong_share, else the cheapest; seeded per call."""
+    """The strongest (column `strong`, default the last) with probability strong_share, else
+    the cheapest; seeded per call."""
 
-    def __init__(self, strong_share: float = 0.5, seed: int = 0) -> None:
+    def __init__(self, strong_share: float = 0.5, seed: int = 0, strong: int = -1) -> None:
         self.strong_share = strong_share
         self.seed = seed
+        self.strong = strong
 
     @classmethod
-    def matching(cls, actions: np.ndarray, n_candidates: int, seed: int = 0) -> RandomRouter:
+    def matching(cls, actions: np.ndarray, n_candidates: int, seed: int = 0,
+                 strong: int = -1) -> RandomRouter:
         """A random router at the strong-call rate of `actions` (n,)."""
-        share = float((np.asarray(actions) == n_candidates - 1).mean())
-        return cls(share, seed).with_candidates(n_candidates)
+        col = int(strong) % n_candidates
+        share = float((np.asarray(actions) == col).mean())
+        return cls(share, seed, col).with_candidates(n_candidates)
 
     def choose(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
         if not 0.0 <= self.strong_share <= 1.0:
             raise ValueError(f"strong_share={self.strong_share!r}: must be in [0, 1]")
         u = np.random.default_rng(self.seed).random(_n(embedding))
-        return np.where(u < self.strong_share, self.n_candidates_ - 1, 0).astype(np.int64)
+        strong = int(self.strong) % self.n_candidates_
+        return np.where(u < self.strong_share, strong, 0).astype(np.int64)
 
     def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
         return np.random.default_rng([self.seed, 1]).random((_n(embedding), self.n_candidates_))
@@ -234,8 +239,8 @@ class OracleRouter:
         """(n, K) 1.0 where the candidate succeeds: ThresholdPolicy(t in (0, 1]) = the oracle."""
         return (np.asarray(score, np.float64) >= self.success_cutoff).astype(np.float64)
 
-    def choose(self, score: np.ndarray) -> np.ndarray:
-        """(n,) cheapest succeeding column, else the last."""
+    def choose(self, score: np.ndarray, fallback: int = -1) -> np.ndarray:
+        """(n,) cheapest succeeding column, else `fallback` (default the last)."""
         ok = self.predict_proba(score) > 0
-        ok[:, -1] = True
-        return ok.argmax(axis=1).astype(np.int64)
+        top = int(fallback) % ok.shape[1]
+        return np.where(ok.any(axis=1), ok.argmax(axis=1), top).astype(np.int64)

@@ -99,6 +99,8 @@ class HeadConfig:
     cost_loss_weight: float = 0.5
     calibration: str = "platt"
     num_threads: int = 1
+    wide: bool = True
+    prior_strength: float = 5.0
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -120,6 +122,10 @@ class HeadConfig:
             _fail(name, "max_weight", self.max_weight, "must be >= 1 or null")
         if self.calibration not in CALIBRATIONS:
             _fail(name, "calibration", self.calibration, f"must be one of {CALIBRATIONS}")
+        if not isinstance(self.wide, bool):
+            _fail(name, "wide", self.wide, "must be a bool")
+        if not float(self.prior_strength) >= 0.0:
+            _fail(name, "prior_strength", self.prior_strength, "must be >= 0")
 
 
 def _is_int(v: object) -> bool:
@@ -153,6 +159,12 @@ class HeadNet(nn.Module):
         self.trunk = nn.Sequential(*layers)
         self.success = nn.Linear(width, k)
         self.log_cost = nn.Linear(width, k)
+        self.wide = config.wide
+        if config.wide:  # a per-category intercept and a log-length slope per candidate
+            self.wide_category = nn.Embedding(n_categories + 1, k)
+            self.wide_tokens = nn.Parameter(torch.zeros(k))
+            with torch.no_grad():
+                self.wide_category.weight.zero_()
 
     def forward(self, embedding: torch.Tensor, category: torch.Tensor,
                 prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -163,7 +175,10 @@ class HeadNet(nn.Module):
         t = (t - self.tok_mean) / self.tok_scale
         t = torch.where(torch.isnan(t), torch.zeros_like(t), t)
         h = self.trunk(torch.cat([e, self.category(c), t.unsqueeze(1)], dim=1))
-        return self.success(h), self.log_cost(h)
+        s = self.success(h)
+        if self.wide:
+            s = s + self.wide_category(c) + self.wide_tokens * t.unsqueeze(1)
+        return s, self.log_cost(h)
 
     def probabilities(self, embedding: torch.Tensor, category: torch.Tensor,
                       prompt_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -241,6 +256,10 @@ class SuccessHead:
                 net.emb_scale.copy_(torch.from_numpy(np.where(sd > 1e-6, sd, 1.0)))
                 net.tok_mean.fill_(self.encoder_.token_mean_)
                 net.tok_scale.fill_(self.encoder_.token_scale_)
+                if cfg.wide:
+                    net.wide_category.weight.copy_(torch.from_numpy(
+                        _category_logits(codes, rows, k, len(self.encoder_.vocabulary_),
+                                         float(cfg.prior_strength)).astype(np.float32)))
                 if self.has_cost_:
                     pos = rows.cost[np.isfinite(rows.cost) & (rows.cost > 0)]
                     net.cost_scale.fill_(float(np.median(pos)) if len(pos) else 1.0)
@@ -339,6 +358,34 @@ class SuccessHead:
 def _clip_weights(rows: TrainingRows, max_weight: float | None, keep_cost: bool) -> TrainingRows:
     w = rows.weight if max_weight is None else np.minimum(rows.weight, max_weight)
     return TrainingRows(rows.row, rows.action, rows.reward, w, rows.cost if keep_cost else None)
+
+
+def _category_logits(codes: np.ndarray, rows: TrainingRows, k: int, v: int,
+                     strength: float) -> np.ndarray:
+    """(V + 1, K) start of the wide part: the weighted success of each candidate per
+    category, shrunk toward the candidate's overall success with `strength` pseudo-rows,
+    as a logit; row V (`other`) is the overall success.
+
+    Why it starts there and not at zero: early stopping ends training while the
+    per-prompt fit starts to overfit, which on tasks like MMLU's subjects comes
+    before Adam's small steps have moved a zero-initialised intercept to the
+    category's success rate; the empirical-Bayes table is where a category-only
+    model would end anyway (the scenario rules' own table).
+    """
+    c = codes[rows.row]
+    w = rows.weight.astype(np.float64)
+    wr = w * rows.reward
+    overall = np.clip(np.bincount(rows.action, wr, k) / np.maximum(
+        np.bincount(rows.action, w, k), 1e-12), 1e-3, 1 - 1e-3)
+    idx = c * k + rows.action
+    sw = np.bincount(idx, w, (v + 1) * k).reshape(v + 1, k)
+    swr = np.bincount(idx, wr, (v + 1) * k).reshape(v + 1, k)
+    n = np.bincount(idx, minlength=(v + 1) * k).reshape(v + 1, k).astype(np.float64)
+    mean = np.where(sw > 0, swr / np.maximum(sw, 1e-12), overall[None, :])
+    post = np.clip((n * mean + strength * overall[None, :]) / np.maximum(n + strength, 1e-12),
+                   1e-3, 1 - 1e-3)
+    post[v] = overall
+    return np.log(post / (1 - post))
 
 
 def _embedding(embedding: np.ndarray) -> np.ndarray:

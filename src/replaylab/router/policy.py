@@ -1,38 +1,53 @@
 """Threshold routing policy, escalation accounting, and the threshold's choice.
 
-Candidates are columns ordered cheapest first; the last column is the strongest
-(the fallback). A scorer gives p (n, K), e.g. `SuccessHead.predict_proba`.
+Candidates are columns ordered cheapest first. A scorer gives p (n, K), e.g.
+`SuccessHead.predict_proba`. The STRONGEST column `top` is the one with the best
+mean score on the calibration table (`strongest_column`; ties to the cheaper);
+with RouteLLM's two candidates it is the last column, with LLMRouter's nine it
+is not (the dearest model there is among the weakest).
 
-Policy. At threshold t, prompt i goes to
+Policy. Two rules (`PolicyConfig.rule`) turn p into routing scores q:
 
-    a_t(i) = min { k : p[i, k] >= t }, else K-1 (the strongest).
+    absolute:  q[i, k] = p[i, k]                   "predicted success clears t"
+    margin:    q[i, k] = p[i, k] - max_j p[i, j]   "predicted success within -t of
+                                                    the best candidate's"  (default)
 
-t <= min p is cheap-only (column 0); t > max p[:, :K-1] is strong-only. The share
-of strongest first calls is non-decreasing in t. This is `metrics.route_by_threshold`
-with the columns already in cost order and the fallback last.
+and at threshold t prompt i goes to
+
+    a_t(i) = min { k : q[i, k] >= t }, else `top` (the fallback).
+
+Under `margin`, t <= min q is cheap-only, t in (min q, 0] moves prompts from the
+cheapest to their predicted-best candidate as the tolerance -t shrinks, and
+t > 0 sends everything to `top`; a prompt's predicted-best candidate always
+passes t <= 0, so a dear but weak candidate is never the fallback. With two
+candidates, margin ranks prompts by the predicted quality loss p_strong -
+p_cheap of the cheap call (RouteLLM's routers threshold the same quantity, the
+strong model's predicted advantage) where `absolute` ranks by p_cheap alone,
+which also sends to the strong model the prompts that both get wrong. It is
+also the scenario rules' own form: the cheapest candidate within a tolerance of
+the best. `absolute` is kept for the issue's literal wording and comparison.
 
 Escalation (`escalated_outcome`). A first call whose score is below
-`success_cutoff` on a candidate other than the strongest is escalated within
-the same turn: with `escalate_to="next"` to the next stronger column k+1, and
-again while it keeps failing, until a success or the strongest (the ladder of
-the exploration simulator); with `"strongest"` straight to column K-1. Every
-call is paid: cost(i) = sum of the called columns' costs; quality(i) = the score
-of the LAST call (the answer the user keeps). A successful first call, or a first
-call to the strongest, is never escalated: escalation adds cost only on failures.
+`success_cutoff` on a candidate other than `top` is escalated within the same
+turn: with `escalate_to="next"` to the next dearer column (straight to `top`
+from a column dearer than `top`), again while it keeps failing, until a success
+or `top`; with `"strongest"` straight to `top`. Every call is paid: cost(i) =
+sum of the called columns' costs; quality(i) = the score of the LAST call (the
+answer the user keeps). A successful first call, or a first call to `top`, is
+never escalated: escalation adds cost only on failures.
 
 Threshold choice (`select_threshold`) on the calibration split's
 full-information tables S (n, K) scores in [0, 1] and C (n, K) costs:
 - quality target: the cheapest point of the curve with
-      mean quality(t) >= target_share x mean S[:, K-1]   (strong-only quality),
+      mean quality(t) >= target_share x mean S[:, top]   (strong-only quality),
   ties to the higher quality, then the lower threshold; strong-only (t = +inf)
   always qualifies, so the target is always met on the calibration split;
 - cost budget: the best quality with mean cost(t) <= cost_budget (USD per
   prompt), ties to the lower cost; when no point fits, the cheapest point with
   `met = False`.
-Thresholds swept: every distinct value of p[:, :K-1] (the last column never
-decides), or `max_thresholds` quantiles of them when there are more, plus -inf
-and +inf (both ends of the curve). How well the threshold carries over is for
-the test split to say.
+Thresholds swept: every distinct value of q, or `max_thresholds` quantiles of
+them when there are more, plus -inf and +inf (both ends of the curve). How well
+the threshold carries over is for the test split to say.
 """
 
 from __future__ import annotations
@@ -45,6 +60,7 @@ import pandas as pd
 from replaylab.config import fail_field as _fail
 
 ESCALATE_TO = ("next", "strongest")
+RULES = ("margin", "absolute")
 
 
 @dataclass(frozen=True)
@@ -55,7 +71,8 @@ class PolicyConfig:
         cost_budget is null). cost_budget: mean USD per prompt; set: best quality
         within it. success_cutoff: a score below it is a failure (escalation).
     escalate: count escalation while choosing and scoring; escalate_to: "next" or
-        "strongest". max_thresholds: thresholds swept at most.
+        "strongest". max_thresholds: thresholds swept at most. rule: "margin" or
+        "absolute" (module docstring).
     """
 
     target_share: float = 0.95
@@ -64,6 +81,7 @@ class PolicyConfig:
     escalate: bool = True
     escalate_to: str = "next"
     max_thresholds: int = 512
+    rule: str = "margin"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -77,6 +95,8 @@ class PolicyConfig:
             _fail(name, "escalate", self.escalate, "must be a bool")
         if self.escalate_to not in ESCALATE_TO:
             _fail(name, "escalate_to", self.escalate_to, f"must be one of {ESCALATE_TO}")
+        if self.rule not in RULES:
+            _fail(name, "rule", self.rule, f"must be one of {RULES}")
         if isinstance(self.max_thresholds, bool) or not isinstance(self.max_thresholds, int) \
                 or self.max_thresholds < 2:
             _fail(name, "max_thresholds", self.max_thresholds, "must be an integer >= 2")
@@ -91,34 +111,55 @@ def _tables(score: np.ndarray, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s, c
 
 
-def choose_by_threshold(prob: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
-    """Cheapest column with prob >= threshold, else the last. prob (n, K); threshold a
-    scalar -> (n,) int64, or (T,) -> (T, n)."""
+def strongest_column(score: np.ndarray, cost: np.ndarray | None = None) -> int:
+    """Column with the best mean score (ties: the cheaper by mean cost, then the lower index)."""
+    s = np.asarray(score, np.float64)
+    q = s.mean(axis=0)
+    c = np.zeros_like(q) if cost is None else np.asarray(cost, np.float64).mean(axis=0)
+    return int(np.lexsort((np.arange(len(q)), c, -q))[0])
+
+
+def routing_scores(prob: np.ndarray, rule: str = "absolute") -> np.ndarray:
+    """(n, K) routing scores q of predicted success p under `rule` (module docstring)."""
     p = np.asarray(prob, np.float64)
     if p.ndim != 2:
         raise ValueError(f"prob must be (n, K), got shape {p.shape}")
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r}: must be one of {RULES}")
+    return p if rule == "absolute" else p - p.max(axis=1, keepdims=True)
+
+
+def choose_by_threshold(prob: np.ndarray, threshold: float | np.ndarray, *,
+                        fallback: int = -1, rule: str = "absolute") -> np.ndarray:
+    """Cheapest column whose routing score clears `threshold`, else `fallback` (default the
+    last). prob (n, K) predicted success; threshold a scalar -> (n,) int64, or (T,) -> (T, n)."""
+    q = routing_scores(prob, rule)
+    top = int(fallback) % q.shape[1]
     t = np.asarray(threshold, np.float64)
-    passes = p[None, :, :] >= t.reshape(-1, 1, 1)  # (T, n, K)
-    passes[:, :, -1] = True  # the strongest is the fallback
-    out = passes.argmax(axis=2).astype(np.int64)
+    passes = q[None, :, :] >= t.reshape(-1, 1, 1)  # (T, n, K)
+    out = np.where(passes.any(axis=2), passes.argmax(axis=2), top).astype(np.int64)
     return out[0] if t.ndim == 0 else out
 
 
 class ThresholdPolicy:
-    """Route to the cheapest candidate whose predicted success clears `threshold`."""
+    """Route to the cheapest candidate whose routing score clears `threshold`, else `fallback`."""
 
-    def __init__(self, threshold: float) -> None:
+    def __init__(self, threshold: float, *, fallback: int = -1, rule: str = "absolute") -> None:
         self.threshold = threshold
+        self.fallback = fallback
+        self.rule = rule
 
     def choose(self, prob: np.ndarray) -> np.ndarray:
         """(n,) column per prompt from predicted success prob (n, K)."""
-        return choose_by_threshold(prob, float(self.threshold))
+        return choose_by_threshold(prob, float(self.threshold), fallback=self.fallback,
+                                   rule=self.rule)
 
 
 def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, *,
                       escalate: bool = True, success_cutoff: float = 0.5,
-                      escalate_to: str = "next") -> dict[str, np.ndarray]:
-    """Per-prompt outcome of first choices `actions` ((n,) or (T, n)) under the rule above.
+                      escalate_to: str = "next", top: int = -1) -> dict[str, np.ndarray]:
+    """Per-prompt outcome of first choices `actions` ((n,) or (T, n)) under the rule above;
+    `top` is the strongest column (default the last).
 
     Returns arrays shaped like `actions`: quality, cost, final (last column called),
     calls (number of calls), escalated (bool).
@@ -130,15 +171,17 @@ def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, 
         raise ValueError(f"actions {a.shape} must index columns 0..{k - 1} of {len(s)} prompts")
     if escalate_to not in ESCALATE_TO:
         raise ValueError(f"escalate_to={escalate_to!r}: must be one of {ESCALATE_TO}")
+    top = int(top) % k
     rows = np.broadcast_to(np.arange(len(s)), a.shape)
     cur, paid = a.copy(), c[rows, a].copy()
     calls = np.ones(a.shape, np.int64)
     if escalate:
         for _ in range(k - 1):
-            fail = (cur < k - 1) & (s[rows, cur] < success_cutoff)
+            fail = (cur != top) & (s[rows, cur] < success_cutoff)
             if not fail.any():
                 break
-            cur = np.where(fail, cur + 1 if escalate_to == "next" else k - 1, cur)
+            step = np.where(cur < top, cur + 1, top) if escalate_to == "next" else top
+            cur = np.where(fail, step, cur)
             paid = paid + np.where(fail, c[rows, cur], 0.0)
             calls = calls + fail
     return {"quality": s[rows, cur], "cost": paid, "final": cur, "calls": calls,
@@ -146,17 +189,18 @@ def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, 
 
 
 def evaluate(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, *, escalate: bool = True,
-             success_cutoff: float = 0.5, escalate_to: str = "next") -> dict[str, float]:
+             success_cutoff: float = 0.5, escalate_to: str = "next",
+             top: int = -1) -> dict[str, float]:
     """Mean quality, cost (USD per prompt), strong_share (first calls to the strongest),
     strong_call_share (prompts that called the strongest at all), escalation_rate,
     calls_per_prompt, n. Full-information S, C (n, K); actions (n,)."""
-    out = escalated_outcome(actions, score, cost, escalate=escalate,
+    out = escalated_outcome(actions, score, cost, escalate=escalate, top=top,
                             success_cutoff=success_cutoff, escalate_to=escalate_to)
-    k = np.asarray(score).shape[1]
+    top = int(top) % np.asarray(score).shape[1]
     a = np.asarray(actions)
     return {"quality": float(out["quality"].mean()), "cost": float(out["cost"].mean()),
-            "strong_share": float((a == k - 1).mean()),
-            "strong_call_share": float(((a == k - 1) | (out["final"] == k - 1)).mean()),
+            "strong_share": float((a == top).mean()),
+            "strong_call_share": float(((a == top) | (out["final"] == top)).mean()),
             "escalation_rate": float(out["escalated"].mean()),
             "calls_per_prompt": float(out["calls"].mean()), "n": int(len(a))}
 
@@ -181,8 +225,8 @@ class PolicyCurve:
 
 
 def sweep_thresholds(prob: np.ndarray, max_thresholds: int = 512) -> np.ndarray:
-    """Distinct values of prob[:, :K-1] (or that many quantiles) plus -inf and +inf, sorted."""
-    p = np.asarray(prob, np.float64)[:, :-1].ravel()
+    """Distinct values of the routing scores (or that many quantiles) plus -inf and +inf, sorted."""
+    p = np.asarray(prob, np.float64).ravel()
     vals = np.unique(p)
     if len(vals) > max_thresholds:
         vals = np.unique(np.quantile(p, np.linspace(0.0, 1.0, max_thresholds), method="lower"))
@@ -192,30 +236,33 @@ def sweep_thresholds(prob: np.ndarray, max_thresholds: int = 512) -> np.ndarray:
 def threshold_curve(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
                     thresholds: np.ndarray | None = None, *, escalate: bool = False,
                     success_cutoff: float = 0.5, escalate_to: str = "next",
-                    max_thresholds: int = 512, chunk: int = 64) -> PolicyCurve:
+                    max_thresholds: int = 512, chunk: int = 64, rule: str = "absolute",
+                    top: int = -1) -> PolicyCurve:
     """Cost/quality curve of any scorer prob (n, K) over full-information S, C (n, K).
 
     Default `escalate=False` is RouteLLM's accounting (metrics.py); True adds the
-    escalation rule of this module. Anchors: strong-only and cheap-only (column 0)
-    mean quality, strong-only mean cost.
+    escalation rule of this module. `top`: the strongest column, the fallback.
+    Anchors: strong-only (`top`) and cheap-only (column 0) mean quality,
+    strong-only mean cost.
     """
     s, c = _tables(score, cost)
     p = np.asarray(prob, np.float64)
     if p.shape != s.shape:
         raise ValueError(f"prob {p.shape} must match score {s.shape}")
-    t = np.sort(sweep_thresholds(p, max_thresholds) if thresholds is None
+    q = routing_scores(p, rule)
+    top = int(top) % s.shape[1]
+    t = np.sort(sweep_thresholds(q, max_thresholds) if thresholds is None
                 else np.asarray(thresholds, np.float64))
     parts: list[np.ndarray] = []
-    k = s.shape[1]
     for j in range(0, len(t), chunk):  # (chunk, n, K) booleans at a time
-        a = choose_by_threshold(p, t[j:j + chunk])
+        a = choose_by_threshold(q, t[j:j + chunk], fallback=top)
         out = escalated_outcome(a, s, c, escalate=escalate, success_cutoff=success_cutoff,
-                                escalate_to=escalate_to)
-        parts.append(np.stack([(a == k - 1).mean(axis=1), out["quality"].mean(axis=1),
+                                escalate_to=escalate_to, top=top)
+        parts.append(np.stack([(a == top).mean(axis=1), out["quality"].mean(axis=1),
                                out["cost"].mean(axis=1), out["escalated"].mean(axis=1)]))
     share, quality, mean_cost, esc = np.concatenate(parts, axis=1)
-    return PolicyCurve(t, share, quality, mean_cost, esc, float(s[:, -1].mean()),
-                       float(c[:, -1].mean()), float(s[:, 0].mean()))
+    return PolicyCurve(t, share, quality, mean_cost, esc, float(s[:, top].mean()),
+                       float(c[:, top].mean()), float(s[:, 0].mean()))
 
 
 @dataclass(frozen=True)
@@ -229,12 +276,19 @@ class ThresholdChoice:
     met: bool
     goal: str
     curve: PolicyCurve
+    rule: str = "absolute"
+    fallback: int = -1
 
     def policy(self) -> ThresholdPolicy:
-        return ThresholdPolicy(self.threshold)
+        return ThresholdPolicy(self.threshold, fallback=self.fallback, rule=self.rule)
+
+    def choose(self, prob: np.ndarray) -> np.ndarray:
+        """(n,) columns of the chosen operating point for predicted success prob (n, K)."""
+        return self.policy().choose(prob)
 
     def summary(self) -> dict:
-        return {"threshold": self.threshold, "quality": self.quality, "cost": self.cost,
+        return {"threshold": self.threshold, "rule": self.rule, "fallback": self.fallback,
+                "quality": self.quality, "cost": self.cost,
                 "strong_share": self.strong_share, "met": self.met, "goal": self.goal,
                 "strong_quality": self.curve.strong_quality, "strong_cost": self.curve.strong_cost}
 
@@ -243,9 +297,10 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
                      config: PolicyConfig | None = None) -> ThresholdChoice:
     """Pick the threshold on calibration tables (rule in the module docstring)."""
     cfg = config or PolicyConfig()
+    top = strongest_column(score, cost)
     curve = threshold_curve(prob, score, cost, escalate=cfg.escalate,
                             success_cutoff=cfg.success_cutoff, escalate_to=cfg.escalate_to,
-                            max_thresholds=cfg.max_thresholds)
+                            max_thresholds=cfg.max_thresholds, rule=cfg.rule, top=top)
     q, cst, t = curve.quality, curve.cost, curve.threshold
     if cfg.cost_budget is None:
         floor = cfg.target_share * curve.strong_quality
@@ -262,4 +317,4 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
     else:  # only possible with a budget below cheap-only's cost
         j = int(np.lexsort((-q, cst))[0])
     return ThresholdChoice(float(t[j]), float(q[j]), float(cst[j]),
-                           float(curve.strong_share[j]), met, goal, curve)
+                           float(curve.strong_share[j]), met, goal, curve, cfg.rule, top)

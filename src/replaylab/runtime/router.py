@@ -9,8 +9,10 @@ to the caller's fallback candidate (default: the last candidate named by the
 caller, i.e. the strongest), with `fallback=True` and the reason.
 
 `route(text, category=None, prompt_tokens=None)`: embed the text, score every
-candidate (P(success)), pick the cheapest whose score clears the threshold,
-else the strongest. When the loaded model fails on one query (e.g. a text the
+candidate (P(success)), pick the cheapest whose score clears the threshold
+(`router.json` `rule`: "margin", success within -threshold of the best
+candidate's; "absolute", success >= threshold), else the strongest
+(`fallback_candidate`; `replaylab.router.policy` is the same rule in training). When the loaded model fails on one query (e.g. a text the
 tokenizer rejects), that query is routed by the artifact's scenario rules
 (task -> candidate, long prompts), also marked `fallback`. The router decides a
 logical model only; pools, capacity and admission are decided below it.
@@ -59,6 +61,8 @@ class Router:
         self.version: str | None = None
         self.candidates: tuple[str, ...] = ()
         self.threshold: float | None = None
+        self.rule = "absolute"
+        self._top = -1
         self.manifest: dict | None = None
         self._encoder = None
         self._head = None
@@ -101,10 +105,18 @@ class Router:
         r.manifest, r._encoder, r._head, r._config = m, enc, head, config
         r.candidates = tuple(config["candidates"])
         r.threshold = float(config["threshold"])
+        r.rule = str(config.get("rule", "absolute"))
+        top = config.get("fallback_candidate", r.candidates[-1])
+        if r.rule not in ("absolute", "margin") or top not in r.candidates:
+            r._head = None
+            r.reason = "bad_config"
+            r.fallback_candidate = r.fallback_candidate or r.candidates[-1]
+            return r
+        r._top = r.candidates.index(top)
         r._vocab = {v: i for i, v in enumerate(config["category_vocabulary"])}
         r.version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
         if r.fallback_candidate is None:
-            r.fallback_candidate = r.candidates[-1]
+            r.fallback_candidate = top
         return r
 
     # ------------------------------------------------------------------ routing
@@ -133,8 +145,9 @@ class Router:
         out = []
         for i in range(n):
             row = prob[i]
-            passing = np.flatnonzero(row >= self.threshold)
-            k = int(passing[0]) if len(passing) else len(self.candidates) - 1
+            q = row - row.max() if self.rule == "margin" else row
+            passing = np.flatnonzero(q >= self.threshold)
+            k = int(passing[0]) if len(passing) else self._top
             out.append(RouteDecision(self.candidates[k],
                                      {c: float(v) for c, v in zip(self.candidates, row,
                                                                    strict=True)},
