@@ -249,3 +249,27 @@ def test_config_and_rows_are_validated() -> None:
         ips_weights([0.0])
     with pytest.raises(RuntimeError, match="not fitted"):
         SuccessHead().predict_proba(np.zeros((1, 4), np.float32))
+
+
+def test_wide_part_starts_at_the_shrunk_category_success() -> None:
+    from replaylab.router.head import _category_logits
+
+    # 2 categories (codes 0, 1) + `other` (2); candidate 0 seen 4x in cat 0 (3 wins), 1x in cat 1
+    codes = np.array([0, 0, 0, 0, 1])
+    rows = TrainingRows(row=np.array([0, 1, 2, 3, 4, 0]), action=np.array([0, 0, 0, 0, 0, 1]),
+                        reward=np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
+                        weight=np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0]))
+    got = 1.0 / (1.0 + np.exp(-_category_logits(codes, rows, 2, 2, strength=2.0)))
+    overall0 = 3 / 5
+    np.testing.assert_allclose(got[0, 0], (4 * 0.75 + 2 * overall0) / 6)
+    np.testing.assert_allclose(got[1, 0], (1 * 0.0 + 2 * overall0) / 3)
+    np.testing.assert_allclose(got[2, 0], overall0)  # `other`: the overall success
+    np.testing.assert_allclose(got[1, 1], 1 - 1e-3)  # unseen cell: overall (1.0, clipped)
+    # with the wide part on, an untrained head already predicts the category table
+    data = clustered()
+    cfg = HeadConfig(max_epochs=1, patience=1, wide=True)
+    h = SuccessHead(cfg, seed=0).fit(data["emb"], data["meta"], logged_rows(data, TRAIN), K)
+    assert h.net_.wide_category.weight.abs().sum() > 0
+    assert HeadConfig(wide=False).wide is False
+    with pytest.raises(ValueError, match="prior_strength"):
+        HeadConfig(prior_strength=-1.0)

@@ -26,7 +26,9 @@ from replaylab.router.policy import (
     choose_by_threshold,
     escalated_outcome,
     evaluate,
+    routing_scores,
     select_threshold,
+    strongest_column,
     threshold_curve,
 )
 from tests.test_router_head import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
@@ -248,3 +250,48 @@ def test_routellm_small_real_check(shared_data) -> None:
     rnd = RandomRouter.matching(routed, 2, seed=0).choose(emb[te])
     assert ours["quality"] > evaluate(rnd, score[te], cost[te], escalate=False)["quality"]
     assert ours["cost"] < cost[te, 1].mean()
+
+
+# ---------------------------------------------------------------- the margin rule
+def test_margin_rule_routes_within_a_tolerance_of_the_predicted_best() -> None:
+    # columns cheapest first; the dearest (2) is predicted weakest on both prompts
+    prob = np.array([[0.50, 0.90, 0.30],
+                     [0.80, 0.85, 0.10]])
+    q = routing_scores(prob, "margin")
+    np.testing.assert_allclose(q, [[-0.40, 0.0, -0.60], [-0.05, 0.0, -0.75]])
+    got = choose_by_threshold(prob, np.array([-np.inf, -0.5, -0.1, 0.0, 0.01]),
+                              fallback=1, rule="margin")
+    np.testing.assert_array_equal(got, [[0, 0], [0, 0], [1, 0], [1, 1], [1, 1]])
+    # the absolute rule sends both to the dearest (weak) column when nothing clears t
+    assert (choose_by_threshold(prob, 0.95) == 2).all()
+    assert (ThresholdPolicy(0.95, fallback=1).choose(prob) == 1).all()
+    with pytest.raises(ValueError, match="rule"):
+        routing_scores(prob, "relative")
+
+
+def test_strongest_is_the_best_on_average_not_the_dearest() -> None:
+    # candidate 1 is the best on average, candidate 2 the dearest and the weakest
+    score = np.array([[1, 1, 0], [0, 1, 0], [0, 1, 1], [0, 0, 0]], float)
+    cost = np.tile([1.0, 3.0, 10.0], (4, 1))
+    assert strongest_column(score, cost) == 1
+    assert strongest_column(np.array([[1.0, 1.0]]), np.array([[2.0, 1.0]])) == 1  # tie: cheaper
+    prob = score * 0.8 + 0.1
+    for rule in ("margin", "absolute"):
+        choice = select_threshold(prob, score, cost, PolicyConfig(escalate=False, rule=rule))
+        assert choice.fallback == 1 and choice.curve.strong_quality == 0.75
+        assert choice.met and choice.quality >= 0.95 * 0.75
+        assert (choice.choose(prob) != 2).all()  # never the dear, weak candidate
+    # strong-only end of the curve is the strongest column, not the last
+    curve = threshold_curve(prob, score, cost, np.array([np.inf]), rule="margin", top=1)
+    assert curve.quality[0] == 0.75 and curve.cost[0] == 3.0 and curve.strong_share[0] == 1.0
+
+
+def test_escalation_climbs_to_the_strongest_column_when_it_is_not_the_last() -> None:
+    score = np.array([[0, 1, 0], [0, 0, 0], [1, 1, 0]], float)
+    cost = np.tile([1.0, 3.0, 10.0], (3, 1))
+    # first calls: 0 fails -> 1 (top, succeeds); 2 (dearer than top) fails -> straight to 1
+    out = escalated_outcome(np.array([0, 2, 0]), score, cost, top=1)
+    np.testing.assert_array_equal(out["final"], [1, 1, 0])
+    np.testing.assert_array_equal(out["cost"], [4.0, 13.0, 1.0])
+    np.testing.assert_array_equal(out["calls"], [2, 2, 1])
+    assert evaluate(np.array([0, 2, 0]), score, cost, top=1)["strong_call_share"] == 2 / 3
