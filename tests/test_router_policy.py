@@ -257,11 +257,13 @@ def test_margin_rule_routes_within_a_tolerance_of_the_predicted_best() -> None:
     # columns cheapest first; the dearest (2) is predicted weakest on both prompts
     prob = np.array([[0.50, 0.90, 0.30],
                      [0.80, 0.85, 0.10]])
-    q = routing_scores(prob, "margin")
-    np.testing.assert_allclose(q, [[-0.40, 0.0, -0.60], [-0.05, 0.0, -0.75]])
-    got = choose_by_threshold(prob, np.array([-np.inf, -0.5, -0.1, 0.0, 0.01]),
-                              fallback=1, rule="margin")
-    np.testing.assert_array_equal(got, [[0, 0], [0, 0], [1, 0], [1, 1], [1, 1]])
+    q = routing_scores(prob, "margin")  # minus the best OTHER candidate's
+    np.testing.assert_allclose(q, [[-0.40, 0.40, -0.60], [-0.05, 0.05, -0.75]])
+    got = choose_by_threshold(prob, np.array([-np.inf, -0.5, -0.1, 0.0, 0.1, 0.5]),
+                              fallback=2, rule="margin")
+    np.testing.assert_array_equal(got, [[0, 0], [0, 0], [1, 0], [1, 1], [1, 2], [2, 2]])
+    # ties: both lead by 0, the cheaper passes first
+    np.testing.assert_allclose(routing_scores(np.array([[0.6, 0.6]]), "margin"), [[0.0, 0.0]])
     # the absolute rule sends both to the dearest (weak) column when nothing clears t
     assert (choose_by_threshold(prob, 0.95) == 2).all()
     assert (ThresholdPolicy(0.95, fallback=1).choose(prob) == 1).all()

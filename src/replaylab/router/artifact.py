@@ -60,8 +60,8 @@ def router_config_json(run: Any) -> dict:
     return {
         "format": 1, "candidates": list(run.candidates), "threshold": float(run.threshold),
         "rule": rule, "fallback_candidate": fallback,
-        "policy": ("cheapest candidate whose success_prob >= max(success_prob) + threshold, "
-                   "else fallback_candidate" if rule == "margin" else
+        "policy": ("cheapest candidate whose success_prob minus the best other candidate's "
+                   ">= threshold, else fallback_candidate" if rule == "margin" else
                    "cheapest candidate whose success_prob >= threshold, else fallback_candidate"),
         "category_vocabulary": list(head.encoder_.vocabulary_),
         "prompt_tokens": {"when_missing": "ceil(len(text) / chars_per_token)",

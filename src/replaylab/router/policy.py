@@ -8,18 +8,21 @@ is not (the dearest model there is among the weakest).
 
 Policy. Two rules (`PolicyConfig.rule`) turn p into routing scores q:
 
-    absolute:  q[i, k] = p[i, k]                   "predicted success clears t"
-    margin:    q[i, k] = p[i, k] - max_j p[i, j]   "predicted success within -t of
-                                                    the best candidate's"  (default)
+    absolute:  q[i, k] = p[i, k]                          "predicted success clears t"
+    margin:    q[i, k] = p[i, k] - max_{j != k} p[i, j]   "predicted success beats every
+                                                           other candidate's by t"  (default)
 
 and at threshold t prompt i goes to
 
     a_t(i) = min { k : q[i, k] >= t }, else `top` (the fallback).
 
-Under `margin`, t <= min q is cheap-only, t in (min q, 0] moves prompts from the
-cheapest to their predicted-best candidate as the tolerance -t shrinks, and
-t > 0 sends everything to `top`; a prompt's predicted-best candidate always
-passes t <= 0, so a dear but weak candidate is never the fallback. With two
+Under `margin`, t <= min q is cheap-only; as t rises to 0 the tolerance -t
+shrinks and prompts move from the cheapest to their predicted-best candidate
+(which always passes t <= 0, so a dear but weak candidate is never the
+fallback); for t > 0 a prompt keeps its predicted-best candidate only when that
+one leads every other by t, else goes to `top`, so the curve reaches
+strong-only continuously even where the scorer thinks a cheap model is best.
+With two
 candidates, margin ranks prompts by the predicted quality loss p_strong -
 p_cheap of the cheap call (RouteLLM's routers threshold the same quantity, the
 strong model's predicted advantage) where `absolute` ranks by p_cheap alone,
@@ -126,7 +129,11 @@ def routing_scores(prob: np.ndarray, rule: str = "absolute") -> np.ndarray:
         raise ValueError(f"prob must be (n, K), got shape {p.shape}")
     if rule not in RULES:
         raise ValueError(f"rule={rule!r}: must be one of {RULES}")
-    return p if rule == "absolute" else p - p.max(axis=1, keepdims=True)
+    if rule == "absolute" or p.shape[1] < 2:
+        return p
+    two = -np.partition(-p, 1, axis=1)[:, :2]  # best and second best per row
+    best_other = np.where(p >= two[:, :1], two[:, 1:2], two[:, :1])
+    return p - best_other
 
 
 def choose_by_threshold(prob: np.ndarray, threshold: float | np.ndarray, *,

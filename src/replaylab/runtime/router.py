@@ -10,8 +10,8 @@ caller, i.e. the strongest), with `fallback=True` and the reason.
 
 `route(text, category=None, prompt_tokens=None)`: embed the text, score every
 candidate (P(success)), pick the cheapest whose score clears the threshold
-(`router.json` `rule`: "margin", success within -threshold of the best
-candidate's; "absolute", success >= threshold), else the strongest
+(`router.json` `rule`: "margin", success minus the best other candidate's
+success >= threshold; "absolute", success >= threshold), else the strongest
 (`fallback_candidate`; `replaylab.router.policy` is the same rule in training). When the loaded model fails on one query (e.g. a text the
 tokenizer rejects), that query is routed by the artifact's scenario rules
 (task -> candidate, long prompts), also marked `fallback`. The router decides a
@@ -145,7 +145,10 @@ class Router:
         out = []
         for i in range(n):
             row = prob[i]
-            q = row - row.max() if self.rule == "margin" else row
+            q = row
+            if self.rule == "margin" and len(row) > 1:  # minus the best OTHER candidate's
+                top2 = np.sort(row)[-2:]
+                q = row - np.where(row >= top2[1], top2[0], top2[1])
             passing = np.flatnonzero(q >= self.threshold)
             k = int(passing[0]) if len(passing) else self._top
             out.append(RouteDecision(self.candidates[k],
