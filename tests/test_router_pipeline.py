@@ -211,6 +211,33 @@ def test_bad_router_artifacts_fall_back(minilm_run, tmp_path):
     assert d.fallback and d.decision.startswith("rules:") and d.reason == "model_error"
 
 
+@pytest.mark.slow
+def test_a_router_config_with_an_unknown_rule_falls_back(minilm_run, tmp_path):
+    import hashlib
+    import json
+
+    from replaylab.artifacts.manifest import content_hash, write_manifest
+
+    _, _, _, art, _ = minilm_run
+    for field, value in (("rule", "relative"), ("fallback_candidate", "gpt-5")):
+        bad = tmp_path / field
+        shutil.copytree(art, bad)
+        cfg = json.loads((bad / "router.json").read_text())
+        cfg[field] = value
+        (bad / "router.json").write_text(json.dumps(cfg))
+        m = json.loads((bad / "manifest.json").read_text())  # re-hashed: a verified manifest
+        for entry in m["files"]:
+            if entry["path"] == "router.json":
+                entry["sha256"] = hashlib.sha256((bad / "router.json").read_bytes()).hexdigest()
+                entry["size"] = (bad / "router.json").stat().st_size
+        m["content_hash"] = content_hash(m)
+        write_manifest(bad, m)
+        r = Router.load(bad)
+        assert not r.loaded and r.reason == "bad_config", field
+        d = r.route("What is 2 + 2?")
+        assert d.fallback and d.candidate == STRONG and d.reason == "bad_config"
+
+
 _BLOCKER = """
 import sys, importlib.abc
 BLOCKED = {"torch", "transformers", "sentence_transformers", "lightgbm", "pandas", "sklearn",

@@ -5,16 +5,18 @@ manifest kind `router`, every file's size and sha256, validity, optional HMAC),
 then the encoder's own manifest and that its content hash is the one the
 router was trained with, then loads the head and `router.json`. It never
 raises for a bad artifact: an untrusted or missing artifact routes every query
-to the caller's fallback candidate (default: the last candidate named by the
-caller, i.e. the strongest), with `fallback=True` and the reason.
+to the caller's fallback candidate, which the caller must name (there are no
+candidates without an artifact), with `fallback=True` and the reason.
 
 `route(text, category=None, prompt_tokens=None)`: embed the text, score every
 candidate (P(success)), pick the cheapest whose score clears the threshold
 (`router.json` `rule`: "margin", success minus the best other candidate's
 success >= threshold; "absolute", success >= threshold), else the strongest
-(`fallback_candidate`; `replaylab.router.policy` is the same rule in training). When the loaded model fails on one query (e.g. a text the
-tokenizer rejects), that query is routed by the artifact's scenario rules
-(task -> candidate, long prompts), also marked `fallback`. The router decides a
+(`fallback_candidate`, the best on the calibration split;
+`replaylab.router.policy` is the same rule in training). When the loaded model
+fails on one query (e.g. a text the tokenizer rejects), that query is routed by
+the artifact's scenario rules (task -> candidate, long prompts), also marked
+`fallback`. The router decides a
 logical model only; pools, capacity and admission are decided below it.
 """
 
