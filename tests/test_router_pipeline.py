@@ -281,3 +281,24 @@ def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "cap" in proc.stderr
+
+
+def test_equal_quality_point_can_sit_above_strong_only_quality():
+    from types import SimpleNamespace
+
+    from replaylab.pipelines.router import _equal_quality_threshold
+    from replaylab.router.policy import PolicyConfig, choose_by_threshold
+
+    # the cheap model wins on half the prompts: routing beats strong-only (0.5) quality
+    score = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], float)
+    cost = np.tile([1.0, 10.0], (4, 1))
+    m = SimpleNamespace(score=score, cost=cost)
+    prob = np.array([[0.9, 0.2], [0.8, 0.3], [0.3, 0.9], [0.2, 0.7]])
+    cfg = PolicyConfig(rule="margin")
+    t = _equal_quality_threshold(prob, m, 1.0, cfg)  # the rules' quality: 1.0 > 0.5
+    a = choose_by_threshold(prob, t, fallback=1, rule="margin")
+    assert score[np.arange(4), a].mean() == 1.0 and list(a) == [0, 0, 1, 1]
+    # unreachable: the best quality the curve reaches, at its lowest cost
+    t = _equal_quality_threshold(np.full((4, 2), 0.5), m, 1.0, cfg)
+    a = choose_by_threshold(np.full((4, 2), 0.5), t, fallback=1, rule="margin")
+    assert score[np.arange(4), a].mean() == 0.5 and (a == 0).all()

@@ -58,6 +58,7 @@ from replaylab.router.policy import (
     routing_scores,
     select_threshold,
     strongest_column,
+    threshold_curve,
 )
 from replaylab.router.replay import (
     Label,
@@ -147,12 +148,19 @@ def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
 
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
                              cfg: PolicyConfig) -> float:
-    """The cheapest threshold whose calibration quality reaches `quality` (the rules')."""
-    strong = float(m.score[:, strongest_column(m.score, m.cost)].mean())
-    share = min(max(quality / strong, 1e-6), 1.0) if strong > 0 else 1.0
-    pc = PolicyConfig(target_share=share, success_cutoff=cfg.success_cutoff, escalate=False,
-                      max_thresholds=cfg.max_thresholds, rule=cfg.rule)
-    return float(select_threshold(prob, m.score, m.cost, pc).threshold)
+    """The cheapest threshold whose calibration quality reaches `quality` (the rules'), else
+    the threshold of the best quality the curve reaches. The rules' quality may be above
+    strong-only quality (MMLU: Mixtral beats GPT-4 on some subjects), so this reads the
+    curve itself rather than a share of strong-only quality."""
+    curve = threshold_curve(prob, m.score, m.cost, escalate=False, rule=cfg.rule,
+                            success_cutoff=cfg.success_cutoff,
+                            max_thresholds=cfg.max_thresholds,
+                            top=strongest_column(m.score, m.cost))
+    q, c, t = curve.quality, curve.cost, curve.threshold
+    ok = q >= quality - 1e-12
+    if not ok.any():
+        return float(t[np.lexsort((c, -q))[0]])  # the best quality reachable, then cheaper
+    return float(t[ok][np.lexsort((t[ok], -q[ok], c[ok]))[0]])  # cheapest, better, lower t
 
 
 def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) -> np.ndarray:
