@@ -301,13 +301,20 @@ def _policy_table(test: dict) -> str:
         cls.append("model" if p == LEARNED else "")
     goals = {str(t["threshold"]["goal"]) for t in test.values()
              if isinstance(t.get("threshold"), dict) and t["threshold"].get("goal")}
+    rules = {str(t["threshold"].get("rule")) for t in test.values()
+             if isinstance(t.get("threshold"), dict) and t["threshold"].get("rule")}
+    rule_note = {"margin": "margin (the cheapest candidate whose predicted success minus the "
+                           "best other candidate's reaches the threshold; negative = a tolerance)",
+                 "absolute": "absolute (the cheapest candidate whose predicted success reaches "
+                             "the threshold)"}
     return (_table(["policy", *[_e(h) for _, h, _, _ in COLUMNS], "threshold (calibration)"],
                    rows, cls)
             + "<p class='src'>summary.json <code>test</code>; intervals: session bootstrap over "
             "test prompts. Shaded: best in column (quality, APGR: highest; cost, CPT, cost ratio: "
             "lowest), oracle excluded as a bound; strong share is descriptive. APGR, CPT and the "
             "cost ratio come from a policy's score sweep (— for fixed policies). Threshold goal: "
-            f"{_e('; '.join(sorted(goals)) or '—')}.</p>")
+            f"{_e('; '.join(sorted(goals)) or '—')}. Rule: "
+            f"{_e('; '.join(rule_note.get(r, r) for r in sorted(rules)) or '—')}.</p>")
 
 
 def _ope_table(ope: dict) -> str:
