@@ -148,6 +148,8 @@ class Router:
         for i in range(n):
             row = prob[i]
             q = row
+            # policy.routing_scores, written again for one row: the runtime stays off the
+            # training package (pandas) and this is three lines
             if self.rule == "margin" and len(row) > 1:  # minus the best OTHER candidate's
                 top2 = np.sort(row)[-2:]
                 q = row - np.where(row >= top2[1], top2[0], top2[1])
