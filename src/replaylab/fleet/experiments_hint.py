@@ -44,6 +44,7 @@ from replaylab.fleet.experiments import (
     make_policy,
     mean_ci,
     paired_diff,
+    parse_config,
     pooled_summary,
     pyplot,
     replicate_metrics,
@@ -103,14 +104,7 @@ class HintConfig:
 
 
 def _config(cfg: Mapping[str, Any]) -> HintConfig:
-    values = dict(cfg)
-    values.pop("name", None)
-    led = dict(values.get("ledger") or {})
-    if "replicate_seeds" in led:
-        led["replicate_seeds"] = tuple(int(s) for s in led["replicate_seeds"])
-    values["ledger"] = from_mapping(LedgerSpec, led, "experiment.ledger")
-    values["sizing"] = from_mapping(SizingSpec, values.get("sizing"), "experiment.sizing")
-    c = from_mapping(HintConfig, values, "experiment")
+    c = parse_config(HintConfig, cfg, {"ledger": LedgerSpec, "sizing": SizingSpec})
     if not c.modes:
         raise ConfigError("experiment=hint_admission needs modes (name -> policy spec)")
     return c

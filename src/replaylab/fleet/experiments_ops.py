@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.config import ConfigError, from_mapping
+from replaylab.config import ConfigError
 from replaylab.fleet.experiments import (
     TraceSpec,
     build_pools,
@@ -41,6 +41,7 @@ from replaylab.fleet.experiments import (
     make_policy,
     masked_slo,
     paired_diff,
+    parse_config,
     pool_mapping,
     pooled_summary,
     pyplot,
@@ -161,14 +162,7 @@ class RolloutConfig:
 
 
 def _rollout_config(cfg: Mapping[str, Any]) -> RolloutConfig:
-    values = dict(cfg)
-    values.pop("name", None)
-    if "shares" in values:
-        values["shares"] = tuple(float(s) for s in values["shares"])
-    values["trace"] = from_mapping(TraceSpec, values.get("trace"), "experiment.trace")
-    values["rollback"] = from_mapping(RollbackSpec, values.get("rollback"),
-                                      "experiment.rollback")
-    c = from_mapping(RolloutConfig, values, "experiment")
+    c = parse_config(RolloutConfig, cfg, {"trace": TraceSpec, "rollback": RollbackSpec})
     if not c.pools or not c.candidates:
         raise ConfigError("experiment=rollout needs pools and candidates")
     if 0.0 not in c.shares:

@@ -87,14 +87,7 @@ def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, 
     """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
     from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
 
-    values = dict(cfg)
-    wl = dict(values.get("workload") or {})
-    if "seeds" in wl:
-        wl["seeds"] = tuple(wl["seeds"])
-    values["workload"] = wl
-    if "load_factors" in values:
-        values["load_factors"] = tuple(values["load_factors"])
-    c = parse_config(OverloadConfig, values, {"workload": OverloadWorkload})
+    c = parse_config(OverloadConfig, cfg, {"workload": OverloadWorkload})
     if not c.pools or not c.policies:
         raise ConfigError("experiment=overload needs pools and policies")
     slo = slo_targets(c.slo)

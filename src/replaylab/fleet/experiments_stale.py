@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.config import ConfigError, from_mapping
+from replaylab.config import ConfigError
 from replaylab.fleet.experiments import (
     TraceSpec,
     build_pools,
@@ -30,6 +30,7 @@ from replaylab.fleet.experiments import (
     make_policy,
     masked_slo,
     paired_diff,
+    parse_config,
     pool_mapping,
     pooled_summary,
     pyplot,
@@ -67,14 +68,7 @@ class StaleConfig:
 
 
 def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
-    values = dict(cfg)
-    values.pop("name", None)
-    feed = dict(values.get("feed") or {})
-    if "outage_fraction" in feed:
-        feed["outage_fraction"] = tuple(float(x) for x in feed["outage_fraction"])
-    values["feed"] = from_mapping(FeedSpec, feed, "experiment.feed")
-    values["trace"] = from_mapping(TraceSpec, values.get("trace"), "experiment.trace")
-    c = from_mapping(StaleConfig, values, "experiment")
+    c = parse_config(StaleConfig, cfg, {"feed": FeedSpec, "trace": TraceSpec})
     a, b = c.feed.outage_fraction
     if not 0 <= a < b <= 1:
         raise ConfigError(f"experiment.feed.outage_fraction={c.feed.outage_fraction}: "
