@@ -295,10 +295,10 @@ def test_equal_quality_point_can_sit_above_strong_only_quality():
     m = SimpleNamespace(score=score, cost=cost)
     prob = np.array([[0.9, 0.2], [0.8, 0.3], [0.3, 0.9], [0.2, 0.7]])
     cfg = PolicyConfig(rule="margin")
-    t = _equal_quality_threshold(prob, m, 1.0, cfg)  # the rules' quality: 1.0 > 0.5
+    t = _equal_quality_threshold(prob, m, 1.0, cfg, 1)  # the rules' quality: 1.0 > 0.5
     a = choose_by_threshold(prob, t, fallback=1, rule="margin")
     assert score[np.arange(4), a].mean() == 1.0 and list(a) == [0, 0, 1, 1]
     # unreachable: the best quality the curve reaches, at its lowest cost
-    t = _equal_quality_threshold(np.full((4, 2), 0.5), m, 1.0, cfg)
+    t = _equal_quality_threshold(np.full((4, 2), 0.5), m, 1.0, cfg, 1)
     a = choose_by_threshold(np.full((4, 2), 0.5), t, fallback=1, rule="margin")
     assert score[np.arange(4), a].mean() == 0.5 and (a == 0).all()

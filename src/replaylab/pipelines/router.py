@@ -147,7 +147,7 @@ def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
 
 
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
-                             cfg: PolicyConfig) -> float:
+                             cfg: PolicyConfig, top: int) -> float:
     """The cheapest threshold whose calibration quality reaches `quality` (the rules'), else
     the threshold of the best quality the curve reaches. The rules' quality may be above
     strong-only quality (MMLU: Mixtral beats GPT-4 on some subjects), so this reads the
@@ -155,7 +155,7 @@ def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
     curve = threshold_curve(prob, m.score, m.cost, escalate=False, rule=cfg.rule,
                             success_cutoff=cfg.success_cutoff,
                             max_thresholds=cfg.max_thresholds,
-                            top=strongest_column(m.score, m.cost))
+                            top=top)
     q, c, t = curve.quality, curve.cost, curve.threshold
     ok = q >= quality - 1e-12
     if not ok.any():
@@ -262,7 +262,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
     chosen = {n: select_threshold(prob_ca[n], ca.score, ca.cost, cfg.policy) for n in SCORED}
     choice = {n: chosen[n].choose(prob_te[n]) for n in SCORED}
-    top = strongest_column(ca.score, ca.cost)  # the strongest on the calibration replay
+    top = chosen["learned"].fallback  # the strongest on the calibration replay
 
     rules_te = rules.predict_index(te)
     rng = np.random.default_rng(cfg.seed)
@@ -359,7 +359,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     top = strongest_column(ca.score, ca.cost)
 
     def compare(prob_cal: np.ndarray, prob_test: np.ndarray) -> dict:
-        t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy)
+        t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy, top)
         ch = choose_by_threshold(prob_test, t, fallback=top, rule=cfg.policy.rule)
         return {"threshold": t,
                 "cost_saving": _paired(te.cost[rows_te, rules_te], te.cost[rows_te, ch],

@@ -55,8 +55,8 @@ def router_config_json(run: Any) -> dict:
     """What the runtime needs besides the graphs (plain JSON)."""
     head, rules = run.head, run.rules
     m = run.config.labels
-    rule = getattr(run, "rule", "absolute")
-    fallback = list(run.candidates)[int(getattr(run, "fallback", -1))]
+    rule = run.rule
+    fallback = list(run.candidates)[run.fallback]
     return {
         "format": 1, "candidates": list(run.candidates), "threshold": float(run.threshold),
         "rule": rule, "fallback_candidate": fallback,
@@ -91,7 +91,7 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
     sections["fallback"] = {
         "trusted_artifact": "the scenario rules in router.json (task -> candidate, long prompts)",
         "untrusted_artifact": "the caller's fallback candidate (default: the strongest)",
-        "candidate": list(run.candidates)[int(getattr(run, "fallback", -1))]}
+        "candidate": list(run.candidates)[run.fallback]}
     summary = run.summary or {}
     facts = {"head": head.report(), "replaylab_version": __version__,
              "test": {k: {m: v.get(m) for m in ("quality", "cost", "cost_ratio_at_95")}

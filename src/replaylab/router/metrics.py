@@ -48,6 +48,7 @@ import pandas as pd
 
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.ope import percentile_interval, session_bootstrap
+from replaylab.router.policy import choose_by_threshold
 from replaylab.router.replay import OutcomeMatrix
 
 CPT_LEVELS = (0.5, 0.8)
@@ -81,12 +82,13 @@ def cost_order(matrix: OutcomeMatrix) -> np.ndarray:
 
 def route_by_threshold(predicted: np.ndarray, order: np.ndarray, fallback: int,
                        thresholds: np.ndarray) -> np.ndarray:
-    """(T, n) chosen columns: cheapest in `order` with predicted >= t, else `fallback`."""
+    """(T, n) chosen columns: cheapest in `order` with predicted >= t, else `fallback`
+    (`policy.choose_by_threshold` on the columns put in cost order)."""
+    order = np.asarray(order)
+    at = int(np.flatnonzero(order == fallback)[0])  # the fallback's place in cost order
     pred = np.asarray(predicted, float)[:, order]  # (n, K) in cost order
-    t = np.asarray(thresholds, float)[:, None, None]
-    passes = pred[None, :, :] >= t  # (T, n, K)
-    first = passes.argmax(axis=2)
-    return np.where(passes.any(axis=2), order[first], fallback)
+    return order[choose_by_threshold(pred, np.asarray(thresholds, float).reshape(-1),
+                                     fallback=at)]
 
 
 def default_thresholds(predicted: np.ndarray, n_thresholds: int) -> np.ndarray:
