@@ -1,4 +1,5 @@
-"""The demand artifact and its runtime: export parity, manifest, verified loading, fallbacks.
+"""The demand artifact and its runtime: export parity, manifest, verified loading, fallbacks,
+golden vectors checked at load.
 
 Parity compares the runtime's hints (ONNX graph + numpy post-processing +
 conformal corrections from the manifest, features assembled from request
@@ -7,6 +8,8 @@ dicts) with the training pipeline's own test predictions, row by row.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -24,7 +27,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.artifacts.demand_export import DemandExportError, export_demand, feature_schema
+from replaylab.artifacts.demand_export import (
+    GOLDEN_TOLERANCES,
+    UNSEEN_CATEGORY,
+    DemandExportError,
+    export_demand,
+    feature_schema,
+)
+from replaylab.artifacts.golden import GOLDEN_FILE, MISMATCH
 from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
 from replaylab.demand import DemandConfig
 from replaylab.pipelines.demand import train_demand
@@ -146,14 +156,12 @@ def test_manifest_describes_the_model(synthetic):
     assert t["headline"]["test_mean_pinball"] == summary["test"]["model"]["mean_pinball"]
     assert m["runtime"]["ai_onnx_ml_opset"] == 5 and "onnxruntime" in m["runtime"]["packages"]
     assert m["fallback"] == {**m["fallback"], "name": "max_tokens_cap", "default_max_tokens": 4096}
-    assert [f["path"] for f in m["files"]] == ["model.onnx"]
+    assert [f["path"] for f in m["files"]] == ["golden.json", "model.onnx"]
     assert m["contracts"]["ledger"] == "1" and m["contracts"]["hint"] == ["1"]
 
 
 def test_export_refuses_a_model_without_the_hint_levels(synthetic):
     _, _, summary, run = synthetic
-    import dataclasses
-
     bad = dataclasses.replace(run, config=dataclasses.replace(run.config, quantiles=(0.1, 0.5, 0.8)))
     with pytest.raises(DemandExportError, match="0.9"):
         export_demand(bad, summary, Path("/nonexistent/never-written"))
@@ -168,6 +176,9 @@ def test_reexport_replaces_the_folder_and_keeps_it_loadable(synthetic, tmp_path)
     p = DemandPredictor.load(out)
     assert p.loaded and p.version.startswith("1.1.0+")
     assert [x.name for x in tmp_path.iterdir()] == ["demand"]  # no temporary leftovers
+    # the golden cases are deterministic: the same run gives the same cases
+    first = json.loads((synthetic[1] / GOLDEN_FILE).read_text())["cases"]
+    assert json.loads((out / GOLDEN_FILE).read_text())["cases"] == first
 
 
 # ---------------------------------------------------------------- verified loading
@@ -266,9 +277,163 @@ def test_unbounded_correction_is_uncertain(synthetic, tmp_path):
         m["calibration"]["global_correction"] = None
         m["calibration"]["corrections"] = {}
 
-    p = DemandPredictor.load(_rebuild(synthetic[1], tmp_path / "u", unbounded))
+    art = _rebuild(synthetic[1], tmp_path / "u", unbounded)
+    # the golden vectors hold the exported corrections: the edited calibration misses them
+    assert DemandPredictor.load(art).reason == "golden_mismatch"
+    p = DemandPredictor.load(art, check_golden=False)
     assert p.loaded
     _assert_fallback(p.predict(_request()), "uncertain")
+
+
+# ---------------------------------------------------------------- golden vectors
+def _golden(art: Path) -> dict:
+    return json.loads((art / GOLDEN_FILE).read_text())
+
+
+def _resign(folder: Path, hmac_key: bytes | None = None) -> Path:
+    """Rebuild (and sign) `folder`'s manifest over its current files: every hash verifies."""
+    m = json.loads((folder / "manifest.json").read_text())
+    keep = {k: m[k] for k in ("contracts", "features", "outputs", "calibration", "training",
+                              "runtime", "fallback")}
+    write_manifest(folder, build_manifest(folder, kind="demand", version=m["version"],
+                                          valid_days=30, **keep), hmac_key=hmac_key)
+    return folder
+
+
+def _edit_golden(art: Path, dst: Path, edit, hmac_key: bytes | None = None) -> Path:
+    dst = _copy(art, dst)
+    doc = _golden(dst)
+    edit(doc)
+    (dst / GOLDEN_FILE).write_text(json.dumps(doc))
+    return _resign(dst, hmac_key)
+
+
+def test_golden_vectors_are_listed_hashed_and_cover_the_paths(synthetic):
+    _, art, _, _ = synthetic
+    m = verify_manifest(art, required_kind="demand")
+    entry = next(f for f in m["files"] if f["path"] == GOLDEN_FILE)
+    raw = (art / GOLDEN_FILE).read_bytes()
+    assert entry["sha256"] == hashlib.sha256(raw).hexdigest() and entry["size"] == len(raw)
+    doc = _golden(art)
+    assert doc["format"] == 1 and doc["kind"] == "demand"
+    assert doc["tolerances"] == GOLDEN_TOLERANCES
+    assert doc["built_on"]["machine"] and doc["built_on"]["onnxruntime"]
+    cases = doc["cases"]
+    assert 24 <= len(cases) <= 40
+    inputs = [c["input"] for c in cases]
+    assert all(isinstance(r.get("timestamp"), int) for r in inputs)  # no "now" in a golden case
+    first_turns = [r for r in inputs if not any(k.startswith("hist_") for k in r)]
+    assert len(first_turns) >= 2 and any(r.get("hist_turns_ended", 0) > 0 for r in inputs)
+    unseen = [c for c in cases if c["input"].get("category") == UNSEEN_CATEGORY]
+    assert len(unseen) == 1
+    assert unseen[0]["expected"]["correction"] == m["calibration"]["global_correction"]
+    assert len({c["expected"]["cell"] for c in cases}) >= 4  # spread over the conformal cells
+    clipped = [c for c in cases if c["input"].get("max_tokens") is not None
+               and c["expected"]["hint_p90"] == c["input"]["prompt_tokens"]
+               + c["input"]["max_tokens"]]
+    assert clipped, "no golden case reaches its max_tokens cap"
+    assert any(r.get("max_tokens") is None for r in inputs)  # and one without a cap
+    # checked against LightGBM at export, every case the model answers
+    parity = doc["lightgbm_parity"]
+    assert parity["rows"] == sum(not c["expected"]["hint_fallback"] for c in cases) > 20
+    assert parity["max_rel"] <= 1e-12
+
+
+def test_golden_check_passes_on_this_machine(synthetic):
+    _, art, _, _ = synthetic
+    p = DemandPredictor.load(art)
+    assert p.loaded and p.golden_status == "passed" and p.golden.ok and p.golden.reason is None
+    f = p.golden.figures
+    assert f["cases"] == len(_golden(art)["cases"]) and f["exact_agreement"] == 1.0
+    assert f["hint_max_abs"] == 0.0  # same machine, same code: bit for bit
+    assert p.golden.seconds > 0 and p.golden.cpu["machine"]
+    # the golden inputs go through predict_batch like any request
+    cases = _golden(art)["cases"]
+    hints = p.predict_batch([c["input"] for c in cases])
+    assert [h.hint_p90 for h in hints] == [c["expected"]["hint_p90"] for c in cases]
+
+
+def test_a_golden_vector_off_by_a_token_falls_back_with_golden_mismatch(synthetic, tmp_path):
+    _, art, _, _ = synthetic
+
+    def one_token_off(doc):
+        doc["cases"][3]["expected"]["hint_p50"] += 1.0
+
+    def other_cell(doc):
+        doc["cases"][0]["expected"]["cell"] = "some|other|cell"
+
+    for i, (edit, failed) in enumerate([(one_token_off, ["hint_max_abs", "hint_max_rel"]),
+                                        (other_cell, ["exact_agreement"])]):
+        off = _edit_golden(art, tmp_path / str(i), edit, hmac_key=b"k")  # re-signed: verifies
+        assert verify_manifest(off, hmac_key=b"k")
+        p = DemandPredictor.load(off, hmac_key=b"k")
+        assert not p.loaded and p.reason == MISMATCH == "golden_mismatch", edit.__name__
+        assert p.golden_status == "failed" and p.golden.failed == failed
+        assert p.manifest is not None and p.version is None
+        _assert_fallback(p.predict(_request()), MISMATCH)
+        assert all(h.fallback_reason == MISMATCH for h in p.predict_batch([_request()] * 3))
+        # check_golden=False: the operator's explicit choice to serve it anyway
+        skipped = DemandPredictor.load(off, hmac_key=b"k", check_golden=False)
+        assert skipped.loaded and skipped.golden_status == "skipped" and skipped.golden is None
+
+
+def test_a_malformed_golden_file_falls_back(synthetic, tmp_path):
+    def no_tolerances(doc):
+        doc.pop("tolerances")
+
+    p = DemandPredictor.load(_edit_golden(synthetic[1], tmp_path / "m", no_tolerances))
+    assert p.reason == "golden_malformed" and p.golden_status == "malformed"
+    _assert_fallback(p.predict(_request()), "golden_malformed")
+
+    def unreadable_case(doc):
+        doc["cases"][0]["input"] = 7
+
+    p = DemandPredictor.load(_edit_golden(synthetic[1], tmp_path / "c", unreadable_case))
+    assert p.reason == "golden_mismatch" and p.golden.failed == ["golden_cases"]
+    assert "TypeError" in p.golden.figures["error"]
+
+
+def test_an_artifact_without_golden_vectors_loads_as_before(synthetic, tmp_path):
+    old = _copy(synthetic[1], tmp_path / "old")
+    (old / GOLDEN_FILE).unlink()
+    _resign(old)
+    p = DemandPredictor.load(old)
+    assert p.loaded and p.reason is None and p.golden_status == "absent" and p.golden is None
+    ref = DemandPredictor.load(synthetic[1]).predict(_request())
+    assert p.predict(_request()).hint_p90 == ref.hint_p90
+
+
+def test_a_run_without_golden_rows_is_not_exported(synthetic, tmp_path):
+    _, _, summary, run = synthetic
+    with pytest.raises(DemandExportError, match="golden rows"):
+        export_demand(dataclasses.replace(run, golden_rows=None), summary, tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    # explicit rows: any projection rows will do
+    art = export_demand(dataclasses.replace(run, golden_rows=None), summary, tmp_path / "y",
+                        golden_rows=run.golden_rows.iloc[:5])
+    assert len(_golden(art)["cases"]) == 6  # the five rows and the unseen-category copy
+    assert DemandPredictor.load(art).golden_status == "passed"
+
+
+def test_load_time_cost_of_the_golden_check(synthetic):
+    """Median of 20 loads with and without the check (printed; the machine decides the time)."""
+    art = synthetic[1]
+
+    def median_load(check: bool) -> float:
+        times = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            p = DemandPredictor.load(art, check_golden=check)
+            times.append(time.perf_counter() - t0)
+            assert p.loaded
+        return float(np.median(times))
+
+    median_load(True)  # warm caches and onnxruntime's first-session setup
+    without, with_check = median_load(False), median_load(True)
+    p = DemandPredictor.load(art)
+    print(f"\ndemand load: median {without * 1e3:.2f} ms without the golden check, "
+          f"{with_check * 1e3:.2f} ms with it (+{(with_check - without) * 1e3:.2f} ms; the "
+          f"check alone {p.golden.seconds * 1e3:.2f} ms for {p.golden.figures['cases']} cases)")
 
 
 # ---------------------------------------------------------------- requests
@@ -384,14 +549,14 @@ from replaylab.runtime import DemandPredictor
 p = DemandPredictor.load({str(art)!r})
 h = p.predict({req!r})
 print(json.dumps([p.loaded, p.reason, h.hint_p50, h.hint_hi, sorted(
-    m for m in sys.modules if m.split(".")[0] in BLOCKED)]))
+    m for m in sys.modules if m.split(".")[0] in BLOCKED), p.golden_status]))
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    loaded, reason, p50, hi, heavy = json.loads(proc.stdout.strip().splitlines()[-1])
+    loaded, reason, p50, hi, heavy, golden = json.loads(proc.stdout.strip().splitlines()[-1])
     here = DemandPredictor.load(art).predict(req)
-    assert loaded and reason is None and heavy == []
+    assert loaded and reason is None and heavy == [] and golden == "passed"
     assert (p50, hi) == (here.hint_p50, here.hint_hi)
 
 

@@ -3,9 +3,18 @@
 `export_demand(run, summary, out_dir, ...)` writes
 
     out_dir/model.onnx      every quantile booster, exact (double) TreeEnsemble
+    out_dir/golden.json     golden vectors: ~32 test-split requests and the hints
+                            the runtime computes for them here, with tolerances
+                            (replaylab.artifacts.golden; checked again at load)
     out_dir/manifest.json   schema 1 (docs/artifacts.md): features, outputs,
                             conformal corrections per cell, training facts,
                             runtime requirements, fallback baseline, file hashes
+
+The golden hints come from `replaylab.runtime.DemandPredictor` itself, run on
+the staged model.onnx and manifest sections, so the loader compares like with
+like; before they are written they are checked against the LightGBM model and
+its conformal calibrator on the same rows (the export's parity check: a miss
+raises DemandExportError and publishes nothing).
 
 Everything is written into a temporary sibling folder first and renamed into
 place only once the manifest is written and synced, so an interrupted export
@@ -20,20 +29,41 @@ from __future__ import annotations
 
 import math
 import os
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from replaylab import __version__
+from replaylab.artifacts.golden import golden_document, max_abs_diff, write_golden
 from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
+from replaylab.contracts import Ledger as L
 from replaylab.contracts.ledger import LEDGER_VERSION
-from replaylab.projection.features import CALENDAR_COLUMNS, HISTORY_COLUMNS, OWN_BOOL_COLUMNS
-from replaylab.runtime.demand import HISTORY_COUNTS, KIND, MODEL_FILE
+from replaylab.demand.model import request_cap
+from replaylab.hints.replay import plain_value
+from replaylab.projection.features import (
+    CALENDAR_COLUMNS,
+    HISTORY_COLUMNS,
+    KEY_COLUMNS,
+    OWN_BOOL_COLUMNS,
+)
+from replaylab.runtime.demand import GOLDEN_HINTS, HISTORY_COUNTS, KIND, MODEL_FILE, DemandPredictor
 from replaylab.runtime.hints import SUPPORTED_HINT_VERSIONS
 
 # First-turn values of the history features: counts are 0, everything else missing.
 _FIRST_TURN_ZERO = (*HISTORY_COUNTS, "hist_turns_censored")
+# Golden-vector tolerances, checked on the serving machine (replaylab.runtime.demand).
+# The graph is exact in double (docs/artifacts.md: 1e-15 relative to LightGBM) and the
+# post-processing is the same numpy code on both sides, so another CPU can differ only
+# by summation order and an ulp or two of expm1 / log1p: ~1e-13 relative at most. A
+# tree read differently (a threshold or a leaf rounded, a branch flipped) moves a hint
+# by a leaf value, typically 1e-4 relative or more. 1e-6 relative and 0.01 token sit between the
+# two with orders of magnitude to spare either side; both bounds must hold.
+GOLDEN_TOLERANCES = {"hint_abs": 0.01, "hint_rel": 1e-6}
+UNSEEN_CATEGORY = "golden-unseen-category"  # a value no vocabulary holds
 
 
 class DemandExportError(ValueError):
@@ -135,27 +165,125 @@ def _sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
     }
 
 
+def _unseen_column(features: list[dict]) -> str | None:
+    """The request category the unseen-value case changes: `category`, else the first one."""
+    cats = [f["name"] for f in features if f["kind"] == "category" and f["source"] == "request"]
+    return L.CATEGORY if L.CATEGORY in cats else (cats[0] if cats else None)
+
+
+def golden_inputs(rows: pd.DataFrame, features: list[dict]) -> tuple[list[dict], pd.DataFrame]:
+    """The golden cases' request dicts and the frame LightGBM scores for them.
+
+    One request per row (keys, request fields, session history; the calendar
+    features are left to the runtime, which derives them from `timestamp`);
+    a first turn is sent without any `hist_*` field (the runtime's first-turn
+    path). One more case copies the first later turn (else the first row) with
+    an unseen request category (the runtime's and LightGBM's missing branch,
+    the global correction). The frame holds the same rows, that case included.
+    """
+    history = [f["name"] for f in features if f["source"] == "history"]
+    wanted = [*KEY_COLUMNS, *(f["name"] for f in features if f["source"] != "calendar")]
+    frame = rows.reset_index(drop=True)
+    column = _unseen_column(features)
+    if column is not None and len(frame):
+        later = np.flatnonzero(frame["hist_turns_dispatched"].to_numpy(
+            dtype="float64", na_value=np.nan) > 0) if "hist_turns_dispatched" in frame else []
+        source = int(later[0]) if len(later) else 0
+        extra = frame.iloc[[source]].copy()
+        extra[column] = UNSEEN_CATEGORY
+        if L.REQUEST_ID in extra:
+            extra[L.REQUEST_ID] = f"{extra[L.REQUEST_ID].iloc[0]}+unseen-{column}"
+        frame = pd.concat([frame.astype({column: object}), extra.astype({column: object})],
+                          ignore_index=True)
+    requests = []
+    for rec in frame.to_dict("records"):
+        r = {k: plain_value(rec[k]) for k in wanted if k in rec}
+        if r.get("hist_turns_dispatched") == 0:
+            r = {k: v for k, v in r.items() if k not in history}
+        requests.append(r)
+    return requests, frame
+
+
+def _lightgbm_parity(run: Any, frame: pd.DataFrame, expected: list[dict]) -> dict:
+    """The golden hints against LightGBM + the conformal calibrator on the same rows.
+
+    Rows the runtime answers with a fallback (e.g. `uncertain`) are left out.
+    Raises DemandExportError when a hint differs beyond GOLDEN_TOLERANCES.
+    """
+    model, cq = run.model, run.calibrator
+    q = model.predict_quantiles(frame)
+    cap = request_cap(frame) if model.clip_to_cap else None
+    lo, hi = cq.predict_interval(frame, q[:, 0], q[:, -1], cap)
+    qs = [float(x) for x in model.quantiles]
+    ref = np.column_stack([q[:, qs.index(0.5)], q[:, qs.index(0.9)], lo, hi])
+    got = np.array([[e[k] for k in GOLDEN_HINTS] for e in expected], dtype="float64")
+    used = np.array([not e["hint_fallback"] for e in expected], dtype=bool)
+    scale = np.maximum(np.abs(ref[used]), 1.0)
+    figures = {"rows": int(used.sum()), "max_abs": max_abs_diff(ref[used], got[used]),
+               "max_rel": max_abs_diff(ref[used] / scale, got[used] / scale)}
+    if figures["max_abs"] > GOLDEN_TOLERANCES["hint_abs"] or \
+            figures["max_rel"] > GOLDEN_TOLERANCES["hint_rel"]:
+        raise DemandExportError(f"the ONNX runtime's hints differ from LightGBM's on the golden "
+                                f"rows: {figures} (tolerances {GOLDEN_TOLERANCES})")
+    return figures
+
+
+def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes) -> dict:
+    """golden.json of a demand artifact: the runtime's hints for `rows`, checked against LightGBM.
+
+    manifest: the manifest built so far (its sections are what the loader will
+    read); model: the staged model.onnx bytes. The hints are computed at the
+    manifest's `created_at`, so an artifact exported already expired still has
+    golden vectors.
+    """
+    created = datetime.fromisoformat(manifest["created_at"]).timestamp()
+    predictor = DemandPredictor.from_manifest(manifest, model, clock=lambda: created)
+    requests, frame = golden_inputs(rows, manifest["features"])
+    expected = predictor.golden_expected(requests)
+    parity = _lightgbm_parity(run, frame, expected)
+    cases = [{"input": r, "expected": e} for r, e in zip(requests, expected, strict=True)]
+    return golden_document(KIND, cases, GOLDEN_TOLERANCES,
+                           reference="replaylab.runtime.DemandPredictor on the staged "
+                                     "model.onnx and manifest sections",
+                           lightgbm_parity=parity)
+
+
 def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str = "1.0.0",
                   valid_days: float = 30.0, hmac_key: bytes | None = None,
                   created: datetime | None = None, mlflow_run_id: str | None = None,
-                  git_commit: str | None = None, _after_model_written: Any = None) -> Path:
+                  git_commit: str | None = None, golden_rows: pd.DataFrame | None = None,
+                  _after_model_written: Any = None) -> Path:
     """Write the demand artifact of `run` (a DemandRun) to `out_dir`; returns `out_dir`.
 
     summary: the run's summary.json dict (training facts). version: semantic
     version; valid_days: validity period from `created` (now). hmac_key: sign
-    the manifest. Raises DemandExportError for a run that cannot be exported.
+    the manifest. golden_rows: projection rows for the golden vectors (default:
+    the test rows the run kept, `DemandRun.golden_rows`). Raises
+    DemandExportError for a run that cannot be exported, a run without golden
+    rows included (one trained before golden vectors existed: retrain it, or
+    pass test rows of its `features.parquet`).
     """
     out_dir = Path(out_dir)
     sections = _sections(run, summary, mlflow_run_id=mlflow_run_id, git_commit=git_commit)
-    graph = demand_model_to_onnx(run.model)
+    rows = golden_rows if golden_rows is not None else getattr(run, "golden_rows", None)
+    if rows is None or len(rows) == 0:
+        raise DemandExportError("no golden rows: the run predates golden vectors (retrain it) "
+                                "or give golden_rows= (test rows of its features.parquet)")
+    created = created or datetime.now(UTC)  # one creation time for both manifest builds
+    graph = demand_model_to_onnx(run.model).SerializeToString()
     with staged_folder(out_dir) as tmp:
         model_path = tmp / MODEL_FILE
         with model_path.open("wb") as f:
-            f.write(graph.SerializeToString())
+            f.write(graph)
             f.flush()
             os.fsync(f.fileno())
         if _after_model_written is not None:  # test hook: interrupt an export midway
             _after_model_written(tmp)
+        draft = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
+                               created=created, **sections)
+        golden = write_golden(tmp, demand_golden(run, rows, draft, graph))
+        with golden.open("rb") as f:  # durable before the manifest names it, like model.onnx
+            os.fsync(f.fileno())
         manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
                                   created=created, **sections)
         write_manifest(tmp, manifest, hmac_key=hmac_key)

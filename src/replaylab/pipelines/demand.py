@@ -44,6 +44,7 @@ from replaylab.demand.model import QuantileDemandModel, request_cap
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
+    KEY_COLUMNS,
     PROJECTION_CODE_VERSION,
     ProjectionConfig,
     SplitConfig,
@@ -57,6 +58,7 @@ from replaylab.projection import (
 from replaylab.tracking.demand_report import write_demand_report
 
 MODEL = "model"
+GOLDEN_ROWS = 31  # test rows kept for the artifact's golden vectors (the export adds one more)
 
 
 @dataclass
@@ -72,6 +74,8 @@ class DemandRun:
     ledger_fingerprint: str
     feature_columns: list[str] = field(default_factory=list)
     time_window: dict[str, Any] = field(default_factory=dict)  # per split: first/last dispatch ms
+    # a few test rows (keys + model features) the export turns into golden vectors
+    golden_rows: pd.DataFrame | None = None
 
 
 def level_label(level: float) -> str:
@@ -262,6 +266,54 @@ def _time_window(data: _Data) -> dict[str, Any]:
             for s in ("train", "calibration", "test") if (data.splits == s).any()}
 
 
+def select_golden_rows(test: pd.DataFrame, total_q: np.ndarray, cap: np.ndarray | None,
+                       group_columns: tuple[str, ...], columns: list[str],
+                       n: int = GOLDEN_ROWS, seed: int = 0) -> pd.DataFrame:
+    """A deterministic, varied handful of test rows for the artifact's golden vectors.
+
+    The golden vectors must exercise every path the runtime takes, not only the
+    common one, so the rows are picked by role, in this order: up to 4 first
+    turns (the export sends them without `hist_*` fields: the runtime's
+    first-turn path), the 4 rows whose top quantile sits closest to their
+    `max_tokens` cap (the clip), 1 row without `max_tokens`, then a seeded
+    round-robin over the conformal cells (one row per cell per round) until `n`.
+    total_q: the model's total quantiles on `test` (n_test, q); cap: max_tokens
+    (NaN = none) or None when the model does not clip; columns: kept columns
+    (keys and the model's features; labels stay out). Same inputs, same rows.
+    """
+    n_test = len(test)
+    picked: list[int] = []
+
+    def take(positions) -> None:
+        for i in positions:
+            if len(picked) >= n:
+                return
+            if int(i) not in picked:
+                picked.append(int(i))
+
+    first = np.flatnonzero(test["hist_turns_dispatched"].to_numpy(dtype="float64",
+                                                                  na_value=np.nan) == 0) \
+        if "hist_turns_dispatched" in test.columns else np.array([], dtype=int)
+    take(first[:4])
+    if cap is not None:
+        prompt = test[L.PROMPT_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
+        headroom = prompt + cap - total_q[:, -1]  # 0: the top quantile is clipped to the cap
+        capped = np.flatnonzero(np.isfinite(headroom))
+        take(capped[np.argsort(headroom[capped], kind="stable")][:4])
+        take(np.flatnonzero(np.isnan(cap))[:1])
+    keys = bucket_keys(test, group_columns)
+    cells = keys.agg("|".join, axis=1).to_numpy(dtype=object) if group_columns else \
+        np.full(n_test, "*", dtype=object)
+    rng = np.random.default_rng(seed)
+    by_cell = {c: list(rng.permutation(np.flatnonzero(cells == c)))
+               for c in sorted(set(cells.tolist()))}
+    order = [by_cell[c] for c in rng.permutation(sorted(by_cell))]
+    while len(picked) < min(n, n_test) and any(order):
+        take([rows.pop(0) for rows in order if rows])
+    keep = [c for c in dict.fromkeys(columns) if c in test.columns]
+    return test.iloc[picked][keep].reset_index(drop=True)
+
+
 def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,
                         client: object = None) -> float:
     """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
@@ -359,10 +411,12 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
         "artifacts": artifacts,
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
+    golden = select_golden_rows(data.frame("test"), m.test_q, cap_test, demand.group_columns,
+                                [*KEY_COLUMNS, *model.feature_names_], seed=demand.seed)
     run = DemandRun(demand, model, m.calibrator, baselines,
                     {k: s.calibrator for k, s in scored.items() if k != MODEL},
                     data.version, data.fingerprint, list(model.feature_names_),
-                    _time_window(data))
+                    _time_window(data), golden)
     summary = json_safe(summary)
     t0 = time.perf_counter()
     report = write_demand_report(predictions, summary, out_dir)

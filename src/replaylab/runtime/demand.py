@@ -10,6 +10,15 @@ calibration. On any failure the model is not used: every hint comes from the
 conservative baseline with `hint_fallback=True` and the reason code
 (`DemandPredictor.reason`), see `FallbackBaseline`.
 
+Golden vectors (`golden.json`, `replaylab.artifacts.golden`): the export
+records ~32 requests of its test split with the hints this very code computed
+for them; `load` recomputes them on the serving machine and compares
+(`check_golden`): `hint_p50`, `hint_p90`, `hint_lo`, `hint_hi` within the
+file's `hint_abs` (tokens) and `hint_rel` (relative to max(|expected|, 1)),
+and exactly the fallback flag and reason, the conformal cell key and its
+correction. A miss means the model does not compute here what it computed
+where it was built: the predictor is not used (reason `golden_mismatch`).
+
 Feature assembly mirrors the projection (`replaylab.projection.features`): a
 request is a mapping of ledger-v1 pre-dispatch fields (`prompt_tokens`,
 `max_tokens`, `turn_index`, `streaming`, `category`, `selected_model`, ...,
@@ -39,6 +48,16 @@ from typing import Any
 
 import numpy as np
 
+from replaylab.artifacts.golden import (
+    MISMATCH,
+    GoldenCheck,
+    GoldenError,
+    Timer,
+    check,
+    cpu_info,
+    max_abs_diff,
+    read_golden,
+)
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
 from replaylab.runtime.demand_math import (
     SCALES,
@@ -61,6 +80,11 @@ _NONE = "<none>"  # conformal cell value of a missing group attribute (as in tra
 _NUMERIC, _CATEGORY, _HISTORY, _HOUR, _DOW = range(5)  # feature-assembly operations
 _FAST = frozenset((int, float, bool))  # exact types read with float() directly
 _MS_PER_HOUR, _MS_PER_DAY = 3_600_000, 86_400_000
+# golden.json of kind demand: what each case's `expected` holds. Compared within tolerance:
+GOLDEN_HINTS = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
+# ... and exactly (the fallback decision, the conformal cell and the correction it gets):
+GOLDEN_EXACT = ("hint_fallback", "fallback_reason", "cell", "correction")
+GOLDEN_TOLERANCES = ("hint_abs", "hint_rel")  # the tolerances golden.json must carry
 
 
 class ArtifactError(Exception):
@@ -243,7 +267,12 @@ class DemandPredictor:
 
     Build with `DemandPredictor.load`; `predict(request)` / `predict_batch(requests)`.
     `loaded` says whether the model answers; `reason` why not; `version` the
-    artifact version (`<semver>+<content hash prefix>`).
+    artifact version (`<semver>+<content hash prefix>`). `golden_status` and
+    `golden` (a `GoldenCheck`, None unless the check ran) say how the golden
+    vectors went at load, for the serving log: `passed`, `failed` (reason
+    `golden_mismatch`), `malformed` (reason `golden_malformed`), `absent` (no
+    golden.json: an older artifact, loaded as before), `skipped`
+    (`check_golden=False`), `not_checked` (the artifact failed before the check).
     """
 
     def __init__(self, *, spec: _Spec | None, session: Any, reason: str | None,
@@ -255,6 +284,8 @@ class DemandPredictor:
         self._clock = clock
         self.version = spec.version if spec is not None else None
         self.manifest: dict | None = None
+        self.golden: GoldenCheck | None = None
+        self.golden_status = "not_checked"
 
     @property
     def loaded(self) -> bool:
@@ -264,7 +295,7 @@ class DemandPredictor:
     def load(cls, path: str | Path | None, *, hmac_key: bytes | None = None,
              fallback: FallbackBaseline | None = None, threads: int = 1,
              now: datetime | None = None, clock: Callable[[], float] = time.time,
-             ) -> DemandPredictor:
+             check_golden: bool = True) -> DemandPredictor:
         """Verify and load an artifact folder; never raises for a bad or missing artifact.
 
         hmac_key: when given, the manifest must carry a matching signature.
@@ -272,6 +303,16 @@ class DemandPredictor:
         trusted artifact brings its own, from its manifest). threads: onnxruntime
         intra-op threads per call. now / clock: verification time / the clock
         for hint ages and expiry (seconds since the epoch).
+
+        check_golden: after verification, recompute the artifact's golden
+        vectors on this machine (`check_golden`, about a millisecond, see
+        docs/artifacts.md). A miss (or an unreadable golden.json) falls back
+        like any other load failure, reason `golden_mismatch` (`golden_malformed`),
+        with the manifest's own fallback parameters (the manifest verified: it
+        is the model that does not compute here what it computed at export).
+        An artifact without golden.json (exported before golden vectors
+        existed) is not a failure: it loads as before, `golden_status` "absent".
+        False skips the check (`golden_status` "skipped").
         """
         fallback = fallback or FallbackBaseline()
         if path is None or not Path(path).is_dir():
@@ -280,18 +321,120 @@ class DemandPredictor:
         try:
             manifest = verify_manifest(Path(path), hmac_key=hmac_key, required_kind=KIND,
                                        now=now or datetime.fromtimestamp(clock(), UTC))
-            spec = _Spec.from_manifest(manifest)
-            session = _session(read_verified_file(Path(path), manifest, MODEL_FILE), threads)
-            _check_signature(session, len(spec.features), len(spec.quantiles))
+            predictor = cls.from_manifest(manifest,
+                                          read_verified_file(Path(path), manifest, MODEL_FILE),
+                                          fallback=fallback, threads=threads, clock=clock)
         except (ManifestError, ArtifactError) as exc:
             return cls(spec=None, session=None, reason=exc.reason, fallback=fallback,
                        clock=clock)
         except Exception:  # noqa: BLE001 - onnxruntime refusing the graph, etc.: fall back
             return cls(spec=None, session=None, reason="onnx_load", fallback=fallback,
                        clock=clock)
-        predictor = cls(spec=spec, session=session, reason=None, fallback=fallback, clock=clock)
+        if not check_golden:
+            predictor.golden_status = "skipped"
+            return predictor
+        try:
+            golden = read_golden(Path(path), manifest, KIND)
+        except GoldenError as exc:
+            if exc.reason == "golden_absent":
+                predictor.golden_status = "absent"
+                return predictor
+            failed = cls(spec=None, session=None, reason=exc.reason,
+                         fallback=predictor._fallback, clock=clock)
+            failed.manifest, failed.golden_status = manifest, "malformed"
+            return failed
+        except ManifestError as exc:  # cannot happen after verify_manifest, unless raced
+            return cls(spec=None, session=None, reason=exc.reason, fallback=fallback,
+                       clock=clock)
+        result = predictor.check_golden(golden)
+        if result.ok:
+            predictor.golden, predictor.golden_status = result, "passed"
+            return predictor
+        failed = cls(spec=None, session=None, reason=MISMATCH, fallback=predictor._fallback,
+                     clock=clock)
+        failed.manifest, failed.golden, failed.golden_status = manifest, result, "failed"
+        return failed
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, model: bytes, *,
+                      fallback: FallbackBaseline | None = None, threads: int = 1,
+                      clock: Callable[[], float] = time.time) -> DemandPredictor:
+        """A predictor from a manifest dict already verified (or being built) and the model bytes.
+
+        `load` calls it after verification; the exporter calls it on the staged
+        folder before the final manifest exists, to compute the golden vectors
+        through this very code. Raises ArtifactError when the runtime cannot use
+        the sections, onnxruntime's error when it refuses the graph. No golden check.
+        """
+        spec = _Spec.from_manifest(manifest)
+        session = _session(model, threads)
+        _check_signature(session, len(spec.features), len(spec.quantiles))
+        predictor = cls(spec=spec, session=session, reason=None,
+                        fallback=fallback or FallbackBaseline(), clock=clock)
         predictor.manifest = manifest
         return predictor
+
+    # ------------------------------------------------------------------ golden vectors
+    def golden_expected(self, requests: Sequence[Mapping[str, Any]]) -> list[dict]:
+        """What a golden case expects for each request, computed by this predictor.
+
+        {hint_p50, hint_p90, hint_lo, hint_hi, hint_fallback, fallback_reason,
+        cell, correction}: the hint of `predict_batch` (validity not checked:
+        a golden case tests the arithmetic, not the clock) and the conformal
+        cell key with the correction it gets (None: unbounded).
+        """
+        if self._spec is None or self._session is None:
+            raise ArtifactError(self.reason or "not_loaded", "no model to compute golden vectors")
+        spec = self._spec
+        hints = self._hints(requests, int(self._clock() * 1000), None)
+        out = []
+        for r, h in zip(requests, hints, strict=True):
+            cell = _cell(r, spec.group_columns)
+            out.append({"hint_p50": h.hint_p50, "hint_p90": h.hint_p90, "hint_lo": h.hint_lo,
+                        "hint_hi": h.hint_hi, "hint_fallback": h.hint_fallback,
+                        "fallback_reason": h.fallback_reason, "cell": cell,
+                        "correction": spec.corrections.get(cell, spec.global_correction)})
+        return out
+
+    def check_golden(self, golden: dict) -> GoldenCheck:
+        """Recompute a golden.json document's cases here and compare; never raises.
+
+        Figures: `cases`; `hint_max_abs` (tokens) and `hint_max_rel` (|diff| /
+        max(|expected|, 1)) over the four hint values of every case, bounded by
+        the file's `hint_abs` and `hint_rel`; `exact_agreement`, the share of
+        cases whose fallback flag, reason, cell and correction are the same
+        (must be 1). `seconds`: the wall time of running the cases and comparing
+        (reading golden.json is apart), the check's load-time cost.
+        """
+        error = None
+        with Timer() as t:
+            try:
+                tol = {k: float(golden["tolerances"][k]) for k in GOLDEN_TOLERANCES}
+                cases = golden["cases"]
+                expected = [c["expected"] for c in cases]
+                got = self.golden_expected([dict(c["input"]) for c in cases])
+                exp_hints = np.array([[e[k] for k in GOLDEN_HINTS] for e in expected], float)
+                got_hints = np.array([[g[k] for k in GOLDEN_HINTS] for g in got], float)
+                same = [all(e.get(k) == g[k] for k in GOLDEN_EXACT)
+                        for e, g in zip(expected, got, strict=True)]
+            except (KeyError, TypeError, ValueError, ArtifactError) as exc:
+                error = ("golden_cases", exc)  # a case the runtime cannot read
+            except Exception as exc:  # noqa: BLE001 - onnxruntime failing on this CPU: a miss
+                error = ("golden_run", exc)
+            else:
+                # relative to max(|expected|, 1): a hint of 0 tokens is held to the absolute bound
+                scale = np.maximum(np.abs(exp_hints), 1.0)
+                figures = {"cases": len(cases),
+                           "hint_max_abs": max_abs_diff(exp_hints, got_hints),
+                           "hint_max_rel": max_abs_diff(exp_hints / scale, got_hints / scale),
+                           "exact_agreement": float(np.mean(same))}
+        if error is not None:
+            return GoldenCheck(ok=False, figures={"error": f"{type(error[1]).__name__}: "
+                                                           f"{error[1]}"},
+                               failed=[error[0]], seconds=t.seconds, cpu=cpu_info())
+        return check(figures, {"hint_max_abs": ("<=", tol["hint_abs"]),
+                               "hint_max_rel": ("<=", tol["hint_rel"]),
+                               "exact_agreement": (">=", 1.0)}, t.seconds)
 
     # ------------------------------------------------------------------ predict
     def predict(self, request: Mapping[str, Any]) -> DemandHint:
@@ -322,6 +465,11 @@ class DemandPredictor:
         reason, age = self._usable(now_ms)
         if reason is not None:
             return [self._fallback.hint(r, reason, age) for r in requests]
+        return self._hints(requests, now_ms, age)
+
+    def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,
+               age: int | None) -> list[DemandHint]:
+        """The model's hints for a batch (the caller has checked the model may answer)."""
         spec = self._spec
         n, nf = len(requests), len(spec.features)
         X = np.empty((n, nf), dtype="float64")
