@@ -95,8 +95,8 @@ def test_describe_model_reads_the_sentence_transformers_pipeline(minilm):
 def test_export_folder_layout_and_manifest(exported):
     folder = exported.path
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["encoder.int8.onnx", "encoder.onnx", "encoder_config.json", "manifest.json",
-                     "tokenizer.json"]
+    assert names == ["encoder.int8.onnx", "encoder.onnx", "encoder_config.json", "golden.json",
+                     "manifest.json", "tokenizer.json"]
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
     m = verify_manifest(folder, required_kind="encoder")
     assert m["outputs"]["dimension"] == DIM
@@ -248,7 +248,7 @@ def test_load_refuses_tampered_or_unusable_folders(exported, tmp_path):
 
 
 @pytest.mark.slow
-def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path, monkeypatch):
+def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path):
     import replaylab.router.encoder as enc_mod
 
     out = tmp_path / "encoder"
@@ -256,13 +256,35 @@ def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path, monkeypatch):
     with pytest.raises(FileExistsError):
         enc_mod.export_encoder(minilm, out, parity_texts=["x"])
     out.rmdir()
-    monkeypatch.setattr(enc_mod, "_measure", lambda *a, **k: {
-        "fp32": {"n_texts": 1, "min_cosine": 0.99, "mean_cosine": 0.99}})
     with pytest.raises(ValueError, match="parity_texts is empty"):
         enc_mod.export_encoder(minilm, out, parity_texts=[])
-    with pytest.raises(enc_mod.ParityError, match="fp32: min_cosine 0.99"):
-        enc_mod.export_encoder(minilm, out, parity_texts=["x"], int8=False)
+    # fp32 is required: a missed gate stops the export and publishes nothing
+    with pytest.raises(enc_mod.ParityError, match="fp32 encoder: min_cosine 0.99"):
+        enc_mod.export_encoder(minilm, out, parity_texts=["x"], int8=False, min_cosine_fp32=1.5)
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
+
+
+@pytest.mark.slow
+def test_int8_missing_its_gate_is_left_out_not_fatal(minilm, prompts, tmp_path):
+    """An optional variant that misses its gate is not published; fp32 and the run go on."""
+    import replaylab.router.encoder as enc_mod
+
+    out = enc_mod.export_encoder(minilm, tmp_path / "enc", parity_texts=prompts[:20],
+                                 mean_cosine_int8=1.5)
+    names = sorted(p.name for p in out.path.iterdir())
+    assert "encoder.int8.onnx" not in names and "encoder.onnx" in names
+    int8 = out.parity["int8"]
+    assert int8["published"] is False and "mean_cosine_prompts" in int8["reason"]
+    assert out.parity["fp32"]["published"] is True
+    m = verify_manifest(out.path, required_kind="encoder")
+    assert m["training"]["parity"]["variants"]["int8"]["published"] is False
+    assert m["outputs"]["encoder_ids"] == {"fp32": MODEL_ID}
+    golden = json.loads((out.path / "golden.json").read_text())
+    assert all(set(c["expected"]) == {"token_ids", "reference", "fp32"} for c in golden["cases"])
+    assert load_encoder(out.path).golden_status == "passed"
+    with pytest.raises(EncoderArtifactError) as exc:
+        load_encoder(out.path, variant="int8")
+    assert exc.value.reason == "variant"
 
 
 @pytest.mark.slow

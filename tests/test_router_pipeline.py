@@ -22,7 +22,6 @@ from replaylab.pipelines.router import RouterDataError, _meta, _split, train_rou
 from replaylab.router.artifact import export_router
 from replaylab.router.exploration import simulate_receipts
 from replaylab.router.pipeline_config import router_config
-from replaylab.router.policy import choose_by_threshold
 from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
 from tests.conftest import REPO
@@ -172,22 +171,33 @@ def minilm_run(outcomes, encoder_dir, tmp_path_factory):
 
 @pytest.mark.slow
 def test_router_artifact_routes_as_training_decided(minilm_run):
-    sub, _, run, art, enc = minilm_run
+    """Training's reported test decisions come from the graphs the runtime serves, so on one
+    machine the runtime's probabilities and decisions are identical to them (bit for bit)."""
+    from replaylab.router.replay import Label, outcome_matrix
+
+    sub, summary, run, art, enc = minilm_run
     router = Router.load(art, threads=2)
     assert router.loaded, router.reason
+    assert router.golden_status == "passed" and router.golden.ok
     assert router.candidates == (CHEAP, STRONG) and router.threshold == run.threshold
-    first = sub.drop_duplicates("prompt_id")
-    texts = first["prompt_text"].tolist()[:120]
-    meta = {"category": first["task"].to_numpy()[:120],
-            "prompt_tokens": np.ceil(first["prompt_text"].str.len().to_numpy()[:120] / 4.0)}
-    want = choose_by_threshold(run.head.predict_proba(enc.encode(texts), meta), run.threshold,
-                               fallback=run.fallback, rule=run.rule)
     assert router.rule == run.rule == "margin"
-    got = router.route_batch(texts, list(meta["category"]))
-    assert [d.candidate for d in got] == [run.candidates[k] for k in want]
-    one = router.route(texts[0], "gsm8k")
-    assert one.candidate == got[0].candidate and not one.fallback
+    reported = pd.read_parquet(summary["artifacts"]["test_decisions"])
+    first = sub.drop_duplicates("prompt_id").set_index("prompt_id")
+    m = outcome_matrix(sub, _cfg().labels.cost, candidates=[CHEAP, STRONG])
+    meta = m.meta.set_index(m.prompt_ids.astype(str))
+    ids = reported["prompt_id"].tolist()
+    texts = first.loc[ids, "prompt_text"].tolist()
+    cats = meta.loc[ids, "task"].astype(str).tolist()
+    tokens = meta.loc[ids, Label.PROMPT_LENGTH].tolist()
+    got = router.route_batch(texts, cats, tokens)
+    assert [d.candidate for d in got] == reported["candidate"].tolist()
+    for c in router.candidates:  # the same float64 values, not merely close
+        np.testing.assert_array_equal([d.scores[c] for d in got], reported[f"p_{c}"].to_numpy())
+    one = router.route(texts[0], cats[0], tokens[0])
+    assert one.candidate == got[0].candidate and not one.fallback and one.variant == "fp32"
     assert set(one.scores) == {CHEAP, STRONG} and one.version == router.version
+    assert summary["head"]["decisions_from"].startswith("onnx head graph")
+    assert 0.0 <= summary["decision_stability"]["fp32_near_threshold_share"] <= 1.0
 
 
 @pytest.mark.slow

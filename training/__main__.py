@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import ValidationError as OmegaConfValidationError
 
+from replaylab.artifacts.golden import ParityError
 from replaylab.config import ConfigError
 from replaylab.contracts import ContractError
 from replaylab.demand.labels import DemandDataError
@@ -33,7 +34,7 @@ def _pipeline(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 INPUT_ERRORS = (ContractError, ConfigError, DemandDataError, RouterDataError, FileNotFoundError,
-                ImportError, OmegaConfValidationError)
+                ImportError, OmegaConfValidationError, ParityError)
 
 
 @hydra.main(config_path="../conf", config_name="config", version_base="1.3")

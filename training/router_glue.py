@@ -45,16 +45,25 @@ def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
 
 
 def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
-    """The cached, verified encoder export (exported here the first time)."""
+    """The cached, verified encoder export (exported here the first time).
+
+    Reused while its fp32 variant verifies and passes its golden vectors on this
+    CPU, and int8 was tried when asked for (a published or a refused int8 both
+    count: a refusal is not retried on every run)."""
+    import json
+
     from replaylab.artifacts.manifest import ManifestError
     from replaylab.router.encoder import export_encoder, load_minilm
     from replaylab.runtime.encoder import load_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-minilm"
     try:
-        load_encoder(folder, variant=str(enc.get("variant", "fp32")))
-        return folder
-    except (ManifestError, OSError):
+        load_encoder(folder, variant="fp32")
+        tried = json.loads((folder / "manifest.json").read_text())["training"]["parity"][
+            "variants"]
+        if "int8" in tried or not bool(enc.get("int8", True)):
+            return folder
+    except (ManifestError, OSError, KeyError, ValueError):
         pass
     log.info("exporting MiniLM to ONNX into %s (once; reused while it verifies)", folder)
     export_encoder(load_minilm(), folder, parity_texts=parity_texts[:200],
@@ -62,11 +71,47 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     return folder
 
 
+def serving_encoder(folder: Path, variant: str, threads: int) -> Any:
+    """The encoder training embeds with: `variant`, or fp32 when that variant was not
+    published (its gate) or misses its golden vectors here (the summary says which)."""
+    from replaylab.runtime.encoder import EncoderArtifactError, load_encoder
+
+    try:
+        return load_encoder(folder, variant=variant, threads=threads)
+    except EncoderArtifactError as exc:
+        if exc.reason != "variant" or variant == "fp32":
+            raise
+    log.warning("router.encoder.variant=%s is not in the encoder export (its gate refused "
+                "it on this CPU): training with fp32", variant)
+    encoder = load_encoder(folder, variant="fp32", threads=threads)
+    encoder.requested_variant, encoder.variant_reason = variant, "not_published"
+    return encoder
+
+
+def encoder_verdicts(folder: Path, encoder: Any) -> dict:
+    """Which encoder variants were published and why not, and the golden check on this CPU."""
+    import json
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    parity = manifest.get("training", {}).get("parity", {}).get("variants", {})
+    variants = {}
+    for name, fig in parity.items():
+        variants[name] = {"published": bool(fig.get("published", True)),
+                          "reason": fig.get("reason"),
+                          **{k: fig.get(k) for k in ("mean_cosine_prompts", "min_cosine_prompts",
+                                                     "min_cosine", "gate_mean_cosine_prompts",
+                                                     "gate_min_cosine")}}
+    return {"variants": variants,
+            "int8": variants.get("int8", {"published": False, "reason": "router.encoder.int8=false"}),
+            "golden": None if encoder.golden is None else encoder.golden.as_dict(),
+            "golden_status": encoder.golden_status,
+            "requested_variant": encoder.requested_variant, "variant_reason": encoder.variant_reason}
+
+
 def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.router import train_router
     from replaylab.router.embed_cache import CachedEncoder, EmbeddingCache
     from replaylab.router.pipeline_config import router_config
-    from replaylab.runtime.encoder import load_encoder
     from training.pipelines import _plain
 
     values = _plain(cfg.router)
@@ -75,8 +120,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     outcomes, origin = load_outcomes(cfg)
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
     folder = encoder_folder(enc, texts)
-    encoder = load_encoder(folder, variant=str(enc.get("variant", "fp32")),
-                           threads=int(enc.get("threads", 1)))
+    encoder = serving_encoder(folder, str(enc.get("variant", "fp32")), int(enc.get("threads", 1)))
     cache = EmbeddingCache(encoder.encoder_id, encoder.dimension,
                            path=Path(enc["cache_dir"]) / "embeddings")
     cached = CachedEncoder(encoder, cache)
@@ -90,7 +134,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     summary["data"] = {"outcomes": origin}
     summary["encoder"] = {"folder": str(folder), "encoder_id": encoder.encoder_id,
                           "variant": encoder.variant, "cache_hits": cache.hits,
-                          "cache_misses": cache.misses}
+                          "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
     _report_and_export(cfg, run, summary, run_dir, folder)
     return summary
 

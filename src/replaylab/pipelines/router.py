@@ -41,6 +41,7 @@ from replaylab.jsonsafe import json_safe
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
+from replaylab.router.head_onnx import DeployedHead
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import policy_summary
 from replaylab.router.ope import (
@@ -68,6 +69,7 @@ from replaylab.router.replay import (
     training_labels,
 )
 from replaylab.router.rules import ScenarioRules
+from replaylab.runtime.routing import decision_margin
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -89,6 +91,8 @@ class RouterRun:
     summary: dict = field(default_factory=dict)
     rule: str = "absolute"  # policy.routing_scores rule of the threshold
     fallback: int = -1  # column routed to when no candidate clears the threshold
+    deployed: DeployedHead | None = None  # the head's graph, which made every learned decision
+    golden_inputs: list[dict] = field(default_factory=list)  # queries for the golden vectors
 
 
 def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
@@ -209,10 +213,64 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     return out
 
 
+# How far a decision must sit from the threshold to survive another machine's kernels:
+# fp32 embeddings differ by float rounding (P(success) by ~1e-6), int8 ones by its kernels
+# (P(success) by up to ~1e-2, docs/int8-cpus.md). Reported as shares of test decisions.
+STABILITY_MARGINS = {"fp32": 1e-4, "int8": 2e-2}
+
+
+def _decisions(te: OutcomeMatrix, prob: np.ndarray, policy: Any, rule: str) -> pd.DataFrame:
+    """The learned router's test decisions as training reports them (and the runtime makes
+    them): prompt id, P(success) per candidate, the chosen candidate, its margin."""
+    choice = policy.choose(prob)
+    out = pd.DataFrame({"prompt_id": te.prompt_ids.astype(str),
+                        "candidate": np.asarray(te.candidates, dtype=object)[choice],
+                        "margin": decision_margin(prob, policy.threshold,
+                                                  fallback=policy.fallback, rule=rule)})
+    for k, c in enumerate(te.candidates):
+        out[f"p_{c}"] = prob[:, k]
+    return out
+
+
+def _stability(decisions: pd.DataFrame) -> dict:
+    """Share of test decisions within each variant's margin of flipping on another CPU."""
+    margin = decisions["margin"].to_numpy(float)
+    return {f"{v}_near_threshold_share": float((margin <= m).mean()) if len(margin) else None
+            for v, m in STABILITY_MARGINS.items()} | {"margins": dict(STABILITY_MARGINS)}
+
+
+GOLDEN_QUERIES = 24  # test prompts in the router's golden vectors (plus two edge cases)
+
+
+def _golden_inputs(outcomes: pd.DataFrame, te: OutcomeMatrix, meta: dict) -> list[dict]:
+    """Queries for the artifact's golden vectors: test prompts spread over the split, with
+    the category and prompt length training used, and two edge cases without metadata."""
+    idx = np.unique(np.linspace(0, te.n_prompts - 1, num=min(GOLDEN_QUERIES, te.n_prompts))
+                    .astype(int))
+    texts = _texts(outcomes, te.prompt_ids[idx])
+    tokens = np.asarray(meta["prompt_tokens"], np.float64)[idx]
+    out = [{"text": t, "category": str(meta["category"][i]),
+            "prompt_tokens": float(p) if np.isfinite(p) else None}
+           for t, i, p in zip(texts, idx, tokens, strict=True)]
+    return out + [{"text": "", "category": None, "prompt_tokens": None},
+                  {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
+
+
 def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: RouterPipelineConfig,
               calib: tuple[np.ndarray, dict, TrainingRows]) -> SuccessHead:
     head = SuccessHead(cfg.head, seed=cfg.seed).fit(E, meta, rows, k)
     return head.calibrate(*calib)
+
+
+def _deployed(head: SuccessHead, cfg: RouterPipelineConfig, E: np.ndarray, meta: dict
+              ) -> DeployedHead | SuccessHead:
+    """The head as the runtime serves it (its ONNX graph), so the learned decisions training
+    reports are the served ones; an isotonic head has no graph and scores in torch."""
+    if cfg.head.calibration == "isotonic":
+        return head
+    n = min(256, len(E))
+    return DeployedHead(head, threads=cfg.head.num_threads, parity_embedding=E[:n],
+                        parity_meta={key: v[:n] for key, v in meta.items()})
 
 
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
@@ -252,9 +310,10 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     t0 = time.perf_counter()
     calib = (Eca, mca, _full_rows(ca))
     head = _fit_head(Etr, mtr, rows, k, cfg, calib)
+    deployed = _deployed(head, cfg, Eca, mca)
     timings["head"] = time.perf_counter() - t0
     scorers: dict[str, Any] = {
-        "learned": head,
+        "learned": deployed,
         "knn": KnnRouter(n_neighbors=cfg.knn_neighbors).fit(Etr, mtr, rows, k),
         "lgbm": LgbmRouter(n_estimators=cfg.lgbm_estimators).fit(Etr, mtr, rows, k),
     }
@@ -314,6 +373,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     (pd.concat(curve_rows, ignore_index=True) if curve_rows else pd.DataFrame(
         columns=["threshold", "strong_share", "quality", "cost", "policy"])).to_parquet(
         curves_path, index=False)
+    decisions_path = out_dir / "router_decisions_test.parquet"
+    decisions = _decisions(te, prob_te["learned"], chosen["learned"], rule)
+    decisions.to_parquet(decisions_path, index=False)  # ids, scores, decisions: no text
     labels_path = out_dir / "router_labels.parquet"
     labels.to_parquet(labels_path, index=False)  # ids, labels, metadata: no text
 
@@ -329,14 +391,18 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
         "rules": rules.describe(),
-        "head": head.report(),
+        "head": deployed.report(),
         "test": test, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
-        "artifacts": {"curves": str(curves_path), "labels": str(labels_path)},
+        "artifacts": {"curves": str(curves_path), "labels": str(labels_path),
+                      "test_decisions": str(decisions_path)},
+        "decision_stability": _stability(decisions),
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
-                    rule=rule, fallback=int(chosen["learned"].fallback))
+                    rule=rule, fallback=int(chosen["learned"].fallback),
+                    deployed=deployed if isinstance(deployed, DeployedHead) else None,
+                    golden_inputs=_golden_inputs(outcomes, te, mte))
     return summary, run
 
 
@@ -381,7 +447,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                      | labels[Label.SESSION_ID].isin(keep)]
         h = main if f == 1.0 else None
         if h is None:
-            fitted = _fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg, calib_rows)
+            fitted = _deployed(_fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg,
+                                         calib_rows), cfg, Eca, mca)
             h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
         n = len(keep)
         curve.append({"fraction": f, "explored_sessions": n,

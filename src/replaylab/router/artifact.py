@@ -9,7 +9,12 @@ Layout (every file listed in the top-level `manifest.json`, kind `router`):
     encoder/encoder.int8.onnx  exported), its tokenizer and config, and the encoder's own
     encoder/tokenizer.json     manifest: `replaylab.runtime.encoder.load_encoder` verifies it
     encoder/encoder_config.json
+    encoder/golden.json        the encoder's golden vectors (token ids, embeddings)
     encoder/manifest.json
+    golden.json                the router's golden vectors: queries with each published encoder
+                               variant's expected P(success), decision and decision margin,
+                               computed by `replaylab.runtime.Router` itself on the exporting
+                               machine; `Router.load` re-checks them where it is served
 
 The encoder files are hard links to the cached encoder export when the file
 system allows it (no 150 MB copy per run), else copies; either way the router
@@ -27,7 +32,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from replaylab import __version__
+from replaylab.artifacts.golden import golden_document, write_golden
 from replaylab.artifacts.manifest import (
     build_manifest,
     staged_folder,
@@ -41,6 +49,11 @@ KIND = "router"
 HEAD_FILE = "head.onnx"
 CONFIG_FILE = "router.json"
 ENCODER_DIR = "encoder"
+# Router golden tolerances: P(success) may differ by the encoder's rounding on another CPU
+# (fp32: float rounding; int8: its kernels, docs/int8-cpus.md). A decision must agree
+# wherever its margin from the threshold exceeds the probability tolerance.
+GOLDEN_TOLERANCES = {"fp32_prob_abs": 1e-4, "int8_prob_abs": 0.02,
+                     "stable_decision_agreement": 1.0}
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -101,16 +114,56 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
                  k: summary.get("exploration", {}).get(k)
                  for k in ("rate", "cap", "sessions", "explored_sessions")},
              **(training or {})}
+    model = run.deployed.model if run.deployed is not None else head_to_onnx(head)
     with staged_folder(out_dir) as tmp:
-        (tmp / HEAD_FILE).write_bytes(head_to_onnx(head))
+        (tmp / HEAD_FILE).write_bytes(model)
         (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run), indent=1,
                                                   sort_keys=True) + "\n")
         for entry in enc_manifest["files"]:
             _link_or_copy(encoder_dir / entry["path"], tmp / ENCODER_DIR / entry["path"])
         _link_or_copy(encoder_dir / "manifest.json", tmp / ENCODER_DIR / "manifest.json")
-        manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
-                                  created=created, contracts={"outcomes": "1", "ledger": "1"},
-                                  training=json_safe(facts), **sections)
-        write_manifest(tmp, manifest, hmac_key=hmac_key)
+
+        def publish() -> dict:
+            manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
+                                      created=created, contracts={"outcomes": "1", "ledger": "1"},
+                                      training=json_safe(facts), **sections)
+            write_manifest(tmp, manifest, hmac_key=hmac_key)
+            return manifest
+
+        publish()  # so the runtime can load the staged folder and compute the golden vectors
+        if run.golden_inputs:
+            write_golden(tmp, router_golden(tmp, run.golden_inputs, hmac_key=hmac_key,
+                                            now=created))
+            publish()
     return out_dir
 
+
+def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = None,
+                  now: datetime | None = None) -> dict:
+    """golden.json of a router folder: `inputs` (text, category, prompt_tokens) routed by
+    `replaylab.runtime.Router` with every encoder variant the folder ships."""
+    from replaylab.runtime.encoder import CONFIG_FILE as ENCODER_CONFIG
+    from replaylab.runtime.router import Router
+    from replaylab.runtime.routing import decision_margin
+
+    variants = sorted(json.loads((folder / ENCODER_DIR / ENCODER_CONFIG).read_text())["variants"])
+    texts = [str(i["text"]) for i in inputs]
+    cats = [i.get("category") for i in inputs]
+    tokens = [i.get("prompt_tokens") for i in inputs]
+    expected: list[dict] = [{} for _ in inputs]
+    clock = None if now is None else now.timestamp
+    for v in variants:
+        router = Router.load(folder, variant=v, hmac_key=hmac_key, check_golden=False,
+                             **({"clock": clock} if clock else {}))
+        if not router.loaded:
+            raise RuntimeError(f"the staged router folder does not load ({v}): {router.reason}")
+        got = router.route_batch(texts, cats, tokens)
+        prob = np.array([[d.scores[c] for c in router.candidates] for d in got])
+        margin = decision_margin(prob, router.threshold, fallback=router.fallback_index,
+                                 rule=router.rule)
+        for e, d, mg in zip(expected, got, margin, strict=True):
+            e[v] = {"success_prob": [d.scores[c] for c in router.candidates],
+                    "candidate": d.candidate, "margin": float(mg)}
+    cases = [{"input": {"text": t, "category": c, "prompt_tokens": p}, "expected": e}
+             for t, c, p, e in zip(texts, cats, tokens, expected, strict=True)]
+    return golden_document(KIND, cases, GOLDEN_TOLERANCES)

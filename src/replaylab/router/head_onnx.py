@@ -45,6 +45,7 @@ import torch
 from torch import nn
 
 from replaylab import __version__
+from replaylab.artifacts.golden import ParityError
 from replaylab.artifacts.manifest import (
     build_manifest,
     staged_folder,
@@ -60,10 +61,6 @@ ONNX_OPSET = 17
 INPUTS = ("embedding", "category", "prompt_tokens")
 OUTPUTS = ("success_prob", "cost")
 PARITY_TOLERANCE = 1e-5
-
-
-class ParityError(ValueError):
-    """onnxruntime and torch disagree beyond the tolerance; the export is not used."""
 
 
 class _Graph(nn.Module):
@@ -101,6 +98,38 @@ def head_to_onnx(head: SuccessHead) -> bytes:
                           dynamic_axes={n: {0: "n"} for n in (*INPUTS, *names)},
                           opset_version=ONNX_OPSET, dynamo=False, do_constant_folding=True)
     return buf.getvalue()
+
+
+class DeployedHead:
+    """A fitted head as the runtime serves it: its exported graph (`model`, the bytes the
+    router artifact ships) scored by `replaylab.runtime.router.HeadScorer`.
+
+    Training reports the learned router's calibration, test and go/no-go decisions
+    from `predict_proba` here, so for the same embeddings they are the decisions the
+    runtime makes, bit for bit (`head` keeps the torch network for `report`).
+    The export's own parity (torch vs onnxruntime) is checked on `parity_embedding`.
+    """
+
+    def __init__(self, head: SuccessHead, *, threads: int = 1,
+                 parity_embedding: np.ndarray | None = None, parity_meta: Any = None) -> None:
+        from replaylab.runtime.router import HeadScorer  # noqa: PLC0415 - onnxruntime
+
+        self.head = head
+        self.model = head_to_onnx(head)
+        self.parity = (parity(head, self.model, parity_embedding, parity_meta)
+                       if parity_embedding is not None and len(parity_embedding) else None)
+        self.scorer = HeadScorer(self.model, head.encoder_.vocabulary_, threads)
+
+    def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
+        """(n, K) float64 P(success) from the graph (candidates cheapest first)."""
+        category, tokens = meta_arrays(meta, len(embedding))
+        labels = [None if c is None or (isinstance(c, float) and c != c) else c
+                  for c in category]  # a missing label is the `other` slot, as in the head
+        return self.scorer.proba(embedding, labels, tokens)
+
+    def report(self) -> dict:
+        return {**self.head.report(), "decisions_from": "onnx head graph (runtime HeadScorer)",
+                "onnx_parity": self.parity}
 
 
 def onnx_inputs(head: SuccessHead, embedding: np.ndarray, meta: Any) -> dict[str, np.ndarray]:

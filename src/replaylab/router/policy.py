@@ -61,9 +61,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import fail_field as _fail
+from replaylab.runtime.routing import RULES, choose_by_threshold, routing_scores
 
 ESCALATE_TO = ("next", "strongest")
-RULES = ("margin", "absolute")
 
 
 @dataclass(frozen=True)
@@ -120,32 +120,6 @@ def strongest_column(score: np.ndarray, cost: np.ndarray | None = None) -> int:
     q = s.mean(axis=0)
     c = np.zeros_like(q) if cost is None else np.asarray(cost, np.float64).mean(axis=0)
     return int(np.lexsort((np.arange(len(q)), c, -q))[0])
-
-
-def routing_scores(prob: np.ndarray, rule: str = "absolute") -> np.ndarray:
-    """(n, K) routing scores q of predicted success p under `rule` (module docstring)."""
-    p = np.asarray(prob, np.float64)
-    if p.ndim != 2:
-        raise ValueError(f"prob must be (n, K), got shape {p.shape}")
-    if rule not in RULES:
-        raise ValueError(f"rule={rule!r}: must be one of {RULES}")
-    if rule == "absolute" or p.shape[1] < 2:
-        return p
-    two = -np.partition(-p, 1, axis=1)[:, :2]  # best and second best per row
-    best_other = np.where(p >= two[:, :1], two[:, 1:2], two[:, :1])
-    return p - best_other
-
-
-def choose_by_threshold(prob: np.ndarray, threshold: float | np.ndarray, *,
-                        fallback: int = -1, rule: str = "absolute") -> np.ndarray:
-    """Cheapest column whose routing score clears `threshold`, else `fallback` (default the
-    last). prob (n, K) predicted success; threshold a scalar -> (n,) int64, or (T,) -> (T, n)."""
-    q = routing_scores(prob, rule)
-    top = int(fallback) % q.shape[1]
-    t = np.asarray(threshold, np.float64)
-    passes = q[None, :, :] >= t.reshape(-1, 1, 1)  # (T, n, K)
-    out = np.where(passes.any(axis=2), passes.argmax(axis=2), top).astype(np.int64)
-    return out[0] if t.ndim == 0 else out
 
 
 class ThresholdPolicy:

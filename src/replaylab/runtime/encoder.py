@@ -49,6 +49,15 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from replaylab.artifacts.golden import (
+    MISMATCH,
+    GoldenCheck,
+    GoldenError,
+    Timer,
+    check,
+    read_golden,
+    row_cosines,
+)
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
 
 KIND = "encoder"
@@ -180,6 +189,12 @@ class OnnxSentenceEncoder:
         self._input_names = tuple(i.name for i in session.get_inputs())
         self._output_name = session.get_outputs()[0].name
         self._encode_batch = getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+        # set by load_encoder: the golden-vector check on this machine, and when another
+        # variant was asked for but failed it, which and why
+        self.golden: GoldenCheck | None = None
+        self.golden_status = "unchecked"  # passed | absent | skipped | unchecked
+        self.requested_variant = variant
+        self.variant_reason: str | None = None
 
     @classmethod
     def from_bytes(cls, onnx_model: bytes, tokenizer_json: str, config: EncoderConfig, *,
@@ -219,6 +234,10 @@ class OnnxSentenceEncoder:
     def token_counts(self, texts: Sequence[str]) -> np.ndarray:
         """(n,) int: tokens each text is encoded with (after truncation, incl. [CLS]/[SEP])."""
         return np.array([len(e.ids) for e in self._tokenize(_checked(texts))], dtype=np.int64)
+
+    def tokenize(self, texts: Sequence[str]) -> list:
+        """The tokenizer's encodings of `texts` (truncated, unpadded; `.ids`, `.type_ids`)."""
+        return self._tokenize(_checked(texts))
 
     def _tokenize(self, texts: list[str]) -> list:
         # encode_batch_fast (tokenizers >= 0.21) skips the character offsets, which
@@ -294,14 +313,63 @@ def _checked(texts: Sequence[str]) -> list[str]:
     return texts
 
 
+def check_golden(encoder: OnnxSentenceEncoder, golden: dict) -> GoldenCheck:
+    """Re-run the artifact's golden texts through `encoder` on this machine.
+
+    Checked (bounds from golden.json `tolerances`): token ids equal, bit for bit
+    (the tokenizer is not CPU-dependent); the cosine of each vector to the one
+    the exporting machine got for the same variant (`<variant>_min_cosine`);
+    for int8 also its quality against the sentence-transformers reference
+    (`int8_reference_mean_cosine` over prompts, `int8_reference_min_cosine`
+    over every case), i.e. the export gate measured again on the serving CPU,
+    whose kernels decide int8's numbers.
+    """
+    with Timer() as timer:
+        cases = golden["cases"]
+        tol = golden["tolerances"]
+        texts = [str(c["input"]["text"]) for c in cases]
+        ids = [list(e.ids) for e in encoder.tokenize(texts)]
+        figures: dict[str, Any] = {
+            "n_cases": len(cases), "variant": encoder.variant,
+            "token_ids_equal_share": float(np.mean([a == c["expected"].get("token_ids")
+                                                    for a, c in zip(ids, cases, strict=True)]))}
+        bounds: dict[str, tuple[str, float]] = {"token_ids_equal_share": (">=", 1.0)}
+        got = encoder.encode(texts)
+        v = encoder.variant
+        expected = [c["expected"].get(v) for c in cases]
+        key = f"{v}_min_cosine"
+        if all(isinstance(e, list) and len(e) == encoder.dimension for e in expected):
+            figures[key] = float(row_cosines(np.array(expected), got).min())
+        bounds[key] = (">=", float(tol.get(key, 1.0)))
+        if v == "int8":
+            ref = np.array([c["expected"]["reference"] for c in cases], dtype=np.float64)
+            cos = row_cosines(ref, got)
+            prompt = np.array([c["input"].get("part", "prompt") == "prompt" for c in cases])
+            figures["int8_reference_mean_cosine"] = float(cos[prompt].mean()) if prompt.any() \
+                else None
+            figures["int8_reference_min_cosine"] = float(cos.min())
+            for name in ("int8_reference_mean_cosine", "int8_reference_min_cosine"):
+                bounds[name] = (">=", float(tol.get(name, 1.0)))
+    return check(figures, bounds, timer.seconds)
+
+
 def load_encoder(folder: str | Path, *, variant: str = "fp32", threads: int = 1,
-                 hmac_key: bytes | None = None, now: datetime | None = None
-                 ) -> OnnxSentenceEncoder:
+                 hmac_key: bytes | None = None, now: datetime | None = None,
+                 check_golden_vectors: bool = True) -> OnnxSentenceEncoder:
     """Verify `folder` (manifest kind `encoder`) and load one variant for serving.
+
+    With `check_golden_vectors` (the default) the artifact's golden vectors are
+    re-checked on this machine (`check_golden`; the result is `encoder.golden`,
+    its cost `encoder.golden.seconds`). A variant other than fp32 that misses
+    them is not served: the fp32 variant is loaded instead (its own check must
+    pass), with `requested_variant` and `variant_reason` = `golden_mismatch`
+    saying so. An artifact without golden.json (exported before they existed)
+    loads with `golden_status` "absent".
 
     Raises `ManifestError` (verification) or `EncoderArtifactError` (verified
     but unusable: bad config, missing variant, graph onnxruntime cannot load,
-    dimension differing from the manifest's `outputs.dimension`).
+    dimension differing from the manifest's `outputs.dimension`, fp32 missing its
+    golden vectors: reason `golden_mismatch`).
     """
     folder = Path(folder)
     manifest = verify_manifest(folder, hmac_key=hmac_key, now=now, required_kind=KIND)
@@ -318,6 +386,34 @@ def load_encoder(folder: str | Path, *, variant: str = "fp32", threads: int = 1,
         raise EncoderArtifactError("variant", f"variant {variant!r} not in the artifact; "
                                               f"available: {sorted(config.files)}")
     tokenizer_json = read_verified_file(folder, manifest, TOKENIZER_FILE).decode("utf-8")
-    onnx_model = read_verified_file(folder, manifest, config.files[variant])
-    return OnnxSentenceEncoder.from_bytes(onnx_model, tokenizer_json, config, variant=variant,
-                                          threads=threads)
+
+    def build(v: str) -> OnnxSentenceEncoder:
+        onnx_model = read_verified_file(folder, manifest, config.files[v])
+        return OnnxSentenceEncoder.from_bytes(onnx_model, tokenizer_json, config, variant=v,
+                                              threads=threads)
+
+    encoder = build(variant)
+    if not check_golden_vectors:
+        encoder.golden_status = "skipped"
+        return encoder
+    try:
+        golden = read_golden(folder, manifest, kind=KIND)
+    except GoldenError as exc:
+        if exc.reason != "golden_absent":
+            raise EncoderArtifactError(exc.reason, exc.message) from None
+        encoder.golden_status = "absent"
+        return encoder
+    result = check_golden(encoder, golden)
+    if not result.ok and variant != "fp32":
+        missed = result
+        encoder = build("fp32")
+        result = check_golden(encoder, golden)
+        encoder.requested_variant, encoder.variant_reason = variant, MISMATCH
+        result.figures[f"{variant}_check"] = missed.as_dict()
+    encoder.golden = result
+    if not result.ok:
+        raise EncoderArtifactError(MISMATCH, f"{encoder.variant} encoder misses its golden "
+                                             f"vectors on this CPU: {result.failed} "
+                                             f"{ {k: result.figures.get(k) for k in result.failed} }")
+    encoder.golden_status = "passed"
+    return encoder

@@ -33,7 +33,18 @@ from typing import Any
 
 import numpy as np
 
+from replaylab.artifacts.golden import (
+    MISMATCH,
+    GoldenCheck,
+    GoldenError,
+    Timer,
+    check,
+    max_abs_diff,
+    read_golden,
+    stable_agreement,
+)
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.runtime.routing import RULES, choose_by_threshold
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -52,6 +63,7 @@ class RouteDecision:
     fallback: bool = False
     reason: str | None = None
     decision: str = "learned"  # learned | rules:<which> | fallback
+    variant: str | None = None  # the encoder variant that embedded the query
 
 
 class Router:
@@ -69,18 +81,85 @@ class Router:
         self._encoder = None
         self._head = None
         self._config: dict = {}
-        self._vocab: dict[str, int] = {}
+        self.golden: GoldenCheck | None = None
+        self.golden_status = "unchecked"  # passed | absent | unchecked
+        self.requested_variant: str | None = None
+        self.variant_reason: str | None = None
 
     @property
     def loaded(self) -> bool:
         return self._head is not None
 
+    @property
+    def fallback_index(self) -> int:
+        """Column of `fallback_candidate` among `candidates` (the strongest on calibration)."""
+        return self._top
+
+    @property
+    def variant(self) -> str | None:
+        """The encoder variant that serves (fp32 when int8 was asked for but missed its
+        golden vectors here); None when not loaded."""
+        return None if self._encoder is None else self._encoder.variant
+
+    def load_report(self) -> dict:
+        """What serving should log once after `load`: variant, golden checks, reasons."""
+        enc = self._encoder
+        return {"loaded": self.loaded, "reason": self.reason, "version": self.version,
+                "variant": self.variant, "requested_variant": self.requested_variant,
+                "variant_reason": self.variant_reason, "golden_status": self.golden_status,
+                "golden": None if self.golden is None else self.golden.as_dict(),
+                "encoder_golden": (None if enc is None or enc.golden is None
+                                   else enc.golden.as_dict())}
+
     @classmethod
     def load(cls, path: str | Path | None, *, fallback_candidate: str | None = None,
              hmac_key: bytes | None = None, threads: int = 1, variant: str = "fp32",
-             clock: Callable[[], float] = time.time) -> Router:
-        """Verify and load; never raises for a bad or missing artifact (see the module doc)."""
+             clock: Callable[[], float] = time.time, check_golden: bool = True) -> Router:
+        """Verify and load; never raises for a bad or missing artifact (see the module doc).
+
+        With `check_golden` (the default) the encoder's and the router's golden vectors
+        are re-checked on this machine (`check_golden_vectors`): a variant other than
+        fp32 that misses them is replaced by fp32 (`variant_reason` says so); an fp32
+        miss leaves the router unloaded with reason `golden_mismatch`, and the caller's
+        fallback candidate answers. An artifact without golden vectors loads with
+        `golden_status` "absent".
+        """
+        r = cls._load(path, fallback_candidate, hmac_key, threads, variant, clock, check_golden)
+        if not r.loaded or not check_golden:
+            return r
+        try:
+            golden = read_golden(Path(path), r.manifest, kind=KIND)
+        except GoldenError as exc:
+            if exc.reason == "golden_absent":
+                r.golden_status = "absent"
+                return r
+            return r._unload(exc.reason)
+        result = r.check_golden_vectors(golden)
+        if not result.ok and r.variant != "fp32":
+            fp32 = cls._load(path, fallback_candidate, hmac_key, threads, "fp32", clock, True)
+            if fp32.loaded:
+                missed = result
+                result = fp32.check_golden_vectors(golden)
+                result.figures[f"{r.variant}_check"] = missed.as_dict()
+                fp32.requested_variant, fp32.variant_reason = variant, MISMATCH
+                r = fp32
+        r.golden = result
+        if not result.ok:
+            return r._unload(MISMATCH)
+        r.golden_status = "passed"
+        return r
+
+    def _unload(self, reason: str) -> Router:
+        self._head = None
+        self.reason = reason
+        return self
+
+    @classmethod
+    def _load(cls, path: str | Path | None, fallback_candidate: str | None,
+              hmac_key: bytes | None, threads: int, variant: str,
+              clock: Callable[[], float], check_encoder_golden: bool) -> Router:
         r = cls(fallback_candidate=fallback_candidate)
+        r.requested_variant = variant
         if path is None or not Path(path).is_dir():
             r.reason = "missing_artifact"
             return r
@@ -90,14 +169,16 @@ class Router:
 
             now = datetime.fromtimestamp(clock(), UTC)
             m = verify_manifest(folder, hmac_key=hmac_key, now=now, required_kind=KIND)
-            enc = load_encoder(folder / ENCODER_DIR, variant=variant, threads=threads, now=now)
+            enc = load_encoder(folder / ENCODER_DIR, variant=variant, threads=threads, now=now,
+                               check_golden_vectors=check_encoder_golden)
             enc_manifest = json.loads(read_verified_file(folder, m, f"{ENCODER_DIR}/manifest.json"))
             want = m["features"][0].get("encoder_content_hash")
             if enc_manifest.get("content_hash") != want:
                 raise ManifestError("encoder_mismatch", "the encoder is not the one the head "
                                                         "was trained with")
             config = json.loads(read_verified_file(folder, m, CONFIG_FILE))
-            head = _session(read_verified_file(folder, m, HEAD_FILE), threads)
+            head = HeadScorer(read_verified_file(folder, m, HEAD_FILE),
+                              config["category_vocabulary"], threads)
         except ManifestError as exc:
             r.reason = exc.reason
             return r
@@ -105,21 +186,55 @@ class Router:
             r.reason = "onnx_load"
             return r
         r.manifest, r._encoder, r._head, r._config = m, enc, head, config
+        r.variant_reason = enc.variant_reason
         r.candidates = tuple(config["candidates"])
         r.threshold = float(config["threshold"])
         r.rule = str(config.get("rule", "absolute"))
         top = config.get("fallback_candidate", r.candidates[-1])
-        if r.rule not in ("absolute", "margin") or top not in r.candidates:
+        if r.rule not in RULES or top not in r.candidates:
             r._head = None
             r.reason = "bad_config"
             r.fallback_candidate = r.fallback_candidate or r.candidates[-1]
             return r
         r._top = r.candidates.index(top)
-        r._vocab = {v: i for i, v in enumerate(config["category_vocabulary"])}
         r.version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
         if r.fallback_candidate is None:
             r.fallback_candidate = top
         return r
+
+    def check_golden_vectors(self, golden: dict) -> GoldenCheck:
+        """Route the artifact's golden queries here and compare with the exporting machine's
+        answers for this encoder variant: max |P(success) difference| <= `<variant>_prob_abs`,
+        and every decision whose margin from the threshold exceeds what that difference can
+        move (2x the tolerance under the margin rule, 1x under absolute) must agree."""
+        with Timer() as timer:
+            v = self.variant
+            tol = golden["tolerances"]
+            cases = golden["cases"]
+            inputs = [c["input"] for c in cases]
+            got = self.route_batch([str(i.get("text", "")) for i in inputs],
+                                   [i.get("category") for i in inputs],
+                                   [i.get("prompt_tokens") for i in inputs])
+            expected = [c["expected"].get(v) for c in cases]
+            figures: dict[str, Any] = {"n_cases": len(cases), "variant": v}
+            prob_tol = float(tol.get(f"{v}_prob_abs", 0.0))
+            if all(isinstance(e, dict) for e in expected) and not any(d.fallback for d in got):
+                want = np.array([e["success_prob"] for e in expected], dtype=np.float64)
+                have = np.array([[d.scores.get(c, np.nan) for c in self.candidates]
+                                 for d in got], dtype=np.float64)
+                figures[f"{v}_prob_max_abs"] = max_abs_diff(want, have)
+                moved = prob_tol * (2.0 if self.rule == "margin" else 1.0)
+                share, n_stable = stable_agreement(
+                    [e["candidate"] for e in expected], [d.candidate for d in got],
+                    np.array([e["margin"] for e in expected]), moved)
+                figures.update(stable_decision_agreement=share, n_stable=n_stable,
+                               decision_agreement=float(np.mean(
+                                   [e["candidate"] == d.candidate
+                                    for e, d in zip(expected, got, strict=True)])))
+        return check(figures, {f"{v}_prob_max_abs": ("<=", prob_tol),
+                               "stable_decision_agreement": (
+                                   ">=", float(tol.get("stable_decision_agreement", 1.0)))},
+                     timer.seconds)
 
     # ------------------------------------------------------------------ routing
     def route(self, text: str, category: str | None = None,
@@ -144,33 +259,18 @@ class Router:
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
             return [self._by_rules(t, c, p) for t, c, p in zip(texts, categories, tokens,
                                                                 strict=True)]
-        out = []
-        for i in range(n):
-            row = prob[i]
-            q = row
-            # policy.routing_scores, written again for one row: the runtime stays off the
-            # training package (pandas) and this is three lines
-            if self.rule == "margin" and len(row) > 1:  # minus the best OTHER candidate's
-                top2 = np.sort(row)[-2:]
-                q = row - np.where(row >= top2[1], top2[0], top2[1])
-            passing = np.flatnonzero(q >= self.threshold)
-            k = int(passing[0]) if len(passing) else self._top
-            out.append(RouteDecision(self.candidates[k],
-                                     {c: float(v) for c, v in zip(self.candidates, row,
-                                                                   strict=True)},
-                                     self.threshold, self.version))
-        return out
+        chosen = choose_by_threshold(prob, self.threshold, fallback=self._top, rule=self.rule)
+        return [RouteDecision(self.candidates[int(k)],
+                              {c: float(v) for c, v in zip(self.candidates, row, strict=True)},
+                              self.threshold, self.version, variant=self.variant)
+                for k, row in zip(chosen, prob, strict=True)]
 
     def _scores(self, texts: Sequence[str], categories: list, tokens: list) -> np.ndarray:
         emb = self._encoder.encode(list(texts))
-        other = len(self._vocab)
-        cat = np.array([self._vocab.get(str(c), other) if c is not None else other
-                        for c in categories], dtype=np.int64)
         cpt = float(self._config["prompt_tokens"]["chars_per_token"])
         pt = np.array([float(p) if p is not None else math.ceil(len(t) / cpt)
-                       for t, p in zip(texts, tokens, strict=True)], dtype=np.float32)
-        return self._head.run(["success_prob"], {"embedding": emb.astype(np.float32),
-                                                 "category": cat, "prompt_tokens": pt})[0]
+                       for t, p in zip(texts, tokens, strict=True)], dtype=np.float64)
+        return self._head.proba(emb, categories, pt)
 
     def _by_rules(self, text: str, category: str | None, tokens: float | None) -> RouteDecision:
         rules = self._config["rules"]
@@ -184,6 +284,34 @@ class Router:
             cand, why = rules["default_candidate"], "rules:default"
         return RouteDecision(cand, version=self.version, fallback=True, reason="model_error",
                              decision=why)
+
+
+class HeadScorer:
+    """The head graph (`head.onnx`) with its category vocabulary: the one place predicted
+    success is computed, in training (every reported learned decision) and in serving.
+
+    `proba(embedding, categories, prompt_tokens)`: (n, d) float32 embeddings, n category
+    labels (None or a label outside the vocabulary -> the `other` code), (n,) prompt token
+    counts (NaN -> the training mean, inside the graph) -> (n, K) float64 P(success),
+    candidates cheapest first. The graph's float32 output is widened exactly.
+    """
+
+    def __init__(self, model: bytes, vocabulary: Sequence[str], threads: int = 1) -> None:
+        self.session = _session(model, threads)
+        self.vocabulary = tuple(str(v) for v in vocabulary)
+        self._code = {v: i for i, v in enumerate(self.vocabulary)}
+
+    def codes(self, categories: Sequence[Any]) -> np.ndarray:
+        other = len(self._code)
+        return np.array([other if c is None else self._code.get(str(c), other)
+                         for c in categories], dtype=np.int64)
+
+    def proba(self, embedding: np.ndarray, categories: Sequence[Any],
+              prompt_tokens: np.ndarray) -> np.ndarray:
+        emb = np.ascontiguousarray(embedding, dtype=np.float32)
+        feeds = {"embedding": emb, "category": self.codes(categories),
+                 "prompt_tokens": np.asarray(prompt_tokens, dtype=np.float32).reshape(-1)}
+        return self.session.run(["success_prob"], feeds)[0].astype(np.float64)
 
 
 def _session(model: bytes, threads: int) -> Any:
