@@ -259,7 +259,7 @@ def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path):
     with pytest.raises(ValueError, match="parity_texts is empty"):
         enc_mod.export_encoder(minilm, out, parity_texts=[])
     # fp32 is required: a missed gate stops the export and publishes nothing
-    with pytest.raises(enc_mod.ParityError, match="fp32 encoder: min_cosine 0.99"):
+    with pytest.raises(enc_mod.ParityError, match=r"fp32 encoder: min_cosine 1.0+ < 1.5"):
         enc_mod.export_encoder(minilm, out, parity_texts=["x"], int8=False, min_cosine_fp32=1.5)
     assert list(tmp_path.iterdir()) == []  # neither the folder nor its temporary sibling
 
@@ -479,3 +479,59 @@ def test_encoder_config_refuses_what_the_runtime_cannot_replay():
         EncoderConfig.from_dict({**base, "max_seq_length": "256"})
     with pytest.raises(EncoderArtifactError, match="no fp32"):
         EncoderConfig.from_dict({**base, "variants": {}})
+
+
+# ---- golden vectors: checked where the encoder is served -----------------------------------
+
+@pytest.mark.slow
+def test_golden_vectors_pass_here_and_carry_the_reference(exported):
+    m = verify_manifest(exported.path, required_kind="encoder")
+    assert "golden.json" in [f["path"] for f in m["files"]]  # hashed like any other file
+    golden = json.loads((exported.path / "golden.json").read_text())
+    assert golden["kind"] == "encoder" and golden["built_on"]["machine"]
+    parts = [c["input"]["part"] for c in golden["cases"]]
+    assert parts.count("prompt") >= 10 and "edge_case" in parts
+    for variant in ("fp32", "int8"):
+        enc = load_encoder(exported.path, variant=variant)
+        assert enc.variant == variant and enc.golden_status == "passed", enc.golden.figures
+        assert enc.golden.figures["token_ids_equal_share"] == 1.0
+        print(f"golden check {variant}: {enc.golden.seconds * 1e3:.1f} ms on "
+              f"{enc.golden.cpu['cpu_flags']}: {enc.golden.figures}")
+    skipped = load_encoder(exported.path, check_golden_vectors=False)
+    assert skipped.golden_status == "skipped" and skipped.golden is None
+
+
+@pytest.mark.slow
+def test_a_golden_miss_serves_fp32_or_refuses(exported, tmp_path):
+    from tests.conftest import edit_golden
+
+    def spoil(variant):
+        def edit(doc):
+            for c in doc["cases"]:
+                c["expected"][variant] = [-x for x in c["expected"][variant]]
+        return edit
+
+    int8_off = edit_golden(shutil.copytree(exported.path, tmp_path / "i8"), spoil("int8"))
+    enc = load_encoder(int8_off, variant="int8")  # int8 misses here: fp32 serves instead
+    assert (enc.variant, enc.requested_variant, enc.variant_reason) == (
+        "fp32", "int8", "golden_mismatch")
+    assert enc.golden.ok and not enc.golden.figures["int8_check"]["ok"]
+    fp32_off = edit_golden(shutil.copytree(exported.path, tmp_path / "f32"), spoil("fp32"))
+    with pytest.raises(EncoderArtifactError) as exc:
+        load_encoder(fp32_off)
+    assert exc.value.reason == "golden_mismatch"
+    ids_off = edit_golden(shutil.copytree(exported.path, tmp_path / "ids"),
+                          lambda d: d["cases"][0]["expected"].update(token_ids=[101, 102]))
+    with pytest.raises(EncoderArtifactError, match="token_ids_equal_share"):
+        load_encoder(ids_off)
+    # an artifact exported before golden vectors existed loads as before, and says so
+    old = shutil.copytree(exported.path, tmp_path / "old")
+    (old / "golden.json").unlink()
+    from replaylab.artifacts.manifest import build_manifest, write_manifest
+
+    m = json.loads((old / "manifest.json").read_text())
+    write_manifest(old, build_manifest(old, kind="encoder", version=m["version"], valid_days=30,
+                                       **{k: m[k] for k in ("contracts", "features", "outputs",
+                                                            "calibration", "training", "runtime",
+                                                            "fallback")}))
+    assert load_encoder(old).golden_status == "absent"

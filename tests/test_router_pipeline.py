@@ -152,7 +152,7 @@ def encoder_dir(outcomes, tmp_path_factory):
 
     texts = outcomes["prompt_text"].drop_duplicates().tolist()[:40]
     folder = tmp_path_factory.mktemp("enc") / "minilm"
-    export_encoder(load_minilm(), folder, parity_texts=texts, int8=False)
+    export_encoder(load_minilm(), folder, parity_texts=texts)  # int8 too: golden per variant
     return folder
 
 
@@ -198,6 +198,54 @@ def test_router_artifact_routes_as_training_decided(minilm_run):
     assert set(one.scores) == {CHEAP, STRONG} and one.version == router.version
     assert summary["head"]["decisions_from"].startswith("onnx head graph")
     assert 0.0 <= summary["decision_stability"]["fp32_near_threshold_share"] <= 1.0
+
+
+@pytest.mark.slow
+def test_router_golden_vectors_are_checked_where_it_is_served(minilm_run, tmp_path):
+    """The router re-routes its golden queries at load: int8 that misses serves fp32, fp32
+    that misses falls back with golden_mismatch; an artifact without them loads as before."""
+    from tests.conftest import edit_golden
+
+    _, _, run, art, _ = minilm_run
+    golden = json.loads((art / "golden.json").read_text())
+    assert golden["kind"] == "router" and len(golden["cases"]) >= 10
+    published = sorted(golden["cases"][0]["expected"])
+    assert "fp32" in published
+    for variant in published:
+        r = Router.load(art, variant=variant)
+        assert r.loaded and r.variant == variant and r.golden_status == "passed", r.load_report()
+        f = r.golden.figures
+        assert f["stable_decision_agreement"] == 1.0 and f["n_stable"] >= 1
+        print(f"router golden {variant}: {r.golden.seconds * 1e3:.1f} ms, {f}")
+
+    def flip(doc):  # every decision flipped, P(success) moved well past the tolerance
+        for c in doc["cases"]:
+            e = c["expected"]["fp32"]
+            e["success_prob"] = [min(1.0, p + 0.3) for p in e["success_prob"]]
+            e["candidate"] = STRONG if e["candidate"] == CHEAP else CHEAP
+
+    off = edit_golden(shutil.copytree(art, tmp_path / "off"), flip)
+    r = Router.load(off, fallback_candidate=STRONG)
+    assert not r.loaded and r.reason == "golden_mismatch"
+    d = r.route("What is 2 + 2?")
+    assert (d.candidate, d.fallback, d.reason) == (STRONG, True, "golden_mismatch")
+    assert Router.load(off, check_golden=False).loaded  # the operator's explicit choice
+    if "int8" in published:
+        def spoil_int8(doc):
+            for c in doc["cases"]:
+                c["expected"]["int8"]["success_prob"] = [
+                    1.0 - p for p in c["expected"]["int8"]["success_prob"]]
+
+        i8 = edit_golden(shutil.copytree(art, tmp_path / "i8"), spoil_int8)
+        r = Router.load(i8, variant="int8")
+        assert r.loaded and (r.variant, r.requested_variant, r.variant_reason) == (
+            "fp32", "int8", "golden_mismatch"), r.load_report()
+        assert r.route("What is 2 + 2?").variant == "fp32"
+    # an artifact whose encoder misses its own golden vectors on this CPU cannot serve
+    enc_off = edit_golden(shutil.copytree(art, tmp_path / "enc"), lambda d: [
+        c["expected"].update(fp32=[0.0] * len(c["expected"]["fp32"])) for c in d["cases"]],
+        name="encoder/golden.json")
+    assert Router.load(enc_off).reason == "golden_mismatch"
 
 
 @pytest.mark.slow
