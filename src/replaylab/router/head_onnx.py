@@ -107,7 +107,7 @@ class DeployedHead:
     Training reports the learned router's calibration, test and go/no-go decisions
     from `predict_proba` here, so for the same embeddings they are the decisions the
     runtime makes, bit for bit (`head` keeps the torch network for `report`).
-    The export's own parity (torch vs onnxruntime) is checked on `parity_embedding`.
+    The torch vs onnxruntime difference on `parity_embedding` is reported (`parity`).
     """
 
     def __init__(self, head: SuccessHead, *, threads: int = 1,
@@ -116,7 +116,10 @@ class DeployedHead:
 
         self.head = head
         self.model = head_to_onnx(head)
-        self.parity = (parity(head, self.model, parity_embedding, parity_meta)
+        # informational: the graph, not torch, is what decides (training and serving alike),
+        # so a torch/onnxruntime difference is reported, never fatal here
+        self.parity = (parity(head, self.model, parity_embedding, parity_meta,
+                              tolerance=float("inf"))
                        if parity_embedding is not None and len(parity_embedding) else None)
         self.scorer = HeadScorer(self.model, head.encoder_.vocabulary_, threads)
 

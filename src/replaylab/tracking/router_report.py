@@ -42,14 +42,15 @@ td.best{background:#e3f1de;font-weight:700}.ci{color:#666;font-weight:400;font-s
 
 
 def _f(x: Any, kind: str = "q") -> str:
-    """'—' for NaN/None, ∞ for infinities; q: 3 decimals, usd: 4 significant, int, d: days."""
+    """'—' for NaN/None, ∞ for infinities; q: 3 decimals, usd: 4 significant, int, d: days,
+    cos: 4 decimals."""
     v = _num(x)
     if math.isnan(v):
         return "—"
     if math.isinf(v):
         return "∞" if v > 0 else "−∞"
     return {"usd": f"{v:.4g}", "+usd": f"{v:+.4g}", "+q": f"{v:+.4f}", "int": f"{v:,.0f}",
-            "d": f"{v:,.3g}"}.get(kind, f"{v:.3f}")
+            "d": f"{v:,.3g}", "cos": f"{v:.4f}"}.get(kind, f"{v:.3f}")
 
 
 def _ci(x: Any) -> list[float]:
@@ -68,6 +69,39 @@ def _facts(d: dict) -> str:
         json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) + "</code></td>"]
         for k, v in d.items()]
     return _table(["fact", "value"], rows) if rows else "<p class='src'>(none reported)</p>"
+
+
+def _encoder_section(summary: dict) -> str:
+    """Which encoder variants were published (their export gates), which one trained, the
+    golden-vector check on this CPU, and how many test decisions sit near the threshold."""
+    enc = summary.get("encoder") if isinstance(summary.get("encoder"), dict) else {}
+    variants = enc.get("variants") if isinstance(enc.get("variants"), dict) else {}
+    if not variants:
+        return "<p class='src'>summary.json has no encoder verdicts.</p>"
+    rows = []
+    for name, v in variants.items():
+        v = v if isinstance(v, dict) else {}
+        rows.append([f"<td class='l'>{_e(name)}</td>",
+                     f"<td class='l'>{'published' if v.get('published') else 'not published'}"
+                     "</td>", _f(v.get("mean_cosine_prompts"), "cos"),
+                     _f(v.get("min_cosine_prompts"), "cos"), _f(v.get("min_cosine"), "cos"),
+                     f"<td class='l'>{_e(v.get('reason') or '')}</td>"])
+    golden = enc.get("golden") if isinstance(enc.get("golden"), dict) else {}
+    cpu = ", ".join(_get(golden, "cpu.cpu_flags") or []) or "unknown"
+    stab = summary.get("decision_stability") if isinstance(
+        summary.get("decision_stability"), dict) else {}
+    used = (f"trained and scored with <b>{_e(enc.get('variant'))}</b>"
+            + (f" (asked: {_e(enc.get('requested_variant'))}, {_e(enc.get('variant_reason'))})"
+               if enc.get("variant_reason") else ""))
+    return ("<p class='src'>The int8 variant is optional: when its cosine to "
+            "sentence-transformers misses the export gate on this CPU it is left out and "
+            f"the run goes on. {used}; golden vectors on this CPU ({_e(cpu)}): "
+            f"{_e(enc.get('golden_status'))} in {_f(_num(golden.get('seconds')) * 1e3)} ms. "
+            f"Test decisions within reach of another CPU's rounding: fp32 "
+            f"{_f(stab.get('fp32_near_threshold_share'), 'd')}, int8 "
+            f"{_f(stab.get('int8_near_threshold_share'), 'd')}.</p>"
+            + _table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
+                      "min cos (all)", "why not"], rows))
 
 
 def _parts(s: dict) -> tuple[dict, dict, list[dict], float]:
@@ -388,6 +422,7 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
         _table(["fraction", "explored sessions", "days", "cost saving [CI]", "quality Δ [CI]",
                 "significant"], lc_rows) if lc_rows else "",
         "<h2>Labels and exploration</h2>", _labels(summary),
+        "<h2>Encoder variants and parity on this CPU</h2>", _encoder_section(summary),
         "<h2>Router head</h2>", _facts(summary.get("head") or {}),
         "<h2>Data and versions</h2>", _facts({k: summary[k] for k in (
             "pipeline", "data", "outcomes", "encoder", "timings_s", "wall_seconds", "artifacts")
