@@ -35,7 +35,9 @@ data/routellm_gsm8k/gsm8k_responses.csv (shuffled, seed 0, cut to <= 128
 tokens at a word-piece offset), --calls prompts (default clamp(--rows, 500,
 1000)); (3) fixed 16 / 32 / 64 tokens for the two served variants (100 calls).
 Also: cosine of every ONNX variant against sentence-transformers on 200 mix
-prompts + EDGE_CASE_TEXTS (one text per call), and the load time of each.
+prompts + EDGE_CASE_TEXTS (one text per call), the load time of each, and the cost of
+the golden-vector check at load (`golden_check_load_ms`: median of 5 loads with and without
+it, for the encoder and the router, per variant).
 Prints one JSON object on the last line (bench/run_all.py).
 """
 
@@ -173,6 +175,18 @@ def build_router(encoder_dir: Path, out: Path) -> Path:
     return export_router(run, encoder_dir, out / "router")
 
 
+def load_cost(load, reps: int = 5) -> dict:
+    """Median wall ms of `load(check)` with and without the golden-vector check, alternated."""
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for _ in range(reps):
+        for check in (False, True):
+            t0 = time.perf_counter()
+            load(check)
+            times[check].append((time.perf_counter() - t0) * 1e3)
+    off, on = (float(np.median(times[c])) for c in (False, True))
+    return {"without_ms": round(off, 1), "with_ms": round(on, 1), "check_ms": round(on - off, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=1000, help="calls, clamped to [500, 1000]")
@@ -210,10 +224,14 @@ def main() -> None:
             export_encoder(model, folder, parity_texts=prompts[:100])
         export_s = time.perf_counter() - t0
         load_ms = {}
+        golden_ms: dict = {"encoder": {}, "router": {}}
         for variant in ("fp32", "int8"):
             t0 = time.perf_counter()
             load_encoder(folder, variant=variant, threads=1)
             load_ms[variant] = round((time.perf_counter() - t0) * 1e3, 1)
+            golden_ms["encoder"][variant] = load_cost(
+                lambda check, v=variant: load_encoder(folder, variant=v, threads=1,
+                                                      check_golden_vectors=check))
         fp32 = load_encoder(folder, variant="fp32", threads=1)
         int8 = load_encoder(folder, variant="int8", threads=1)
         tok_json, config = fp32.tokenizer.to_str(), fp32.config
@@ -239,6 +257,9 @@ def main() -> None:
                 if not r.loaded:
                     raise RuntimeError(f"router {variant} did not load: {r.reason}")
                 routers[variant] = r
+                golden_ms["router"][variant] = load_cost(
+                    lambda check, v=variant: Router.load(art, threads=1, variant=v,
+                                                         check_golden=check))
         except Exception as exc:  # noqa: BLE001 - the encoder figures stand without the router
             router_info["error"] = f"{type(exc).__name__}: {exc}"[:500]
 
@@ -296,7 +317,8 @@ def main() -> None:
                     "tokens_mean": round(float(tokens.mean()), 1),
                     "tokens_p50": int(np.median(tokens)), "tokens_p99": int(np.percentile(tokens, 99)),
                     "tokens_max": int(tokens.max()), "fixed_prompt_tokens": MAX_TOKENS},
-        "export_seconds": round(export_s, 1), "load_ms": load_ms, "router": router_info,
+        "export_seconds": round(export_s, 1), "load_ms": load_ms,
+        "golden_check_load_ms": golden_ms, "router": router_info,
         "threads": 1, "target_p99_ms": TARGET_P99_MS,
         "target": {"best_path_at_128": best, "best_cpu_p99_ms": at_128[best]["cpu"]["p99_ms"],
                    "met": bool(at_128[best]["cpu"]["p99_ms"] < TARGET_P99_MS),
