@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ValidationError as OmegaConfValidationError
 
 from replaylab.config import ConfigError
+from replaylab.contracts import ContractError
+from replaylab.hints.residuals import ResidualDataError
 
 log = logging.getLogger("replaylab")
 
@@ -56,12 +58,17 @@ def _experiment(cfg: DictConfig, run_dir: Path) -> dict:
     return EXPERIMENTS[name](cfg, run_dir)
 
 
+# A bad input or config (not a bug): one `error: ...` line and exit code 2. ContractError:
+# a ledger file that cannot be read as ledger-v1; ResidualDataError: one with no hints.
+INPUT_ERRORS = (ContractError, ConfigError, ResidualDataError, FileNotFoundError, ImportError,
+                OmegaConfValidationError)
+
+
 @hydra.main(config_path="../conf_eval", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from training.tracking import run_recorded
 
-    path = run_recorded(cfg, _experiment, (ConfigError, FileNotFoundError, ImportError,
-                                           OmegaConfValidationError))
+    path = run_recorded(cfg, _experiment, INPUT_ERRORS)
     log.info("wrote %s", path)
 
 

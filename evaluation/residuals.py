@@ -11,7 +11,7 @@ from replaylab.config import ConfigError
 
 def residuals(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.contracts import read_ledger, write_quarantine
-    from replaylab.hints.residuals import residual_figures, residual_summary
+    from replaylab.hints.residuals import ResidualDataError, residual_figures, residual_summary
 
     exp = cfg.experiment
     if not cfg.data.get("ledger"):
@@ -37,8 +37,11 @@ def residuals(cfg: DictConfig, run_dir: Path) -> dict:
         arts["replayed_ledger"] = str(run_dir / "replayed_ledger.parquet")
         ledger.to_parquet(arts["replayed_ledger"], index=False)
     groups = list(exp.group_columns)
-    summary = residual_summary(ledger, groups, exp.get("time_bucket_s"),
-                               int(exp.min_group_rows))
+    try:
+        summary = residual_summary(ledger, groups, exp.get("time_bucket_s"),
+                                   int(exp.min_group_rows))
+    except ResidualDataError as e:  # the message names the columns; this names the file
+        raise ResidualDataError(f"{path}: {e}") from e
     figures = residual_figures(summary, ledger, run_dir / "figures", groups)
     import pandas as pd
 

@@ -86,9 +86,20 @@ def test_pooled_dimensions_are_all():
 
 def test_null_labels_become_unknown():
     ledger = _adversarial_ledger(1000, seed=3)
-    ledger[L.REGION] = None
+    ledger.loc[ledger.index[::2], L.REGION] = None
     out = ledger_to_aggregates(ledger, _cfg(k_min=1))
-    assert set(out.aggregates[A.REGION]) == {"unknown"}
+    assert "unknown" in set(out.aggregates[A.REGION])
+    assert out.report["region_values"]["unknown"] == 500
+
+
+def test_an_all_null_label_column_is_an_absent_one():
+    """A region column that is null on every row says as much as no column: `all`, the same
+    aggregates as without it (absent and all-null optional columns read the same)."""
+    ledger = _adversarial_ledger(1000, seed=3)
+    out = ledger_to_aggregates(ledger.assign(**{L.REGION: None}), _cfg(k_min=1))
+    absent = ledger_to_aggregates(ledger.drop(columns=[L.REGION]), _cfg(k_min=1))
+    assert set(out.aggregates[A.REGION]) == {"all"}
+    pd.testing.assert_frame_equal(out.aggregates, absent.aggregates)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -15,12 +15,12 @@ from replaylab.contracts.outcomes import (
     read_outcomes,
     validate_outcomes,
 )
-from replaylab.contracts.schema import ContractError, ValidationResult
+from replaylab.contracts.schema import SOURCE_ATTR, ContractError, ValidationResult, has_values
 
 __all__ = [
     "AGGREGATES_SCHEMA", "AGGREGATES_VERSION", "Aggregates", "ContractError", "LEDGER_SCHEMA",
     "LEDGER_VERSION", "Ledger", "LedgerEnums", "OUTCOMES_SCHEMA", "OUTCOMES_VERSION", "Outcomes",
-    "ValidationResult", "read_aggregates", "read_ledger", "read_outcomes", "read_raw",
-    "validate_aggregates", "validate_ledger", "validate_outcomes", "write_quarantine",
-    "write_table",
+    "SOURCE_ATTR", "ValidationResult", "has_values", "read_aggregates", "read_ledger",
+    "read_outcomes", "read_raw", "validate_aggregates", "validate_ledger", "validate_outcomes",
+    "write_quarantine", "write_table",
 ]

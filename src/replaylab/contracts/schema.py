@@ -24,6 +24,10 @@ from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SO
 
 Kind = Literal["str", "int", "float", "bool", "timestamp", "enum", "list"]
 
+# Key of `ValidationResult.valid.attrs` naming where the rows came from (the file), so a
+# reader further down (e.g. the router's outcome matrix) can name it in its errors.
+SOURCE_ATTR = "contract_source"
+
 # Epoch-ms bounds a plausible timestamp lies in: [1970-01-01, 2200-01-01).
 _TS_MIN_MS = 0
 _TS_MAX_MS = 7_258_118_400_000
@@ -72,10 +76,44 @@ class Schema:
                 return f
         raise KeyError(name)
 
+    def column(self, frame: pd.DataFrame, name: str) -> pd.Series:
+        """`frame[name]`, or an all-null Series of the field's canonical dtype if it is absent.
+
+        The contracts say "null when unknown", so an absent optional column and an
+        all-null one are the same thing to every reader: code that reads an
+        optional column takes it from here (or branches on `has_values`), never
+        from `frame[name]` alone, which raises KeyError on a valid file.
+        """
+        if name in frame.columns:
+            return frame[name]
+        kind = self.field(name).kind
+        dtype = _NULL_DTYPES[kind]
+        fill = np.nan if dtype == "float64" else (None if dtype is object else pd.NA)
+        return pd.Series(fill, index=frame.index, dtype=dtype, name=name)
+
+
+# Canonical dtype of an all-null column of each kind (what validate_frame makes of one).
+_NULL_DTYPES: dict[str, object] = {"int": "Int64", "timestamp": "Int64", "float": "float64",
+                                   "bool": "boolean", "str": object, "enum": object,
+                                   "list": object}
+
+
+def has_values(frame: pd.DataFrame, name: str) -> bool:
+    """True when `frame` holds column `name` with at least one non-null value.
+
+    The test a branch on an optional column makes: absent and all null take the
+    same branch (the contracts' "null when unknown"), so a file whose optional
+    column is present but empty reads exactly like one without it.
+    """
+    return name in frame.columns and bool(frame[name].notna().any())
+
 
 @dataclass
 class ValidationResult:
-    """Valid rows (canonical dtypes) and quarantined rows (raw, with reasons)."""
+    """Valid rows (canonical dtypes) and quarantined rows (raw, with reasons).
+
+    `valid.attrs[SOURCE_ATTR]` holds `source` (the file) when one was given.
+    """
 
     contract: str
     valid: pd.DataFrame
@@ -368,5 +406,7 @@ def validate_frame(raw: pd.DataFrame, schema: Schema, source: str | None = None,
     if pre_quarantined is not None and len(pre_quarantined):
         quarantine = pd.concat([pre_quarantined, quarantine], ignore_index=True, sort=False)
     quarantine = quarantine.reset_index(drop=True)
+    if source is not None:
+        valid.attrs[SOURCE_ATTR] = source
     return ValidationResult(contract=schema.name, valid=valid, quarantine=quarantine,
                             rows_read=len(raw) + n_pre, source=source)

@@ -11,6 +11,11 @@ Target: total demand = prompt_tokens + completion_tokens, predicted at dispatch
   deadline cut it): a lower bound, when `failed_is_censored` (default);
 - `absent_usage`: completion_tokens null (NOT zero): no label, counted;
 - `prompt_absent`: usage present but prompt_tokens null: no total, counted.
+
+An optional column that is absent reads as all null (finish_reason, max_tokens):
+the classes never depend on whether a column is there, only on its values.
+`check_trainable`'s errors name the ledger file (the validated frame's
+`attrs[SOURCE_ATTR]`) and the column that leaves nothing to learn from.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from replaylab.contracts import LEDGER_SCHEMA, SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
 from replaylab.projection import Projected as P
 
@@ -42,12 +48,14 @@ class DemandLabels:
     label_class: object array of LABEL_CLASSES.
     prompt: float64 prompt tokens, 0 where unknown (what a prediction adds to output).
     cap: float64 max_tokens, NaN where the request set none.
+    source: where the ledger came from (its file), named in `check_trainable`'s errors.
     """
 
     y_total: np.ndarray
     label_class: np.ndarray
     prompt: np.ndarray
     cap: np.ndarray
+    source: str | None = None
 
     @property
     def usable(self) -> np.ndarray:
@@ -60,12 +68,6 @@ class DemandLabels:
         return np.isin(self.label_class, LOWER_BOUND_CLASSES)
 
 
-def _col(frame: pd.DataFrame, name: str) -> pd.Series:
-    if name in frame.columns:
-        return frame[name]
-    return pd.Series(pd.NA, index=frame.index, dtype=object)
-
-
 def demand_labels(features: pd.DataFrame, ledger: pd.DataFrame,
                   failed_is_censored: bool = True) -> DemandLabels:
     """Classify every row of a projection frame (see the module docstring).
@@ -75,8 +77,8 @@ def demand_labels(features: pd.DataFrame, ledger: pd.DataFrame,
     """
     if not features.index.equals(ledger.index):
         raise ValueError("features and ledger must share the index (one row per request)")
-    finish = _col(ledger, L.FINISH_REASON)
-    state = _col(ledger, L.LIFECYCLE_STATE)
+    finish = LEDGER_SCHEMA.column(ledger, L.FINISH_REASON)
+    state = LEDGER_SCHEMA.column(ledger, L.LIFECYCLE_STATE)
     absent = features[P.LABEL_USAGE_ABSENT].to_numpy(dtype=bool)
     prompt_known = features[L.PROMPT_TOKENS].notna().to_numpy()
     length = (finish == "length").to_numpy(dtype=bool)
@@ -95,7 +97,9 @@ def demand_labels(features: pd.DataFrame, ledger: pd.DataFrame,
     prompt = features[L.PROMPT_TOKENS].to_numpy(dtype="float64", na_value=0.0)
     cap = features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
     y = features[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    return DemandLabels(y_total=y, label_class=cls, prompt=prompt, cap=cap)
+    source = ledger.attrs.get(SOURCE_ATTR)
+    return DemandLabels(y_total=y, label_class=cls, prompt=prompt, cap=cap,
+                        source=None if source is None else str(source))
 
 
 def label_counts(labels: DemandLabels, splits: np.ndarray) -> dict:
@@ -115,23 +119,24 @@ def check_trainable(labels: DemandLabels, splits: np.ndarray, sessions: int,
     """Raise DemandDataError when nothing honest can be trained, saying why."""
     cls = labels.label_class
     n = len(cls)
+    at = f"{labels.source}: " if labels.source else ""
     if n == 0:
-        raise DemandDataError("no valid ledger rows: nothing to train a demand model on")
+        raise DemandDataError(f"{at}no valid ledger rows: nothing to train a demand model on")
     with_usage = int((cls != ABSENT_USAGE).sum())
     if with_usage == 0:
-        raise DemandDataError(f"no usable labels: all {n} rows have completion_tokens null "
+        raise DemandDataError(f"{at}no usable labels: all {n} rows have completion_tokens null "
                               "(usage absent is not zero)")
     if not labels.usable.any():
         lb = int(labels.lower_bound.sum())
         if lb == with_usage:
             raise DemandDataError(
-                f"no usable labels: all {lb} rows with usage are censored (finish_reason "
+                f"{at}no usable labels: all {lb} rows with usage are censored (finish_reason "
                 "length/cancelled/error or aborted/failed): their output is only a lower bound")
-        raise DemandDataError(f"no usable labels: of {n} rows, {lb} are censored, "
+        raise DemandDataError(f"{at}no usable labels: of {n} rows, {lb} are censored, "
                               f"{n - with_usage} lack usage, the rest lack prompt_tokens")
     if sessions < 3:
         raise DemandDataError(
-            f"the ledger holds {'a single session' if sessions == 1 else f'{sessions} sessions'}"
+            f"{at}the ledger holds {'a single session' if sessions == 1 else f'{sessions} sessions'}"
             ": time-ordered session splits need sessions in train, calibration and test")
     usable = int(labels.usable.sum())
     for split, need, field in (("train", min_train_rows, "demand.min_train_rows"),
@@ -141,5 +146,5 @@ def check_trainable(labels: DemandLabels, splits: np.ndarray, sessions: int,
         have = int((labels.usable & (splits == split)).sum())
         if have < need:
             raise DemandDataError(
-                f"too few usable labels in the {split} split: {have} < {need} ({field}; "
+                f"{at}too few usable labels in the {split} split: {have} < {need} ({field}; "
                 f"{usable} usable of {n} rows): add sessions or change the split fractions")

@@ -5,7 +5,8 @@ What can reach the output, by construction:
   never leave this function);
 - archetype: a label of the taxonomy's fixed vocabulary, or `other`;
 - slo_class / region: a value of the configured allow-list, `other` (any value
-  outside it), `unknown` (null) or `all` (the dimension pooled or absent).
+  outside it), `unknown` (null) or `all` (the dimension pooled, or absent from the
+  ledger: a column that is all null is absent).
 A cell (bucket x archetype x slo_class x region) under `k_min` requests is
 suppressed and counted: merged into archetype `other` of its bucket, slo_class and
 region (an `other` cell still under k_min is dropped), or dropped (`drop`).
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import AGGREGATES_VERSION, validate_aggregates
+from replaylab.contracts import AGGREGATES_VERSION, has_values, validate_aggregates
 from replaylab.contracts.columns import Aggregates as A
 from replaylab.contracts.columns import Ledger as L
 from replaylab.forecast.config import AggregationConfig
@@ -54,6 +55,12 @@ def allow_listed(values: pd.Series | None, allow: tuple[str, ...] | None,
     return pd.Series(out, index=index, dtype=object)
 
 
+def _labels(ledger: pd.DataFrame, col: str) -> pd.Series | None:
+    """An optional label column, None when the ledger does not have it: an all-null column
+    is the same as an absent one (the dimension is pooled into `all`, not `unknown`)."""
+    return ledger[col] if has_values(ledger, col) else None
+
+
 def _cells(ledger: pd.DataFrame, cfg: AggregationConfig) -> pd.DataFrame:
     """One row per request: its cell key, timestamp and token counts (nothing else)."""
     ts = pd.to_numeric(ledger[L.TIMESTAMP], errors="raise").astype("int64")
@@ -61,8 +68,8 @@ def _cells(ledger: pd.DataFrame, cfg: AggregationConfig) -> pd.DataFrame:
     return pd.DataFrame({
         A.BUCKET_START: (ts // width_ms) * width_ms,
         A.ARCHETYPE: assign_archetypes(ledger, cfg.taxonomy_version).astype(str),
-        A.SLO_CLASS: allow_listed(ledger.get(L.SLO_CLASS), cfg.slo_classes, ledger.index),
-        A.REGION: allow_listed(ledger.get(L.REGION), cfg.regions, ledger.index),
+        A.SLO_CLASS: allow_listed(_labels(ledger, L.SLO_CLASS), cfg.slo_classes, ledger.index),
+        A.REGION: allow_listed(_labels(ledger, L.REGION), cfg.regions, ledger.index),
         "ts": ts,
         "prompt": pd.to_numeric(ledger[L.PROMPT_TOKENS], errors="coerce").astype("float64"),
         "completion": pd.to_numeric(ledger[L.COMPLETION_TOKENS],

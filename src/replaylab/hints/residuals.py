@@ -8,10 +8,14 @@ Per row (`row_residuals`):
 - actual total = prompt + completion; unknown when usage is absent;
 - lower bound: the actual is censored (cap hit, cancelled, failed), so the
   true demand is at least the actual;
-- covered: actual in [hint_lo, hint_hi] (known for uncensored rows; a censored
-  actual above hint_hi is a proven miss but is NOT counted, so coverage is
-  measured on uncensored rows only, as in training);
-- exceeds_p90: actual > hint_p90 (uncensored rows);
+- covered: actual in [hint_lo, hint_hi] (known for uncensored rows whose hint
+  has both bounds; a censored actual above hint_hi is a proven miss but is NOT
+  counted, so coverage is measured on uncensored rows only, as in training);
+- exceeds_p90: actual > hint_p90 (uncensored rows with a p90);
+
+Only `hint_p50` must be there: the other hint columns are optional in ledger-v1,
+and an absent one reads exactly like an all-null one (the figures it feeds are
+null, never 0).
 - ratio_p90: actual / hint_p90: how far capacity sized from `hint_p90` must
   stretch; its upper quantiles are the sizing multipliers fleet sizing uses.
 
@@ -32,6 +36,7 @@ import pandas as pd
 from scipy.stats import binomtest
 from sklearn.metrics import mean_pinball_loss
 
+from replaylab.contracts import LEDGER_SCHEMA, has_values
 from replaylab.contracts.columns import Ledger as L
 from replaylab.runtime.hints import is_lower_bound
 
@@ -45,31 +50,38 @@ class ResidualDataError(ValueError):
 
 
 def row_residuals(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Per-row actual, residual and coverage columns (n rows, ledger index)."""
+    """Per-row actual, residual and coverage columns (n rows, ledger index).
+
+    Only `hint_p50` is needed; an absent `hint_p90` / `hint_lo` / `hint_hi` reads as
+    all null, like an empty one: rows without an interval claim no coverage (null,
+    not a miss), rows without a p90 no exceedance.
+    """
+    if not has_values(ledger, L.HINT_P50):
+        raise ResidualDataError(f"no row carries a hint: {L.HINT_P50} is absent or null "
+                                "everywhere (replay it first: replaylab.hints.replay_hints)")
     need = [L.HINT_P50, L.HINT_P90, L.HINT_LO, L.HINT_HI, L.PROMPT_TOKENS, L.COMPLETION_TOKENS]
-    missing = [c for c in need if c not in ledger.columns]
-    if missing:
-        raise ResidualDataError(f"ledger lacks column(s) {', '.join(missing)}: no hints to "
-                                "evaluate (replay it first: replaylab.hints.replay_hints)")
-    f = {c: ledger[c].to_numpy(dtype="float64", na_value=np.nan) for c in need}
-    finish = ledger[L.FINISH_REASON] if L.FINISH_REASON in ledger.columns else \
-        pd.Series(None, index=ledger.index)
-    life = ledger[L.LIFECYCLE_STATE] if L.LIFECYCLE_STATE in ledger.columns else \
-        pd.Series(None, index=ledger.index)
+    f = {c: pd.to_numeric(LEDGER_SCHEMA.column(ledger, c)).to_numpy(dtype="float64",
+                                                                     na_value=np.nan)
+         for c in need}
+    finish = LEDGER_SCHEMA.column(ledger, L.FINISH_REASON)
+    life = LEDGER_SCHEMA.column(ledger, L.LIFECYCLE_STATE)
     lower = np.array([is_lower_bound(a, b) for a, b in zip(finish.astype(object),
                                                           life.astype(object), strict=True)])
     total = f[L.PROMPT_TOKENS] + f[L.COMPLETION_TOKENS]
     hinted = np.isfinite(f[L.HINT_P50])
     known = hinted & np.isfinite(total)
     exact = known & ~lower
+    interval = np.isfinite(f[L.HINT_LO]) & np.isfinite(f[L.HINT_HI])
+    p90 = np.isfinite(f[L.HINT_P90])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(exact & (f[L.HINT_P90] > 0), total / f[L.HINT_P90], np.nan)
     return pd.DataFrame({
         "actual_total": total, "hinted": hinted, "usage_known": np.isfinite(total),
         "lower_bound": lower, "exact": exact,
         "residual": np.where(known, total - f[L.HINT_P50], np.nan),
-        "covered": np.where(exact, (total >= f[L.HINT_LO]) & (total <= f[L.HINT_HI]), np.nan),
-        "exceeds_p90": np.where(exact, total > f[L.HINT_P90], np.nan),
+        "covered": np.where(exact & interval, (total >= f[L.HINT_LO]) & (total <= f[L.HINT_HI]),
+                            np.nan),
+        "exceeds_p90": np.where(exact & p90, total > f[L.HINT_P90], np.nan),
         "ratio_p90": ratio, "width": f[L.HINT_HI] - f[L.HINT_LO],
         "p50": f[L.HINT_P50], "p90": f[L.HINT_P90],
     }, index=ledger.index)
@@ -82,27 +94,40 @@ def _binom_ci(k: int, n: int) -> tuple[float, float]:
     return float(ci.low), float(ci.high)
 
 
+def _mean(s: pd.Series) -> float | None:
+    """Mean over the known values; None when there is none (a hint field never emitted)."""
+    return float(s.mean()) if s.notna().any() else None
+
+
+def _pinball(y: np.ndarray, hint: pd.Series, alpha: float) -> float | None:
+    known = hint.notna().to_numpy()
+    return float(mean_pinball_loss(y[known], hint[known], alpha=alpha)) if known.any() else None
+
+
 def _stats(r: pd.DataFrame, nominal: float | None) -> dict:
     e = r[r["exact"]]
-    cov_k, n = int(e["covered"].sum()), len(e)
-    lo, hi = _binom_ci(cov_k, n)
+    n = len(e)
+    covered = e["covered"].dropna()  # rows whose hint carried an interval
+    cov_k, n_cov = int(covered.sum()), len(covered)
+    lo, hi = _binom_ci(cov_k, n_cov)
     y = e["actual_total"].to_numpy()
     out = {
         "rows": int(len(r)), "hinted": int(r["hinted"].sum()),
         "usage_absent": int((r["hinted"] & ~r["usage_known"]).sum()),
         "lower_bound": int((r["hinted"] & r["usage_known"] & r["lower_bound"]).sum()),
         "scored": n,
-        "coverage": cov_k / n if n else None, "coverage_ci95": [lo, hi] if n else None,
+        "coverage": cov_k / n_cov if n_cov else None,
+        "coverage_ci95": [lo, hi] if n_cov else None,
         "nominal": nominal,
-        "drift": bool(nominal is not None and n and not lo <= nominal <= hi),
-        "p90_exceedance": float(e["exceeds_p90"].mean()) if n else None,
-        "mean_width": float(e["width"].mean()) if n else None,
+        "drift": bool(nominal is not None and n_cov and not lo <= nominal <= hi),
+        "p90_exceedance": _mean(e["exceeds_p90"]),
+        "mean_width": _mean(e["width"]),
         "residual_mean": float(e["residual"].mean()) if n else None,
         "residual_q": ({f"q{int(q * 100)}": float(v) for q, v in
                         zip((0.1, 0.5, 0.9), np.quantile(e["residual"], (0.1, 0.5, 0.9)),
                             strict=True)} if n else None),
-        "pinball": ({"0.5": float(mean_pinball_loss(y, e["p50"], alpha=0.5)),
-                     "0.9": float(mean_pinball_loss(y, e["p90"], alpha=0.9))} if n else None),
+        "pinball": ({"0.5": _pinball(y, e["p50"], 0.5), "0.9": _pinball(y, e["p90"], 0.9)}
+                    if n else None),
         # capacity sized from hint_p90 must stretch by this much to hold 90 / 95 / 99 %
         "sizing_multiplier": ({f"q{int(q * 100)}": float(v) for q, v in zip(
             (0.9, 0.95, 0.99), np.nanquantile(e["ratio_p90"], (0.9, 0.95, 0.99)), strict=True)}
@@ -139,11 +164,9 @@ def residual_summary(ledger: pd.DataFrame, group_columns: Sequence[str] = GROUP_
     time_bucket_s: width of the drift buckets (None: the span / 12, at least 60 s);
     min_group_rows: groups with fewer scored rows are listed but not flagged.
     """
-    r = row_residuals(ledger)
-    if not r["hinted"].any():
-        raise ResidualDataError("no row carries a hint (hint_p50 is null everywhere)")
-    fallback = (ledger[L.HINT_FALLBACK].astype("boolean").fillna(False).to_numpy(dtype=bool)
-                if L.HINT_FALLBACK in ledger.columns else np.zeros(len(ledger), dtype=bool))
+    r = row_residuals(ledger)  # raises when no row carries a hint
+    fallback = LEDGER_SCHEMA.column(ledger, L.HINT_FALLBACK).astype("boolean").fillna(
+        False).to_numpy(dtype=bool)
     model_rows = r["hinted"] & ~fallback
     interval = ledger.get(L.HINT_INTERVAL)
     nominal = float(np.nanmedian(interval.to_numpy(dtype="float64", na_value=np.nan))) \
@@ -183,7 +206,7 @@ def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
     out_dir.mkdir(parents=True, exist_ok=True)
     nominal = summary["nominal"]
     paths = {}
-    b = [x for x in summary["time_series"]["buckets"] if x["scored"]]
+    b = [x for x in summary["time_series"]["buckets"] if x["coverage"] is not None]
     if b:
         t = pd.to_datetime([x["bucket_ms"] for x in b], unit="ms", utc=True)
         fig, ax = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -197,14 +220,16 @@ def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
         ax[0].scatter(t[drift], cov[drift], color="red", zorder=3, label="drift (CI excludes nominal)")
         ax[0].set_ylabel("coverage of [hint_lo, hint_hi]")
         ax[0].legend(fontsize=8)
-        ax[1].plot(t, [x["p90_exceedance"] for x in b], marker="o", color="C1")
+        ax[1].plot(t, [np.nan if x["p90_exceedance"] is None else x["p90_exceedance"]
+                       for x in b], marker="o", color="C1")
         ax[1].axhline(0.1, color="k", ls="--", label="0.10 expected")
         ax[1].set_ylabel("share actual > hint_p90")
         ax[1].legend(fontsize=8)
         ax[0].set_title("Calibration drift of model hints over time")
         fig.autofmt_xdate()
         paths["drift"] = save_figure(fig, plt, out_dir / "residual_drift.png")
-    rows = [g for g in summary["groups"] if g["by"] in group_columns and g["scored"]]
+    rows = [g for g in summary["groups"] if g["by"] in group_columns
+            and g["coverage"] is not None]
     if rows:
         fig, ax = plt.subplots(figsize=(9, 0.3 * len(rows) + 1.5))
         labels = [f"{g['by']}={g['value']} (n={g['scored']})" for g in rows]

@@ -30,12 +30,14 @@ def aggregate_ledger(ledger: ValidationResult | pd.DataFrame,
     result = ledger if isinstance(ledger, ValidationResult) else validate_ledger(ledger)
     if result.contract != "ledger-v1":
         raise ForecastDataError(f"aggregate_ledger needs ledger-v1 rows, got {result.contract}")
+    where = result.source or "the ledger"
     if result.valid.empty:
-        raise ForecastDataError("the ledger has no valid rows to aggregate")
+        raise ForecastDataError(f"{where}: no valid ledger rows to aggregate "
+                                f"({result.rows_quarantined} quarantined)")
     try:
         agg = ledger_to_aggregates(result.valid, cfg)
     except ValueError as e:  # e.g. everything in the trimmed edge buckets
-        raise ForecastDataError(f"cannot aggregate the ledger: {e}") from e
+        raise ForecastDataError(f"{where}: cannot aggregate the ledger: {e}") from e
     agg.report["ledger_validation"] = {k: v for k, v in result.summary().items()
                                        if k != "contract"}
     return agg

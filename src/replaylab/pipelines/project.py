@@ -17,7 +17,13 @@ import pandas as pd
 
 from replaylab import __version__
 from replaylab.contracts import Ledger as L
-from replaylab.contracts import ValidationResult, read_ledger, validate_ledger, write_quarantine
+from replaylab.contracts import (
+    ValidationResult,
+    has_values,
+    read_ledger,
+    validate_ledger,
+    write_quarantine,
+)
 from replaylab.projection import (
     LABEL_COLUMNS,
     PROJECTION_CODE_VERSION,
@@ -87,7 +93,7 @@ def write_run_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) ->
 def ledger_profile(ledger: pd.DataFrame) -> dict[str, Any]:
     """Counts a reviewer checks first: sessions, turns, categories, models, time window."""
     def counts(col: str) -> dict[str, int]:
-        if col not in ledger.columns:
+        if not has_values(ledger, col):  # absent and all null: the same "unknown"
             return {}
         return {str(k): int(v) for k, v in ledger[col].value_counts(dropna=False).items()}
 

@@ -24,6 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from replaylab.config import ConfigError
+from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
 from replaylab.projection.config import ProjectionConfig
 from replaylab.projection.history import session_history
@@ -163,13 +165,15 @@ def _history(ledger: pd.DataFrame, t: np.ndarray, completion: np.ndarray, usage:
 def _extras(ledger: pd.DataFrame, cfg: ProjectionConfig) -> dict[str, object]:
     """Whitelisted extra ledger columns, carried as features after a name check."""
     taken = set(KEY_COLUMNS) | set(FEATURE_COLUMNS) | set(LABEL_COLUMNS)
+    where = ledger.attrs.get(SOURCE_ATTR) or "the ledger"
     out: dict[str, object] = {}
     for col in cfg.extra_feature_columns:
         if col not in ledger.columns:
-            raise ValueError(f"ProjectionConfig.extra_feature_columns: {col!r} is not in the ledger")
+            raise ConfigError(f"projection.extra_feature_columns: {col!r} is not in the ledger "
+                              f"({where} has no column {col})")
         if col in taken:
-            raise ValueError(f"ProjectionConfig.extra_feature_columns: {col!r} is already "
-                             "a key, feature or label column")
+            raise ConfigError(f"projection.extra_feature_columns: {col!r} is already "
+                              "a key, feature or label column")
         if col.startswith(FORBIDDEN_PREFIXES):
             raise LeakageError(f"extra feature {col!r}: name looks like an outcome; refused")
         out[col] = ledger[col].array

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from replaylab.config import ConfigError
+
 # Names that say "this was known only after the response": refused as features.
 FORBIDDEN_PREFIXES = (
     "label_", "completion", "ended", "duration", "finish", "lifecycle", "terminal",
@@ -27,8 +29,13 @@ FORBIDDEN_PREFIXES = (
 )
 
 
-class LeakageError(ValueError):
-    """A feature column that carries the label (or looks like it does)."""
+class LeakageError(ConfigError):
+    """A feature column that carries the label (or looks like it does).
+
+    A ConfigError: the fix is a setting (drop the feature from
+    `projection.extra_feature_columns`, or `projection.canary_checks=false` to
+    decide by hand), and the entry points report it in one line, exit code 2.
+    """
 
 
 def _as_float(s: pd.Series) -> np.ndarray | None:
@@ -108,7 +115,7 @@ def check_no_label_leakage(features: pd.DataFrame, labels: pd.DataFrame | pd.Ser
             if problem:
                 problems.append(problem)
     if problems:
-        raise LeakageError("label leakage refused:\n  " + "\n  ".join(problems))
+        raise LeakageError("label leakage refused: " + "; ".join(problems))
 
 
 def canary_self_test(labels: pd.Series, threshold: float, *, min_rows: int = 30,

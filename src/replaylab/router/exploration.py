@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import validate_ledger
+from replaylab.contracts import LEDGER_SCHEMA, has_values, validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import RouterExplorationConfig
@@ -233,18 +233,17 @@ def simulate_receipts(matrix: OutcomeMatrix, rules: ScenarioRules,
 
 def _turn_quality(frame: pd.DataFrame) -> pd.Series:
     """outcome_score where known, else 1 / 0 from outcome_status; NaN when neither says."""
-    status = frame[L.OUTCOME_STATUS] if L.OUTCOME_STATUS in frame else pd.Series(None, frame.index)
+    status = LEDGER_SCHEMA.column(frame, L.OUTCOME_STATUS)
     from_status = status.map({"success": 1.0, "failure": 0.0}).astype("float64")
-    if L.OUTCOME_SCORE not in frame:
-        return from_status
-    return pd.to_numeric(frame[L.OUTCOME_SCORE], errors="coerce").fillna(from_status)
+    score = pd.to_numeric(LEDGER_SCHEMA.column(frame, L.OUTCOME_SCORE), errors="coerce")
+    return score.astype("float64").fillna(from_status)
 
 
 def _require(frame: pd.DataFrame) -> None:
     need = [L.BINDING_ID, L.PROPENSITY, L.SELECTED_MODEL]
     missing = [c for c in need if c not in frame.columns]
-    if not {L.OUTCOME_SCORE, L.OUTCOME_STATUS} & set(frame.columns):
-        missing.append(f"{L.OUTCOME_SCORE} or {L.OUTCOME_STATUS}")
+    if not (has_values(frame, L.OUTCOME_SCORE) or has_values(frame, L.OUTCOME_STATUS)):
+        missing.append(f"{L.OUTCOME_SCORE} or {L.OUTCOME_STATUS}")  # absent or all null
     if missing:
         raise ValueError(f"bandit_rows: the ledger lacks routing column(s) {', '.join(missing)}: "
                          "it is not a receipts ledger")
@@ -269,14 +268,14 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
     frame = checked.valid
     _require(frame)
     frame = frame.sort_values([L.SESSION_ID, L.TURN_INDEX], kind="stable")
-    cost = frame[L.ACTUAL_COST] if L.ACTUAL_COST in frame else pd.Series(np.nan, frame.index)
+    cost = LEDGER_SCHEMA.column(frame, L.ACTUAL_COST)
     frame = frame.assign(_q=_turn_quality(frame), _c=pd.to_numeric(cost, errors="coerce"))
     per_binding = frame.groupby(L.BINDING_ID, sort=False)
     if (per_binding[L.SELECTED_MODEL].nunique() > 1).any() or (
             per_binding[L.SESSION_ID].nunique() > 1).any():
         raise ValueError("bandit_rows: a binding_id spans several models or sessions")
     first = frame.drop_duplicates(L.BINDING_ID, keep="first").reset_index(drop=True)
-    reason = first[L.REBIND_REASON] if L.REBIND_REASON in first else pd.Series(None, first.index)
+    reason = LEDGER_SCHEMA.column(first, L.REBIND_REASON)
     decision = (reason != "escalation").to_numpy()
     prop = pd.to_numeric(first[L.PROPENSITY], errors="coerce")
     bad = decision & ~(prop.gt(0) & prop.le(1)).to_numpy()
@@ -287,9 +286,9 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
                          "off-policy estimates need the logged probability of every choice")
     binding_cost = frame.groupby(L.BINDING_ID, sort=False)["_c"].sum(min_count=1)
     session_cost = frame.groupby(L.SESSION_ID, sort=False)["_c"].sum(min_count=1)
-    source = first[L.ROUTING_SOURCE] if L.ROUTING_SOURCE in first else pd.Series(None, first.index)
+    source = LEDGER_SCHEMA.column(first, L.ROUTING_SOURCE)
     has_pid = O.PROMPT_ID in first and first[O.PROMPT_ID].notna().all()
-    status = first[L.OUTCOME_STATUS] if L.OUTCOME_STATUS in first else pd.Series(None, first.index)
+    status = LEDGER_SCHEMA.column(first, L.OUTCOME_STATUS)
     out = pd.DataFrame({
         Label.SESSION_ID: first[L.SESSION_ID], Label.BINDING_ID: first[L.BINDING_ID],
         Label.CONTEXT_KEY: first[O.PROMPT_ID] if has_pid else first[L.REQUEST_ID],
@@ -305,7 +304,7 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
     })
     for col in (O.PROMPT_ID, O.TASK, L.CATEGORY, L.PROMPT_TOKENS, L.TIMESTAMP,
                 L.PROMPT_EMBEDDING, L.EMBEDDING_MODEL):
-        if col in first.columns:
+        if has_values(first, col):  # an all-null column is not carried: absent is the same
             out[col] = first[col].to_numpy()
     out.attrs["label_report"] = {
         "rows_read": checked.rows_read, "rows_quarantined": checked.rows_quarantined,

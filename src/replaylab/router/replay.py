@@ -21,6 +21,13 @@ prompts, one label row per (prompt, other candidate), marked
 `label_source = "replay"` and carrying no propensity: they are full-information
 labels for the reward model, not bandit samples, and are never fed to IPS.
 
+Optional columns (`cost`, `currency`, `prompt_tokens`, `completion_tokens`) may be
+absent from a valid table: absent reads as all null, so a table with `cost` on
+every row and no token columns is priced as measured, like one whose token
+columns are empty. A table that cannot be priced, or lacks the configured
+candidates, is an input error naming the file and the column (`ConfigError`),
+never a KeyError.
+
 Privacy: prompt text is read only to estimate a prompt's length when token
 counts are missing; no array or frame built here holds text.
 """
@@ -34,7 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import validate_outcomes
+from replaylab.config import ConfigError
+from replaylab.contracts import OUTCOMES_SCHEMA, SOURCE_ATTR, ContractError, validate_outcomes
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import RouterCostConfig, RouterReplayConfig
 
@@ -123,10 +131,14 @@ def _priced(frame: pd.DataFrame, cost: RouterCostConfig) -> pd.Series:
             + frame[O.COMPLETION_TOKENS].astype("float64") * p_out) / 1e6
 
 
-def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig) -> tuple[pd.Series, pd.Series]:
+# The optional columns this module reads; absent ones are made all null once, up front.
+_OPTIONAL = (O.COST, O.CURRENCY, O.PROMPT_TOKENS, O.COMPLETION_TOKENS)
+
+
+def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig,
+                  where: str) -> tuple[pd.Series, pd.Series]:
     """Per-row USD and how it was obtained (measured | priced_tokens | per_call_config)."""
-    measured = pd.to_numeric(frame[O.COST], errors="coerce") if O.COST in frame else None
-    usd = measured if measured is not None else pd.Series(np.nan, index=frame.index)
+    usd = pd.to_numeric(frame[O.COST], errors="coerce").astype("float64")
     how = pd.Series(np.where(usd.notna(), "measured", ""), index=frame.index, dtype=object)
     priced = _priced(frame, cost)
     use = usd.isna() & priced.notna()
@@ -136,9 +148,11 @@ def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig) -> tuple[pd.Serie
     usd, how = usd.where(~use, per_call), how.where(~use, "per_call_config")
     if usd.isna().any():
         cands = sorted(frame.loc[usd.isna(), O.CANDIDATE].unique())
-        raise ValueError(f"no cost for {int(usd.isna().sum())} calls of {', '.join(cands)}: the "
-                         "table has no cost, no priced token counts, and router.cost.call_cost_usd "
-                         f"has no entry for them (set e.g. call_cost_usd.{cands[0]})")
+        raise ConfigError(
+            f"{where}: no cost for {int(usd.isna().sum())} calls of {', '.join(cands)}: column "
+            f"{O.COST} is null or absent, {O.PROMPT_TOKENS}/{O.COMPLETION_TOKENS} are not both "
+            "known or not priced in router.cost.prices, and router.cost.call_cost_usd has no "
+            f"entry for them (set e.g. router.cost.call_cost_usd.{cands[0]})")
     return usd, how
 
 
@@ -167,18 +181,20 @@ def outcome_matrix(outcomes: pd.DataFrame, cost: RouterCostConfig | None = None,
     candidate in `report["incomplete_prompts"]`, never filled in.
     """
     cost = cost or RouterCostConfig()
-    checked = validate_outcomes(outcomes, source="outcome_matrix")
+    where = str(outcomes.attrs.get(SOURCE_ATTR) or "outcome_matrix")
+    checked = validate_outcomes(outcomes, source=where)
     valid = checked.valid
     if valid.empty:
-        raise ValueError("outcome_matrix: no valid outcomes-v1 rows "
-                         f"(quarantined by reason: {checked.by_reason()})")
+        raise ContractError(f"{where}: no valid outcomes-v1 rows "
+                            f"(quarantined by reason: {checked.by_reason()})")
     cands = tuple(candidates) if candidates is not None else tuple(sorted(valid[O.CANDIDATE].unique()))
     unknown = sorted(set(cands) - set(valid[O.CANDIDATE]))
     if unknown or len(cands) < 2:
-        raise ValueError(f"outcome_matrix: candidates {list(cands)}: need >= 2 candidates present "
-                         f"in the table (absent: {unknown})")
-    valid = valid[valid[O.CANDIDATE].isin(cands)].copy()
-    usd, how = _resolve_cost(valid, cost)
+        raise ConfigError(f"{where}: router.candidates {list(cands)}: need >= 2 candidates "
+                          f"present in column {O.CANDIDATE} (absent: {unknown})")
+    valid = valid[valid[O.CANDIDATE].isin(cands)]
+    valid = valid.assign(**{c: OUTCOMES_SCHEMA.column(valid, c) for c in _OPTIONAL})
+    usd, how = _resolve_cost(valid, cost, where)
     valid[O.COST] = usd.to_numpy()
     order = pd.Index(pd.unique(valid[O.PROMPT_ID]), name=O.PROMPT_ID)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts import Ledger as L
+from replaylab.contracts import has_values
 
 _SPLIT_COLORS = {"train": "#4C72B0", "calibration": "#DD8452", "test": "#55A868",
                  "embargo": "#999999"}
@@ -40,7 +41,7 @@ def save_figure(fig, plt, path: Path) -> Path:
 
 
 def _token_histograms(ledger: pd.DataFrame, ax_prompt, ax_output) -> None:
-    cats = ledger[L.CATEGORY].fillna("(none)") if L.CATEGORY in ledger else pd.Series(
+    cats = ledger[L.CATEGORY].fillna("(none)") if has_values(ledger, L.CATEGORY) else pd.Series(
         "(all)", index=ledger.index)
     bins = np.logspace(0, 5.5, 50)
     for cat in sorted(cats.unique()):
@@ -100,7 +101,7 @@ def ledger_figures(ledger: pd.DataFrame, features: pd.DataFrame | None,
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
     states = ledger[L.LIFECYCLE_STATE].astype(str)
-    if L.FINISH_REASON in ledger:
+    if has_values(ledger, L.FINISH_REASON):
         states = states + " / " + ledger[L.FINISH_REASON].fillna("-").astype(str)
     states.value_counts().sort_values().plot.barh(ax=ax)
     ax.set_xscale("log")
