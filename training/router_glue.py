@@ -118,6 +118,10 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     enc = values.pop("encoder")
     rcfg = router_config(values)
     outcomes, origin = load_outcomes(cfg)
+    from replaylab.router.replay import outcome_matrix
+
+    # fail fast, before the encoder export: a table the router cannot use is an input error
+    outcome_matrix(outcomes, rcfg.labels.cost, candidates=rcfg.candidates)
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
     folder = encoder_folder(enc, texts)
     encoder = serving_encoder(folder, str(enc.get("variant", "fp32")), int(enc.get("threads", 1)))

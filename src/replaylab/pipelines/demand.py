@@ -184,7 +184,8 @@ def _prepare(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitCon
     """Project, split and label the valid rows; DemandDataError when nothing can be trained."""
     ledger = loaded.result.valid
     if len(ledger) == 0:
-        raise DemandDataError(f"no valid ledger rows ({loaded.result.rows_quarantined} "
+        raise DemandDataError(f"{loaded.origin}: no valid ledger rows "
+                              f"({loaded.result.rows_quarantined} "
                               "quarantined, see quarantine/ledger.jsonl): nothing to train on")
     fingerprint = ledger_fingerprint(ledger)
     version = projection_version(projection, fingerprint,

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.jsonsafe import json_safe
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
@@ -288,7 +289,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     t0 = time.perf_counter()
     m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     if m.n_prompts < 50:
-        raise RouterDataError(f"{m.n_prompts} prompts scored by every candidate: need >= 50")
+        where = outcomes.attrs.get(SOURCE_ATTR) or "outcomes"
+        raise RouterDataError(f"{where}: {m.n_prompts} prompts scored by every candidate "
+                              f"{list(m.candidates)}: need >= 50")
     say(f"embedding {m.n_prompts} prompts")
     E = np.asarray(embed(_texts(outcomes, m.prompt_ids)), dtype=np.float32)
     timings["embed"] = time.perf_counter() - t0
