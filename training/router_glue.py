@@ -48,7 +48,7 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     """The cached, verified encoder export (exported here the first time).
 
     Reused while its fp32 variant verifies and passes its golden vectors on this
-    CPU, and int8 was tried when asked for (a published or a refused int8 both
+    CPU (an export without them is redone), and int8 was tried when asked for (a published or a refused int8 both
     count: a refusal is not retried on every run)."""
     import json
 
@@ -58,7 +58,8 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
 
     folder = Path(enc["cache_dir"]) / "encoder-minilm"
     try:
-        load_encoder(folder, variant="fp32")
+        if load_encoder(folder, variant="fp32").golden_status != "passed":
+            raise ValueError("an export from before golden vectors: export again")
         tried = json.loads((folder / "manifest.json").read_text())["training"]["parity"][
             "variants"]
         if "int8" in tried or not bool(enc.get("int8", True)):
