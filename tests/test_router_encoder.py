@@ -100,13 +100,14 @@ def test_export_folder_layout_and_manifest(exported):
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left
     m = verify_manifest(folder, required_kind="encoder")
     assert m["outputs"]["dimension"] == DIM
-    assert m["outputs"]["encoder_ids"] == {"fp32": MODEL_ID, "int8": MODEL_ID + "+int8"}
+    assert m["outputs"]["encoder_ids"] == {"fp32": MODEL_ID, "int8": MODEL_ID + "+int8r"}
     assert m["runtime"]["opset"] == 17
     parity = m["training"]["parity"]["variants"]
     assert parity["fp32"]["min_cosine"] >= 0.9999
     assert parity["int8"]["mean_cosine_prompts"] >= 0.99
     cfg = json.loads((folder / "encoder_config.json").read_text())
     assert (cfg["max_seq_length"], cfg["pooling"], cfg["normalize"]) == (256, "mean", True)
+    assert cfg["variants"]["int8"]["quantization"]["reduce_range"] is True  # docs/int8-cpus.md
     tok = json.loads((folder / "tokenizer.json").read_text())
     assert tok["truncation"]["max_length"] == 256 and tok["padding"] is None
     print("export parity:", json.dumps(parity))
@@ -135,17 +136,25 @@ def test_int8_parity_reported(exported, reference, prompts):
 
     texts, ref = reference
     enc = load_encoder(exported.path, variant="int8")
-    assert enc.encoder_id == MODEL_ID + "+int8" and enc.per_text
+    assert enc.encoder_id == MODEL_ID + "+int8r" and enc.per_text
     got = enc.encode(texts, batch_size=32)
     # one text per call, so a vector does not depend on its batch mates
     np.testing.assert_array_equal(got[-3:], np.stack([enc.encode_one(t) for t in texts[-3:]]))
     fig = parity_figures(ref, got, len(prompts))
     print("int8 parity:", json.dumps(fig))
-    # Dynamic int8 (per-channel weights, per-tensor activations): mean ~0.994,
-    # min ~0.989 on prompts and ~0.977 on 1-3 token inputs ("", "?", one [UNK]).
-    assert fig["mean_cosine_prompts"] >= 0.99 and fig["mean_cosine"] >= 0.99
-    assert fig["min_cosine_prompts"] >= 0.985
-    assert fig["min_cosine"] >= 0.95
+    # CPU-dependent bounds: onnxruntime's int8 kernels differ by CPU. With reduce_range
+    # (7-bit weights) AVX2 and AVX-512 VNNI compute the same integers; measured on both
+    # (docs/int8-cpus.md): prompts mean 0.9940, min 0.9880; edge cases min 0.9742. The
+    # bounds are the export gates (INT8_GATES), which hold on both with margin.
+    from replaylab.artifacts.golden import cpu_info
+    from replaylab.router.encoder import INT8_GATES
+
+    cpu = cpu_info()["cpu_flags"]
+    for stat, bound in (("mean_cosine_prompts", INT8_GATES["mean_cosine_prompts"]),
+                        ("min_cosine_prompts", INT8_GATES["min_cosine_prompts"]),
+                        ("min_cosine_edge_cases", INT8_GATES["min_cosine_edge_cases"])):
+        assert fig[stat] >= bound, (f"int8 {stat} {fig[stat]:.4f} < {bound} on this CPU "
+                                    f"({cpu}); the bound depends on the CPU's int8 kernels")
 
 
 @pytest.mark.slow

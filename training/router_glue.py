@@ -99,9 +99,11 @@ def encoder_verdicts(folder: Path, encoder: Any) -> dict:
     for name, fig in parity.items():
         variants[name] = {"published": bool(fig.get("published", True)),
                           "reason": fig.get("reason"),
-                          **{k: fig.get(k) for k in ("mean_cosine_prompts", "min_cosine_prompts",
-                                                     "min_cosine", "gate_mean_cosine_prompts",
-                                                     "gate_min_cosine")}}
+                          **{k: fig.get(k) for k in (
+                              "mean_cosine_prompts", "min_cosine_prompts", "min_cosine_edge_cases",
+                              "min_cosine", "gate_mean_cosine_prompts", "gate_min_cosine_prompts",
+                              "gate_min_cosine_edge_cases", "gate_min_cosine", "cpu")
+                             if k in fig}}
     return {"variants": variants,
             "int8": variants.get("int8", {"published": False, "reason": "router.encoder.int8=false"}),
             "golden": None if encoder.golden is None else encoder.golden.as_dict(),

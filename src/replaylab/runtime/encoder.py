@@ -320,9 +320,10 @@ def check_golden(encoder: OnnxSentenceEncoder, golden: dict) -> GoldenCheck:
     (the tokenizer is not CPU-dependent); the cosine of each vector to the one
     the exporting machine got for the same variant (`<variant>_min_cosine`);
     for int8 also its quality against the sentence-transformers reference
-    (`int8_reference_mean_cosine` over prompts, `int8_reference_min_cosine`
-    over every case), i.e. the export gate measured again on the serving CPU,
-    whose kernels decide int8's numbers.
+    (`int8_reference_mean_cosine` and `int8_reference_min_cosine_prompts` over
+    the prompts, `int8_reference_min_cosine_edge_cases` over the edge cases),
+    i.e. the export gates measured again on the serving CPU, whose kernels
+    decide int8's numbers.
     """
     with Timer() as timer:
         cases = golden["cases"]
@@ -334,7 +335,8 @@ def check_golden(encoder: OnnxSentenceEncoder, golden: dict) -> GoldenCheck:
             "token_ids_equal_share": float(np.mean([a == c["expected"].get("token_ids")
                                                     for a, c in zip(ids, cases, strict=True)]))}
         bounds: dict[str, tuple[str, float]] = {"token_ids_equal_share": (">=", 1.0)}
-        got = encoder.encode(texts)
+        # one text per call: the serving path, and 2.5x faster than one padded batch here
+        got = np.stack([encoder.encode_one(t) for t in texts])
         v = encoder.variant
         expected = [c["expected"].get(v) for c in cases]
         key = f"{v}_min_cosine"
@@ -345,11 +347,12 @@ def check_golden(encoder: OnnxSentenceEncoder, golden: dict) -> GoldenCheck:
             ref = np.array([c["expected"]["reference"] for c in cases], dtype=np.float64)
             cos = row_cosines(ref, got)
             prompt = np.array([c["input"].get("part", "prompt") == "prompt" for c in cases])
-            figures["int8_reference_mean_cosine"] = float(cos[prompt].mean()) if prompt.any() \
-                else None
-            figures["int8_reference_min_cosine"] = float(cos.min())
-            for name in ("int8_reference_mean_cosine", "int8_reference_min_cosine"):
-                bounds[name] = (">=", float(tol.get(name, 1.0)))
+            for name, part, stat in (("int8_reference_mean_cosine", prompt, np.mean),
+                                     ("int8_reference_min_cosine_prompts", prompt, np.min),
+                                     ("int8_reference_min_cosine_edge_cases", ~prompt, np.min)):
+                if name in tol:
+                    figures[name] = float(stat(cos[part])) if part.any() else None
+                    bounds[name] = (">=", float(tol[name]))
     return check(figures, bounds, timer.seconds)
 
 

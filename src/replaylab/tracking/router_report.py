@@ -84,7 +84,7 @@ def _encoder_section(summary: dict) -> str:
         rows.append([f"<td class='l'>{_e(name)}</td>",
                      f"<td class='l'>{'published' if v.get('published') else 'not published'}"
                      "</td>", _f(v.get("mean_cosine_prompts"), "cos"),
-                     _f(v.get("min_cosine_prompts"), "cos"), _f(v.get("min_cosine"), "cos"),
+                     _f(v.get("min_cosine_prompts"), "cos"), _f(v.get("min_cosine_edge_cases"), "cos"),
                      f"<td class='l'>{_e(v.get('reason') or '')}</td>"])
     golden = enc.get("golden") if isinstance(enc.get("golden"), dict) else {}
     cpu = ", ".join(_get(golden, "cpu.cpu_flags") or []) or "unknown"
@@ -101,7 +101,7 @@ def _encoder_section(summary: dict) -> str:
             f"{_f(stab.get('fp32_near_threshold_share'), 'd')}, int8 "
             f"{_f(stab.get('int8_near_threshold_share'), 'd')}.</p>"
             + _table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
-                      "min cos (all)", "why not"], rows))
+                      "min cos (edge cases)", "why not"], rows))
 
 
 def _parts(s: dict) -> tuple[dict, dict, list[dict], float]:
