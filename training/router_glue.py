@@ -48,12 +48,13 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     """The cached, verified encoder export (exported here the first time).
 
     Reused while its fp32 variant verifies and passes its golden vectors on this
-    CPU (an export without them is redone), and int8 was tried when asked for (a published or a refused int8 both
-    count: a refusal is not retried on every run)."""
+    CPU (an export without them is redone), and int8, when asked for, was tried
+    with today's `INT8_SCHEME` (published or refused: a refusal is not retried on
+    every run; an export with another scheme is redone)."""
     import json
 
     from replaylab.artifacts.manifest import ManifestError
-    from replaylab.router.encoder import export_encoder, load_minilm
+    from replaylab.router.encoder import INT8_SCHEME, export_encoder, load_minilm
     from replaylab.runtime.encoder import load_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-minilm"
@@ -62,8 +63,8 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
             raise ValueError("an export from before golden vectors: export again")
         tried = json.loads((folder / "manifest.json").read_text())["training"]["parity"][
             "variants"]
-        if "int8" in tried or not bool(enc.get("int8", True)):
-            return folder
+        if not bool(enc.get("int8", True)) or tried.get("int8", {}).get("scheme") == INT8_SCHEME:
+            return folder  # int8 not asked for, or tried with today's scheme
     except (ManifestError, OSError, KeyError, ValueError):
         pass
     log.info("exporting MiniLM to ONNX into %s (once; reused while it verifies)", folder)

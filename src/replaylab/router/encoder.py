@@ -418,7 +418,7 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
             missed = _gate(parity["int8"], {"mean_cosine_prompts": mean_cosine_int8,
                                             "min_cosine_prompts": min_cosine_int8,
                                             "min_cosine_edge_cases": min_cosine_int8_edge})
-            parity["int8"].update(published=not missed, cpu=cpu_info(),
+            parity["int8"].update(published=not missed, cpu=cpu_info(), scheme=dict(INT8_SCHEME),
                                   reason="; ".join(missed) or None)
             if missed:  # optional: left out, said so, never fatal
                 log.warning("int8 encoder not published: %s", parity["int8"]["reason"])
