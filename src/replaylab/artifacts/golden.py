@@ -24,6 +24,8 @@ Standard library + numpy: the serving runtime imports this.
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
 import platform
 import time
@@ -79,10 +81,38 @@ class GoldenCheck:
                 "seconds": self.seconds, "cpu": self.cpu}
 
 
+# A 1x64 MatMulInteger of u8 255 x s8 127 (B a constant, as in the quantized encoder):
+# exactly 2,072,640 where onnxruntime's kernel accumulates in int32 (VNNI, AMX, ARM),
+# 1,048,544 (32 x 32767) where it sums u8*s8 pairs in saturating int16 (AVX2's
+# vpmaddubsw). 163 bytes, built with onnx.helper (scripts/int8_cpu_parity.py); stored
+# serialized so the runtime needs no `onnx` package.
+_U8S8_PROBE = base64.b64decode(
+    "CAg6mAEKGAoBYQoBYhIBeSINTWF0TXVsSW50ZWdlchIFcHJvYmUqSwhACAEQA0IBYkpAf39/f39/f39/f39/f39/"
+    "f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f39/f1oTCgFhEg4KDAgCEggKAggB"
+    "CgIIQGITCgF5Eg4KDAgGEggKAggBCgIIAUIECgAQEQ==")
+U8S8_EXACT = 255 * 127 * 64
+
+
+@functools.lru_cache(maxsize=1)
+def int8_kernel_probe() -> dict[str, Any]:
+    """Which int8 kernel family onnxruntime runs here: {"u8s8_saturates": bool, "u8s8": int}.
+
+    The flags in /proc/cpuinfo do not say it (under qemu-user they are the host's);
+    running the kernel does. None values when onnxruntime is absent or refuses."""
+    try:
+        import onnxruntime as ort  # noqa: PLC0415 - optional here; the runtime has it
+
+        sess = ort.InferenceSession(_U8S8_PROBE, providers=["CPUExecutionProvider"])
+        got = int(sess.run(None, {"a": np.full((1, 64), 255, dtype=np.uint8)})[0][0, 0])
+    except Exception:  # noqa: BLE001 - a probe: report unknown rather than fail a load
+        return {"u8s8": None, "u8s8_saturates": None}
+    return {"u8s8": got, "u8s8_saturates": got != U8S8_EXACT}
+
+
 def cpu_info() -> dict[str, Any]:
-    """This machine's architecture and the kernel-relevant CPU flags (Linux /proc/cpuinfo;
-    elsewhere only the architecture). Under `qemu-x86_64 -cpu Haswell` it reads the
-    emulated CPU's flags."""
+    """This machine's architecture, the kernel-relevant CPU flags (Linux /proc/cpuinfo;
+    elsewhere only the architecture) and the int8 kernel probe (`int8_kernel_probe`).
+    Under qemu-user the flags are the host's; the probe is the emulated CPU's."""
     flags: set[str] = set()
     model = ""
     try:
@@ -97,7 +127,7 @@ def cpu_info() -> dict[str, Any]:
     except OSError:
         pass
     return {"machine": platform.machine(), "model": model,
-            "cpu_flags": sorted(f for f in KERNEL_FLAGS if f in flags)}
+            "cpu_flags": sorted(f for f in KERNEL_FLAGS if f in flags), **int8_kernel_probe()}
 
 
 def golden_document(kind: str, cases: list[dict], tolerances: dict[str, float],
