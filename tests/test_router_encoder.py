@@ -107,6 +107,8 @@ def test_export_folder_layout_and_manifest(exported):
     assert parity["int8"]["mean_cosine_prompts"] >= 0.99
     cfg = json.loads((folder / "encoder_config.json").read_text())
     assert (cfg["max_seq_length"], cfg["pooling"], cfg["normalize"]) == (256, "mean", True)
+    # one text per call for every variant: a vector never depends on its batch mates
+    assert all(v["per_text"] for v in cfg["variants"].values())
     assert cfg["variants"]["int8"]["quantization"]["reduce_range"] is True  # docs/int8-cpus.md
     tok = json.loads((folder / "tokenizer.json").read_text())
     assert tok["truncation"]["max_length"] == 256 and tok["padding"] is None
