@@ -163,6 +163,7 @@ def test_int8_parity_reported(exported, reference, prompts):
 def test_serving_session_settings_keep_the_vectors(exported, prompts):
     # DISABLED_OPTIMIZERS (SkipLayerNormFusion off, for speed) must not move the
     # vectors; the one-text fast path must give mean_pool's exact bits.
+    from replaylab.artifacts.golden import cpu_info
     from replaylab.router.encoder import EDGE_CASE_TEXTS, cosine_rows
     from replaylab.runtime.encoder import (
         DISABLED_OPTIMIZERS,
@@ -184,7 +185,12 @@ def test_serving_session_settings_keep_the_vectors(exported, prompts):
         # rounds a few activations differently from SkipLayerNormalization and dynamic
         # int8 then quantizes them to another step; accuracy against
         # sentence-transformers is unchanged (test_int8_parity_reported).
-        assert cosine_rows(a, b).min() >= (1 - 1e-9 if variant == "fp32" else 0.995), variant
+        # CPU-dependent (kernel rounding); measured on AVX-512 VNNI + AMX
+        low = float(cosine_rows(a, b).min())
+        bound = 1 - 1e-9 if variant == "fp32" else 0.995
+        assert low >= bound, (f"{variant}: fused vs unfused min cosine {low:.6f} < {bound} on "
+                              f"this CPU ({cpu_info()['cpu_flags']}); the bound depends on the "
+                              "CPU's kernels")
         for t in texts[:3] + texts[-3:]:
             ids = np.array([served.tokenizer.encode(t).ids], dtype=np.int64)
             mask = np.ones_like(ids)
