@@ -240,7 +240,7 @@ def _stability(decisions: pd.DataFrame) -> dict:
             for v, m in STABILITY_MARGINS.items()} | {"margins": dict(STABILITY_MARGINS)}
 
 
-GOLDEN_QUERIES = 24  # test prompts in the router's golden vectors (plus two edge cases)
+GOLDEN_QUERIES = 12  # test prompts in the router golden vectors (plus two edge cases)
 
 
 def _golden_inputs(outcomes: pd.DataFrame, te: OutcomeMatrix, meta: dict) -> list[dict]:
