@@ -187,6 +187,25 @@ def test_no_policy_ever_chooses_outside_the_eligible_set_or_residency(scenario):
         assert all(g is None or g == h for g, h in zip(region, rep_region, strict=True))
 
 
+def test_a_fleet_scaled_to_zero_under_a_passive_controller_ends():
+    """Regression (found by the property test): every replica scaled away at t=0, shared
+    queue, no deadlines, a TelemetryFeed ticking (it never scales): the run used to tick
+    forever. It now ends after the stall grace, the queued requests drained as timed out."""
+    from replaylab.fleet.sim_views import STALL_TICKS
+
+    # the requests queue while the only replica is still starting; then it is switched off
+    pools = [PoolConfig("p0", "m", FLAT, replicas=1, cold_start_s=2.0)]
+    feed = TelemetryFeed(0.5, 0.0, 0.1)
+    cfg = feed.sim_config(SimConfig(queueing="shared", queue_capacity=4, warm_start=False,
+                                    scale_events=((1.0, "p0", -1),)))
+    w = make_workload([0.0, 0.5], [100, 100], [10, 10])
+    r = FleetSim(pools, cfg, LeastLoaded(), feed).run(w)
+    c = r.counts()
+    assert c["timed_out"] == 2 and c["arrived"] == 2 == sum(v for k, v in c.items()
+                                                             if k != "arrived")
+    assert feed.scrapes <= STALL_TICKS + 10  # ended after the grace, not at a memory limit
+
+
 # ---------- the rules ----------
 
 def test_marginal_energy_is_extra_watts_over_extra_tokens_per_second():

@@ -14,7 +14,11 @@ from heapq import heappush
 
 from replaylab.fleet.sim_fleet import (
     DRAINING,
+    K_CANCEL,
+    K_DEADLINE,
+    K_QTIMEOUT,
     K_READY,
+    K_SCALE,
     K_TICK,
     OFF,
     READY,
@@ -23,6 +27,11 @@ from replaylab.fleet.sim_fleet import (
     Replica,
 )
 from replaylab.fleet.sim_policy import PolicyError, ScaleAction
+from replaylab.fleet.sim_result import QUEUED
+
+# Control ticks a run keeps going with every replica off, nothing pending and the controller
+# idle before it ends (see ScalingMixin._stalled).
+STALL_TICKS = 1000
 
 
 class RequestCursor:
@@ -155,7 +164,29 @@ class ScalingMixin:
         self._rebuild_eligibility()
 
     def _on_tick(self, t: float, more_arrivals: bool) -> None:
+        acted = False
         for action in self.controller.decide(t, self) or ():
             self.scale(action, t)
-        if more_arrivals or self.inflight > 0:
+            acted = True
+        if more_arrivals or (self.inflight > 0 and not self._stalled(acted)):
             heappush(self.heap, (t + self.cfg.control_interval_s, K_TICK))
+
+    def _stalled(self, acted: bool) -> bool:
+        """True once nothing but the controller could ever serve the requests still queued,
+        and it has not acted for `STALL_TICKS` ticks: no arrivals remain (the caller checks),
+        every replica is off, and no pending event (a scale event, a deadline, a cancel or
+        a queue timeout of a queued request) can change anything. Ticking on would loop
+        forever (a passive controller such as a TelemetryFeed never scales), so the run
+        ends and `_finish` drains those requests as timed out. The grace leaves a
+        controller with a stabilisation window time to scale up from zero."""
+        if acted or any(r.state != OFF for r in self.reps):
+            self._idle_ticks = 0
+            return False
+        for _, key in self.heap:
+            kind = key & 7
+            if kind == K_SCALE or (kind in (K_DEADLINE, K_CANCEL, K_QTIMEOUT)
+                                   and self.state_a[key >> 3] == QUEUED):
+                self._idle_ticks = 0
+                return False
+        self._idle_ticks = getattr(self, "_idle_ticks", 0) + 1
+        return self._idle_ticks >= STALL_TICKS
