@@ -287,9 +287,9 @@ def main() -> None:
         paths["sentence_transformers_torch"] = st.encode_one
         for variant, r in routers.items():
             paths[f"route_{variant}"] = r.route
-        paths["tokenize"] = lambda t: fp32._tokenize([t])
+        paths["tokenize"] = lambda t: fp32.tokenize([t])
         if "fp32" in routers:
-            head = routers["fp32"]._head  # the head's ONNX session alone
+            head = routers["fp32"].head.session  # the head's ONNX session alone
             emb = fp32.encode_one(fixed[0])[None, :]
             feed = {"embedding": emb, "category": np.zeros(1, dtype=np.int64),
                     "prompt_tokens": np.array([float(MAX_TOKENS)], dtype=np.float32)}

@@ -91,6 +91,11 @@ class Router:
         return self._head is not None
 
     @property
+    def head(self) -> HeadScorer | None:
+        """The loaded head (`HeadScorer`: its ONNX session and vocabulary); None when not loaded."""
+        return self._head
+
+    @property
     def fallback_index(self) -> int:
         """Column of `fallback_candidate` among `candidates` (the strongest on calibration)."""
         return self._top
