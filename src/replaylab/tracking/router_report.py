@@ -71,6 +71,11 @@ def _facts(d: dict) -> str:
     return _table(["fact", "value"], rows) if rows else "<p class='src'>(none reported)</p>"
 
 
+def _pct(x: Any) -> str:
+    v = _num(x)
+    return "—" if math.isnan(v) else f"{v:.1%}"
+
+
 def _encoder_section(summary: dict) -> str:
     """Which encoder variants were published (their export gates), which one trained, the
     golden-vector check on this CPU, and how many test decisions sit near the threshold."""
@@ -97,9 +102,9 @@ def _encoder_section(summary: dict) -> str:
             "sentence-transformers misses the export gate on this CPU it is left out and "
             f"the run goes on. {used}; golden vectors on this CPU ({_e(cpu)}): "
             f"{_e(enc.get('golden_status'))} in {_f(_num(golden.get('seconds')) * 1e3)} ms. "
-            f"Test decisions within reach of another CPU's rounding: fp32 "
-            f"{_f(stab.get('fp32_near_threshold_share'), 'd')}, int8 "
-            f"{_f(stab.get('int8_near_threshold_share'), 'd')}.</p>"
+            f"Share of test decisions within reach of another CPU's rounding (summary.json "
+            f"<code>decision_stability</code>): fp32 {_pct(stab.get('fp32_near_threshold_share'))}"
+            f", int8 {_pct(stab.get('int8_near_threshold_share'))}.</p>"
             + _table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
                       "min cos (edge cases)", "why not"], rows))
 
