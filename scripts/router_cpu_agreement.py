@@ -69,13 +69,17 @@ def prepare(run: Path, out: Path, n: int, seed: int) -> None:
     print(f"{len(queries)} queries -> {out / 'queries.json'}")
 
 
-def route(out: Path, cpu: str) -> None:
+def route(out: Path, cpu: str, variants: list[str], limit: int | None) -> None:
     from replaylab.artifacts.golden import int8_kernel_probe
     from replaylab.runtime import Router
 
     spec = json.loads((out / "queries.json").read_text())
     result = {"cpu": cpu, "probe": int8_kernel_probe(), "variants": {}}
-    for variant in ("fp32", "int8"):
+    queries = spec["queries"]
+    if limit is not None:  # as many of each part (random, near threshold), in order
+        queries = [q for p in ("random", "near_threshold")
+                   for q in [q for q in queries if q["part"] == p][:limit // 2]]
+    for variant in variants:
         t0 = time.perf_counter()
         router = Router.load(spec["artifact"], variant=variant)
         load_s = time.perf_counter() - t0
@@ -83,7 +87,7 @@ def route(out: Path, cpu: str) -> None:
             result["variants"][variant] = {"load_report": router.load_report()}
             continue
         rows = []
-        for q in spec["queries"]:
+        for q in queries:
             d = router.route(q["text"], q["category"], q["prompt_tokens"])
             rows.append({"prompt_id": q["prompt_id"], "candidate": d.candidate,
                          "scores": [d.scores[c] for c in router.candidates]})
@@ -138,6 +142,10 @@ def main() -> None:
     r = sub.add_parser("route")
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--cpu", required=True)
+    r.add_argument("--variants", nargs="+", default=["fp32", "int8"])
+    r.add_argument("--limit", type=int, default=None,
+                   help="route only this many queries (half random, half near the threshold); "
+                        "fp32 under qemu is slow (TCG emulates AVX2 float math)")
     rep = sub.add_parser("report")
     rep.add_argument("--out", type=Path, required=True)
     rep.add_argument("--json", type=Path)
@@ -145,7 +153,7 @@ def main() -> None:
     if args.cmd == "prepare":
         prepare(args.run, args.out, args.n, args.seed)
     elif args.cmd == "route":
-        route(args.out, args.cpu)
+        route(args.out, args.cpu, args.variants, args.limit)
     else:
         report(args.out, args.json)
 
