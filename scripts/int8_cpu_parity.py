@@ -53,21 +53,12 @@ def variant_specs() -> dict[str, dict]:
 
 
 def u8s8_saturates() -> dict:
-    """Run a 1x64 u8 (255) x s8 (127) MatMulInteger: exact without int16 saturation."""
-    import onnx
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
+    """The int8 kernel probe (`replaylab.artifacts.golden.int8_kernel_probe`) in this script's keys."""
+    from replaylab.artifacts.golden import U8S8_EXACT, int8_kernel_probe
 
-    k = 64
-    b = onnx.numpy_helper.from_array(np.full((k, 1), 127, dtype=np.int8), "b")
-    graph = helper.make_graph(
-        [helper.make_node("MatMulInteger", ["a", "b"], ["y"])], "probe",
-        [helper.make_tensor_value_info("a", TensorProto.UINT8, [1, k])],
-        [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1])], [b])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    got = int(sess.run(None, {"a": np.full((1, k), 255, dtype=np.uint8)})[0][0, 0])
-    return {"u8s8_probe": got, "u8s8_exact": 255 * 127 * k, "u8s8_saturates": got != 255 * 127 * k}
+    probe = int8_kernel_probe()
+    return {"u8s8_probe": probe["u8s8"], "u8s8_exact": U8S8_EXACT,
+            "u8s8_saturates": probe["u8s8_saturates"]}
 
 
 def distinct_prompts(n: int) -> list[str]:

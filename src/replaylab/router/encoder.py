@@ -58,7 +58,13 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import ParityError, cpu_info, golden_document, write_golden
+from replaylab.artifacts.golden import (
+    ParityError,
+    cpu_info,
+    golden_document,
+    row_cosines,
+    write_golden,
+)
 from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.runtime.encoder import (
     CONFIG_FILE,
@@ -208,11 +214,7 @@ class SentenceTransformerEncoder:
         return self.encode([text])[0]
 
 
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(n, d), (n, d) -> (n,) float64 row-wise cosine similarity (0 where a norm is 0)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    den = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
-    return np.divide((a * b).sum(axis=1), den, out=np.zeros(len(a)), where=den > 0)
+cosine_rows = row_cosines  # (n, d), (n, d) -> (n,) float64 cosine: one definition, in golden
 
 
 def parity_figures(reference: np.ndarray, candidate: np.ndarray, n_prompts: int | None = None
