@@ -8,12 +8,17 @@ raises for a bad artifact: an untrusted or missing artifact routes every query
 to the caller's fallback candidate, which the caller must name (there are no
 candidates without an artifact), with `fallback=True` and the reason.
 
+With `check_golden` (the default) the artifact's golden vectors (encoder and
+router, `replaylab.artifacts.golden`) are re-checked on this machine: int8 that
+misses them serves fp32, fp32 that misses them falls back (`golden_mismatch`);
+`load_report()` says which variant serves and why.
+
 `route(text, category=None, prompt_tokens=None)`: embed the text, score every
 candidate (P(success)), pick the cheapest whose score clears the threshold
 (`router.json` `rule`: "margin", success minus the best other candidate's
 success >= threshold; "absolute", success >= threshold), else the strongest
 (`fallback_candidate`, the best on the calibration split;
-`replaylab.router.policy` is the same rule in training). When the loaded model
+`replaylab.runtime.routing`, the one implementation training uses too). When the loaded model
 fails on one query (e.g. a text the tokenizer rejects), that query is routed by
 the artifact's scenario rules (task -> candidate, long prompts), also marked
 `fallback`. The router decides a
