@@ -18,7 +18,6 @@ from replaylab.router.ope import (
     ope_estimates,
     policy_matrix,
     policy_value,
-    session_bootstrap,
 )
 from replaylab.router.replay import Label, outcome_matrix
 from replaylab.router.rules import ScenarioRules
@@ -133,16 +132,6 @@ def test_estimates_on_simulated_receipts_track_the_truth(test_data):
         errors.append(ope_estimates(b, uniform, config=RouterEvalConfig(n_boot=0))["ips"] - truth)
     errors = np.array(errors)
     assert abs(errors.mean()) < 4 * errors.std() / np.sqrt(len(errors)) + 1e-3
-
-
-def test_session_bootstrap_resamples_whole_sessions():
-    session = np.array([5, 5, 5, 9, 2, 2])
-    for counts in session_bootstrap(session, n_boot=30, seed=0, chunk=7):
-        assert counts.shape[1] == 6 and counts.shape[0] <= 7
-        assert (counts[:, 0] == counts[:, 1]).all() and (counts[:, 4] == counts[:, 5]).all()
-        assert np.allclose(counts[:, [0, 3, 4]].sum(axis=1), 3)  # G = 3 sessions drawn
-    total = sum(c.shape[0] for c in session_bootstrap(session, n_boot=30, seed=0, chunk=7))
-    assert total == 30
 
 
 def test_bad_inputs_are_refused():

@@ -40,32 +40,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
+from replaylab.stats import mean_ci
 
 # ---------------------------------------------------------------- numbers and summaries
-
-
-def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
-    """Mean and two-sided Student-t interval over replicates (NaN-free values only)."""
-    from scipy import stats
-
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype="float64")
-    n = int(x.size)
-    if n == 0:
-        return {"mean": math.nan, "ci95": [math.nan, math.nan], "n": 0}
-    m = float(x.mean())
-    if n < 2:
-        return {"mean": m, "ci95": [math.nan, math.nan], "n": n}
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1) * x.std(ddof=1) / math.sqrt(n))
-    return {"mean": m, "ci95": [m - half, m + half], "n": n}
-
-
-def paired_diff(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
-    """a - b per replicate (same requests), its mean and 95 % t-interval."""
-    d = [x - y for x, y in zip(a, b, strict=True)]
-    out = mean_ci(d)
-    lo, hi = out["ci95"]
-    out["excludes_zero"] = bool(math.isfinite(lo) and (lo > 0 or hi < 0))
-    return out
 
 
 def pooled_summary(results: Sequence, slo: Mapping | None = None,

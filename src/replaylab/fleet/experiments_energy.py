@@ -22,7 +22,6 @@ from replaylab.fleet.experiments import (
     build_pools,
     ci_table,
     make_policy,
-    paired_diff,
     parse_config,
     pooled_summary,
     pyplot,
@@ -34,6 +33,7 @@ from replaylab.fleet.experiments import (
     trace_workloads,
 )
 from replaylab.jsonsafe import json_safe
+from replaylab.stats import paired_diff
 
 
 @dataclass(frozen=True)

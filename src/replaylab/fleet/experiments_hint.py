@@ -42,8 +42,6 @@ from replaylab.fleet.experiments import (
     build_profile,
     ci_table,
     make_policy,
-    mean_ci,
-    paired_diff,
     parse_config,
     pooled_summary,
     pyplot,
@@ -55,6 +53,7 @@ from replaylab.fleet.experiments import (
     workload_text,
 )
 from replaylab.jsonsafe import json_safe
+from replaylab.stats import mean_ci, paired_diff
 
 
 @dataclass(frozen=True)

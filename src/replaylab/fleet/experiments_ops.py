@@ -40,7 +40,6 @@ from replaylab.fleet.experiments import (
     ci_table,
     make_policy,
     masked_slo,
-    paired_diff,
     parse_config,
     pool_mapping,
     pooled_summary,
@@ -53,6 +52,7 @@ from replaylab.fleet.experiments import (
     trace_workloads,
 )
 from replaylab.jsonsafe import json_safe
+from replaylab.stats import paired_diff
 
 # ---------------------------------------------------------------- rollout
 

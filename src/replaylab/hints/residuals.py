@@ -22,7 +22,7 @@ null, never 0).
 `residual_summary` aggregates every group (overall, each group column
 separately, fallback flag, ack state, model version) and a time series of
 coverage per bucket with an exact binomial confidence interval
-(`scipy.stats.binomtest`, Clopper-Pearson): a bucket whose interval excludes the
+(`replaylab.stats.binomial_ci`, Clopper-Pearson): a bucket whose interval excludes the
 nominal level is flagged as calibration drift. `residual_figures` draws them.
 """
 
@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 from sklearn.metrics import mean_pinball_loss
 
 from replaylab.contracts import LEDGER_SCHEMA, has_values
 from replaylab.contracts.columns import Ledger as L
 from replaylab.runtime.hints import is_lower_bound
+from replaylab.stats import binomial_ci
 
 GROUP_COLUMNS = (L.SELECTED_MODEL, L.CATEGORY, L.SLO_CLASS)
 ALWAYS = (L.HINT_FALLBACK, L.ACK_STATE, L.HINT_MODEL_VERSION)
@@ -87,13 +87,6 @@ def row_residuals(ledger: pd.DataFrame) -> pd.DataFrame:
     }, index=ledger.index)
 
 
-def _binom_ci(k: int, n: int) -> tuple[float, float]:
-    if n == 0:
-        return (float("nan"), float("nan"))
-    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=0.95)
-    return float(ci.low), float(ci.high)
-
-
 def _mean(s: pd.Series) -> float | None:
     """Mean over the known values; None when there is none (a hint field never emitted)."""
     return float(s.mean()) if s.notna().any() else None
@@ -109,7 +102,7 @@ def _stats(r: pd.DataFrame, nominal: float | None) -> dict:
     n = len(e)
     covered = e["covered"].dropna()  # rows whose hint carried an interval
     cov_k, n_cov = int(covered.sum()), len(covered)
-    lo, hi = _binom_ci(cov_k, n_cov)
+    lo, hi = binomial_ci(cov_k, n_cov)
     y = e["actual_total"].to_numpy()
     out = {
         "rows": int(len(r)), "hinted": int(r["hinted"].sum()),

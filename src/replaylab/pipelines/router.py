@@ -48,10 +48,8 @@ from replaylab.router.metrics import policy_summary
 from replaylab.router.ope import (
     logged_decisions,
     ope_estimates,
-    percentile_interval,
     policy_matrix,
     policy_value,
-    session_bootstrap,
 )
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import (
@@ -71,6 +69,7 @@ from replaylab.router.replay import (
 )
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import decision_margin
+from replaylab.stats import paired_bootstrap_diff
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -139,16 +138,6 @@ def _full_rows(m: OutcomeMatrix) -> TrainingRows:
     n, k = m.score.shape
     return TrainingRows(row=np.repeat(np.arange(n), k), action=np.tile(np.arange(k), n),
                         reward=m.score.ravel(), weight=None, cost=m.cost.ravel())
-
-
-def _paired(a: np.ndarray, b: np.ndarray, n_boot: int, seed: int) -> dict:
-    """mean(a - b) with a 95% percentile interval from the session bootstrap (prompts are
-    the sessions here), the same resampling the off-policy estimates use."""
-    d = np.asarray(a, float) - np.asarray(b, float)
-    reps = np.concatenate([(w @ d) / w.sum(axis=1)
-                           for w in session_bootstrap(np.arange(len(d)), n_boot, seed)])
-    lo, hi = percentile_interval(reps, 0.95)
-    return {"mean": float(d.mean()), "ci": [float(lo), float(hi)]}
 
 
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
@@ -431,10 +420,12 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
         t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy, top)
         ch = choose_by_threshold(prob_test, t, fallback=top, rule=cfg.policy.rule)
         return {"threshold": t,
-                "cost_saving": _paired(te.cost[rows_te, rules_te], te.cost[rows_te, ch],
-                                       g.n_boot, cfg.seed),
-                "quality_delta": _paired(te.score[rows_te, ch], te.score[rows_te, rules_te],
-                                         g.n_boot, cfg.seed),
+                # paired prompt-bootstrap (prompts are the sessions here), 95%
+                "cost_saving": paired_bootstrap_diff(te.cost[rows_te, rules_te],
+                                                     te.cost[rows_te, ch], g.n_boot, cfg.seed),
+                "quality_delta": paired_bootstrap_diff(te.score[rows_te, ch],
+                                                       te.score[rows_te, rules_te],
+                                                       g.n_boot, cfg.seed),
                 "rules_cost": float(te.cost[rows_te, rules_te].mean()),
                 "learned_cost": float(te.cost[rows_te, ch].mean())}
 

@@ -33,10 +33,10 @@ And the house's budget number:
 
 (lower is better; 1.0 when only the all-strong point qualifies).
 
-Intervals: prompts are sessions' opening requests; the session bootstrap of
-ope.py resamples them (or the given session groups) and recomputes every number
-of the summary on each replicate from replicate-weighted curves (one matrix
-product per chunk of replicates), percentile intervals `<key>-lo-95`, `-hi-95`.
+Intervals: prompts are sessions' opening requests; the session bootstrap
+(`replaylab.stats`) resamples them (or the given session groups) and recomputes
+every number of the summary on each replicate from replicate-weighted curves (one
+matrix product per chunk of replicates), percentile intervals `<key>-lo-95`, `-hi-95`.
 """
 
 from __future__ import annotations
@@ -47,9 +47,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.router.config import RouterEvalConfig
-from replaylab.router.ope import percentile_interval, session_bootstrap
 from replaylab.router.policy import choose_by_threshold
 from replaylab.router.replay import OutcomeMatrix
+from replaylab.stats import percentile_interval, session_bootstrap
 
 CPT_LEVELS = (0.5, 0.8)
 SUMMARY_KEYS = ("quality", "cost", "strong_share", "apgr", "cpt50", "cpt80")

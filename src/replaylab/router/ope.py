@@ -28,14 +28,13 @@ independent: the bootstrap resamples SESSIONS with replacement (a cluster
 bootstrap; Field & Welsh, "Bootstrapping clustered data", JRSS-B 2007) and
 reports percentile intervals. All three estimators are ratios of sums, so a
 replicate is a vector of row multiplicities c_b and every replicate of every
-estimator is one matrix product: IPS_b = (c_b . w r) / (c_b . 1). Written by hand
-because scipy.stats.bootstrap resamples observations, not clusters, and calls
-the statistic once per replicate; `session_bootstrap` is shared with metrics.py.
+estimator is one matrix product: IPS_b = (c_b . w r) / (c_b . 1). The bootstrap
+and the interval are `replaylab.stats.session_bootstrap` and `percentile_interval`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +42,7 @@ import pandas as pd
 
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.replay import Label
+from replaylab.stats import percentile_interval, session_bootstrap
 
 ESTIMATORS = ("ips", "snips", "dr")
 
@@ -147,35 +147,6 @@ def _estimates(sums: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         out["dr"] = sums["dr"] / sums["one"]
         out["dm"] = sums["dm"] / sums["one"]
     return out
-
-
-def session_bootstrap(session: np.ndarray, n_boot: int, seed: int,
-                      chunk: int = 100) -> Iterator[np.ndarray]:
-    """Yield (b, n) row multiplicities, b <= chunk, n_boot replicates in all.
-
-    Each replicate draws G sessions with replacement out of the G sessions
-    (multinomial counts) and gives every row its session's count; the same seed
-    gives the same replicates.
-    """
-    codes = pd.factorize(np.asarray(session))[0]
-    g = int(codes.max()) + 1 if len(codes) else 0
-    rng = np.random.default_rng(seed)
-    done = 0
-    while g and done < n_boot:
-        b = min(chunk, n_boot - done)
-        counts = rng.multinomial(g, np.full(g, 1.0 / g), size=b)  # (b, G)
-        done += b
-        yield counts[:, codes].astype(float)  # (b, n)
-
-
-def percentile_interval(reps: np.ndarray, level: float) -> tuple[float, float]:
-    """Two-sided percentile interval of bootstrap replicates (NaNs ignored)."""
-    reps = reps[np.isfinite(reps)]
-    if not len(reps):
-        return float("nan"), float("nan")
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(reps, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
 
 
 RewardModel = np.ndarray | Callable[[LoggedDecisions], np.ndarray]
