@@ -1,74 +1,59 @@
 """The runs behind docs/results-router.md: every outcome set, replay share 0.25 and 1.0.
 
-    SEED=0 .venv/bin/python scripts/router_results.py OUT.json [DATA_DIR]
+    python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2]
 
 DATA_DIR holds the public outcome sets (default ../shared/data/outcomes, see
-../shared/data/SOURCES.md); GSM8K comes from the repo's data/. Each run calls
-`train_router` with conf/router/default.yaml, the given seed everywhere, and the
-fp32 ONNX MiniLM encoder from outputs/cache (run `make run` once to export it);
-embeddings are cached under outputs/cache/embeddings. One JSON line per run on
-stdout, all of them in OUT.json.
+../shared/data/SOURCES.md); GSM8K comes from the repo's data/. Each run composes
+the training config (conf/, `pipeline=router seed=<seed>`, Hydra's compose API),
+applies the set's candidates and costs (`replaylab.router.public_sets`) and the
+replay share, and calls `train_router` with the config's encoder export
+(`router.encoder.cache_dir`/encoder-minilm: run `make run` once to export it) and
+its embedding cache. One JSON line per run on stdout, all of them in OUT.json.
 """
 
 from __future__ import annotations
 
+import argparse
+import copy
 import json
-import os
-import sys
 import time
 import traceback
 from pathlib import Path
 
-import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf
 
 from replaylab.pipelines.router import train_router
-from replaylab.router.embed_cache import CachedEncoder, EmbeddingCache
+from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
+from replaylab.router.public_sets import public_outcome_sets, result_row
 from replaylab.runtime.encoder import load_encoder
-from replaylab.sources.llmrouter import import_llmrouter, load_llmrouter_prices
-from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
-from replaylab.sources.routerarena import import_routerarena
 
-POLICIES = ("learned", "rules", "random", "knn", "lgbm", "oracle")
+REPO = Path(__file__).resolve().parents[1]
+SHARES = (0.25, 1.0)
 
 
-def _sets(root: str):
-    yield "gsm8k", import_routellm_gsm8k("data/routellm_gsm8k/gsm8k_responses.csv"), {}
-    yield "mmlu", import_routellm_mmlu(f"{root}/routellm/mmlu/responses"), {}
-    prices = load_llmrouter_prices(f"{root}/llmrouter/llm_candidates/default_llm.json")
-    lr = import_llmrouter(f"{root}/llmrouter/dcrouter_preprocessed")
-    c = prices.loc[sorted(lr.candidate.unique())]
-    c = c.assign(t=c.input_usd_per_million + c.output_usd_per_million).sort_values(
-        ["t", "output_usd_per_million"])  # cheapest first, by list price
-    yield "llmrouter", lr, {"candidates": list(c.index), "cost": {
-        "prices": {}, "call_cost_usd": {k: float(r.t * 250 / 1e6) for k, r in c.iterrows()}}}
-    ra = import_routerarena(f"{root}/routerarena")
-    yield "routerarena", ra, {"candidates": list(ra.groupby("candidate").cost.mean()
-                                                 .sort_values().index),
-                              "cost": {"prices": {}, "call_cost_usd": {}}}
+def router_values(seed: int) -> dict:
+    """The composed `router` config at `seed` as plain values (encoder settings included)."""
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["pipeline=router", f"seed={seed}"],
+                      return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)  # resolves ${hydra:runtime.cwd}
+    return OmegaConf.to_container(cfg.router, resolve=True)
 
 
-def main(out_path: str, root: str) -> None:
-    seed = int(os.environ.get("SEED", "0"))
-    enc = load_encoder("outputs/cache/encoder-minilm", threads=2)
-    cache = EmbeddingCache(enc.encoder_id, enc.dimension, path="outputs/cache/embeddings")
-    cached = CachedEncoder(enc, cache)
-
-    def embed(texts: list[str]):
-        out = cached.encode(texts)
-        cache.flush()
-        return out
-
-    base = yaml.safe_load(Path("conf/router/default.yaml").read_text())
-    base.pop("encoder")
-    base["seed"] = seed
-    for k in ("exploration", "replay", "evaluation"):
-        base[k]["seed"] = seed
+def run_seed(seed: int, root: str) -> list[dict]:
+    base = router_values(seed)
+    enc = base.pop("encoder")
+    encoder = load_encoder(Path(enc["cache_dir"]) / "encoder-minilm", variant=enc["variant"],
+                           threads=int(enc["threads"]))
+    embed, _ = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
     rows = []
-    for name, outcomes, over in _sets(root):
-        for share in (0.25, 1.0):
-            vals = json.loads(json.dumps(base))
-            vals.update(over)
+    for name, outcomes, over in public_outcome_sets(root, REPO / "data/routellm_gsm8k/"
+                                                    "gsm8k_responses.csv"):
+        for share in SHARES:
+            vals = {**copy.deepcopy(base), **over}
             vals["replay"]["share"] = share
             t = time.perf_counter()
             try:
@@ -78,22 +63,20 @@ def main(out_path: str, root: str) -> None:
                 traceback.print_exc()
                 rows.append({"data": name, "replay": share, "seed": seed, "error": str(exc)[:300]})
                 continue
-            r = {"data": name, "replay": share, "seed": seed, "prompts": s["prompts"],
-                 "explored": s["exploration"]["explored_sessions"],
-                 "seconds": round(time.perf_counter() - t, 1)}
-            for p in POLICIES:
-                r[f"{p}_cr95"] = s["test"][p]["cost_ratio_at_95"]
-                r[f"{p}_apgr"] = s["test"][p]["apgr"]
-            r.update({f"ope_{k}": (s["ope"][k]["estimate"], s["ope"][k]["ci"])
-                      for k in ("ips", "snips", "dr")})
-            r.update(truth=s["ope"]["truth"], go=s["go"], go_reasons=s["go_reasons"],
-                     days_needed=s["go_detail"]["days_needed"])
-            rows.append(r)
-            print(json.dumps(r, default=str), flush=True)
-    Path(out_path).write_text(json.dumps(rows, indent=1, default=str))
+            rows.append(result_row(name, share, seed, s, time.perf_counter() - t))
+            print(json.dumps(rows[-1], default=str), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path, help="OUT.json: every run's row")
+    ap.add_argument("data_dir", nargs="?", default="../shared/data/outcomes")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    args = ap.parse_args()
+    rows = [r for seed in args.seeds for r in run_seed(seed, args.data_dir)]
+    args.out.write_text(json.dumps(rows, indent=1, default=str))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "../shared/data/outcomes")
+    main()

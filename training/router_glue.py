@@ -114,7 +114,7 @@ def encoder_verdicts(folder: Path, encoder: Any) -> dict:
 
 def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.router import train_router
-    from replaylab.router.embed_cache import CachedEncoder, EmbeddingCache
+    from replaylab.router.embed_cache import cached_embed
     from replaylab.router.pipeline_config import router_config
     from training.pipelines import _plain
 
@@ -129,15 +129,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
     folder = encoder_folder(enc, texts)
     encoder = serving_encoder(folder, str(enc.get("variant", "fp32")), int(enc.get("threads", 1)))
-    cache = EmbeddingCache(encoder.encoder_id, encoder.dimension,
-                           path=Path(enc["cache_dir"]) / "embeddings")
-    cached = CachedEncoder(encoder, cache)
-
-    def embed(batch: list[str]):
-        out = cached.encode(batch)
-        cache.flush()
-        return out
-
+    embed, cache = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
     summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info)
     summary["data"] = {"outcomes": origin}
     summary["encoder"] = {"folder": str(folder), "encoder_id": encoder.encoder_id,

@@ -21,6 +21,7 @@ a cache must never break encoding. Several processes may share a folder
 
 `CachedEncoder` wraps any encoder with `encoder_id`, `dimension` and
 `encode(texts) -> (n, d)`: it encodes only the misses (each distinct text once).
+`cached_embed` is the `embed` callable the router pipeline trains with.
 
 `embeddings_from_ledger` is the path for ledgers that carry `prompt_embedding`
 and `embedding_model`: it checks the model id, dimension, finiteness and unit
@@ -35,7 +36,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -230,6 +231,22 @@ class CachedEncoder:
     def encode_one(self, text: str) -> np.ndarray:
         """One text -> (d,) float32."""
         return self.encode([text])[0]
+
+
+def cached_embed(encoder: Encoder, cache_dir: str | Path
+                 ) -> tuple[Callable[[list[str]], np.ndarray], EmbeddingCache]:
+    """(embed, cache): `embed(texts)` -> (n, d) float32 through an `EmbeddingCache` in
+    `cache_dir`, writing each call's new vectors to disk before it returns (a later
+    process reuses them even if this one dies). The cache counts `hits` and `misses`."""
+    cache = EmbeddingCache(encoder.encoder_id, encoder.dimension, path=cache_dir)
+    cached = CachedEncoder(encoder, cache)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = cached.encode(texts)
+        cache.flush()
+        return out
+
+    return embed, cache
 
 
 def _column(rows: Any, name: str) -> list:
