@@ -47,7 +47,7 @@ bench: setup
 	$(PY) bench/run_all.py --out bench/results.json
 
 lint: setup
-	$(PY) -m ruff check src training export evaluation tests bench
+	$(PY) -m ruff check src training export evaluation tests bench scripts
 
 clean:
 	rm -rf outputs multirun mlflow.db mlruns mlartifacts bench/results.json

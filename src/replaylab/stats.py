@@ -80,6 +80,8 @@ class ClusterBootstrap:
 
     def __init__(self, clusters: Sequence | np.ndarray | pd.Series, n_boot: int,
                  seed: int = 0) -> None:
+        if not isinstance(clusters, pd.Series | np.ndarray):
+            clusters = np.asarray(clusters)
         self.codes, uniq = pd.factorize(clusters)
         if (self.codes < 0).any():
             raise ValueError("clusters holds missing values")
