@@ -39,8 +39,8 @@ def _fig_baselines(plt, scores, qs, interval, path):
     preds = list(scores)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11.5, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     labels = [f"q{t}" for t in qs] + ["mean"]
-    vals = {p: [to_float(lookup(scores[p], f"pinball.{t}")) for t in qs] + [scores[p]["mean_pinball"]]
-            for p in preds}
+    vals = {p: [to_float(lookup(scores[p], f"pinball.{t}")) for t in qs]
+            + [scores[p]["mean_pinball"]] for p in preds}
     peaks = sorted((np.nanmax(v) if not np.all(np.isnan(v)) else 0.0) for v in vals.values())
     # one far-off baseline (the cap) would flatten the rest: clip it and print its values
     top = peaks[-2] * 1.35 if len(peaks) > 1 and peaks[-1] > 3 * peaks[-2] > 0 else \

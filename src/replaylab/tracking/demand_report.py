@@ -115,7 +115,7 @@ def _baseline_section(scores, interval, src) -> str:
         verdicts.append([f"<td class='l'>{label}</td>", f"<td class='l'>{escape(b)} ({how})</td>",
                          fmt_metric(bv, _kind(key)), fmt_metric(mv, _kind(key)) + rel,
                          badge(wins, "model within target" if key == "coverage"
-                                else "model better", "baseline better")])
+                               else "model better", "baseline better")])
     plain = ("<div class='box'><b>Where a baseline beats the model:</b><ul>" + "".join(
         f"<li>{s}</li>" for s in beaten) + "</ul></div>") if beaten else (
         "<p><span class='ok'>No baseline beats the model on any metric below.</span></p>")
@@ -153,8 +153,10 @@ def _targets(scores, groups, interval) -> str:
     big = [g for rows in groups.values() for g in rows if g["n"] >= MIN_GROUP_N]
     off = [g for g in big if abs(to_float(g["coverage"]) - interval) > 0.08 + 1e-12]
     base = [b for b in scores if b != MODEL]
-    p9 = [b for b in base if not to_float(lookup(m, "pinball.0.9")) < to_float(lookup(scores[b], "pinball.0.9"))]
-    mp = [b for b in base if not to_float(m.get("mean_pinball")) < to_float(scores[b].get("mean_pinball"))]
+    p9 = [b for b in base if not to_float(lookup(m, "pinball.0.9"))
+          < to_float(lookup(scores[b], "pinball.0.9"))]
+    mp = [b for b in base if not to_float(m.get("mean_pinball"))
+          < to_float(scores[b].get("mean_pinball"))]
     rows = [
         [f"<td class='l'>coverage of the {interval:.0%} interval within "
          f"{interval - 0.03:.2f}–{interval + 0.03:.2f}</td>", fmt_metric(cov, "cov"),
@@ -182,15 +184,16 @@ def _group_table(rows, interval, src) -> str:
                      *[fmt_metric(lookup(g, f"pinball.{t}")) for t in ("0.1", "0.5", "0.9")],
                      fmt_metric(g.get("model_mean_pinball")),
                      fmt_metric(g.get("best_mean_pinball")) + f" ({escape(g.get('best', '—'))})",
-                     f"<span class='warn'>n &lt; {MIN_GROUP_N}: not held to the band</span>" if small
-                     else badge(abs(to_float(g.get("coverage")) - interval) <= 0.08 + 1e-12)])
+                     f"<span class='warn'>n &lt; {MIN_GROUP_N}: not held to the band</span>"
+                     if small else badge(
+                         abs(to_float(g.get("coverage")) - interval) <= 0.08 + 1e-12)])
     whence = {g.get("best_from") for g in rows} - {None}
     return (f"<p class='src'>n, coverage and model pinball from summary.json "
             f"<code>test.groups</code>; best baseline's mean pinball from "
             f"{' and '.join(sorted(w.replace('summary', 'summary.json') for w in whence)) or '—'}"
             f"; {src}.</p>"
             + table(["group", "n", "coverage", "pinball q0.1", "pinball q0.5", "pinball q0.9",
-                      "mean pinball", "best baseline's mean pinball", "band"], body))
+                     "mean pinball", "best baseline's mean pinball", "band"], body))
 
 
 _LOWER_BOUND = ("length", "cancelled", "failed", "censored")
@@ -200,8 +203,8 @@ def _classes(pred: pd.DataFrame) -> pd.Series:
     """Each test row's label class: the pipeline's label_class, else from the flags."""
     if "label_class" in pred:
         return pred["label_class"].astype(str)
-    conds = [flag_column(pred, "absent_usage"), flag_column(pred, "cancelled"), flag_column(pred, "censored"),
-             scored_mask(pred)]
+    conds = [flag_column(pred, "absent_usage"), flag_column(pred, "cancelled"),
+             flag_column(pred, "censored"), scored_mask(pred)]
     return pd.Series(np.select(conds, ["absent_usage", "cancelled", "censored", "label"],
                                "no_total"), index=pred.index)
 
@@ -229,13 +232,15 @@ def _counts_section(pred, summary, n_eval, src) -> str:
         how = treat.get(c, "") if known else (
             "not reported by this run (no column in the predictions, no count in "
             "summary.labels)")
-        rows.append([f"<td class='l'>{escape(c)}</td>", fmt_metric(n_test, "int") if known else "—",
+        rows.append([f"<td class='l'>{escape(c)}</td>",
+                     fmt_metric(n_test, "int") if known else "—",
                      fmt_metric(n_all, "int"), f"<td class='l'>{escape(how)}</td>"])
     out = (f"<p class='src'>Test rows by class from the predictions ({len(pred):,} test rows"
            f"{', column label_class' if 'label_class' in pred else ''}); all splits from "
            f"summary.json <code>labels</code> (usable labels: train "
            f"{fmt_metric(labels.get('train'), 'int')}, calibration "
-           f"{fmt_metric(labels.get('calibration'), 'int')}, test {fmt_metric(labels.get('test'), 'int')}"
+           f"{fmt_metric(labels.get('calibration'), 'int')}, test "
+           f"{fmt_metric(labels.get('test'), 'int')}"
            f"{', embargo ' + fmt_metric(labels['embargo'], 'int') if 'embargo' in labels else ''})"
            "; lower bounds count in every split.</p>"
            + table(["class", "test rows", "all splits", "treatment"], rows))
@@ -267,7 +272,8 @@ def _versions_section(summary, pred, n_eval) -> str:
         "pipeline": summary.get("pipeline", "demand"),
         "interval (nominal)": summary.get("interval"),
         "rows read / valid / quarantined": " / ".join(
-            fmt_metric(summary.get(k), "int") for k in ("rows_read", "rows_valid", "rows_quarantined")),
+            fmt_metric(summary.get(k), "int")
+            for k in ("rows_read", "rows_valid", "rows_quarantined")),
         "quarantine by reason": json.dumps(summary.get("quarantine_by_reason") or {}),
         "labels": json.dumps(summary.get("labels") or {}),
         "test rows in predictions / scored": f"{len(pred):,} / {n_eval:,}",

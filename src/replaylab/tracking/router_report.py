@@ -98,17 +98,18 @@ def _encoder_section(summary: dict) -> str:
     stab = summary.get("decision_stability") if isinstance(
         summary.get("decision_stability"), dict) else {}
     used = (f"trained and scored with <b>{escape(enc.get('variant'))}</b>"
-            + (f" (asked: {escape(enc.get('requested_variant'))}, {escape(enc.get('variant_reason'))})"
-               if enc.get("variant_reason") else ""))
+            + (f" (asked: {escape(enc.get('requested_variant'))}, "
+               f"{escape(enc.get('variant_reason'))})" if enc.get("variant_reason") else ""))
     return ("<p class='src'>The int8 variant is optional: when its cosine to "
             "sentence-transformers misses the export gate on this CPU it is left out and "
             f"the run goes on. {used}; golden vectors on this CPU ({escape(cpu)}): "
-            f"{escape(enc.get('golden_status'))} in {_f(to_float(golden.get('seconds')) * 1e3)} ms. "
+            f"{escape(enc.get('golden_status'))} in "
+            f"{_f(to_float(golden.get('seconds')) * 1e3)} ms. "
             f"Share of test decisions within reach of another CPU's rounding (summary.json "
             f"<code>decision_stability</code>): fp32 {_pct(stab.get('fp32_near_threshold_share'))}"
             f", int8 {_pct(stab.get('int8_near_threshold_share'))}.</p>"
             + table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
-                      "min cos (edge cases)", "why not"], rows))
+                     "min cos (edge cases)", "why not"], rows))
 
 
 def _parts(s: dict) -> tuple[dict, dict, list[dict], float]:
@@ -136,7 +137,8 @@ def _err(v: float, ci: list[float]):
 def _fig_curves(plt, test: dict, curves: pd.DataFrame | None, path: Path) -> Path:
     from matplotlib.lines import Line2D
 
-    s_cost, s_q = to_float(lookup(test, "strong_only.cost")), to_float(lookup(test, "strong_only.quality"))
+    s_cost = to_float(lookup(test, "strong_only.cost"))
+    s_q = to_float(lookup(test, "strong_only.quality"))
     scale = s_cost if s_cost > 0 else 1.0
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     drawn = set()
@@ -316,7 +318,7 @@ def _equal_quality(d: dict) -> str:
             "calibration, so at that quality the learned router sends every prompt to the "
             "strong candidate.</p>" if to_float(d.get("threshold")) == math.inf else "")
     return table(["at the rules' quality", "value"],
-                  [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]) + note
+                 [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]) + note
 
 
 def _policy_table(test: dict) -> str:
@@ -349,7 +351,7 @@ def _policy_table(test: dict) -> str:
                  "absolute": "absolute (the cheapest candidate whose predicted success reaches "
                              "the threshold)"}
     return (table(["policy", *[escape(h) for _, h, _, _ in COLUMNS], "threshold (calibration)"],
-                   rows, cls)
+                  rows, cls)
             + "<p class='src'>summary.json <code>test</code>; intervals: session bootstrap over "
             "test prompts. Shaded: best in column (quality, APGR: highest; cost, CPT, cost ratio: "
             "lowest), oracle excluded as a bound; strong share is descriptive. APGR, CPT and the "
