@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.tracking.demand_report import demand_figures, write_demand_report
+from replaylab.tracking.demand_figures import demand_figures
+from replaylab.tracking.demand_report import write_demand_report
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "tests" / "artifacts"

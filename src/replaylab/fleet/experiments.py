@@ -363,16 +363,17 @@ def simulate(pools: list, config, policy, workload, controller=None):
 
 
 def pyplot():
-    from replaylab.tracking.report import _pyplot
+    """`tracking.figures.pyplot`: matplotlib on the Agg backend, imported on first use."""
+    from replaylab.tracking import figures
 
-    return _pyplot()
+    return figures.pyplot()
 
 
 def save_figure(fig, plt, path: Path) -> str:
-    """`tracking.report.save_figure`, the path as a string (it goes into summary.json)."""
-    from replaylab.tracking.report import save_figure as save
+    """`tracking.figures.save_figure`, the path as a string (it goes into summary.json)."""
+    from replaylab.tracking import figures
 
-    return str(save(fig, plt, path))
+    return str(figures.save_figure(fig, plt, path))
 
 
 # ---------------------------------------------------------------- real traces

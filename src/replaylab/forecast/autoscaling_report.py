@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.tracking.report import _pyplot, write_html_report
+from replaylab.tracking.figures import pyplot, save_figure
+from replaylab.tracking.html import write_html_report
 
 _COLORS = {"static": "#8c8c8c", "reactive": "#4C72B0", "proactive": "#DD8452",
            "proactive_no_floor": "#55A868"}
@@ -112,7 +113,7 @@ def _explain(target: dict, settings: dict) -> str:
 
 
 def _timeline(runs: dict, tick_s: float, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     names = list(runs)
     fig, axes = plt.subplots(len(names), 1, figsize=(11, 2.6 * len(names)), squeeze=False)
     for ax, name in zip(axes[:, 0], names, strict=True):
@@ -131,14 +132,11 @@ def _timeline(runs: dict, tick_s: float, path: Path) -> Path:
         ax.set_ylabel("replicas")
         ax.legend(fontsize=7, loc="upper left")
     axes[-1, 0].set_xlabel("hour of the evaluated day")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path, dpi=100)
 
 
 def _slo_vs_cost(summary: dict, path: Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     scen = summary["scenarios"]
     fig, axes = plt.subplots(1, len(scen), figsize=(3.4 * len(scen), 3.4), squeeze=False)
     for ax, (name, pol) in zip(axes[0], scen.items(), strict=True):
@@ -155,10 +153,7 @@ def _slo_vs_cost(summary: dict, path: Path) -> Path:
         ax.set_xlabel("GPU-hours (modeled)")
         ax.set_ylabel("SLO attainment (modeled)")
         ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path, dpi=100)
 
 
 def write_autoscaling_report(runs: dict, summary: dict, tick_s: float,

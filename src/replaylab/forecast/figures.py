@@ -1,7 +1,8 @@
 """PNG figures of a forecast run (pure functions of data plus the folder they are handed).
 
 Kept beside the forecast code rather than in tracking/ so the forecast pipeline's
-files stay together; they use tracking.report's HTML page and its matplotlib setup.
+files stay together; they use tracking.figures (matplotlib setup, saving) and the
+pipeline puts them on tracking.html's page.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pandas as pd
 
 from replaylab.forecast.backtest import band
 from replaylab.forecast.panel import Panel
-from replaylab.tracking.report import _pyplot
+from replaylab.tracking.figures import pyplot, save_figure
 
 COVERAGE_TARGET = (0.72, 0.88)
 
@@ -26,7 +27,7 @@ def _times(panel: Panel, idx: np.ndarray) -> pd.DatetimeIndex:
 def bands_figure(panel: Panel, predictions: pd.DataFrame, best: str, n_series: int,
                  path: Path) -> Path:
     """Actual requests vs the best forecaster's q50 and 80% band (and seasonal naive's q50)."""
-    plt = _pyplot()
+    plt = pyplot()
     ids = panel.ids[: max(n_series, 1)]
     fig, axes = plt.subplots(len(ids), 1, figsize=(11, 2.6 * len(ids)), squeeze=False)
     start = int(predictions["ds"].min())
@@ -48,15 +49,12 @@ def bands_figure(panel: Panel, predictions: pd.DataFrame, best: str, n_series: i
         ax.set_ylabel("requests / bucket")
         ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("Backtest: actual vs forecast (measured actuals; rolling origins)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path, dpi=100)
 
 
 def scores_figure(scores: dict[str, dict], path: Path) -> Path:
     """MASE and 80% coverage per forecaster, with the coverage target band."""
-    plt = _pyplot()
+    plt = pyplot()
     names = list(scores)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
     mase = [scores[n]["mase"] or np.nan for n in names]
@@ -74,15 +72,12 @@ def scores_figure(scores: dict[str, dict], path: Path) -> Path:
     b.legend(fontsize=7)
     for ax in (a, b):
         ax.tick_params(axis="x", labelrotation=20, labelsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path, dpi=100)
 
 
 def drift_figure(mix: dict, calibration: dict, origins_ms: list[int], path: Path) -> Path:
     """Archetype-mix JS divergence per window, and 80% coverage per backtest origin."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6))
     starts = pd.to_datetime(mix["window_start_ms"][1:], unit="ms", utc=True)
     if len(starts):
@@ -103,7 +98,4 @@ def drift_figure(mix: dict, calibration: dict, origins_ms: list[int], path: Path
     b.set_title("Calibration over time (pooled over series and steps)", fontsize=9)
     b.tick_params(axis="x", labelrotation=30, labelsize=7)
     b.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, plt, path, dpi=100)

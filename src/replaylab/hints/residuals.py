@@ -192,9 +192,9 @@ def residual_summary(ledger: pd.DataFrame, group_columns: Sequence[str] = GROUP_
 def residual_figures(summary: dict, ledger: pd.DataFrame, out_dir: Path,
                      group_columns: Sequence[str] = GROUP_COLUMNS) -> dict[str, Path]:
     """Calibration drift over time, coverage by group, sizing ratios: PNG files."""
-    from replaylab.tracking.report import _pyplot, save_figure
+    from replaylab.tracking.figures import pyplot, save_figure
 
-    plt = _pyplot()
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     nominal = summary["nominal"]

@@ -81,7 +81,7 @@ def _write(out_dir: Path, frames: dict[str, pd.DataFrame]) -> dict[str, str]:
 
 def _report(out_dir: Path, panel, bt, scores, best, drift, cfg, facts) -> dict[str, str]:
     from replaylab.forecast.figures import bands_figure, drift_figure, scores_figure
-    from replaylab.tracking.report import write_html_report
+    from replaylab.tracking.html import write_html_report
 
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)

@@ -39,7 +39,8 @@ from replaylab.projection import (
 from replaylab.projection import Projected as P
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
-from replaylab.tracking.report import ledger_figures, write_html_report
+from replaylab.tracking.html import write_html_report
+from replaylab.tracking.report import ledger_figures
 
 
 @dataclass

@@ -1,12 +1,9 @@
 """Figures of the demand report (demand_report.py renders them into one HTML page).
 
-Also the shared helpers that read a test-predictions frame and a run summary:
-predictor and quantile columns, the scored-row mask, metrics recomputed from the
-predictions. Pure functions; figures go to the folder they are handed.
-
-The predictions frame is described in demand_report.py.
+Pure functions of the predictions and the summary (read through demand_scores);
+figures go to the folder they are handed. The predictions frame is described in
+demand_report.py.
 """
-
 
 from __future__ import annotations
 
@@ -17,29 +14,23 @@ import numpy as np
 import pandas as pd
 
 from replaylab.tracking.demand_scores import (
-    BAD,
-    COLORS,
-    GOOD,
-    GREY,
-    GROUP_COLUMNS,
     MIN_GROUP_N,
     MODEL,
-    _best_baseline,
-    _eval_mask,
-    _flag,
-    _fmt,
-    _get,
-    _mean_pinball,
-    _metrics,
-    _num,
-    _predictors,
-    _prepare,
-    _quantiles,
-    _scores,
+    best_baseline,
+    flag_column,
+    fmt_metric,
+    group_rows,
+    predictors,
+    prepare_predictions,
+    quantile_levels,
+    scored_mask,
+    summary_scores,
 )
-from replaylab.tracking.report import _pyplot, save_figure
+from replaylab.tracking.figures import BAD, GOOD, GREY, pyplot, save_figure
+from replaylab.tracking.summary import lookup, to_float
 
-_save = save_figure
+COLORS = {MODEL: GOOD, "prompt_length": "#e39b54", "max_tokens_cap": "#9a9a9a",
+          "category_bucket": "#6aa56a", "session_ewma": "#b07cc6"}
 
 
 def _fig_baselines(plt, scores, qs, interval, path):
@@ -48,8 +39,8 @@ def _fig_baselines(plt, scores, qs, interval, path):
     preds = list(scores)
     fig, (a, b) = plt.subplots(1, 2, figsize=(11.5, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     labels = [f"q{t}" for t in qs] + ["mean"]
-    vals = {p: [_num(_get(scores[p], f"pinball.{t}")) for t in qs] + [scores[p]["mean_pinball"]]
-            for p in preds}
+    vals = {p: [to_float(lookup(scores[p], f"pinball.{t}")) for t in qs]
+            + [scores[p]["mean_pinball"]] for p in preds}
     peaks = sorted((np.nanmax(v) if not np.all(np.isnan(v)) else 0.0) for v in vals.values())
     # one far-off baseline (the cap) would flatten the rest: clip it and print its values
     top = peaks[-2] * 1.35 if len(peaks) > 1 and peaks[-1] > 3 * peaks[-2] > 0 else \
@@ -75,9 +66,9 @@ def _fig_baselines(plt, scores, qs, interval, path):
     b.axhline(interval, color="black", lw=0.8, ls="--")
     skipped, widths = [], []
     for p in preds:
-        cw, cc = _num(scores[p].get("mean_width")), _num(scores[p].get("coverage"))
+        cw, cc = to_float(scores[p].get("mean_width")), to_float(scores[p].get("coverage"))
         if math.isnan(cc) or not cw > 0:
-            skipped.append(f"{p} (width {_fmt(cw)}, coverage {_fmt(cc, 'cov')})")
+            skipped.append(f"{p} (width {fmt_metric(cw)}, coverage {fmt_metric(cc, 'cov')})")
             continue
         widths.append(cw)
         b.scatter(cw, cc, s=90 if p == MODEL else 50, color=COLORS.get(p), zorder=3,
@@ -98,13 +89,13 @@ def _fig_baselines(plt, scores, qs, interval, path):
     b.set_title("Calibration against sharpness")
     b.legend(fontsize=8, loc="center right")
     b.grid(alpha=0.3)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _fig_reliability(plt, rel, interval, path):
     fig, ax = plt.subplots(figsize=(5.6, 4.6))
-    nom = np.array([_num(r.get("nominal")) for r in rel])
-    obs = np.array([_num(r.get("observed")) for r in rel])
+    nom = np.array([to_float(r.get("nominal")) for r in rel])
+    obs = np.array([to_float(r.get("observed")) for r in rel])
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=1, label="perfect calibration")
     ax.fill_between([0, 1], [-0.03, 0.97], [0.03, 1.03], color="#dff0d8", label="±0.03")
     ax.plot(nom, obs, "o-", color=GOOD, label="model (calibrated)")
@@ -121,7 +112,7 @@ def _fig_reliability(plt, rel, interval, path):
     ax.set_title("Reliability: nominal against observed coverage")
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _fig_groups(plt, rows, by, interval, path, most=25):
@@ -130,15 +121,15 @@ def _fig_groups(plt, rows, by, interval, path, most=25):
     a.axvspan(interval - 0.08, interval + 0.08, color="#dff0d8")
     a.axvline(interval, color="black", lw=0.8, ls="--")
     b.axvline(1.0, color="black", lw=0.8)
-    ratios = [_num(r.get("ratio")) for r in shown]
+    ratios = [to_float(r.get("ratio")) for r in shown]
     d = max([0.1, *[abs(v - 1) * 1.6 for v in ratios if not math.isnan(v)]])
     for i, r in enumerate(shown):
-        cov, small, ratio = _num(r["coverage"]), r["n"] < MIN_GROUP_N, ratios[i]
+        cov, small, ratio = to_float(r["coverage"]), r["n"] < MIN_GROUP_N, ratios[i]
         inside = abs(cov - interval) <= 0.08 + 1e-12
         ink = "#777" if small else "black"
         a.barh(i, cov, color=GREY if small else (GOOD if inside else BAD), height=0.7)
         a.text((0 if math.isnan(cov) else min(cov, 1.0)) + 0.01, i,
-               f"{_fmt(cov, 'cov')}  n={r['n']:,}", va="center", fontsize=8, color=ink)
+               f"{fmt_metric(cov, 'cov')}  n={r['n']:,}", va="center", fontsize=8, color=ink)
         if not math.isnan(ratio):
             b.barh(i, ratio - 1, left=1, height=0.7,
                    color=GREY if small else (GOOD if ratio <= 1 else BAD))
@@ -156,7 +147,7 @@ def _fig_groups(plt, rows, by, interval, path, most=25):
     b.set_title(f"Mean pinball against the best baseline, by {by}")
     for ax in (a, b):
         ax.grid(axis="x", alpha=0.3)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _symlog_bins(r: np.ndarray, lin: float = 10.0) -> np.ndarray:
@@ -203,13 +194,13 @@ def _fig_residuals(plt, ev, qs, preds, best, path):
     b.set_title("Where y falls among the raw quantiles (PIT-like)")
     b.legend(fontsize=8, ncol=2)
     b.grid(axis="y", alpha=0.3)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _fig_scatter(plt, pred, ev_mask, best, path, seed=0, sample=4000):
     panels = [p for p in (MODEL, best) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.6), squeeze=False)
-    cens = _flag(pred, "censored") & pd.to_numeric(pred["y"], errors="coerce").notna()
+    cens = flag_column(pred, "censored") & pd.to_numeric(pred["y"], errors="coerce").notna()
     rng = np.random.default_rng(seed)
     for ax, p in zip(axes[0], panels, strict=True):
         drawn: list[np.ndarray] = []
@@ -237,68 +228,33 @@ def _fig_scatter(plt, pred, ev_mask, best, path, seed=0, sample=4000):
         ax.set_title(f"{p}: predicted median against actual")
         ax.legend(fontsize=8, loc="upper left", markerscale=3)
         ax.grid(alpha=0.3, which="major")
-    return _save(fig, plt, path)
-
-
-def _group_rows(pred: pd.DataFrame, summary: dict, preds: list[str], qs, interval):
-    """Per (by, value): n, coverage, pinball from summary (else recomputed), plus the
-    model's mean pinball over the best baseline's in that group (summary's
-    best_baseline when given, else recomputed from the predictions)."""
-    ev = pred[_eval_mask(pred)]
-    listed = _get(summary, "test.groups") or []
-    bys = list(dict.fromkeys([g["by"] for g in listed] or
-                             [c for c in GROUP_COLUMNS if c in pred]))
-    out: dict[str, list[dict]] = {}
-    for by in bys:
-        rows = [dict(g) for g in listed if g["by"] == by]
-        if not rows and by in ev:
-            rows = [{"by": by, "value": v, "n": len(sub), **_metrics(sub, MODEL, qs)}
-                    for v, sub in ev.groupby(by, observed=True)]
-        for r in rows:
-            if r.get("best_baseline") and not math.isnan(_num(r.get("best_baseline_mean_pinball"))):
-                r["best"], r["best_mean_pinball"] = r["best_baseline"], _num(
-                    r["best_baseline_mean_pinball"])
-                r["model_mean_pinball"] = _mean_pinball(r)
-                r["best_from"] = "summary"
-            else:  # recompute from the predictions
-                sub = ev[ev[by].astype(str) == str(r["value"])] if by in ev else ev.iloc[:0]
-                mp = {p: _metrics(sub, p, qs)["mean_pinball"] for p in preds} if len(sub) else {}
-                base = {b: v for b, v in mp.items() if b != MODEL and not math.isnan(v)}
-                r["model_mean_pinball"] = _mean_pinball(r) if r.get("pinball") else mp.get(MODEL)
-                if base:
-                    r["best"] = min(base, key=base.get)
-                    r["best_mean_pinball"] = base[r["best"]]
-                    r["best_from"] = "predictions"
-            b = _num(r.get("best_mean_pinball"))
-            r["ratio"] = _num(r.get("model_mean_pinball")) / b if b > 0 else math.nan
-        out[by] = rows
-    return out
+    return save_figure(fig, plt, path)
 
 
 def demand_figures(predictions: pd.DataFrame, summary: dict, out_dir: Path) -> dict[str, Path]:
     """Write the report's PNG figures under out_dir; return {name: path} (none when no
     test row could be scored)."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    predictions = _prepare(predictions)
-    preds, qs = _predictors(predictions), _quantiles(predictions)
-    interval = _num(summary.get("interval", 0.8))
-    scores = _scores(summary)
+    predictions = prepare_predictions(predictions)
+    preds, qs = predictors(predictions), quantile_levels(predictions)
+    interval = to_float(summary.get("interval", 0.8))
+    scores = summary_scores(summary)
     paths: dict[str, Path] = {}
-    mask = _eval_mask(predictions)
+    mask = scored_mask(predictions)
     if MODEL not in preds or not mask.any():
         return paths
-    best = _best_baseline(scores, "mean_pinball")
+    best = best_baseline(scores, "mean_pinball")
     best = best if best in preds else None
     if any(scores[p].get("pinball") for p in scores):
         paths["baselines"] = _fig_baselines(plt, scores, qs, interval,
                                             out_dir / "demand_baselines.png")
-    rel = _get(summary, "test.reliability") or []
+    rel = lookup(summary, "test.reliability") or []
     if rel:
         paths["reliability"] = _fig_reliability(plt, rel, interval,
                                                 out_dir / "demand_reliability.png")
-    for by, rows in _group_rows(predictions, summary, preds, qs, interval).items():
+    for by, rows in group_rows(predictions, summary, preds, qs, interval).items():
         if rows:
             paths[f"groups_{by}"] = _fig_groups(plt, rows, by, interval,
                                                 out_dir / f"demand_groups_{by}.png")

@@ -12,57 +12,39 @@ group columns, and per predictor P the columns ``P-q0.1``, ``P-q0.5``,
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from replaylab.tracking.demand_figures import (
-    _group_rows,
-    demand_figures,
-)
+from replaylab.tracking.demand_figures import demand_figures
 from replaylab.tracking.demand_scores import (
     MIN_GROUP_N,
     MODEL,
-    _band,
-    _eval_mask,
-    _flag,
-    _fmt,
-    _get,
-    _metrics,
-    _num,
-    _predictors,
-    _prepare,
-    _quantiles,
-    _scores,
+    flag_column,
+    fmt_metric,
+    group_rows,
+    interval_columns,
+    predictors,
+    prepare_predictions,
+    quantile_levels,
+    recompute_metrics,
+    scored_mask,
+    summary_scores,
 )
-
-# ---------------------------------------------------------------- HTML
-_CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;max-width:1180px;
- margin:24px auto;padding:0 20px;color:#222;line-height:1.45}
-h1{margin-bottom:4px}h2{border-bottom:2px solid #e4e4e4;padding-bottom:4px;margin-top:36px}
-.src{color:#666;font-size:.88em;margin:4px 0 10px}
-table{border-collapse:collapse;margin:8px 0 14px;font-size:.92em}
-th,td{border:1px solid #ddd;padding:4px 10px;text-align:right}
-th:first-child,td:first-child,td.l,th.l{text-align:left}thead th{background:#f4f6f9}
-tr.model td{background:#eef4fc;font-weight:600}td.best{text-decoration:underline}
-.ok,.bad,.warn{border-radius:4px;padding:1px 7px;font-weight:600;font-size:.9em}
-.ok{background:#dff0d8;color:#2d6a2d}.bad{background:#f8d7d4;color:#a12a1d}
-.warn{background:#fcf0cf;color:#7a5a00}
-.box{border-left:4px solid #a12a1d;background:#fbeeed;padding:8px 14px;margin:10px 0}
-figure{margin:10px 0 18px}img{max-width:100%;display:block;border:1px solid #eee}
-figcaption{color:#555;font-size:.88em;margin-top:4px}
-code{background:#f3f3f3;padding:0 3px;border-radius:3px}
-pre{background:#f7f7f7;padding:10px;overflow-x:auto;font-size:.82em}
-ul{margin-top:4px}.row{display:flex;gap:28px;align-items:flex-start}
-.row figure{flex:0 1 620px}
-"""
+from replaylab.tracking.html import (
+    badge,
+    embedded_figure,
+    escape,
+    facts_table,
+    page,
+    section,
+    table,
+    write_page,
+)
+from replaylab.tracking.summary import lookup, to_float
 
 _TREATMENT = {
     "label": "Usage present, prompt known, output not cut: a regression label in training and "
@@ -87,53 +69,19 @@ _METRICS = (("pinball.0.1", "pinball q0.1"), ("pinball.0.5", "pinball q0.5"),
             ("coverage", "coverage"), ("mean_width", "mean width"), ("mae_p50", "MAE of p50"))
 
 
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _badge(ok: bool | None, yes: str = "pass", no: str = "fail") -> str:
-    if ok is None:
-        return "<span class='warn'>n/a</span>"
-    return f"<span class='{'ok' if ok else 'bad'}'>{_e(yes if ok else no)}</span>"
-
-
-def _table(head: list[str], rows: list[list[str]], row_cls: list[str] | None = None) -> str:
-    """Cells are text (right-aligned) or ready '<td ...>' markup; a header is left-aligned
-    when its column's first cell is."""
-    first = rows[0] if rows else []
-    th = "".join(f"<th class='{'l' if j < len(first) and first[j].startswith(TD_L) else ''}'>"
-                 f"{h}</th>" for j, h in enumerate(head))
-    body = "".join(
-        f"<tr class='{(row_cls or [''] * len(rows))[i]}'>" + "".join(
-            c if c.startswith("<td") else f"<td>{c}</td>" for c in r) + "</tr>"
-        for i, r in enumerate(rows))
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
-
-
-TD_L = "<td class='l'"
-
-
-def _img(path: Path | None, caption: str) -> str:
-    if path is None or not Path(path).exists():
-        return f"<p class='src'>(figure not drawn: {_e(caption)})</p>"
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return (f"<figure><img alt='{_e(Path(path).stem)}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{caption}</figcaption></figure>")
-
-
 def _kind(key: str) -> str:
     return "cov" if key == "coverage" else "tok"
 
 
 def _verdict(scores, key, b, interval) -> tuple[bool | None, str]:
     """(model wins?, how the baseline was chosen) for one metric against baseline b."""
-    mv, bv = _num(_get(scores[MODEL], key)), _num(_get(scores[b], key))
+    mv, bv = to_float(lookup(scores[MODEL], key)), to_float(lookup(scores[b], key))
     if key == "coverage":
         if abs(mv - interval) <= 0.03 + 1e-12:
             return True, f"closest to {interval:.2f}"
         return abs(mv - interval) <= abs(bv - interval), f"closest to {interval:.2f}"
     if key == "mean_width":
-        if _num(scores[MODEL].get("coverage")) < interval - 0.03:
+        if to_float(scores[MODEL].get("coverage")) < interval - 0.03:
             return None, "narrowest that covers"
         return mv <= bv, "narrowest that covers"
     return mv <= bv, "lowest"
@@ -143,11 +91,11 @@ def _baseline_section(scores, interval, src) -> str:
     rows, cls = [], []
     present = _metrics_present(scores)
     for p in scores:
-        cells = [f"<td class='l'>{_e(p)}</td>"]
+        cells = [f"<td class='l'>{escape(p)}</td>"]
         for key, _ in present:
             best = _best_of(scores, key, interval, include_model=True) == p
             cells.append(f"<td class='{'best' if best else ''}'>"
-                         f"{_fmt(_get(scores[p], key), _kind(key))}</td>")
+                         f"{fmt_metric(lookup(scores[p], key), _kind(key))}</td>")
         rows.append(cells)
         cls.append("model" if p == MODEL else "")
     verdicts, beaten = [], []
@@ -156,18 +104,18 @@ def _baseline_section(scores, interval, src) -> str:
         if b is None:
             verdicts.append([f"<td class='l'>{label}</td>", "<td class='l'>none that "
                              f"covers {interval - 0.03:.2f}</td>", "—",
-                             _fmt(_get(scores[MODEL], key), _kind(key)), _badge(None)])
+                             fmt_metric(lookup(scores[MODEL], key), _kind(key)), badge(None)])
             continue
-        mv, bv = _num(_get(scores[MODEL], key)), _num(_get(scores[b], key))
+        mv, bv = to_float(lookup(scores[MODEL], key)), to_float(lookup(scores[b], key))
         wins, how = _verdict(scores, key, b, interval)
         rel = "" if key == "coverage" or not bv else f" ({(mv - bv) / bv:+.1%})"
         if wins is False:
-            beaten.append(f"{_e(b)} beats the model on {label}: {_fmt(bv, _kind(key))} "
-                          f"against {_fmt(mv, _kind(key))}")
-        verdicts.append([f"<td class='l'>{label}</td>", f"<td class='l'>{_e(b)} ({how})</td>",
-                         _fmt(bv, _kind(key)), _fmt(mv, _kind(key)) + rel,
-                         _badge(wins, "model within target" if key == "coverage"
-                                else "model better", "baseline better")])
+            beaten.append(f"{escape(b)} beats the model on {label}: {fmt_metric(bv, _kind(key))} "
+                          f"against {fmt_metric(mv, _kind(key))}")
+        verdicts.append([f"<td class='l'>{label}</td>", f"<td class='l'>{escape(b)} ({how})</td>",
+                         fmt_metric(bv, _kind(key)), fmt_metric(mv, _kind(key)) + rel,
+                         badge(wins, "model within target" if key == "coverage"
+                               else "model better", "baseline better")])
     plain = ("<div class='box'><b>Where a baseline beats the model:</b><ul>" + "".join(
         f"<li>{s}</li>" for s in beaten) + "</ul></div>") if beaten else (
         "<p><span class='ok'>No baseline beats the model on any metric below.</span></p>")
@@ -175,14 +123,14 @@ def _baseline_section(scores, interval, src) -> str:
             f"<code>test.baselines</code>; {src}. Underlined: best in column (coverage: "
             f"closest to {interval:.2f}; width: narrowest with coverage ≥ "
             f"{interval - 0.03:.2f}).</p>"
-            + _table(["predictor", *[label for _, label in present]], rows, cls)
+            + table(["predictor", *[label for _, label in present]], rows, cls)
             + "<h3>Best baseline per metric</h3>" + plain
-            + _table(["metric", "best baseline", "baseline", "model", "verdict"], verdicts))
+            + table(["metric", "best baseline", "baseline", "model", "verdict"], verdicts))
 
 
 def _metrics_present(scores) -> list[tuple[str, str]]:
     return [(k, label) for k, label in _METRICS
-            if any(not math.isnan(_num(_get(m, k))) for m in scores.values())]
+            if any(not math.isnan(to_float(lookup(m, k))) for m in scores.values())]
 
 
 def _best_of(scores, key, interval, include_model) -> str | None:
@@ -190,10 +138,10 @@ def _best_of(scores, key, interval, include_model) -> str | None:
     coverage reaches nominal - 0.03 (a zero-width interval that covers nothing is no win)."""
     cands = []
     for p, m in scores.items():
-        v = _num(_get(m, key))
+        v = to_float(lookup(m, key))
         if (p == MODEL and not include_model) or math.isnan(v):
             continue
-        if key == "mean_width" and not _num(m.get("coverage")) >= interval - 0.03:
+        if key == "mean_width" and not to_float(m.get("coverage")) >= interval - 0.03:
             continue
         cands.append((abs(v - interval) if key == "coverage" else v, p))
     return min(cands)[1] if cands else None
@@ -201,48 +149,51 @@ def _best_of(scores, key, interval, include_model) -> str | None:
 
 def _targets(scores, groups, interval) -> str:
     m = scores.get(MODEL, {})
-    cov = _num(m.get("coverage"))
+    cov = to_float(m.get("coverage"))
     big = [g for rows in groups.values() for g in rows if g["n"] >= MIN_GROUP_N]
-    off = [g for g in big if abs(_num(g["coverage"]) - interval) > 0.08 + 1e-12]
+    off = [g for g in big if abs(to_float(g["coverage"]) - interval) > 0.08 + 1e-12]
     base = [b for b in scores if b != MODEL]
-    p9 = [b for b in base if not _num(_get(m, "pinball.0.9")) < _num(_get(scores[b], "pinball.0.9"))]
-    mp = [b for b in base if not _num(m.get("mean_pinball")) < _num(scores[b].get("mean_pinball"))]
+    p9 = [b for b in base if not to_float(lookup(m, "pinball.0.9"))
+          < to_float(lookup(scores[b], "pinball.0.9"))]
+    mp = [b for b in base if not to_float(m.get("mean_pinball"))
+          < to_float(scores[b].get("mean_pinball"))]
     rows = [
         [f"<td class='l'>coverage of the {interval:.0%} interval within "
-         f"{interval - 0.03:.2f}–{interval + 0.03:.2f}</td>", _fmt(cov, "cov"),
-         _badge(None if math.isnan(cov) else abs(cov - interval) <= 0.03 + 1e-12)],
+         f"{interval - 0.03:.2f}–{interval + 0.03:.2f}</td>", fmt_metric(cov, "cov"),
+         badge(None if math.isnan(cov) else abs(cov - interval) <= 0.03 + 1e-12)],
         [f"<td class='l'>every group with n ≥ {MIN_GROUP_N} within "
          f"{interval - 0.08:.2f}–{interval + 0.08:.2f}</td>",
          f"{len(big) - len(off)} of {len(big)} groups" + (
-             "; outside: " + ", ".join(f"{_e(g['by'])}={_e(g['value'])} "
-                                       f"({_fmt(g['coverage'], 'cov')})" for g in off)
-             if off else ""), _badge(not off if big else None)],
+             "; outside: " + ", ".join(f"{escape(g['by'])}={escape(g['value'])} "
+                                       f"({fmt_metric(g['coverage'], 'cov')})" for g in off)
+             if off else ""), badge(not off if big else None)],
         ["<td class='l'>pinball q0.9 below every baseline</td>",
-         "not below: " + ", ".join(p9) if p9 else "below all", _badge(not p9 if base else None)],
+         "not below: " + ", ".join(p9) if p9 else "below all", badge(not p9 if base else None)],
         ["<td class='l'>mean pinball below every baseline</td>",
-         "not below: " + ", ".join(mp) if mp else "below all", _badge(not mp if base else None)],
+         "not below: " + ", ".join(mp) if mp else "below all", badge(not mp if base else None)],
     ]
-    return _table(["target", "measured", ""], rows)
+    return table(["target", "measured", ""], rows)
 
 
 def _group_table(rows, interval, src) -> str:
     body = []
     for g in sorted(rows, key=lambda r: -r["n"]):
         small = g["n"] < MIN_GROUP_N
-        body.append([f"<td class='l'>{_e(g['value'])}</td>", _fmt(g["n"], "int"),
-                     _fmt(g.get("coverage"), "cov"),
-                     *[_fmt(_get(g, f"pinball.{t}")) for t in ("0.1", "0.5", "0.9")],
-                     _fmt(g.get("model_mean_pinball")),
-                     _fmt(g.get("best_mean_pinball")) + f" ({_e(g.get('best', '—'))})",
-                     f"<span class='warn'>n &lt; {MIN_GROUP_N}: not held to the band</span>" if small
-                     else _badge(abs(_num(g.get("coverage")) - interval) <= 0.08 + 1e-12)])
+        body.append([f"<td class='l'>{escape(g['value'])}</td>", fmt_metric(g["n"], "int"),
+                     fmt_metric(g.get("coverage"), "cov"),
+                     *[fmt_metric(lookup(g, f"pinball.{t}")) for t in ("0.1", "0.5", "0.9")],
+                     fmt_metric(g.get("model_mean_pinball")),
+                     fmt_metric(g.get("best_mean_pinball")) + f" ({escape(g.get('best', '—'))})",
+                     f"<span class='warn'>n &lt; {MIN_GROUP_N}: not held to the band</span>"
+                     if small else badge(
+                         abs(to_float(g.get("coverage")) - interval) <= 0.08 + 1e-12)])
     whence = {g.get("best_from") for g in rows} - {None}
     return (f"<p class='src'>n, coverage and model pinball from summary.json "
             f"<code>test.groups</code>; best baseline's mean pinball from "
             f"{' and '.join(sorted(w.replace('summary', 'summary.json') for w in whence)) or '—'}"
             f"; {src}.</p>"
-            + _table(["group", "n", "coverage", "pinball q0.1", "pinball q0.5", "pinball q0.9",
-                      "mean pinball", "best baseline's mean pinball", "band"], body))
+            + table(["group", "n", "coverage", "pinball q0.1", "pinball q0.5", "pinball q0.9",
+                     "mean pinball", "best baseline's mean pinball", "band"], body))
 
 
 _LOWER_BOUND = ("length", "cancelled", "failed", "censored")
@@ -252,8 +203,8 @@ def _classes(pred: pd.DataFrame) -> pd.Series:
     """Each test row's label class: the pipeline's label_class, else from the flags."""
     if "label_class" in pred:
         return pred["label_class"].astype(str)
-    conds = [_flag(pred, "absent_usage"), _flag(pred, "cancelled"), _flag(pred, "censored"),
-             _eval_mask(pred)]
+    conds = [flag_column(pred, "absent_usage"), flag_column(pred, "cancelled"),
+             flag_column(pred, "censored"), scored_mask(pred)]
     return pd.Series(np.select(conds, ["absent_usage", "cancelled", "censored", "label"],
                                "no_total"), index=pred.index)
 
@@ -263,7 +214,7 @@ def _counts_section(pred, summary, n_eval, src) -> str:
     by_reason = labels.get("censored_by_reason") or {}
     cls = _classes(pred)
     usable = [labels.get(k) for k in ("train", "calibration", "test", "embargo")]
-    all_splits = {"label": sum(int(_num(v)) for v in usable if not math.isnan(_num(v)))
+    all_splits = {"label": sum(int(to_float(v)) for v in usable if not math.isnan(to_float(v)))
                   if any(v is not None for v in usable) else None,
                   "censored": labels.get("censored"), "cancelled": by_reason.get(
                       "cancelled", labels.get("cancelled")),
@@ -281,128 +232,131 @@ def _counts_section(pred, summary, n_eval, src) -> str:
         how = treat.get(c, "") if known else (
             "not reported by this run (no column in the predictions, no count in "
             "summary.labels)")
-        rows.append([f"<td class='l'>{_e(c)}</td>", _fmt(n_test, "int") if known else "—",
-                     _fmt(n_all, "int"), f"<td class='l'>{_e(how)}</td>"])
+        rows.append([f"<td class='l'>{escape(c)}</td>",
+                     fmt_metric(n_test, "int") if known else "—",
+                     fmt_metric(n_all, "int"), f"<td class='l'>{escape(how)}</td>"])
     out = (f"<p class='src'>Test rows by class from the predictions ({len(pred):,} test rows"
            f"{', column label_class' if 'label_class' in pred else ''}); all splits from "
            f"summary.json <code>labels</code> (usable labels: train "
-           f"{_fmt(labels.get('train'), 'int')}, calibration "
-           f"{_fmt(labels.get('calibration'), 'int')}, test {_fmt(labels.get('test'), 'int')}"
-           f"{', embargo ' + _fmt(labels['embargo'], 'int') if 'embargo' in labels else ''})"
+           f"{fmt_metric(labels.get('train'), 'int')}, calibration "
+           f"{fmt_metric(labels.get('calibration'), 'int')}, test "
+           f"{fmt_metric(labels.get('test'), 'int')}"
+           f"{', embargo ' + fmt_metric(labels['embargo'], 'int') if 'embargo' in labels else ''})"
            "; lower bounds count in every split.</p>"
-           + _table(["class", "test rows", "all splits", "treatment"], rows))
-    preds = _predictors(pred)
+           + table(["class", "test rows", "all splits", "treatment"], rows))
+    preds = predictors(pred)
     crows = []
     for c in [c for c in order if c in _LOWER_BOUND]:
         sub = pred[(cls == c) & pred["y"].notna()]
         if len(sub):
             y = sub["y"].to_numpy(float)
-            crows.append([f"<td class='l'>{_e(c)}</td>", _fmt(len(sub), "int"), *[
-                _fmt(np.mean(sub[_band(sub, p)[1]].to_numpy(float) >= y), "cov")
-                if _band(sub, p)[1] in sub else "—" for p in preds]])
+            crows.append([f"<td class='l'>{escape(c)}</td>", fmt_metric(len(sub), "int"), *[
+                fmt_metric(np.mean(sub[interval_columns(sub, p)[1]].to_numpy(float) >= y), "cov")
+                if interval_columns(sub, p)[1] in sub else "—" for p in preds]])
     if crows:
-        cs = _get(summary, "test.censored") or {}
+        cs = lookup(summary, "test.censored") or {}
         out += ("<h3>Lower-bounded rows: does the upper bound reach the observed total?</h3>"
                 "<p class='src'>Share of rows with interval upper bound ≥ observed total, "
                 "recomputed from the predictions (a miss is a sure miss of the true demand; a "
                 "hit is necessary, not sufficient). summary.json <code>test.censored</code>: "
-                f"n = {_fmt(cs.get('n'), 'int')}, model share "
-                f"{_fmt(cs.get('hi_at_least_observed'), 'cov')}; {src}.</p>"
-                + _table(["class", "rows", *[_e(p) for p in preds]], crows))
+                f"n = {fmt_metric(cs.get('n'), 'int')}, model share "
+                f"{fmt_metric(cs.get('hi_at_least_observed'), 'cov')}; {src}.</p>"
+                + table(["class", "rows", *[escape(p) for p in preds]], crows))
     return out
 
 
 def _versions_section(summary, pred, n_eval) -> str:
     facts = {
         "ledger fingerprint": summary.get("ledger_fingerprint"),
-        "projection version": _get(summary, "projection.version"),
+        "projection version": lookup(summary, "projection.version"),
         "pipeline": summary.get("pipeline", "demand"),
         "interval (nominal)": summary.get("interval"),
         "rows read / valid / quarantined": " / ".join(
-            _fmt(summary.get(k), "int") for k in ("rows_read", "rows_valid", "rows_quarantined")),
+            fmt_metric(summary.get(k), "int")
+            for k in ("rows_read", "rows_valid", "rows_quarantined")),
         "quarantine by reason": json.dumps(summary.get("quarantine_by_reason") or {}),
         "labels": json.dumps(summary.get("labels") or {}),
         "test rows in predictions / scored": f"{len(pred):,} / {n_eval:,}",
     }
-    rows = [[f"<td class='l'>{_e(k)}</td>", f"<td class='l'><code>{_e(v)}</code></td>"]
-            for k, v in facts.items()]
-    return (_table(["fact", "value"], rows)
+    return (facts_table(facts)
             + "<details><summary>Full summary.json</summary><pre>"
-            + _e(json.dumps(summary, indent=2, default=str)) + "</pre></details>")
+            + escape(json.dumps(summary, indent=2, default=str)) + "</pre></details>")
+
+
+def _scored_sections(predictions, summary, figs, mask, scores, src) -> list[str]:
+    """Targets, baselines, reliability, groups, residuals and the scatter of a scored run."""
+    preds, qs = predictors(predictions), quantile_levels(predictions)
+    interval = to_float(summary.get("interval", 0.8))
+    groups = group_rows(predictions, summary, preds, qs, interval)
+    n_check = recompute_metrics(predictions[mask], MODEL, qs)
+    diff = abs(n_check["coverage"] - to_float(scores[MODEL].get("coverage")))
+    check = (f"<p class='src'>Cross-check from the predictions on the same rows: model "
+             f"coverage {fmt_metric(n_check['coverage'], 'cov')}, mean pinball "
+             f"{fmt_metric(n_check['mean_pinball'])} "
+             + (badge(True, "agrees with summary") if diff < 0.005 else
+                "<span class='warn'>differs from summary.json</span>") + "</p>")
+    rel = lookup(summary, "test.reliability") or []
+    rel_table = table(["nominal", "observed", "gap"], [
+        [fmt_metric(r.get("nominal"), "cov"), fmt_metric(r.get("observed"), "cov"),
+         f"{to_float(r.get('observed')) - to_float(r.get('nominal')):+.3f}"] for r in rel])
+    by_group = [section(f"By {escape(by)}", embedded_figure(figs.get(f"groups_{by}"), (
+        f"Left: coverage per {escape(by)}; dashed line {interval:.2f}, green band "
+        f"{interval - 0.08:.2f}–{interval + 0.08:.2f}; red: outside it; grey: "
+        f"n &lt; {MIN_GROUP_N}. Right: model's mean pinball over the best baseline's "
+        f"in the same group; {src}.")), _group_table(rows, interval, src), level=3)
+        for by, rows in groups.items()]
+    return [
+        section("Targets", "<p class='src'>The issue's targets, from summary.json "
+                f"<code>test.model</code>, <code>test.baselines</code>, "
+                f"<code>test.groups</code>; {src}.</p>", _targets(scores, groups, interval)),
+        section("Model against baselines", _baseline_section(scores, interval, src), check,
+                embedded_figure(figs.get("baselines"), (
+                    "Left: pinball loss per quantile and their mean (a bar far above the "
+                    "rest is clipped, its value printed on it). Right: coverage against mean "
+                    f"width; green band is the coverage target. From summary.json; {src}."))),
+        section("Reliability", "<div class='row'>", embedded_figure(figs.get("reliability"), (
+            f"Observed coverage of the calibrated model's interval at several nominal levels "
+            f"(summary.json <code>test.reliability</code>); {src}.") if rel else
+            "summary.json has no test.reliability"), rel_table if rel else "", "</div>"),
+        section("Coverage and pinball per group", *by_group),
+        section("Residuals", embedded_figure(figs.get("residuals"), (
+            "Left: y − p50 for the model and the best baseline by mean pinball (symlog axis; "
+            "bins are 2.5 tokens wide within ±10 and widen logarithmically beyond). "
+            "Right: share of rows below q0.1, between the quantiles, above q0.9 (raw "
+            f"quantiles, before calibration); dashed: the share a calibrated model gives; "
+            f"{src}."))),
+        section("Predicted against actual", embedded_figure(figs.get("scatter"), (
+            f"p50 against actual total tokens, log-log, up to 4,000 sampled rows "
+            f"per kind; censored rows (triangles) are lower bounds; {src}.")))]
 
 
 def write_demand_report(predictions: pd.DataFrame, summary: dict, out_dir: Path) -> Path:
     """Write out_dir/demand_report.html (figures embedded) and its PNGs; return the path."""
     out_dir = Path(out_dir)
     figs = demand_figures(predictions, summary, out_dir / "figures")
-    predictions = _prepare(predictions)
-    preds, qs = _predictors(predictions), _quantiles(predictions)
-    interval = _num(summary.get("interval", 0.8))
-    mask = _eval_mask(predictions)
-    n_eval = next((int(v) for v in (_get(summary, "test.model.n"),
-                                    _get(summary, "test.labelled_rows")) if _num(v) >= 0),
+    predictions = prepare_predictions(predictions)
+    preds, qs = predictors(predictions), quantile_levels(predictions)
+    interval = to_float(summary.get("interval", 0.8))
+    mask = scored_mask(predictions)
+    n_eval = next((int(v) for v in (lookup(summary, "test.model.n"),
+                                    lookup(summary, "test.labelled_rows")) if to_float(v) >= 0),
                   int(mask.sum()))
     fp = str(summary.get("ledger_fingerprint") or "unknown")
-    src = (f"measured on {n_eval:,} scored test rows of ledger <code>{_e(fp[:16])}</code>, "
-           f"projection <code>{_e(_get(summary, 'projection.version', '?'))}</code>")
-    scores = _scores(summary)
+    src = (f"measured on {n_eval:,} scored test rows of ledger <code>{escape(fp[:16])}</code>, "
+           f"projection <code>{escape(lookup(summary, 'projection.version', '?'))}</code>")
+    scores = summary_scores(summary)
     reason = summary.get("error") or summary.get("reason") or summary.get("not_trained_reason")
     parts = [f"<h1>Demand model: total tokens before dispatch</h1><p class='src'>Quantiles "
              f"{', '.join(str(q) for q in qs)}, calibrated {interval:.0%} interval; {src}; "
-             f"predictors: {_e(', '.join(preds) or 'none')}.</p>"]
+             f"predictors: {escape(', '.join(preds) or 'none')}.</p>"]
     if reason or MODEL not in preds or not mask.any() or not scores[MODEL]:
         why = reason or ("no test row has a usable label" if MODEL in preds
                          else "no model predictions were written")
         parts.append(f"<div class='box'><b>Nothing could be trained or scored:</b> "
-                     f"{_e(why)}</div>")
+                     f"{escape(why)}</div>")
     else:
-        groups = _group_rows(predictions, summary, preds, qs, interval)
-        n_check = _metrics(predictions[mask], MODEL, qs)
-        diff = abs(n_check["coverage"] - _num(scores[MODEL].get("coverage")))
-        check = (f"<p class='src'>Cross-check from the predictions on the same rows: model "
-                 f"coverage {_fmt(n_check['coverage'], 'cov')}, mean pinball "
-                 f"{_fmt(n_check['mean_pinball'])} "
-                 + (_badge(True, "agrees with summary") if diff < 0.005 else
-                    "<span class='warn'>differs from summary.json</span>") + "</p>")
-        parts += ["<h2>Targets</h2>", "<p class='src'>The issue's targets, from summary.json "
-                  f"<code>test.model</code>, <code>test.baselines</code>, "
-                  f"<code>test.groups</code>; {src}.</p>",
-                  _targets(scores, groups, interval),
-                  "<h2>Model against baselines</h2>", _baseline_section(scores, interval, src),
-                  check, _img(figs.get("baselines"), (
-                      "Left: pinball loss per quantile and their mean (a bar far above the "
-                      "rest is clipped, its value printed on it). Right: coverage against mean "
-                      f"width; green band is the coverage target. From summary.json; {src}."))]
-        rel = _get(summary, "test.reliability") or []
-        rel_table = _table(["nominal", "observed", "gap"], [
-            [_fmt(r.get("nominal"), "cov"), _fmt(r.get("observed"), "cov"),
-             f"{_num(r.get('observed')) - _num(r.get('nominal')):+.3f}"] for r in rel])
-        parts += ["<h2>Reliability</h2><div class='row'>", _img(figs.get("reliability"), (
-            f"Observed coverage of the calibrated model's interval at several nominal levels "
-            f"(summary.json <code>test.reliability</code>); {src}.") if rel else
-            "summary.json has no test.reliability"), rel_table if rel else "", "</div>"]
-        parts.append("<h2>Coverage and pinball per group</h2>")
-        for by, rows in groups.items():
-            parts += [f"<h3>By {_e(by)}</h3>", _img(figs.get(f"groups_{by}"), (
-                f"Left: coverage per {_e(by)}; dashed line {interval:.2f}, green band "
-                f"{interval - 0.08:.2f}–{interval + 0.08:.2f}; red: outside it; grey: "
-                f"n &lt; {MIN_GROUP_N}. Right: model's mean pinball over the best baseline's "
-                f"in the same group; {src}.")), _group_table(rows, interval, src)]
-        parts += ["<h2>Residuals</h2>", _img(figs.get("residuals"), (
-            "Left: y − p50 for the model and the best baseline by mean pinball (symlog axis; "
-            "bins are 2.5 tokens wide within ±10 and widen logarithmically beyond). "
-            "Right: share of rows below q0.1, between the quantiles, above q0.9 (raw "
-            f"quantiles, before calibration); dashed: the share a calibrated model gives; "
-            f"{src}.")),
-                  "<h2>Predicted against actual</h2>", _img(figs.get("scatter"), (
-                      f"p50 against actual total tokens, log-log, up to 4,000 sampled rows "
-                      f"per kind; censored rows (triangles) are lower bounds; {src}."))]
-    parts += ["<h2>Censored, cancelled and absent usage</h2>",
-              _counts_section(predictions, summary, n_eval, src),
-              "<h2>Data and versions</h2>", _versions_section(summary, predictions, n_eval)]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "demand_report.html"
-    path.write_text("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-                    "<title>Demand model report</title>"
-                    f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>")
-    return path
+        parts += _scored_sections(predictions, summary, figs, mask, scores, src)
+    parts += [section("Censored, cancelled and absent usage",
+                      _counts_section(predictions, summary, n_eval, src)),
+              section("Data and versions", _versions_section(summary, predictions, n_eval))]
+    return write_page(out_dir / "demand_report.html", page("Demand model report", parts))

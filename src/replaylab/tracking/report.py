@@ -1,43 +1,23 @@
-"""Report rendering: figures of a ledger and its projection, and a one-page HTML report.
+"""Figures of a ledger and its projection (the project pipeline's report).
 
-Pure functions of data plus the output paths they are handed; no MLflow here
-(the entry points log what these write).
+Pure functions of data plus the folder they are handed; no MLflow here (the
+entry points log what these write). The page itself is
+`replaylab.tracking.html.write_html_report`.
 """
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import has_values
+from replaylab.tracking.figures import pyplot, save_figure
 
 _SPLIT_COLORS = {"train": "#4C72B0", "calibration": "#DD8452", "test": "#55A868",
                  "embargo": "#999999"}
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, no screen
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig, plt, path: Path) -> Path:
-    """Write a figure as PNG (tight layout, 110 dpi) into a folder made if needed; close it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
 
 
 def _token_histograms(ledger: pd.DataFrame, ax_prompt, ax_output) -> None:
@@ -61,17 +41,14 @@ def _token_histograms(ledger: pd.DataFrame, ax_prompt, ax_output) -> None:
 def ledger_figures(ledger: pd.DataFrame, features: pd.DataFrame | None,
                    out_dir: Path) -> dict[str, Path]:
     """Write PNG figures of the ledger's distributions; return {name: path}."""
-    plt = _pyplot()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
     _token_histograms(ledger, a, b)
     fig.suptitle("Token lengths by category (measured in this ledger)")
-    fig.tight_layout()
-    paths["tokens_by_category"] = out_dir / "tokens_by_category.png"
-    fig.savefig(paths["tokens_by_category"], dpi=110)
-    plt.close(fig)
+    paths["tokens_by_category"] = save_figure(fig, plt, out_dir / "tokens_by_category.png")
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
     ts = pd.to_datetime(ledger[L.TIMESTAMP], unit="ms", utc=True)
@@ -94,10 +71,7 @@ def ledger_figures(ledger: pd.DataFrame, features: pd.DataFrame | None,
     b.set_xlabel("turns per session")
     b.set_ylabel("sessions")
     b.set_title(f"Session lengths (n={turns.size:,} sessions)")
-    fig.tight_layout()
-    paths["arrivals_sessions"] = out_dir / "arrivals_sessions.png"
-    fig.savefig(paths["arrivals_sessions"], dpi=110)
-    plt.close(fig)
+    paths["arrivals_sessions"] = save_figure(fig, plt, out_dir / "arrivals_sessions.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
     states = ledger[L.LIFECYCLE_STATE].astype(str)
@@ -107,27 +81,5 @@ def ledger_figures(ledger: pd.DataFrame, features: pd.DataFrame | None,
     ax.set_xscale("log")
     ax.set_xlabel("requests")
     ax.set_title("Lifecycle state / finish reason")
-    fig.tight_layout()
-    paths["outcomes"] = out_dir / "lifecycle.png"
-    fig.savefig(paths["outcomes"], dpi=110)
-    plt.close(fig)
+    paths["outcomes"] = save_figure(fig, plt, out_dir / "lifecycle.png")
     return paths
-
-
-def write_html_report(path: Path, title: str, facts: dict[str, Any],
-                      figures: dict[str, Path]) -> Path:
-    """A self-contained page: a facts table and the figures (relative links)."""
-    rows = "".join(
-        f"<tr><th>{html.escape(str(k))}</th><td><code>"
-        f"{html.escape(json.dumps(v, default=str) if isinstance(v, (dict, list)) else str(v))}"
-        f"</code></td></tr>" for k, v in facts.items())
-    imgs = "".join(
-        f'<figure><img src="{html.escape(str(p.relative_to(path.parent)))}" '
-        f'style="max-width:100%"><figcaption>{html.escape(n)}</figcaption></figure>'
-        for n, p in figures.items())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        f"<!doctype html><meta charset='utf-8'><title>{html.escape(title)}</title>"
-        f"<body style='font-family:sans-serif;max-width:1100px;margin:auto'>"
-        f"<h1>{html.escape(title)}</h1><table>{rows}</table>{imgs}</body>")
-    return path

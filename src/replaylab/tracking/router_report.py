@@ -16,12 +16,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab.tracking.demand_figures import _save
-from replaylab.tracking.demand_report import _CSS, _badge, _e, _img, _table
-from replaylab.tracking.demand_scores import _get, _num
-from replaylab.tracking.report import _pyplot
+from replaylab.tracking.figures import GOOD, pyplot, save_figure
+from replaylab.tracking.html import (
+    CSS,
+    badge,
+    embedded_figure,
+    escape,
+    facts_table,
+    page,
+    section,
+    table,
+    write_page,
+)
+from replaylab.tracking.summary import lookup, to_float
 
-LEARNED, GOOD = "learned", "#1f5fa8"
+LEARNED = "learned"
 REFERENCE = ("oracle",)  # reads the outcomes it routes on: a bound, never ranked
 COLORS = {"learned": GOOD, "knn": "#2ca02c", "lgbm": "#9467bd", "rules": "#e07b24",
           "random": "#8c8c8c", "cheap_only": "#8c564b", "strong_only": "#c0392b",
@@ -44,7 +53,7 @@ td.best{background:#e3f1de;font-weight:700}.ci{color:#666;font-weight:400;font-s
 def _f(x: Any, kind: str = "q") -> str:
     """'—' for NaN/None, ∞ for infinities; q: 3 decimals, usd: 4 significant, int, d: days,
     cos: 4 decimals."""
-    v = _num(x)
+    v = to_float(x)
     if math.isnan(v):
         return "—"
     if math.isinf(v):
@@ -55,24 +64,17 @@ def _f(x: Any, kind: str = "q") -> str:
 
 def _ci(x: Any) -> list[float]:
     ci = list(x) if isinstance(x, (list, tuple)) else []
-    return [_num(v) for v in (ci + [None, None])[:2]]
+    return [to_float(v) for v in (ci + [None, None])[:2]]
 
 
 def _mci(d: Any, kind: str) -> str:
     """'mean [lo, hi]' of a {mean, ci} dict."""
-    lo, hi = _ci(_get(d, "ci"))
-    return f"{_f(_get(d, 'mean'), kind)} <span class='ci'>[{_f(lo, kind)}, {_f(hi, kind)}]</span>"
-
-
-def _facts(d: dict) -> str:
-    rows = [[f"<td class='l'>{_e(k)}</td>", "<td class='l'><code>" + _e(
-        json.dumps(v, default=str) if isinstance(v, (dict, list)) else v) + "</code></td>"]
-        for k, v in d.items()]
-    return _table(["fact", "value"], rows) if rows else "<p class='src'>(none reported)</p>"
+    lo, hi = _ci(lookup(d, "ci"))
+    return f"{_f(lookup(d, 'mean'), kind)} <span class='ci'>[{_f(lo, kind)}, {_f(hi, kind)}]</span>"
 
 
 def _pct(x: Any) -> str:
-    v = _num(x)
+    v = to_float(x)
     return "—" if math.isnan(v) else f"{v:.1%}"
 
 
@@ -86,40 +88,41 @@ def _encoder_section(summary: dict) -> str:
     rows = []
     for name, v in variants.items():
         v = v if isinstance(v, dict) else {}
-        rows.append([f"<td class='l'>{_e(name)}</td>",
+        rows.append([f"<td class='l'>{escape(name)}</td>",
                      f"<td class='l'>{'published' if v.get('published') else 'not published'}"
                      "</td>", _f(v.get("mean_cosine_prompts"), "cos"),
                      _f(v.get("min_cosine_prompts"), "cos"), _f(v.get("min_cosine_edge_cases"), "cos"),
-                     f"<td class='l'>{_e(v.get('reason') or '')}</td>"])
+                     f"<td class='l'>{escape(v.get('reason') or '')}</td>"])
     golden = enc.get("golden") if isinstance(enc.get("golden"), dict) else {}
-    cpu = ", ".join(_get(golden, "cpu.cpu_flags") or []) or "unknown"
+    cpu = ", ".join(lookup(golden, "cpu.cpu_flags") or []) or "unknown"
     stab = summary.get("decision_stability") if isinstance(
         summary.get("decision_stability"), dict) else {}
-    used = (f"trained and scored with <b>{_e(enc.get('variant'))}</b>"
-            + (f" (asked: {_e(enc.get('requested_variant'))}, {_e(enc.get('variant_reason'))})"
-               if enc.get("variant_reason") else ""))
+    used = (f"trained and scored with <b>{escape(enc.get('variant'))}</b>"
+            + (f" (asked: {escape(enc.get('requested_variant'))}, "
+               f"{escape(enc.get('variant_reason'))})" if enc.get("variant_reason") else ""))
     return ("<p class='src'>The int8 variant is optional: when its cosine to "
             "sentence-transformers misses the export gate on this CPU it is left out and "
-            f"the run goes on. {used}; golden vectors on this CPU ({_e(cpu)}): "
-            f"{_e(enc.get('golden_status'))} in {_f(_num(golden.get('seconds')) * 1e3)} ms. "
+            f"the run goes on. {used}; golden vectors on this CPU ({escape(cpu)}): "
+            f"{escape(enc.get('golden_status'))} in "
+            f"{_f(to_float(golden.get('seconds')) * 1e3)} ms. "
             f"Share of test decisions within reach of another CPU's rounding (summary.json "
             f"<code>decision_stability</code>): fp32 {_pct(stab.get('fp32_near_threshold_share'))}"
             f", int8 {_pct(stab.get('int8_near_threshold_share'))}.</p>"
-            + _table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
-                      "min cos (edge cases)", "why not"], rows))
+            + table(["variant", "export", "mean cos (prompts)", "min cos (prompts)",
+                     "min cos (edge cases)", "why not"], rows))
 
 
 def _parts(s: dict) -> tuple[dict, dict, list[dict], float]:
     """(test per policy, ope, learning curve, exploration rate), malformed entries dropped."""
     test = {str(p): t for p, t in (s.get("test") or {}).items() if isinstance(t, dict)}
     curve = [c for c in s.get("learning_curve") or [] if isinstance(c, dict)]
-    return test, s.get("ope") or {}, curve, _num(_get(s, "exploration.rate"))
+    return test, s.get("ope") or {}, curve, to_float(lookup(s, "exploration.rate"))
 
 
 def _spd(curve: list[dict], rate: float) -> float:
     """Sessions per day the run planned for, recovered from the curve's days column."""
     for c in curve:
-        n, d = _num(c.get("explored_sessions")), _num(c.get("days_of_live_exploration"))
+        n, d = to_float(c.get("explored_sessions")), to_float(c.get("days_of_live_exploration"))
         if n > 0 and d > 0 and rate > 0:
             return n / (rate * d)
     return math.nan
@@ -134,7 +137,8 @@ def _err(v: float, ci: list[float]):
 def _fig_curves(plt, test: dict, curves: pd.DataFrame | None, path: Path) -> Path:
     from matplotlib.lines import Line2D
 
-    s_cost, s_q = _num(_get(test, "strong_only.cost")), _num(_get(test, "strong_only.quality"))
+    s_cost = to_float(lookup(test, "strong_only.cost"))
+    s_q = to_float(lookup(test, "strong_only.quality"))
     scale = s_cost if s_cost > 0 else 1.0
     fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
     drawn = set()
@@ -147,14 +151,14 @@ def _fig_curves(plt, test: dict, curves: pd.DataFrame | None, path: Path) -> Pat
             drawn.add(p)
     handles = []
     for i, (p, t) in enumerate(test.items()):
-        q, c, sh = (_num(t.get(k)) for k in ("quality", "cost", "strong_share"))
+        q, c, sh = (to_float(t.get(k)) for k in ("quality", "cost", "strong_share"))
         if not math.isfinite(q):
             continue
         kw = {"fmt": MARKS[i % len(MARKS)], "color": COLORS.get(p), "mec": "black",
               "ms": 10 if p == LEARNED else 7, "capsize": 3, "zorder": 4}
-        yerr = _err(q, _ci(_get(t, "ci.quality")))
+        yerr = _err(q, _ci(lookup(t, "ci.quality")))
         if math.isfinite(c):
-            xci = [v / scale for v in _ci(_get(t, "ci.cost"))]
+            xci = [v / scale for v in _ci(lookup(t, "ci.cost"))]
             a.errorbar(c / scale, q, yerr=yerr, xerr=_err(c / scale, xci), **kw)
         if math.isfinite(sh):
             b.errorbar(sh, q, yerr=yerr, **kw)
@@ -174,7 +178,7 @@ def _fig_curves(plt, test: dict, curves: pd.DataFrame | None, path: Path) -> Pat
     a.grid(alpha=0.3)
     b.grid(alpha=0.3)
     b.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _fig_ope(plt, ope: dict, path: Path) -> Path:
@@ -182,12 +186,12 @@ def _fig_ope(plt, ope: dict, path: Path) -> Path:
     covers = ope.get("covers_truth") or {}
     fig, ax = plt.subplots(figsize=(8, 4.6))
     for i, n in enumerate(names):
-        est, ci, ok = _num(ope[n].get("estimate")), _ci(ope[n].get("ci")), covers.get(n)
+        est, ci, ok = to_float(ope[n].get("estimate")), _ci(ope[n].get("ci")), covers.get(n)
         col = "#2d6a2d" if ok else ("#a12a1d" if ok is False else GOOD)
         ax.errorbar(i, est, yerr=_err(est, ci), fmt="o", ms=9, capsize=8, lw=2, color=col)
         ax.annotate(f"{_f(est)}\n[{_f(ci[0])}, {_f(ci[1])}]", (i, est), xytext=(12, -4),
                     textcoords="offset points", fontsize=8)
-    truth, logging = _num(ope.get("truth")), _num(ope.get("logging_policy_truth"))
+    truth, logging = to_float(ope.get("truth")), to_float(ope.get("logging_policy_truth"))
     if math.isfinite(truth):
         ax.axhline(truth, color=GOOD, lw=2, label=f"truth: learned router on the full table "
                                                   f"({truth:.3f})")
@@ -203,11 +207,11 @@ def _fig_ope(plt, ope: dict, path: Path) -> Path:
     if math.isfinite(truth) or math.isfinite(logging):
         ax.legend(fontsize=8, loc="lower left")
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def _fig_learning(plt, curve: list[dict], rate: float, path: Path) -> Path:
-    n = np.array([_num(c.get("explored_sessions")) for c in curve])
+    n = np.array([to_float(c.get("explored_sessions")) for c in curve])
     sig = np.array([bool(c.get("significant")) for c in curve])
     spd = _spd(curve, rate)
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
@@ -216,8 +220,8 @@ def _fig_learning(plt, curve: list[dict], rate: float, path: Path) -> Path:
               ("quality_delta", "quality − rules' quality (score)",
                "Quality difference at the same operating point"))
     for ax, (key, ylabel, title) in zip(axes, panels, strict=True):
-        m = np.array([_num(_get(c, f"{key}.mean")) for c in curve])
-        lo, hi = np.array([_ci(_get(c, f"{key}.ci")) for c in curve]).reshape(-1, 2).T
+        m = np.array([to_float(lookup(c, f"{key}.mean")) for c in curve])
+        lo, hi = np.array([_ci(lookup(c, f"{key}.ci")) for c in curve]).reshape(-1, 2).T
         ax.fill_between(n, lo, hi, color=GOOD, alpha=0.18, label="95% paired bootstrap CI")
         ax.errorbar(n, m, yerr=[np.maximum(m - lo, 0), np.maximum(hi - m, 0)], color=GOOD,
                     capsize=4, lw=1.6, marker="none", label="mean over test prompts")
@@ -238,16 +242,16 @@ def _fig_learning(plt, curve: list[dict], rate: float, path: Path) -> Path:
                                ).set_xlabel(f"days of live exploration "
                                             f"(rate {rate:g} × {spd:,.0f} sessions/day)")
     axes[0].legend(fontsize=8)  # the same entries on both panels
-    return _save(fig, plt, path)
+    return save_figure(fig, plt, path)
 
 
 def router_figures(summary: dict, out_dir: Path) -> dict[str, Path]:
     """Write the report's PNGs under out_dir; return {name: path} for those drawn."""
-    plt, (test, ope, curve, rate) = _pyplot(), _parts(summary)
+    plt, (test, ope, curve, rate) = pyplot(), _parts(summary)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     if test:
-        src, curves = _get(summary, "artifacts.curves"), None
+        src, curves = lookup(summary, "artifacts.curves"), None
         try:
             curves = pd.read_parquet(src) if src and Path(src).is_file() else None
         except (OSError, ValueError):  # unreadable: operating points only
@@ -267,9 +271,9 @@ def _verdict(s: dict) -> str:
         reasons = ["summary.json has no go verdict", *reasons]
     lead = ("The learned router beats the rules on cost at equal quality, with exploration "
             "within its cap:" if go else "Not shipped. Why not (summary.json go_reasons):")
-    items = "".join(f"<li>{_e(r)}</li>" for r in reasons) or "<li>no reasons given</li>"
+    items = "".join(f"<li>{escape(r)}</li>" for r in reasons) or "<li>no reasons given</li>"
     return (f"<div class='verdict {'go' if go else 'nogo'}'><span class='big'>"
-            f"{'GO' if go else 'NO-GO'}</span>{_e(lead)}<ul>{items}</ul></div>")
+            f"{'GO' if go else 'NO-GO'}</span>{escape(lead)}<ul>{items}</ul></div>")
 
 
 def _needed(d: dict, curve: list[dict], rate: float) -> str:
@@ -277,9 +281,9 @@ def _needed(d: dict, curve: list[dict], rate: float) -> str:
     per = f" at exploration rate {rate:g}" + (
         f" of {spd:,.0f} sessions/day" if math.isfinite(spd) else "")
     if d.get("explored_sessions_needed") is not None:
-        n = _num(d["explored_sessions_needed"])
+        n = to_float(d["explored_sessions_needed"])
         again = ", ".join(_f(c.get("explored_sessions"), "int") for c in curve
-                          if _num(c.get("explored_sessions")) > n and not c.get("significant"))
+                          if to_float(c.get("explored_sessions")) > n and not c.get("significant"))
         return (f"The advantage is first significant (cost-saving CI above zero, quality within "
                 f"the margin) at <b>{_f(n, 'int')} explored sessions</b>, i.e. "
                 f"<b>{_f(d.get('days_needed'), 'd')} days</b> of live exploration{per}." + (
@@ -287,7 +291,7 @@ def _needed(d: dict, curve: list[dict], rate: float) -> str:
                     "sessions is not significant: read this as a lower bound." if again else ""))
     if not curve:
         return "No learning curve in this run: the exploration needed cannot be read off."
-    top = max(curve, key=lambda c: _num(c.get("explored_sessions")))
+    top = max(curve, key=lambda c: to_float(c.get("explored_sessions")))
     return (f"No point of the learning curve is significant, up to "
             f"{_f(top.get('explored_sessions'), 'int')} explored sessions "
             f"({_f(top.get('days_of_live_exploration'), 'd')} days of live exploration{per}): "
@@ -296,9 +300,9 @@ def _needed(d: dict, curve: list[dict], rate: float) -> str:
 
 def _why(c: dict) -> str:
     if c.get("significant"):
-        return _badge(True, "yes", "no")
-    lo = _ci(_get(c, "cost_saving.ci"))[0]
-    return _badge(False, "yes", "no") + (" quality CI below the margin" if lo > 0
+        return badge(True, "yes", "no")
+    lo = _ci(lookup(c, "cost_saving.ci"))[0]
+    return badge(False, "yes", "no") + (" quality CI below the margin" if lo > 0
                                          else " cost-saving CI reaches zero")
 
 
@@ -309,32 +313,32 @@ def _equal_quality(d: dict) -> str:
             ["learned cost on test, USD/prompt", _f(d.get("learned_cost"), "usd")],
             ["cost saving (rules − learned) [95% CI]", _mci(d.get("cost_saving"), "+usd")],
             ["quality (learned − rules) [95% CI]", _mci(d.get("quality_delta"), "+q")],
-            ["exploration within its cap", _badge(d.get("exploration_within_cap"), "yes", "no")]]
+            ["exploration within its cap", badge(d.get("exploration_within_cap"), "yes", "no")]]
     note = ("<p class='src'>Threshold ∞: no finite threshold reaches the rules' quality on "
             "calibration, so at that quality the learned router sends every prompt to the "
-            "strong candidate.</p>" if _num(d.get("threshold")) == math.inf else "")
-    return _table(["at the rules' quality", "value"],
-                  [[f"<td class='l'>{_e(k)}</td>", v] for k, v in rows]) + note
+            "strong candidate.</p>" if to_float(d.get("threshold")) == math.inf else "")
+    return table(["at the rules' quality", "value"],
+                 [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]) + note
 
 
 def _policy_table(test: dict) -> str:
     ranked, best = [p for p in test if p not in REFERENCE], {}
     for key, _, better, _k in COLUMNS:
-        vals = {p: v for p in ranked if math.isfinite(v := _num(test[p].get(key)))}
+        vals = {p: v for p in ranked if math.isfinite(v := to_float(test[p].get(key)))}
         if better and vals:
             top = (max if better == "max" else min)(vals.values())
             best[key] = {p for p, v in vals.items() if abs(v - top) <= 1e-9 * max(1, abs(top))}
     rows, cls = [], []
     for p, t in test.items():
-        cells = [f"<td class='l'>{_e(p)}{' (reference)' if p in REFERENCE else ''}</td>"]
+        cells = [f"<td class='l'>{escape(p)}{' (reference)' if p in REFERENCE else ''}</td>"]
         for key, _, _, kind in COLUMNS:
             txt = _f(t.get(key), kind)
             if key in ("quality", "cost"):
-                lo, hi = _ci(_get(t, f"ci.{key}"))
+                lo, hi = _ci(lookup(t, f"ci.{key}"))
                 txt += f" <span class='ci'>[{_f(lo, kind)}, {_f(hi, kind)}]</span>"
             cells.append(f"<td class='{'best' if p in best.get(key, ()) else ''}'>{txt}</td>")
         thr = t.get("threshold")
-        cells.append(f"{_f(thr.get('threshold'))} {_badge(thr.get('met'), 'goal met', 'missed')}"
+        cells.append(f"{_f(thr.get('threshold'))} {badge(thr.get('met'), 'goal met', 'missed')}"
                      if isinstance(thr, dict) else "—")
         rows.append(cells)
         cls.append("model" if p == LEARNED else "")
@@ -346,23 +350,23 @@ def _policy_table(test: dict) -> str:
                            "best other candidate's reaches the threshold; negative = a tolerance)",
                  "absolute": "absolute (the cheapest candidate whose predicted success reaches "
                              "the threshold)"}
-    return (_table(["policy", *[_e(h) for _, h, _, _ in COLUMNS], "threshold (calibration)"],
-                   rows, cls)
+    return (table(["policy", *[escape(h) for _, h, _, _ in COLUMNS], "threshold (calibration)"],
+                  rows, cls)
             + "<p class='src'>summary.json <code>test</code>; intervals: session bootstrap over "
             "test prompts. Shaded: best in column (quality, APGR: highest; cost, CPT, cost ratio: "
             "lowest), oracle excluded as a bound; strong share is descriptive. APGR, CPT and the "
             "cost ratio come from a policy's score sweep (— for fixed policies). Threshold goal: "
-            f"{_e('; '.join(sorted(goals)) or '—')}. Rule: "
-            f"{_e('; '.join(rule_note.get(r, r) for r in sorted(rules)) or '—')}.</p>")
+            f"{escape('; '.join(sorted(goals)) or '—')}. Rule: "
+            f"{escape('; '.join(rule_note.get(r, r) for r in sorted(rules)) or '—')}.</p>")
 
 
 def _ope_table(ope: dict) -> str:
     rows = [[f"<td class='l'>{n.upper()}</td>", _f(ope[n].get("estimate")),
              "[{}, {}]".format(*map(_f, _ci(ope[n].get("ci")))),
-             _badge((ope.get("covers_truth") or {}).get(n), "covers truth", "misses truth")]
+             badge((ope.get("covers_truth") or {}).get(n), "covers truth", "misses truth")]
             for n in ("ips", "snips", "dr") if isinstance(ope.get(n), dict)]
     rows.append(["<td class='l'><b>truth</b></td>", f"<b>{_f(ope.get('truth'))}</b>", "", ""])
-    return _table(["estimator", "estimate", "95% CI", ""], rows)
+    return table(["estimator", "estimate", "95% CI", ""], rows)
 
 
 def _labels(s: dict) -> str:
@@ -371,17 +375,18 @@ def _labels(s: dict) -> str:
                                  "explored_sessions", "exploration_sessions", "escalations",
                                  "opening_by_candidate", "propensities",
                                  "logged_opening_quality", "logged_cost_usd") if k in exp}
-    counts = {str(k): v for k, v in (s.get("labels") or {}).items() if math.isfinite(_num(v))}
-    total = sum(_num(v) for v in counts.values()) or 1
-    lab = _table(["label source", "rows", "share"], [[f"<td class='l'>{_e(k)}</td>", _f(
-        v, "int"), f"{_num(v) / total:.1%}"] for k, v in counts.items()]) if counts else ""
+    counts = {str(k): v for k, v in (s.get("labels") or {}).items() if math.isfinite(to_float(v))}
+    total = sum(to_float(v) for v in counts.values()) or 1
+    lab = table(["label source", "rows", "share"], [[f"<td class='l'>{escape(k)}</td>", _f(
+        v, "int"), f"{to_float(v) / total:.1%}"] for k, v in counts.items()]) if counts else ""
     rfacts = {k: rules[k] for k in ("default_candidate", "default_source", "task_candidate",
                                     "long_prompt_tokens", "quality_tolerance", "fitted_on")
               if k in rules}
     note = (f"<div class='box' style='border-color:#7a5a00;background:#fcf6e3'><b>Rules:</b> "
-            f"{_e(rules['note'])}</div>" if rules.get("note") else "")
-    return ("<h3>Exploration</h3>" + _facts(facts) + "<h3>Training labels by source</h3>" + lab
-            + "<h3>The rules baseline</h3>" + note + _facts(rfacts))
+            f"{escape(rules['note'])}</div>" if rules.get("note") else "")
+    return (section("Exploration", facts_table(facts), level=3)
+            + section("Training labels by source", lab, level=3)
+            + section("The rules baseline", note, facts_table(rfacts), level=3))
 
 
 def write_router_report(summary: dict, out_dir: Path) -> Path:
@@ -392,7 +397,7 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
     cands, splits = summary.get("candidates") or [], summary.get("splits") or {}
     src = (f"{_f(summary.get('prompts'), 'int')} prompts (train / calibration / test: "
            f"{' / '.join(_f(splits.get(k), 'int') for k in ('train', 'calibration', 'test'))});"
-           f" candidates, cheapest first: {_e(', '.join(map(str, cands)) or '—')}")
+           f" candidates, cheapest first: {escape(', '.join(map(str, cands)) or '—')}")
     ess = (f"ESS {_f(ope.get('ess'), 'd')} of {_f(ope.get('sessions', ope.get('n')), 'int')} "
            f"re-logged test sessions, mean weight {_f(ope.get('mean_weight'))}, support "
            f"{_f(ope.get('support'))}")
@@ -403,40 +408,39 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
     detail = summary.get("go_detail") if isinstance(summary.get("go_detail"), dict) else {}
     parts = [
         f"<h1>Router go/no-go: learned router against the rules</h1><p class='src'>{src}.</p>",
-        _verdict(summary), "<h2>At the rules' quality</h2><p class='src'>summary.json "
-        "<code>go_detail</code>: the learned router's threshold set on calibration to the "
-        "rules' quality, then paired prompt-bootstrap differences on test.</p>",
-        _equal_quality(detail), f"<p>{_needed(detail, curve, rate)}</p>",
-        "<h2>Policies on the test split</h2>", _policy_table(test) if test else
-        "<p class='src'>summary.json has no test scores.</p>",
-        _img(figs.get("curves"), "Figure 1. Cost-quality curves of every scoring policy "
-             "(threshold sweeps from summary.json <code>artifacts.curves</code>) and every "
-             "policy's operating point with 95% session-bootstrap intervals; dashed: 95% of "
-             "strong-only quality."),
-        "<h2>Off-policy evaluation</h2><p class='src'>The learned policy's value estimated "
-        f"from test sessions re-logged by the rules with exploration, beside its true value "
-        f"on the full table; {_e(ess)}.</p>", _ope_table(ope) if ope else "",
-        _img(figs.get("ope"), f"Figure 2. IPS, SNIPS and DR estimates with 95% intervals; "
-             f"solid line: the truth; {_e(ess)}."),
-        "<h2>Learning curve: how much live exploration</h2><p class='src'>The head refitted on "
-        "shares of the explored sessions (summary.json <code>learning_curve</code>); "
-        "significant: cost-saving CI above zero and quality within the margin.</p>",
-        _img(figs.get("learning"), "Figure 3. Cost saving and quality difference against the "
-             "rules by explored sessions (top axis: days of live exploration); band: 95% "
-             "paired bootstrap interval; star: first significant point."),
-        _table(["fraction", "explored sessions", "days", "cost saving [CI]", "quality Δ [CI]",
-                "significant"], lc_rows) if lc_rows else "",
-        "<h2>Labels and exploration</h2>", _labels(summary),
-        "<h2>Encoder variants and parity on this CPU</h2>", _encoder_section(summary),
-        "<h2>Router head</h2>", _facts(summary.get("head") or {}),
-        "<h2>Data and versions</h2>", _facts({k: summary[k] for k in (
+        _verdict(summary),
+        section("At the rules' quality", "<p class='src'>summary.json "
+                "<code>go_detail</code>: the learned router's threshold set on calibration to "
+                "the rules' quality, then paired prompt-bootstrap differences on test.</p>",
+                _equal_quality(detail), f"<p>{_needed(detail, curve, rate)}</p>"),
+        section("Policies on the test split", _policy_table(test) if test else
+                "<p class='src'>summary.json has no test scores.</p>",
+                embedded_figure(figs.get("curves"), "Figure 1. Cost-quality curves of every "
+                                "scoring policy (threshold sweeps from summary.json "
+                                "<code>artifacts.curves</code>) and every policy's operating "
+                                "point with 95% session-bootstrap intervals; dashed: 95% of "
+                                "strong-only quality.")),
+        section("Off-policy evaluation", "<p class='src'>The learned policy's value estimated "
+                f"from test sessions re-logged by the rules with exploration, beside its true "
+                f"value on the full table; {escape(ess)}.</p>", _ope_table(ope) if ope else "",
+                embedded_figure(figs.get("ope"), "Figure 2. IPS, SNIPS and DR estimates with "
+                                f"95% intervals; solid line: the truth; {escape(ess)}.")),
+        section("Learning curve: how much live exploration", "<p class='src'>The head refitted "
+                "on shares of the explored sessions (summary.json <code>learning_curve</code>);"
+                " significant: cost-saving CI above zero and quality within the margin.</p>",
+                embedded_figure(figs.get("learning"), "Figure 3. Cost saving and quality "
+                                "difference against the rules by explored sessions (top axis: "
+                                "days of live exploration); band: 95% paired bootstrap "
+                                "interval; star: first significant point."),
+                table(["fraction", "explored sessions", "days", "cost saving [CI]",
+                       "quality Δ [CI]", "significant"], lc_rows) if lc_rows else ""),
+        section("Labels and exploration", _labels(summary)),
+        section("Encoder variants and parity on this CPU", _encoder_section(summary)),
+        section("Router head", facts_table(summary.get("head") or {})),
+        section("Data and versions", facts_table({k: summary[k] for k in (
             "pipeline", "data", "outcomes", "encoder", "timings_s", "wall_seconds", "artifacts")
-            if k in summary}),
+            if k in summary})),
         "<details><summary>Full summary.json</summary><pre>"
-        + _e(json.dumps(summary, indent=2, default=str)) + "</pre></details>"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "router_report.html"
-    path.write_text("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-                    f"<title>Router go/no-go report</title><style>{_CSS}{_MORE_CSS}</style>"
-                    f"</head><body>{''.join(parts)}</body></html>", encoding="utf-8")
-    return path
+        + escape(json.dumps(summary, indent=2, default=str)) + "</pre></details>"]
+    return write_page(out_dir / "router_report.html",
+                      page("Router go/no-go report", parts, css=CSS + _MORE_CSS))
