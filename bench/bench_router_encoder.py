@@ -31,7 +31,7 @@ load from other processes on this shared machine falls on every path alike.
 Per path: CPU time (process_time) and wall time (perf_counter), p50 / p90 / p99.
 Inputs: (1) one GSM8K-derived text of exactly 128 tokens (the target's worst
 case), --fixed-calls times (default 200); (2) the GSM8K prompt mix from
-data/routellm_gsm8k/gsm8k_responses.csv (shuffled, seed 0, cut to <= 128
+src/replaylab/data/routellm_gsm8k/gsm8k_responses.csv (shuffled, seed 0, cut to <= 128
 tokens at a word-piece offset), --calls prompts (default clamp(--rows, 500,
 1000)); (3) fixed 16 / 32 / 64 tokens for the two served variants (100 calls).
 Also: cosine of every ONNX variant against sentence-transformers on 200 mix
@@ -55,9 +55,11 @@ from pathlib import Path
 
 import numpy as np
 
+from replaylab.apps.router import default_outcomes
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-GSM8K = REPO / "data" / "routellm_gsm8k" / "gsm8k_responses.csv"
+GSM8K = default_outcomes()
 MAX_TOKENS = 128
 TARGET_P99_MS = 3.0
 WARMUP = 20

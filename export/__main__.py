@@ -2,74 +2,25 @@
 
 Re-export the demand artifact (model.onnx + manifest.json) of a finished
 `python -m training pipeline=demand` run, from its folder or from MLflow, and
-write DIR/summary.json. Nothing else lives here.
+write DIR/summary.json (`replaylab.apps.export`). Nothing else lives here.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import tempfile
-from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
-from omegaconf.errors import ValidationError as OmegaConfValidationError
-
-from replaylab.config import ConfigError
 
 log = logging.getLogger("replaylab")
 
 
-def _from_mlflow(cfg: DictConfig, run_id: str, into: Path) -> Path:
-    import mlflow
-
-    mlflow.set_tracking_uri(cfg.tracking.uri)
-    try:
-        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="demand_run",
-                                            dst_path=str(into))
-        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="summary.json",
-                                            dst_path=str(into / "demand_run"))
-    except Exception as e:  # MlflowException, OSError: an unknown run or missing artifacts
-        raise FileNotFoundError(f"run_id={run_id}: cannot fetch demand_run/ and summary.json "
-                                f"from {cfg.tracking.uri}: {e}") from None
-    return into / "demand_run"
-
-
-def _export(cfg: DictConfig, run_dir: Path) -> dict:
-    from export.glue import RUN_STATE, active_run_id, export_run, load_run_state
-
-    if bool(cfg.run_dir) == bool(cfg.run_id):
-        raise ConfigError("give exactly one of run_dir=DIR or run_id=<mlflow run id>")
-    with tempfile.TemporaryDirectory() as tmp:
-        if cfg.run_dir:
-            source = Path(cfg.run_dir)
-            out = Path(cfg.out) if cfg.out else source / "artifacts" / "demand"
-        else:
-            source = _from_mlflow(cfg, str(cfg.run_id), Path(tmp))
-            out = Path(cfg.out) if cfg.out else Path("outputs/export") / str(cfg.run_id) / "demand"
-        summary_path = source / "summary.json"
-        if not summary_path.is_file():
-            raise FileNotFoundError(f"{summary_path}: not a finished run (no summary.json)")
-        trained = json.loads(summary_path.read_text())
-        if trained.get("pipeline") != "demand":
-            raise ConfigError(f"{source} is a pipeline={trained.get('pipeline')!r} run; "
-                              "only demand runs export a demand artifact")
-        run = load_run_state(source / RUN_STATE)
-        source_run_id = (trained.get("mlflow") or {}).get("run_id") or cfg.run_id
-        section = export_run(run, trained, out, cfg.export, source_run_id)
-    return {"pipeline": "export", "source": str(cfg.run_dir or cfg.run_id),
-            "export": section, "artifacts": {"demand": section["path"]},
-            "exported_in_run": active_run_id()}
-
-
 @hydra.main(config_path="../conf_export", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from training.tracking import run_recorded
+    from replaylab.apps.export import export_demand_run, input_errors
+    from replaylab.apps.recording import run_recorded
 
-    path = run_recorded(cfg, _export, (ConfigError, FileNotFoundError, ImportError,
-                                       OmegaConfValidationError))
-    log.info("wrote %s", path)
+    log.info("wrote %s", run_recorded(cfg, export_demand_run, input_errors()))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import numpy as np
 
 N_PROMPTS = 200
 N_CALIBRATION = 32  # static variant only: prompts after the first N_PROMPTS distinct ones
-CSV_PATH = Path("data/routellm_gsm8k/gsm8k_responses.csv")
+CSV_PATH = Path("src/replaylab/data/routellm_gsm8k/gsm8k_responses.csv")
 LATENCY_TOKENS = 128
 
 

@@ -24,6 +24,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
+from replaylab.apps.router import default_outcomes
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
@@ -50,8 +51,7 @@ def run_seed(seed: int, root: str) -> list[dict]:
                            threads=int(enc["threads"]))
     embed, _ = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
     rows = []
-    for name, outcomes, over in public_outcome_sets(root, REPO / "data/routellm_gsm8k/"
-                                                    "gsm8k_responses.csv"):
+    for name, outcomes, over in public_outcome_sets(root, default_outcomes()):
         for share in SHARES:
             vals = {**copy.deepcopy(base), **over}
             vals["replay"]["share"] = share

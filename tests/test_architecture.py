@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
 LIBRARY = SRC / "replaylab"
@@ -202,15 +200,11 @@ def test_no_private_name_crosses_a_module_in_the_library():
     assert not bad, "private names imported from another module:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 13: training/, export/ and evaluation/ are "
-                   "being rewritten onto replaylab.apps (helper conf)")
 def test_no_private_name_crosses_a_module_in_the_apps():
     bad = private_name_imports(_files(*(REPO / a for a in APPS)))
     assert not bad, "private names imported from another module:\n" + "\n".join(bad)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 13: the entry points share replaylab.apps "
-                   "instead of importing each other (helper conf)")
 def test_entry_points_never_import_each_other():
     bad = [f"{imp.where()} ({app} imports {imp.module.split('.')[0]})"
            for app in APPS for path in _files(REPO / app) for imp in imports(path)

@@ -295,7 +295,7 @@ def test_glue_runs_on_a_composed_config(small_agg, tmp_path):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from training.forecast_glue import forecast
+    from replaylab.apps.forecast import forecast
 
     path = tmp_path / "agg.csv"
     small_agg.to_csv(path, index=False)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.apps.router import default_outcomes
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
 from replaylab.pipelines.router import RouterDataError, _meta, _split, train_router
@@ -26,7 +27,7 @@ from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
 from tests.conftest import REPO
 
-GSM8K = REPO / "data" / "routellm_gsm8k" / "gsm8k_responses.csv"
+GSM8K = default_outcomes()
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 POLICIES = {"learned", "rules", "random", "knn", "lgbm", "cheap_only", "strong_only", "oracle"}
 KEYS = {"quality", "cost", "strong_share", "apgr", "cpt50", "cpt80", "cost_ratio_at_95"}

@@ -1,7 +1,7 @@
 """Every valid file runs (issue 12): optional columns absent or all null, in every contract.
 
 A user's file must end in a result, or in a one-line input error (the types of
-`training.__main__.INPUT_ERRORS`) that names the file and the column; never in a
+`replaylab.apps.train.input_errors()`) that names the file and the column; never in a
 traceback. This module takes a small slice of every shipped, importable source
 (ledger-v1: the synthetic ledger, azure_code, azure_conv, burstgpt, mooncake;
 outcomes-v1: routellm_gsm8k, routellm_mmlu, routerarena, llmrouter; aggregates-v1:
@@ -48,6 +48,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.apps.router import default_outcomes
+from replaylab.apps.train import input_errors
 from replaylab.contracts import (
     AGGREGATES_SCHEMA,
     LEDGER_SCHEMA,
@@ -63,7 +65,8 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.sources.registry import import_source
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO, TEST_DATA
-from training.__main__ import INPUT_ERRORS
+
+INPUT_ERRORS = input_errors()
 
 # ---------------------------------------------------------------- sources (small slices)
 
@@ -83,7 +86,7 @@ OUTCOME_FILES = {
     "routerarena": ("routerarena", "outcomes/routerarena"),
     "llmrouter": ("llmrouter/dcrouter_preprocessed", None),
 }
-GSM8K_FULL = REPO / "data" / "routellm_gsm8k" / "gsm8k_responses.csv"  # shipped, Apache-2.0
+GSM8K_FULL = default_outcomes()  # shipped, Apache-2.0
 PROMPTS = 60
 MIXTRAL, GPT4 = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 

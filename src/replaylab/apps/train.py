@@ -1,58 +1,25 @@
-"""Glue between the Hydra config and the library pipelines (typed configs in, summary out)."""
+"""`python -m training pipeline=...`: one library call per pipeline (typed configs in, summary out)."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from replaylab.apps.demand_runs import export_run, save_run_state
+from replaylab.apps.inputs import dask_client, ledger_input, plain
+from replaylab.apps.recording import active_run_id, nested_trial_logger
 from replaylab.config import ConfigError, from_mapping
-
-
-def _plain(node: Any) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
-
-
-@contextmanager
-def dask_client(compute: DictConfig):
-    """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes."""
-    from dask.distributed import Client, LocalCluster
-
-    if compute.address:
-        client = Client(compute.address)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    with LocalCluster(n_workers=compute.n_workers, threads_per_worker=compute.threads_per_worker,
-                      processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
-        yield client
-
-
-def _ledger_input(cfg: DictConfig):
-    """The typed ledger input of `cfg.data` (a file, or the seeded synthetic ledger)."""
-    from replaylab.pipelines.project import LedgerInput
-    from replaylab.sources.synthetic import SyntheticLedgerConfig
-
-    data = _plain(cfg.data)
-    generator = dict(data["synthetic"])
-    defect_rate = generator.pop("defect_rate")
-    synthetic = from_mapping(SyntheticLedgerConfig, generator, "data.synthetic")
-    return from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
-                                      "defect_rate": defect_rate, "seed": cfg.seed}, "data")
 
 
 def project(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.project import load_ledger, project_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
-    data = _plain(cfg.data)
-    inp = _ledger_input(cfg)
-    projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
-    split = from_mapping(SplitConfig, _plain(cfg.split), "split")
+    data = plain(cfg.data)
+    inp = ledger_input(cfg)
+    projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
+    split = from_mapping(SplitConfig, plain(cfg.split), "split")
     loaded = load_ledger(inp)
     if cfg.compute.kind == "local":
         return project_ledger(loaded, projection, split, run_dir, write_ledger=data["write_ledger"])
@@ -81,14 +48,14 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
 
     if cfg.compute.kind not in ("local", "dask"):
         raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
-    inp = _ledger_input(cfg)
-    projection = from_mapping(ProjectionConfig, _plain(cfg.projection), "projection")
-    split = from_mapping(SplitConfig, _plain(cfg.split), "split")
-    demand_values = _plain(cfg.demand)
+    inp = ledger_input(cfg)
+    projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
+    split = from_mapping(SplitConfig, plain(cfg.split), "split")
+    demand_values = plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
     loaded = load_ledger(inp)
-    kwargs = {"hpo": hpo, "on_trial": _nested_trial_logger(cfg),
+    kwargs = {"hpo": hpo, "on_trial": nested_trial_logger(cfg),
               "write_ledger": bool(cfg.data.write_ledger)}
     if cfg.compute.kind == "local":
         summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir, **kwargs)
@@ -103,7 +70,6 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
 
 def _save_and_export(cfg: DictConfig, run, summary: dict, run_dir: Path) -> dict:
     """Keep the fitted run (re-export) and export the artifact (docs/artifacts.md)."""
-    from export.glue import active_run_id, export_run, save_run_state
 
     summary["artifacts"]["demand_run"] = str(save_run_state(run, run_dir))
     if cfg.export.enabled:
@@ -114,21 +80,6 @@ def _save_and_export(cfg: DictConfig, run, summary: dict, run_dir: Path) -> dict
     return summary
 
 
-def _nested_trial_logger(cfg: DictConfig):
-    """Each finished Optuna trial as a nested MLflow run under the open run (None: no MLflow)."""
-    if not cfg.tracking.enabled:
-        return None
-    import mlflow
-
-    def on_trial(number: int, params: dict, value: float) -> None:
-        with mlflow.start_run(run_name=f"hpo-trial-{number:03d}", nested=True):
-            mlflow.log_params(params)
-            mlflow.log_metric("validation_mean_pinball", value)
-            mlflow.set_tag("optuna_trial", number)
-
-    return on_trial
-
-
 def import_source(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.ingest import import_to_contract
 
@@ -137,4 +88,29 @@ def import_source(cfg: DictConfig, run_dir: Path) -> dict:
     if not cfg.out:
         raise ConfigError("pipeline=import needs out=<path>.parquet|.jsonl|.csv")
     src = cfg.source
-    return import_to_contract(src.name, src.path, _plain(src.options), Path(cfg.out), run_dir)
+    return import_to_contract(src.name, src.path, plain(src.options), Path(cfg.out), run_dir)
+
+
+def run_pipeline(cfg: DictConfig, run_dir: Path) -> dict:
+    """The job of `python -m training`: the pipeline `cfg.pipeline` names."""
+    from replaylab.apps.forecast import forecast
+    from replaylab.apps.router import router
+
+    table = {"project": project, "import": import_source, "demand": demand,
+             "forecast": forecast, "router": router}
+    if cfg.pipeline not in table:
+        raise ConfigError(f"pipeline={cfg.pipeline!r} is unknown; choose one of {sorted(table)}")
+    return table[cfg.pipeline](cfg, run_dir)
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """A bad input or config (not a bug): one `error: ...` line and exit code 2."""
+    from omegaconf.errors import ValidationError as OmegaConfValidationError
+
+    from replaylab.artifacts.golden import ParityError
+    from replaylab.contracts import ContractError
+    from replaylab.demand.labels import DemandDataError
+    from replaylab.pipelines.router import RouterDataError
+
+    return (ContractError, ConfigError, DemandDataError, RouterDataError, FileNotFoundError,
+            ImportError, OmegaConfValidationError, ParityError)

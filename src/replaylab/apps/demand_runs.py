@@ -1,45 +1,20 @@
-"""Entry-point glue shared by `python -m training pipeline=demand` and `python -m export`.
+"""The fitted demand run, shared by `python -m training pipeline=demand` and `python -m export`.
 
 Saves the fitted DemandRun next to the run (so a finished run can be
-re-exported), exports the artifact, and gathers what the library must not look
-up itself: the signing key (from an environment variable named in the config),
-the git commit and the MLflow run id.
+re-exported) and exports the artifact with the provenance the library must not
+look up itself (`replaylab.apps.provenance`).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import joblib
 
-from replaylab.config import ConfigError
+from replaylab.apps.provenance import git_commit, hmac_key
 
 RUN_STATE = "demand_run.joblib"  # the fitted DemandRun (trusted, internal: pickle)
-
-
-def git_commit() -> str | None:
-    """HEAD of the working tree (`-dirty` when it has changes), None outside git."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{head}-dirty" if dirty else head
-
-
-def hmac_key(env_name: str | None) -> bytes | None:
-    """The signing key from environment variable `env_name` (None: unsigned)."""
-    if not env_name:
-        return None
-    value = os.environ.get(str(env_name))
-    if not value:
-        raise ConfigError(f"export.hmac_key_env={env_name!r}: that environment variable is unset")
-    return value.encode("utf-8")
 
 
 def save_run_state(run: Any, run_dir: Path) -> Path:
@@ -70,12 +45,3 @@ def export_run(run: Any, summary: dict, out: Path, export_cfg: Any,
             "created_at": m["created_at"], "valid_until": m["valid_until"],
             "signed": key is not None,
             "files": {e["path"]: e["size"] for e in m["files"]}}
-
-
-def active_run_id() -> str | None:
-    try:
-        import mlflow
-    except ImportError:
-        return None
-    run = mlflow.active_run()
-    return run.info.run_id if run is not None else None

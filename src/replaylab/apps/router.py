@@ -15,11 +15,19 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from replaylab.apps.inputs import plain
+from replaylab.apps.provenance import git_commit, hmac_key
+from replaylab.apps.recording import active_run_id
 from replaylab.config import ConfigError
 
 log = logging.getLogger("replaylab")
-DEFAULT_OUTCOMES = Path(__file__).resolve().parents[1] / "data" / "routellm_gsm8k" / \
-    "gsm8k_responses.csv"
+
+
+def default_outcomes() -> Path:
+    """The shipped RouteLLM GSM8K outcomes (Apache-2.0), a package resource of replaylab.data."""
+    from importlib.resources import files
+
+    return Path(str(files("replaylab.data") / "routellm_gsm8k" / "gsm8k_responses.csv"))
 
 
 def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
@@ -29,7 +37,7 @@ def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
 
     path, source = cfg.data.get("outcomes"), cfg.data.get("outcomes_source")
     if path is None and source is None:
-        path, source = DEFAULT_OUTCOMES, "routellm_gsm8k"
+        path, source = default_outcomes(), "routellm_gsm8k"
     if source is not None:
         if source not in SOURCES or SOURCES[source].contract != "outcomes":
             names = sorted(k for k, v in SOURCES.items() if v.contract == "outcomes")
@@ -116,9 +124,8 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.router import train_router
     from replaylab.router.embed_cache import cached_embed
     from replaylab.router.pipeline_config import router_config
-    from training.pipelines import _plain
 
-    values = _plain(cfg.router)
+    values = plain(cfg.router)
     enc = values.pop("encoder")
     rcfg = router_config(values)
     outcomes, origin = load_outcomes(cfg)
@@ -146,8 +153,6 @@ def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,
     from replaylab.tracking.router_report import write_router_report
 
     summary["reports"] = {"html": str(write_router_report(summary, run_dir))}
-    from export.glue import active_run_id, git_commit, hmac_key
-
     path = export_router(run, encoder_dir, run_dir / "artifacts" / "router",
                          version=str(cfg.export.version), valid_days=float(cfg.export.valid_days),
                          hmac_key=hmac_key(cfg.export.get("hmac_key_env")),

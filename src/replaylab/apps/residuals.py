@@ -1,4 +1,4 @@
-"""Glue of `python -m evaluation residuals`: read (or replay) the ledger, aggregate, draw."""
+"""`python -m evaluation residuals`: read (or replay) the ledger, aggregate, draw."""
 
 from __future__ import annotations
 

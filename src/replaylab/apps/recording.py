@@ -111,3 +111,28 @@ def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     return path
+
+
+def active_run_id() -> str | None:
+    """The id of the open MLflow run (None: no run, or MLflow not installed)."""
+    try:
+        import mlflow
+    except ImportError:
+        return None
+    run = mlflow.active_run()
+    return run.info.run_id if run is not None else None
+
+
+def nested_trial_logger(cfg: DictConfig):
+    """Each finished Optuna trial as a nested MLflow run under the open run (None: no MLflow)."""
+    if not cfg.tracking.enabled:
+        return None
+    import mlflow
+
+    def on_trial(number: int, params: dict, value: float) -> None:
+        with mlflow.start_run(run_name=f"hpo-trial-{number:03d}", nested=True):
+            mlflow.log_params(params)
+            mlflow.log_metric("validation_mean_pinball", value)
+            mlflow.set_tag("optuna_trial", number)
+
+    return on_trial

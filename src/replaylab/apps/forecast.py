@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from replaylab.apps.inputs import ledger_input, plain
 from replaylab.config import ConfigError, from_mapping
-
-
-def _plain(node) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if node is not None else {}
 
 
 def forecast(cfg: DictConfig, run_dir: Path) -> dict:
@@ -28,7 +25,7 @@ def forecast(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.get("forecast") is None:
         raise ConfigError("pipeline=forecast needs the `forecast` config group "
                           "(conf/forecast/default.yaml)")
-    fc = from_mapping(ForecastConfig, _plain(cfg.forecast), "forecast")
+    fc = from_mapping(ForecastConfig, plain(cfg.forecast), "forecast")
     aggregates_path = cfg.data.get("aggregates")
     ledger_path = cfg.data.get("ledger")
     if aggregates_path and ledger_path:
@@ -38,9 +35,8 @@ def forecast(cfg: DictConfig, run_dir: Path) -> dict:
         origin = str(aggregates_path)
     else:
         from replaylab.pipelines.project import load_ledger
-        from training.pipelines import _ledger_input
 
-        loaded = load_ledger(_ledger_input(cfg))
+        loaded = load_ledger(ledger_input(cfg))
         data = aggregate_ledger(loaded.result, fc.aggregation)
         origin = loaded.origin
     summary = run_forecast(data, fc, run_dir)
