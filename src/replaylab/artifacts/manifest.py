@@ -75,9 +75,35 @@ class ManifestError(Exception):
 
 
 def canonical_json(obj: Any) -> bytes:
-    """Canonical encoding: sorted keys, no whitespace, UTF-8, no NaN/Infinity."""
+    """Canonical encoding: sorted keys, no whitespace, UTF-8, no NaN/Infinity.
+
+    The one canonical form of the project: artifact manifests and the fleet's
+    signed recommendations (`replaylab.fleet.events`) are signed over it.
+    """
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
+
+
+def hmac_sha256(obj: Any, key: bytes) -> str:
+    """Hex HMAC-SHA256 of `canonical_json(obj)` with `key` (bytes).
+
+    The one signing helper: manifests (`signature` = "hmac-sha256:" + this) and
+    fleet recommendations (`replaylab.fleet.events.sign_recommendation`) use it.
+    The key is always handed in by the caller, never read here.
+    """
+    return hmac.new(key, canonical_json(obj), hashlib.sha256).hexdigest()
+
+
+def hmac_sha256_matches(obj: Any, key: bytes, signature: Any) -> bool:
+    """True when `signature` (hex) is `hmac_sha256(obj, key)`; compared in constant time.
+    A signature that is not a string, or a body that is not canonical JSON, is False."""
+    if not isinstance(signature, str) or not signature:
+        return False
+    try:
+        expected = hmac_sha256(obj, key)
+    except (TypeError, ValueError):
+        return False
+    return hmac.compare_digest(expected, signature)
 
 
 def content_hash(manifest: dict) -> str:
@@ -88,7 +114,7 @@ def content_hash(manifest: dict) -> str:
 
 def _signature(manifest: dict, key: bytes) -> str:
     body = {k: v for k, v in manifest.items() if k != "signature"}
-    return SIGNATURE_PREFIX + hmac.new(key, canonical_json(body), hashlib.sha256).hexdigest()
+    return SIGNATURE_PREFIX + hmac_sha256(body, key)
 
 
 def _sha256_file(path: Path) -> str:

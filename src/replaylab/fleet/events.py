@@ -23,6 +23,13 @@ A violation raises `EventLinkError` and leaves the log unchanged.
 JSONL: one event per line, `{"schema_version": "1", "kind": ..., ...}`; reading
 replays every line through the same checks. Standard library only; files are
 written only to a path the caller hands over.
+
+Signing. A recommendation may carry `signature`: the hex HMAC-SHA256 of the
+canonical JSON of its event dict without `signature` (`sign_recommendation`,
+`verify_recommendation`), with the same helper that signs artifact manifests
+(`replaylab.artifacts.manifest.hmac_sha256`). A consumer that acts on
+recommendations checks it (`recommendation_problem`) and refuses an unsigned,
+tampered, expired or not-yet-valid one; the key is handed in by the caller.
 """
 
 from __future__ import annotations
@@ -30,10 +37,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
+
+from replaylab.artifacts.manifest import hmac_sha256, hmac_sha256_matches
 
 EVENTS_SCHEMA_VERSION = "1"
 ACTUATION_STATUSES = ("applied", "partial", "failed")
@@ -75,7 +84,9 @@ class Recommendation:
     """What a policy proposes, e.g. action="scale_pool", target="pool-a", params={"replicas": 4}.
 
     telemetry: what the policy saw, e.g. {"replica-1": "fresh", "replica-2": "stale"};
-    expires_at: after this the recommendation must not be actuated (None: never expires).
+    expires_at: after this the recommendation must not be actuated (None: never expires);
+    valid_from: not to be actuated before this (None: from `at`);
+    signature: hex HMAC-SHA256 over every other field ("" = unsigned; see the module doc).
     """
 
     kind: ClassVar[str] = "recommendation"
@@ -88,6 +99,8 @@ class Recommendation:
     reason: str = ""
     telemetry: Mapping[str, Any] = field(default_factory=dict)
     expires_at: float | None = None
+    valid_from: float | None = None
+    signature: str = ""
 
     def __post_init__(self) -> None:
         for n in ("recommendation_id", "policy", "action", "target"):
@@ -98,6 +111,13 @@ class Recommendation:
             if self.expires_at <= self.at:
                 raise ValueError(f"Recommendation.expires_at={self.expires_at!r}: must be after "
                                  f"at={self.at!r}")
+        if self.valid_from is not None:
+            _time("Recommendation", "valid_from", self.valid_from)
+            if self.expires_at is not None and self.valid_from >= self.expires_at:
+                raise ValueError(f"Recommendation.valid_from={self.valid_from!r}: must be "
+                                 f"before expires_at={self.expires_at!r}")
+        if not isinstance(self.signature, str):
+            raise ValueError(f"Recommendation.signature={self.signature!r}: must be a string")
         _json_mapping(self, "Recommendation", "params")
         _json_mapping(self, "Recommendation", "telemetry")
 
@@ -196,6 +216,41 @@ def event_to_dict(event: Event) -> dict[str, Any]:
 def event_to_json(event: Event) -> str:
     return json.dumps(event_to_dict(event), sort_keys=True, separators=(",", ":"),
                       allow_nan=False)
+
+
+def _signed_body(rec: Recommendation) -> dict[str, Any]:
+    return {k: v for k, v in event_to_dict(rec).items() if k != "signature"}
+
+
+def sign_recommendation(rec: Recommendation, key: bytes) -> Recommendation:
+    """`rec` with `signature` = HMAC-SHA256 of its canonical JSON without the signature."""
+    if not isinstance(key, bytes | bytearray) or not key:
+        raise ValueError("sign_recommendation: the key must be non-empty bytes")
+    return replace(rec, signature=hmac_sha256(_signed_body(rec), bytes(key)))
+
+
+def verify_recommendation(rec: Recommendation, key: bytes) -> bool:
+    """True when `rec.signature` matches its other fields under `key` (False if unsigned)."""
+    return bool(key) and hmac_sha256_matches(_signed_body(rec), bytes(key), rec.signature)
+
+
+REFUSALS = ("unsigned", "bad_signature", "expired", "not_yet_valid", "wrong_target")
+
+
+def recommendation_problem(rec: Recommendation, key: bytes, now: float,
+                           target: str | None = None) -> str | None:
+    """Why a consumer must not act on `rec` at `now` (one of REFUSALS), or None if it may."""
+    if not rec.signature:
+        return "unsigned"
+    if not verify_recommendation(rec, key):
+        return "bad_signature"
+    if target is not None and rec.target != target:
+        return "wrong_target"
+    if rec.expires_at is not None and now >= rec.expires_at:
+        return "expired"
+    if now < (rec.at if rec.valid_from is None else max(rec.at, rec.valid_from)):
+        return "not_yet_valid"
+    return None
 
 
 def event_from_dict(d: Any) -> Event:

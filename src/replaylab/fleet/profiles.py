@@ -24,6 +24,11 @@ Provenance, strongest first (STYLE.md principle 10):
 
 Each profile carries one label per part (service, power, kv, cost); a result
 inherits the weakest label of the parts it used (`weakest`).
+
+This module is the one reader of the GPU measurements (ML.ENERGY v3,
+Splitwise): calibrations (`calibrate_mlenergy`, `calibrate_splitwise`), the
+latency-bound operating point (`mlenergy_operating_point`) and the prompt-phase
+throughput (`splitwise_prefill_tok_per_s`) all read the files here.
 """
 
 from __future__ import annotations
@@ -233,6 +238,49 @@ def calibrate_splitwise(path: str | Path, *, model: str, hardware: str, tensor_p
         max_batch=max_batch, gpus=int(tensor_parallel), service_provenance="calibrated",
         source=f"{src}; power: {power_from.source}")
     return CalibratedProfile(prof, {"decode_step": step, "prefill": pre})
+
+
+def mlenergy_operating_point(path: str | Path, *, model: str, gpu: str, num_gpus: int,
+                             task: str, itl_p99_slo_ms: float) -> pd.Series:
+    """The ML.ENERGY v3 row (measured) of the fastest batch whose ITL p99 meets the SLO.
+
+    Among the rows of (task, model, gpu, num_gpus), those with `itl_p99_ms` <=
+    `itl_p99_slo_ms`; the one with the highest `output_tok_per_s`. Its
+    `max_num_seqs` is the largest batch a latency-bound deployment would run.
+    """
+    df = pd.read_csv(path)
+    rows = df[(df["model"] == model) & (df["gpu"] == gpu) & (df["num_gpus"] == num_gpus)
+              & (df["task"] == task)]
+    if rows.empty:
+        raise ValueError(f"ML.ENERGY: no row for model={model!r} gpu={gpu!r} "
+                         f"num_gpus={num_gpus} task={task!r}")
+    ok = rows[rows["itl_p99_ms"] <= itl_p99_slo_ms]
+    if ok.empty:
+        raise ValueError(f"ML.ENERGY: no batch of {model!r} on {num_gpus}x{gpu} meets "
+                         f"itl_p99 <= {itl_p99_slo_ms} ms (lowest "
+                         f"{rows['itl_p99_ms'].min()} ms)")
+    return ok.loc[ok["output_tok_per_s"].idxmax()]
+
+
+def splitwise_prefill_tok_per_s(path: str | Path, *, model: str, hardware: str,
+                                tensor_parallel: int, min_tokens: int = 2048) -> float:
+    """Prompt-phase tokens/s of a Splitwise configuration (measured), over saturated runs.
+
+    `prompt_time` is milliseconds for the whole batch's prompt phase; runs with
+    fewer than `min_tokens` prompt tokens in the batch are launch-bound and left
+    out; the median per (prompt_size, batch_size) first (each is repeated), then
+    a pooled ratio: sum of tokens / sum of prompt seconds.
+    """
+    df = pd.read_csv(path)
+    rows = df[(df["model"] == model) & (df["hardware"] == hardware)
+              & (df["tensor_parallel"] == tensor_parallel)]
+    tokens = rows["prompt_size"] * rows["batch_size"]
+    sat = rows[tokens >= min_tokens]
+    if sat.empty:
+        raise ValueError(f"Splitwise: no saturated rows for {model}/{hardware}/tp{tensor_parallel}")
+    g = sat.assign(tokens=sat["prompt_size"] * sat["batch_size"]).groupby(
+        ["prompt_size", "batch_size"])[["tokens", "prompt_time"]].median()
+    return float(g["tokens"].sum() / (g["prompt_time"].sum() / 1000.0))
 
 
 def kv_capacity_estimate(memory_gb: float, weights_gb: float, kv_bytes_per_token: int,

@@ -1,7 +1,12 @@
-"""Analytic capacity of one serving replica, from measured throughputs.
+"""LEGACY: the analytic capacity of the fluid autoscaling experiment (forecast/experiments.py).
 
-The fleet simulator (issue #6) is not built yet, so forecast quantiles become
-replica counts through this first-order model (issue #7 allows it):
+Kept only until `python -m evaluation experiment=autoscaling` is rewired to
+`replaylab.fleet.autoscaling_experiment`, which runs on the event-driven fleet
+simulator (replaylab.fleet.sim) and sizes replicas with
+`replaylab.fleet.capacity` from a calibrated `GpuProfile`; then this module goes.
+The measurements are read by `replaylab.fleet.profiles` (the one reader).
+The fluid experiment turns forecast quantiles into replica counts with this
+first-order model:
 
     replica-seconds per request  w = prompt_tokens / prefill_tok_per_s
                                    + output_tokens / decode_tok_per_s
@@ -30,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from replaylab.fleet.profiles import mlenergy_operating_point, splitwise_prefill_tok_per_s
 
 MLENERGY_FILE = "energy/mlenergy_v3_measured.csv"
 SPLITWISE_FILE = "energy/splitwise_perf.csv"
@@ -126,40 +133,6 @@ def replicas_needed(rate_q: float, tokens: TokenMix, profile: ReplicaProfile,
 # ---------------------------------------------------------------- measured sources
 
 
-def _mlenergy_row(df: pd.DataFrame, model: str, gpu: str, num_gpus: int, task: str,
-                  itl_p99_slo_ms: float) -> pd.Series:
-    rows = df[(df["model"] == model) & (df["gpu"] == gpu) & (df["num_gpus"] == num_gpus)
-              & (df["task"] == task)]
-    if rows.empty:
-        raise ValueError(f"ML.ENERGY: no row for model={model!r} gpu={gpu!r} "
-                         f"num_gpus={num_gpus} task={task!r}")
-    ok = rows[rows["itl_p99_ms"] <= itl_p99_slo_ms]
-    if ok.empty:
-        raise ValueError(f"ML.ENERGY: no batch of {model!r} on {num_gpus}x{gpu} meets "
-                         f"itl_p99 <= {itl_p99_slo_ms} ms (lowest "
-                         f"{rows['itl_p99_ms'].min()} ms)")
-    return ok.loc[ok["output_tok_per_s"].idxmax()]
-
-
-def splitwise_prefill_tok_per_s(df: pd.DataFrame, model: str, hardware: str,
-                                tensor_parallel: int, min_tokens: int = 2048) -> float:
-    """Prompt-phase tokens/s of a Splitwise configuration, over saturated runs.
-
-    `prompt_time` is milliseconds for the whole batch's prompt phase; runs with
-    fewer than `min_tokens` prompt tokens in the batch are launch-bound and left out.
-    """
-    rows = df[(df["model"] == model) & (df["hardware"] == hardware)
-              & (df["tensor_parallel"] == tensor_parallel)]
-    tokens = rows["prompt_size"] * rows["batch_size"]
-    sat = rows[tokens >= min_tokens]
-    if sat.empty:
-        raise ValueError(f"Splitwise: no saturated rows for {model}/{hardware}/tp{tensor_parallel}")
-    # median per configuration first (each is repeated), then a pooled ratio
-    g = sat.assign(tokens=sat["prompt_size"] * sat["batch_size"]).groupby(
-        ["prompt_size", "batch_size"])[["tokens", "prompt_time"]].median()
-    return float(g["tokens"].sum() / (g["prompt_time"].sum() / 1000.0))
-
-
 def measured_profile(shared_dir: str | Path, *, model: str = "meta-llama/Llama-3.1-70B-Instruct",
                      gpu: str = "H100", num_gpus: int = 4, task: str = "lm-arena-chat",
                      itl_p99_slo_ms: float = 100.0, prefill_model: str = "llama2-70b",
@@ -167,11 +140,11 @@ def measured_profile(shared_dir: str | Path, *, model: str = "meta-llama/Llama-3
                      prefill_tensor_parallel: int = 4) -> ReplicaProfile:
     """A replica profile from the measured ML.ENERGY and Splitwise files under `shared_dir`."""
     shared = Path(shared_dir)
-    ml = pd.read_csv(shared / MLENERGY_FILE)
-    row = _mlenergy_row(ml, model, gpu, num_gpus, task, itl_p99_slo_ms)
-    sw = pd.read_csv(shared / SPLITWISE_FILE)
-    prefill = splitwise_prefill_tok_per_s(sw, prefill_model, prefill_hardware,
-                                          prefill_tensor_parallel)
+    row = mlenergy_operating_point(shared / MLENERGY_FILE, model=model, gpu=gpu,
+                                   num_gpus=num_gpus, task=task, itl_p99_slo_ms=itl_p99_slo_ms)
+    prefill = splitwise_prefill_tok_per_s(shared / SPLITWISE_FILE, model=prefill_model,
+                                          hardware=prefill_hardware,
+                                          tensor_parallel=prefill_tensor_parallel)
     transfer = "" if prefill_model.replace("-", "").lower() in model.replace("-", "").lower() \
         else f"; prefill transferred from {prefill_model} (modeled)"
     return ReplicaProfile(

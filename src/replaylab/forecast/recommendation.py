@@ -1,8 +1,16 @@
-"""Advise-only replica recommendations: signed, versioned messages and their event log.
+"""LEGACY: the fluid autoscaling experiment's replica messages (forecast/experiments.py only).
+
+Superseded by `replaylab.fleet.events` (one Recommendation / Acknowledgement /
+Actuation / Outcome model, signed with the manifests' helper) and
+`replaylab.fleet.recommendations`; this module goes when the autoscaling entry
+point is rewired to `replaylab.fleet.autoscaling_experiment`. It already signs
+with the shared `replaylab.artifacts.manifest.canonical_json` / `hmac_sha256`.
+
+Advise-only replica recommendations: signed, versioned messages and their event log.
 
 A recommendation says "pool P should have N replicas from `valid_from_ms` until
 `valid_until_ms`", with the forecast it came from. It is signed with
-HMAC-SHA256 over its canonical JSON (sorted keys, no whitespace, ASCII) using a
+HMAC-SHA256 over its canonical JSON (sorted keys, no whitespace, UTF-8) using a
 key the caller passes; nothing here reads a key from the environment. It never
 actuates: a consumer (the proactive policy, standing in for the serving layer)
 verifies it, acknowledges it, and may actuate it; each step is a separate event
@@ -20,11 +28,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import hashlib
 import hmac
-import json
 from dataclasses import dataclass
 from typing import Any
+
+from replaylab.artifacts.manifest import canonical_json, hmac_sha256
 
 MESSAGE_VERSION = "replica-recommendation-v1"
 EVENT_TYPES = ("recommended", "acknowledged", "actuated", "rolled_back", "fallback")
@@ -54,16 +62,15 @@ class Recommendation:
                 if f.name != "signature"}
 
 
-def canonical_json(body: dict[str, Any]) -> bytes:
-    """Sorted keys, no whitespace, ASCII: the bytes the signature covers."""
-    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode("ascii")
+__all__ = ["EVENT_TYPES", "FALLBACK_REASONS", "MESSAGE_VERSION", "Event", "EventLog",
+           "Recommendation", "RecommendationInbox", "canonical_json", "from_dict",
+           "recommendations_from_forecast", "sign", "to_dict", "verify"]
 
 
 def _mac(body: dict[str, Any], key: bytes) -> str:
     if not isinstance(key, (bytes, bytearray)) or not key:
         raise ValueError("an HMAC key must be non-empty bytes")
-    return hmac.new(bytes(key), canonical_json(body), hashlib.sha256).hexdigest()
+    return hmac_sha256(body, bytes(key))
 
 
 def sign(message: Recommendation, key: bytes) -> Recommendation:

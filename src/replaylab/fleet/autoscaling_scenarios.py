@@ -1,0 +1,204 @@
+"""Scenarios of the autoscaling experiment: typed config, rate traces, demand per tick.
+
+A scenario is a day of 10-minute request rates (ServeGen language/m-large,
+summed over clients and scaled to the pool, or a seeded synthetic diurnal),
+preceded by history days the forecaster and the static sizing may see, and
+changed by its kind:
+- `steady`: the day as it is;
+- `burst`: the rate times `factor` for `minutes`, at a seeded or given hour;
+- `mix_drift`: the share of long-output requests times `long_share_factor`,
+  ramping in from `start_hour` over `ramp_minutes` (request counts unchanged,
+  replica-seconds per request up);
+- `forecast_error`: the forecast's quantiles times (1 + bias) and lognormal noise.
+Inside a bucket the rate is linear between bucket midpoints, rescaled so the
+bucket keeps its recorded mean; the arrivals of a
+tick are gamma-Poisson with the index of dispersion (variance / mean) of a
+renewal process with the bucket's inter-arrival CV (ServeGen `rate_cv`,
+measured per client, pooled by the importer; thinned by `scale` < 1:
+D = scale * cv^2 + 1 - scale), or of `tick_noise_cv` for the synthetic trace
+(modeled). Every policy of a scenario sees the same arrivals (common random
+numbers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from replaylab.config import ConfigError
+
+DAY_S = 86_400
+SCENARIO_KINDS = ("steady", "burst", "mix_drift", "forecast_error")
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    source: str = "servegen"      # servegen | synthetic
+    path: str = ""                # servegen folder (aggregates-v1 via import_servegen)
+    day: int = 3                  # evaluated day (0-based); days before it are history
+    scale: float = 0.25           # multiply the source's request rate
+    tick_noise_cv: float = 0.1    # synthetic trace: cv of the rate per tick
+    synthetic_days: int = 4
+    synthetic_mean_rps: float = 50.0
+    synthetic_amplitude: float = 0.5
+    synthetic_bucket_cv: float = 0.05
+    hours: float = 24.0           # evaluate only the first `hours` of the day (tests)
+
+    def __post_init__(self) -> None:
+        if self.source not in ("servegen", "synthetic"):
+            raise ConfigError(f"trace.source={self.source!r}; choose servegen or synthetic")
+        if self.day < 1 or self.scale <= 0 or not 0 < self.hours <= 24:
+            raise ConfigError(f"trace: day={self.day} (needs >= 1 history day), "
+                              f"scale={self.scale}, hours={self.hours} out of range")
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    kind: str = "steady"
+    factor: float = 3.0            # burst
+    minutes: float = 20.0          # burst
+    start_hour: float | None = None  # burst / mix_drift; None = seeded (burst)
+    long_share_factor: float = 2.0  # mix_drift
+    ramp_minutes: float = 60.0     # mix_drift
+    bias: float = 0.0              # forecast_error
+    noise_sigma: float = 0.0       # forecast_error
+    policies: tuple[str, ...] = ("static", "reactive", "proactive")
+
+    def __post_init__(self) -> None:
+        if self.kind not in SCENARIO_KINDS:
+            raise ConfigError(f"scenario kind={self.kind!r}; one of {SCENARIO_KINDS}")
+
+
+@dataclass(frozen=True)
+class Demand0:
+    """Rates of one scenario before arrivals are drawn."""
+
+    bucket_rps: pd.Series      # realized requests/s per bucket, history + day (index: epoch ms)
+    tick_rps: np.ndarray       # requests/s per tick of the evaluated day
+    tick_dispersion: np.ndarray  # variance / mean of the arrivals per tick
+    long_share: np.ndarray     # long-output share per tick
+    day_start_ms: int
+    bucket_seconds: int
+    notes: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BaseRates:
+    """Scaled requests/s per bucket (history + day), inter-arrival CV per bucket, width (s)."""
+
+    rps: pd.Series
+    cv: pd.Series | None
+    width: int
+
+
+def servegen_bucket_rps(path: str) -> tuple[pd.Series, pd.Series, int]:
+    """Requests/s and pooled inter-arrival CV per bucket of a ServeGen folder (archetypes
+    summed: cv = sqrt(sum n cv^2 / sum n)), and the bucket width."""
+    from replaylab.sources.servegen import import_servegen
+
+    agg = import_servegen(path)
+    width = int(agg["bucket_seconds"].iloc[0])
+    agg = agg.assign(w=agg["requests"] * agg["rate_cv"].fillna(1.0) ** 2)
+    g = agg.groupby("bucket_start")[["requests", "w"]].sum().sort_index()
+    cv = np.sqrt(g["w"] / g["requests"].where(g["requests"] > 0)).fillna(1.0)
+    return g["requests"] / width, cv, width
+
+
+def synthetic_bucket_rps(cfg: TraceConfig, seed: int, width: int = 600) -> pd.Series:
+    """A seeded diurnal: mean * (1 + amplitude * sin) * lognormal bucket noise (modeled)."""
+    rng = np.random.default_rng(seed)
+    n = cfg.synthetic_days * DAY_S // width
+    t = np.arange(n) * width
+    shape = 1 + cfg.synthetic_amplitude * np.sin(2 * np.pi * (t / DAY_S - 0.375))
+    noise = np.exp(rng.normal(0, cfg.synthetic_bucket_cv, n))
+    return pd.Series(cfg.synthetic_mean_rps * shape * noise, index=t * 1000)
+
+
+def base_rates(cfg: TraceConfig, seed: int) -> BaseRates:
+    """Scaled requests/s per bucket for history + the evaluated day (read once per run)."""
+    if cfg.source == "synthetic":
+        rps, cv, width = synthetic_bucket_rps(cfg, seed), None, 600
+    else:
+        rps, cv, width = servegen_bucket_rps(cfg.path)
+    per_day = DAY_S // width
+    if len(rps) < (cfg.day + 1) * per_day:
+        raise ConfigError(f"trace.day={cfg.day}: the trace has {len(rps) // per_day} full days")
+    keep = (cfg.day + 1) * per_day
+    return BaseRates(rps.iloc[:keep] * cfg.scale, None if cv is None else cv.iloc[:keep], width)
+
+
+def _dispersion(cfg: TraceConfig, base: BaseRates, day_start_ms: int, tick_rps: np.ndarray,
+                tick_s: float) -> np.ndarray:
+    """Index of dispersion of the arrivals per tick (see the module doc)."""
+    n = len(tick_rps)
+    if base.cv is None:
+        return 1.0 + tick_rps * tick_s * cfg.tick_noise_cv**2
+    per_bucket = base.width / tick_s
+    cv = base.cv[base.cv.index >= day_start_ms].to_numpy()
+    cv = cv[np.minimum((np.arange(n) // per_bucket).astype(int), len(cv) - 1)]
+    p = min(cfg.scale, 1.0)
+    return np.maximum(1.0, p * cv**2 + 1 - p) if cfg.scale <= 1 else np.maximum(1.0, cv**2)
+
+
+def _tick_rates(rps: pd.Series, width: int, day_start_ms: int, n_ticks: int,
+                tick_s: float) -> np.ndarray:
+    """Linear between bucket midpoints, rescaled per bucket so each bucket keeps its
+    recorded mean (the day's request volume is the trace's)."""
+    centers = (rps.index.to_numpy(dtype=float) - day_start_ms) / 1000 + width / 2
+    t = (np.arange(n_ticks) + 0.5) * tick_s
+    tick = np.interp(t, centers, rps.to_numpy(dtype=float))
+    bucket = (t // width).astype(int)
+    recorded = rps[rps.index >= day_start_ms].to_numpy(dtype=float)[: bucket.max() + 1]
+    interp_mean = np.bincount(bucket, tick) / np.maximum(np.bincount(bucket), 1)
+    factor = np.where(interp_mean > 0, recorded / np.where(interp_mean > 0, interp_mean, 1), 0)
+    return tick * factor[bucket]
+
+
+def scenario_rates(base: BaseRates, cfg: TraceConfig, sc: ScenarioConfig,
+                   base_long_share: float, tick_s: float, seed: int) -> Demand0:
+    """Tick rates, long-output shares and the realized bucket series of one scenario."""
+    rps, width = base.rps, base.width
+    day_start_ms = int(rps.index[cfg.day * DAY_S // width])
+    n_ticks = int(round(cfg.hours * 3600 / tick_s))
+    tick = _tick_rates(rps, width, day_start_ms, n_ticks, tick_s)
+    long_share = np.full(n_ticks, base_long_share)
+    t = np.arange(n_ticks) * tick_s
+    notes: dict = {}
+    if sc.kind == "burst":
+        rng = np.random.default_rng(seed + 7)
+        hours = cfg.hours - sc.minutes / 60
+        start_h = sc.start_hour if sc.start_hour is not None else float(
+            rng.uniform(min(2.0, hours / 4), max(min(2.0, hours / 4), hours - 1)))
+        inside = (t >= start_h * 3600) & (t < start_h * 3600 + sc.minutes * 60)
+        tick = np.where(inside, tick * sc.factor, tick)
+        notes = {"burst_start_hour": round(start_h, 3), "burst_minutes": sc.minutes,
+                 "burst_factor": sc.factor}
+    elif sc.kind == "mix_drift":
+        start_h = sc.start_hour if sc.start_hour is not None else cfg.hours / 3
+        ramp = np.clip((t - start_h * 3600) / max(sc.ramp_minutes * 60, 1e-9), 0, 1)
+        target = min(1.0, base_long_share * sc.long_share_factor)
+        long_share = base_long_share + ramp * (target - base_long_share)
+        notes = {"drift_start_hour": round(start_h, 3), "long_share_from": base_long_share,
+                 "long_share_to": target}
+    # the realized series the forecaster sees: history as is, the day from its ticks
+    per_bucket = int(width // tick_s)
+    day_idx = rps.index[rps.index >= day_start_ms][: n_ticks // per_bucket]
+    realized = rps.copy()
+    realized.loc[day_idx] = tick[: len(day_idx) * per_bucket].reshape(-1, per_bucket).mean(1)
+    return Demand0(realized.loc[: day_idx[-1]] if len(day_idx) else realized, tick,
+                   _dispersion(cfg, base, day_start_ms, tick, tick_s), long_share,
+                   day_start_ms, width, notes)
+
+
+def draw_arrivals(tick_rps: np.ndarray, tick_s: float, dispersion: np.ndarray,
+                  seed: int) -> np.ndarray:
+    """Gamma-Poisson arrivals per tick: mean rate * tick, variance mean * dispersion."""
+    rng = np.random.default_rng(seed)
+    mean = tick_rps * tick_s
+    v = np.where(mean > 0, (np.asarray(dispersion) - 1.0) / np.maximum(mean, 1e-12), 0.0)
+    factor = np.ones(len(mean))
+    noisy = v > 1e-12
+    factor[noisy] = rng.gamma(1 / v[noisy], v[noisy])
+    return rng.poisson(mean * factor).astype(float)
