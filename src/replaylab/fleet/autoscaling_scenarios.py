@@ -18,6 +18,15 @@ measured per client, pooled by the importer; thinned by `scale` < 1:
 D = scale * cv^2 + 1 - scale), or of `tick_noise_cv` for the synthetic trace
 (modeled). Every policy of a scenario sees the same arrivals (common random
 numbers).
+
+For the event-driven simulator (`scenario_workload`) a tick's arrivals are
+placed uniformly at random inside the tick (Poisson given the count, so the
+gamma-Poisson count keeps the burstiness at the 15 s scale), and each request
+gets the prompt and completion tokens of a row drawn from a measured token
+sample (`TokenSample`: the Azure LLM inference trace 2023 by default): a long
+one (completion >= the threshold) with the tick's long-output share, else a
+short one. A run of several policies on one scenario and seed reuses one
+workload (common random numbers).
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError
+from replaylab.fleet.workload import Workload
 
 DAY_S = 86_400
 SCENARIO_KINDS = ("steady", "burst", "mix_drift", "forecast_error")
@@ -202,3 +212,62 @@ def draw_arrivals(tick_rps: np.ndarray, tick_s: float, dispersion: np.ndarray,
     noisy = v > 1e-12
     factor[noisy] = rng.gamma(1 / v[noisy], v[noisy])
     return rng.poisson(mean * factor).astype(float)
+
+
+@dataclass(frozen=True)
+class TokenSample:
+    """Measured (prompt, completion) token pairs, split at `long_threshold` completion tokens."""
+
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    long_threshold: int = 400
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.prompt_tokens, dtype="int64")
+        c = np.maximum(np.asarray(self.completion_tokens, dtype="int64"), 1)
+        if p.shape != c.shape or p.size == 0 or (p < 0).any():
+            raise ConfigError("TokenSample: one prompt (>= 0) per completion, at least one row")
+        object.__setattr__(self, "prompt_tokens", p)
+        object.__setattr__(self, "completion_tokens", c)
+        if not (self.is_long.any() and (~self.is_long).any()):
+            raise ConfigError(f"TokenSample: long_threshold={self.long_threshold} leaves one "
+                              "class empty (the mix drift needs both)")
+
+    @property
+    def is_long(self) -> np.ndarray:
+        return self.completion_tokens >= self.long_threshold
+
+    @property
+    def long_share(self) -> float:
+        return float(self.is_long.mean())
+
+
+def token_sample(ledger: pd.DataFrame, long_threshold: int = 400,
+                 source: str = "") -> TokenSample:
+    """The prompt / completion tokens of the ledger-v1 rows that have both."""
+    ok = ledger["prompt_tokens"].notna() & ledger["completion_tokens"].notna()
+    d = ledger[ok]
+    return TokenSample(d["prompt_tokens"].to_numpy("int64"),
+                       d["completion_tokens"].to_numpy("int64"), long_threshold, source)
+
+
+def scenario_workload(d0: Demand0, tick_s: float, tokens: TokenSample, seed: int,
+                      model: str = "model") -> Workload:
+    """One seeded day of requests for the fleet simulator (see the module doc)."""
+    counts = draw_arrivals(d0.tick_rps, tick_s, d0.tick_dispersion, seed + 1).astype("int64")
+    rng = np.random.default_rng(seed + 2)
+    tick = np.repeat(np.arange(len(counts)), counts)
+    n = int(tick.size)
+    # disjoint ticks: sorting the times keeps every request in its tick, and the token
+    # draws below are exchangeable within a tick, so they need no reordering
+    arrival = np.sort((tick + rng.random(n)) * tick_s)
+    lng = tokens.is_long
+    long_rows, short_rows = np.flatnonzero(lng), np.flatnonzero(~lng)
+    is_long = rng.random(n) < d0.long_share[tick]
+    rows = np.where(is_long, long_rows[rng.integers(0, long_rows.size, n)],
+                    short_rows[rng.integers(0, short_rows.size, n)])
+    zeros = np.zeros(n, dtype="int16")
+    return Workload(arrival, tokens.prompt_tokens[rows], tokens.completion_tokens[rows], zeros,
+                    (model,), zeros, ("interactive",), np.full(n, -1, dtype="int16"),
+                    source=f"scenario rates x {tokens.source or 'token sample'}, seed {seed}")

@@ -237,15 +237,24 @@ def verify_recommendation(rec: Recommendation, key: bytes) -> bool:
 REFUSALS = ("unsigned", "bad_signature", "expired", "not_yet_valid", "wrong_target")
 
 
-def recommendation_problem(rec: Recommendation, key: bytes, now: float,
-                           target: str | None = None) -> str | None:
-    """Why a consumer must not act on `rec` at `now` (one of REFUSALS), or None if it may."""
+def signature_problem(rec: Recommendation, key: bytes, target: str | None = None) -> str | None:
+    """"unsigned", "bad_signature" (wrong key or a field changed after signing),
+    "wrong_target", or None: the checks that do not depend on the time."""
     if not rec.signature:
         return "unsigned"
     if not verify_recommendation(rec, key):
         return "bad_signature"
     if target is not None and rec.target != target:
         return "wrong_target"
+    return None
+
+
+def recommendation_problem(rec: Recommendation, key: bytes, now: float,
+                           target: str | None = None) -> str | None:
+    """Why a consumer must not act on `rec` at `now` (one of REFUSALS), or None if it may."""
+    problem = signature_problem(rec, key, target)
+    if problem is not None:
+        return problem
     if rec.expires_at is not None and now >= rec.expires_at:
         return "expired"
     if now < (rec.at if rec.valid_from is None else max(rec.at, rec.valid_from)):
@@ -303,6 +312,17 @@ class EventLog:
     @property
     def events(self) -> tuple[Event, ...]:
         return tuple(self._events)
+
+    def has(self, recommendation_id: str) -> bool:
+        """Whether a recommendation with this id is logged."""
+        return recommendation_id in self._chains
+
+    def counts(self) -> dict[str, int]:
+        """Events per kind (every kind listed, zeros included)."""
+        out = dict.fromkeys(EVENT_TYPES, 0)
+        for e in self._events:
+            out[e.kind] += 1
+        return out
 
     def of_kind(self, kind: str) -> list[Event]:
         return [e for e in self._events if e.kind == kind]

@@ -180,9 +180,19 @@ class TelemetryFeed:
         return e is not None and now < e[2]
 
     def values(self, r: int, now: float) -> tuple | None:
-        """(queue_depth, running_requests, kv_cache_usage, power_watts) if fresh at `now`, else None."""
-        e = self._entry(r, now)
-        return e[3] if e is not None and now < e[2] else None
+        """(queue_depth, running_requests, kv_cache_usage, power_watts) if fresh at `now`, else None.
+
+        The same answer as `fresh` + the observation's fields (every load field of a
+        replica shares its last good scrape time s and expires at s + ttl_s), read
+        without building the `Observation`: controllers call this for every replica
+        on every tick.
+        """
+        if self._pending and self._pending[0][0] <= now:
+            self._promote(now)
+        if r >= len(self._health) or self._health[r] is None:
+            return None
+        good = self._good[r]
+        return good[1] if good is not None and now < good[0] + self.ttl_s else None
 
     def _build(self, r: int, good, health) -> Observation:
         ttl, m = self.ttl_s, Source.MODELED

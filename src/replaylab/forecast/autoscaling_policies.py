@@ -1,4 +1,10 @@
-"""Autoscaling policies for `autoscaling.simulate`: static, reactive (HPA), proactive.
+"""LEGACY: the fluid experiment's policies (forecast/experiments.py only); see fleet/autoscaling.py.
+
+The controllers of the event-driven simulator are `replaylab.fleet.autoscaling`
+(which also holds the one `hpa_desired`); this module goes when the autoscaling
+entry point is rewired to `replaylab.fleet.autoscaling_experiment`.
+
+Autoscaling policies for `autoscaling.simulate`: static, reactive (HPA), proactive.
 
 - `StaticPolicy`: a fixed replica count (sized ahead for a quantile of a day).
 - `HPAPolicy`: the Kubernetes HorizontalPodAutoscaler algorithm (autoscaling/v2,
@@ -29,6 +35,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from replaylab.fleet.autoscaling import hpa_desired
 from replaylab.forecast.autoscaling import Observation
 from replaylab.forecast.recommendation import EventLog, RecommendationInbox
 
@@ -60,24 +67,6 @@ class HPAConfig:
         if not 0 < self.target_util <= 1 or not 0 <= self.tolerance < 1:
             raise ValueError(f"HPAConfig: target_util={self.target_util}, "
                              f"tolerance={self.tolerance} out of range")
-
-
-def hpa_desired(ready: int, starting: int, utilization: float, target: float,
-                tolerance: float) -> int:
-    """Replica calculation of the HPA for one pod metric (before stabilization)."""
-    current = ready + starting
-    if ready == 0:
-        return current  # no metrics from any pod: the HPA skips this sync
-    ratio = utilization / target
-    if starting == 0 or ratio <= 1.0:
-        if abs(1.0 - ratio) <= tolerance:
-            return current
-        return math.ceil(ratio * ready - 1e-9)
-    new_ratio = ratio * ready / current  # starting pods count as 0 usage on scale-up
-    if abs(1.0 - new_ratio) <= tolerance or new_ratio < 1.0:
-        return current
-    desired = math.ceil(new_ratio * current - 1e-9)
-    return current if desired < current else desired
 
 
 class HPAPolicy:

@@ -1,0 +1,348 @@
+"""The autoscaling experiment on the event-driven fleet simulator.
+
+`run_autoscaling_experiment(config, out_dir) -> summary` runs every scenario
+(steady day, burst, mix drift, 30 % under-forecast by default) with every
+policy (static, reactive HPA, forecast with and without its reactive floor)
+for every seed (the replicates: arrival and token draws; all policies of a
+scenario and seed see the same requests), then a target-utilization sweep of
+the reactive and forecast policies on one scenario, so they are compared at
+matched SLO. The summary carries per scenario and policy the mean and 95 %
+t-interval over seeds (`replaylab.stats.mean_ci`) of GPU-hours, SLO
+attainment, energy, oscillations and scale events, paired differences against
+the reactive policy, the sweep frontier, who wins where (`autoscaling_report`,
+computed from these numbers) and the figures and report.html written under
+`out_dir`.
+
+Config: `AutoscalingConfig` (frozen dataclasses, one per section);
+`autoscaling_config(mapping)` builds it from a plain mapping (a composed YAML),
+naming any unknown field. `workers` > 1 runs (scenario, seed) jobs in forked
+processes; results do not depend on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from functools import partial
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from replaylab.config import ConfigError, from_mapping
+from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
+from replaylab.fleet.autoscaling_runs import POLICIES, RunPlan, RunSetup, simulate_policy
+from replaylab.fleet.autoscaling_scenarios import (
+    DAY_S,
+    BaseRates,
+    ScenarioConfig,
+    TokenSample,
+    TraceConfig,
+    base_rates,
+    scenario_rates,
+    scenario_workload,
+    token_sample,
+)
+from replaylab.fleet.capacity import (
+    ProfileSpec,
+    autoscaling_profile,
+    replicas_for_rate,
+    work_per_request,
+)
+from replaylab.fleet.outcomes import SloTarget
+from replaylab.fleet.profiles import GpuProfile
+
+SERVEGEN_DEFAULT = "traces/servegen/language/m-large"
+
+
+@dataclass(frozen=True)
+class TokenSpec:
+    """Where request token counts come from: azure_conv | azure_code | a ledger-v1 file."""
+
+    source: str = "azure_conv"
+    long_output_threshold: int = 400
+
+
+@dataclass(frozen=True)
+class ScalingPoolSpec:
+    """The pool being scaled and its request handling (seconds, replicas)."""
+
+    cold_start_s: float = 180.0          # scale-up decision -> takes requests (billed meanwhile)
+    min_replicas: int = 1
+    max_replicas: int = 200
+    queue_capacity: int = 100_000        # per replica
+    queue_timeout_s: float = 600.0
+    tick_s: float = 15.0                 # arrival counts are drawn per tick
+    oscillation_window_s: float = 600.0
+    initial_target_util: float = 0.7     # dynamic policies start at the last history rate / this
+
+
+@dataclass(frozen=True)
+class TelemetrySpec:
+    scrape_interval_s: float = 15.0
+    ttl_s: float = 45.0
+    delay_s: float = 0.0
+    outage: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class SloSpec:
+    ttft_s: float = 2.0
+    tpot_s: float = 0.1
+
+
+@dataclass(frozen=True)
+class StaticSpec:
+    quantile: float = 0.95               # of the previous days' 10-minute rates
+    history_days: int = 1
+    target_util: float = 0.7
+
+
+@dataclass(frozen=True)
+class ForecastSpec:
+    forecaster: str = "naive"            # naive | seasonal_naive | moving_window | auto_ets | mstl
+    season: int = 144
+    window: int = 144
+    quantile: float = 0.9
+    target_util: float = 0.85            # work utilization the recommendations size for
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """Targets swept on `scenario`: reactive in batch occupancy, forecast in work utilization."""
+
+    scenario: str = "steady"
+    reactive_targets: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7)
+    forecast_targets: tuple[float, ...] = (0.6, 0.7, 0.8, 0.85, 0.9)
+
+
+DEFAULT_SCENARIOS: Mapping[str, ScenarioConfig] = {
+    "steady": ScenarioConfig("steady"),
+    "burst": ScenarioConfig("burst", factor=3.0, minutes=20.0),
+    "mix_drift": ScenarioConfig("mix_drift", long_share_factor=2.0, ramp_minutes=60.0),
+    "under_forecast": ScenarioConfig("forecast_error", bias=-0.3, noise_sigma=0.1),
+}
+
+
+@dataclass(frozen=True)
+class AutoscalingConfig:
+    """The whole experiment (see the module doc). `ScenarioConfig.policies` is not read here:
+    `policies` names the policies every scenario runs."""
+
+    shared_dir: str = ""
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    tokens: TokenSpec = field(default_factory=TokenSpec)
+    profile: ProfileSpec = field(default_factory=ProfileSpec)
+    pool: ScalingPoolSpec = field(default_factory=ScalingPoolSpec)
+    telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
+    slo: SloSpec = field(default_factory=SloSpec)
+    static: StaticSpec = field(default_factory=StaticSpec)
+    reactive: HPAConfig = field(default_factory=HPAConfig)
+    forecast: ForecastSpec = field(default_factory=ForecastSpec)
+    forecast_policy: ForecastPolicyConfig = field(default_factory=ForecastPolicyConfig)
+    scenarios: Mapping[str, ScenarioConfig] = field(
+        default_factory=lambda: dict(DEFAULT_SCENARIOS))
+    policies: tuple[str, ...] = POLICIES
+    seeds: tuple[int, ...] = (0, 1, 2)
+    sweep: SweepSpec | None = field(default_factory=SweepSpec)
+    seed: int = 0                        # the rates: burst time, synthetic trace noise
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.policies if p not in POLICIES]
+        if bad:
+            raise ConfigError(f"autoscaling.policies: {bad} unknown; one of {POLICIES}")
+        if not self.seeds:
+            raise ConfigError("autoscaling.seeds: at least one seed")
+        if not self.scenarios:
+            raise ConfigError("autoscaling.scenarios: name at least one scenario")
+        if self.sweep is not None and self.sweep.scenario not in self.scenarios:
+            raise ConfigError(f"autoscaling.sweep.scenario={self.sweep.scenario!r}: not one of "
+                              f"{sorted(self.scenarios)}")
+
+
+_SECTIONS = {"trace": TraceConfig, "tokens": TokenSpec, "profile": ProfileSpec,
+             "pool": ScalingPoolSpec, "telemetry": TelemetrySpec, "slo": SloSpec,
+             "static": StaticSpec, "reactive": HPAConfig, "forecast": ForecastSpec,
+             "forecast_policy": ForecastPolicyConfig, "sweep": SweepSpec}
+
+
+def _tuples(cls: type, values: dict) -> dict:
+    kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+    return {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
+            if kinds.get(k, "").startswith("tuple") and isinstance(v, list | tuple) else v
+            for k, v in values.items()}
+
+
+def autoscaling_config(values: Mapping[str, Any]) -> AutoscalingConfig:
+    """AutoscalingConfig from a plain mapping; unknown or bad fields name themselves."""
+    v = dict(values)
+    v.pop("name", None)
+    for key, cls in _SECTIONS.items():
+        if key in v and not (key == "sweep" and v[key] is None):
+            v[key] = from_mapping(cls, _tuples(cls, dict(v[key] or {})), f"autoscaling.{key}")
+    if "scenarios" in v:
+        v["scenarios"] = {str(n): from_mapping(ScenarioConfig, _tuples(ScenarioConfig, dict(
+            s or {})), f"autoscaling.scenarios.{n}") for n, s in dict(v["scenarios"]).items()}
+    return from_mapping(AutoscalingConfig, _tuples(AutoscalingConfig, v), "autoscaling")
+
+
+# ---------------------------------------------------------------- the shared context
+
+
+@dataclass(frozen=True)
+class Context:
+    """Read once per experiment: profile, token sample, rates, the run setup."""
+
+    cfg: AutoscalingConfig
+    profile: GpuProfile
+    capacity: dict
+    tokens: TokenSample
+    base: BaseRates
+    setup: RunSetup
+
+
+def _tokens(c: AutoscalingConfig) -> TokenSample:
+    from replaylab.fleet.experiments import azure_ledger
+
+    src = c.tokens.source
+    if src in ("azure_conv", "azure_code"):
+        ledger = azure_ledger(c.shared_dir, src.split("_", 1)[1])
+        name = f"Azure LLM inference trace 2023 ({src}, measured)"
+    else:
+        from replaylab.contracts import read_ledger
+
+        ledger, name = read_ledger(src).valid, f"ledger-v1 file {src}"
+    return token_sample(ledger, c.tokens.long_output_threshold, name)
+
+
+def build_context(c: AutoscalingConfig) -> Context:
+    """Profile, tokens and rates read from `c.shared_dir`; the setup every run shares."""
+    if c.trace.source == "servegen" and not c.trace.path:
+        c = replace(c, trace=replace(c.trace, path=str(Path(c.shared_dir) / SERVEGEN_DEFAULT)))
+    profile, facts = autoscaling_profile(c.shared_dir, c.profile)
+    tokens = _tokens(c)
+    w = work_per_request(profile, tokens.prompt_tokens, tokens.completion_tokens)
+    facts = {**facts, "token_source": tokens.source, "token_rows": int(tokens.prompt_tokens.size),
+             "mean_prompt_tokens": round(float(tokens.prompt_tokens.mean()), 1),
+             "mean_completion_tokens": round(float(tokens.completion_tokens.mean()), 1),
+             "long_output_share": round(tokens.long_share, 4),
+             "work_per_request_s (modeled)": round(w, 5),
+             "requests_per_s_per_replica_at_100pct (modeled)": round(1 / w, 3)}
+    p, t = c.pool, c.telemetry
+    setup = RunSetup(
+        profile=profile, work_s=w, cold_start_s=p.cold_start_s, min_replicas=p.min_replicas,
+        max_replicas=p.max_replicas, queue_capacity=p.queue_capacity,
+        queue_timeout_s=p.queue_timeout_s, horizon_s=c.trace.hours * 3600.0,
+        slo={"interactive": SloTarget(ttft_s=c.slo.ttft_s, tpot_s=c.slo.tpot_s)},
+        reactive=c.reactive, forecast_policy=c.forecast_policy,
+        forecast_quantile=c.forecast.quantile, forecast_target_util=c.forecast.target_util,
+        scrape_interval_s=t.scrape_interval_s, ttl_s=t.ttl_s, delay_s=t.delay_s,
+        outage=tuple(t.outage), oscillation_window_s=p.oscillation_window_s)
+    return Context(c, profile, facts, tokens, base_rates(c.trace, c.seed), setup)
+
+
+# ---------------------------------------------------------------- one (scenario, seed) job
+
+
+def _forecast(ctx: Context, sc: ScenarioConfig, d0, seed: int):
+    from replaylab.forecast import autoscaling_forecast as fcmod
+
+    c = ctx.cfg
+    lead = c.pool.cold_start_s + c.reactive.sync_s
+    horizon = 1 + math.ceil(lead / d0.bucket_seconds)
+    counts = d0.bucket_rps * d0.bucket_seconds
+    fc = fcmod.forecast_for_experiment(
+        counts, horizon, (0.1, 0.5, 0.9), forecaster=c.forecast.forecaster,
+        season=c.forecast.season, window=c.forecast.window, bucket_seconds=d0.bucket_seconds,
+        n_eval=int((counts.index >= d0.day_start_ms).sum()))
+    fc = fc[fc["bucket_start"] >= d0.day_start_ms].reset_index(drop=True)
+    if sc.kind == "forecast_error":
+        fc = fcmod.inject_forecast_error(fc, sc.bias, sc.noise_sigma, seed + 11)
+    return fc, fcmod.pinball_and_coverage(fc, counts)
+
+
+def _plan(ctx: Context, d0, fc) -> RunPlan:
+    c, w = ctx.cfg, ctx.setup.work_s
+    hist = d0.bucket_rps[d0.bucket_rps.index < d0.day_start_ms]
+    per_day = DAY_S // d0.bucket_seconds
+    rate = float(np.quantile(hist.iloc[-c.static.history_days * per_day:].to_numpy(),
+                             c.static.quantile))
+    p = c.pool
+    static = replicas_for_rate(rate, w, c.static.target_util, p.min_replicas, p.max_replicas)
+    start = replicas_for_rate(float(hist.iloc[-1]), w, p.initial_target_util, p.min_replicas,
+                              p.max_replicas)
+    # a fresh key per job: signatures are checked in-run only and never leave it
+    return RunPlan(static, start, fc, int(d0.day_start_ms), secrets.token_bytes(32))
+
+
+def run_job(ctx: Context, job: tuple) -> dict[str, Any]:
+    """job = (scenario, seed, [(policy, target_util or None), ...]) -> the runs' metrics."""
+    name, seed, runs = job
+    c = ctx.cfg
+    sc = c.scenarios[name]
+    wall = time.perf_counter()
+    d0 = scenario_rates(ctx.base, c.trace, sc, ctx.tokens.long_share, c.pool.tick_s, c.seed)
+    wl = scenario_workload(d0, c.pool.tick_s, ctx.tokens, seed)
+    needs_fc = any(p.startswith("forecast") for p, _ in runs)
+    fc, quality = _forecast(ctx, sc, d0, seed) if needs_fc else (None, {})
+    plan = _plan(ctx, d0, fc)
+    out = {"scenario": name, "seed": seed, "requests": wl.n, "notes": d0.notes,
+           "forecast_quality": quality, "static_replicas": plan.static_replicas,
+           "initial_replicas": plan.initial_replicas, "runs": []}
+    from replaylab.fleet.autoscaling_runs import needed_replicas
+
+    out["needed"] = [a.tolist() for a in needed_replicas(wl, ctx.setup.work_s)]
+    for policy, target in runs:
+        m = simulate_policy(ctx.setup, policy, wl, plan, target)
+        out["runs"].append({"policy": policy, "target_util": target, **m})
+    out["wall_s"] = round(time.perf_counter() - wall, 2)
+    return out
+
+
+def jobs_of(c: AutoscalingConfig) -> list[tuple]:
+    """Every (scenario, seed, runs) job: the configured policies, then the sweep points."""
+    jobs = [(name, seed, [(p, None) for p in c.policies]) for name in c.scenarios
+            for seed in c.seeds]
+    if c.sweep is not None:
+        for seed in c.seeds:
+            jobs.append((c.sweep.scenario, seed, [("reactive", u) for u in
+                                                   c.sweep.reactive_targets]))
+            jobs.append((c.sweep.scenario, seed, [("forecast", u) for u in
+                                                   c.sweep.forecast_targets]))
+    return jobs
+
+
+def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1) -> list[dict]:
+    """Results in job order; `workers` > 1 forks that many processes."""
+    fn = partial(run_job, ctx)
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(j) for j in jobs]
+    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=get_context("fork")) as ex:
+        return list(ex.map(fn, jobs))
+
+
+def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict[str, Any]:
+    """Run the scenarios, policies, seeds and sweep; write figures and report.html; the summary."""
+    from replaylab.fleet.autoscaling_report import summarize_experiment, write_report
+
+    wall = time.perf_counter()
+    ctx = build_context(config)
+    jobs = jobs_of(config)
+    results = run_jobs(ctx, jobs, config.workers)
+    summary = summarize_experiment(ctx, results)
+    summary["speed"] = {"wall_s": round(time.perf_counter() - wall, 1),
+                        "workers": config.workers, "jobs": len(jobs),
+                        "runs": sum(len(r["runs"]) for r in results),
+                        "requests_simulated": int(sum(r["requests"] * len(r["runs"])
+                                                      for r in results)),
+                        "simulate_s_per_run": round(float(np.mean(
+                            [x["wall_s"] for r in results for x in r["runs"]])), 2)}
+    summary["reports"] = write_report(results, summary, Path(out_dir))
+    return summary
