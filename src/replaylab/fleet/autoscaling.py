@@ -273,7 +273,7 @@ class ForecastController(PoolController):
         super().__init__(pool_id, min_replicas, max_replicas, reactive.sync_s)
         self.inbox, self.reactive = inbox, reactive
         self.cfg = config or ForecastPolicyConfig()
-        self.events = events if events is not None else EventLog()
+        self.events = events if events is not None else inbox.events  # one log: recs, acks, acts
         self._targets: deque = deque()  # (t, forecast target) for the scale-down hold
         self._n_act = 0
         self._used: str | None = None  # the recommendation the last sync followed

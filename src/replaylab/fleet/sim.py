@@ -143,8 +143,9 @@ class _Run(ArrivalsMixin, ScalingMixin):
         self.sq_len = [0] * len(self.classes)
         self.inflight = 0
         self.reasons: Counter = Counter()
-        self.may_abort = bool(np.isfinite(w.deadline_s).any() or np.isfinite(w.cancel_after_s).any()
-                              or self.qtimeout < INF)
+        # may_end: some request has a deadline or a client cancel; may_abort: or a queue timeout
+        self.may_end = bool(np.isfinite(w.deadline_s).any() or np.isfinite(w.cancel_after_s).any())
+        self.may_abort = self.may_end or self.qtimeout < INF
         self.admit = getattr(policy, "admit", None)
         self.choose = policy.choose
         self.rv = RequestCursor(self)

@@ -77,7 +77,7 @@ class ArrivalsMixin:
         self.rep_of[i] = r
         self.load[r] += 1
         self.inflight += 1
-        if self.may_abort:
+        if self.may_end or (self.may_abort and not now):  # else _arm would push nothing
             self._arm(i, t, not now)
         if now and rep.running == 0:  # idle: its first iteration starts at once
             self._account(rep, t)
