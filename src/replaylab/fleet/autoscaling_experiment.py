@@ -118,8 +118,8 @@ class SweepSpec:
     """Targets swept on `scenario`: reactive in batch occupancy, forecast in work utilization."""
 
     scenario: str = "steady"
-    reactive_targets: tuple[float, ...] = (0.3, 0.4, 0.5, 0.6, 0.7)
-    forecast_targets: tuple[float, ...] = (0.6, 0.7, 0.8, 0.85, 0.9)
+    reactive_targets: tuple[float, ...] = (0.2, 0.3, 0.4, 0.5, 0.6)
+    forecast_targets: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95)
 
 
 DEFAULT_SCENARIOS: Mapping[str, ScenarioConfig] = {

@@ -1,0 +1,106 @@
+"""The autoscaling experiment on the fleet simulator, end to end on a tiny synthetic day."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from replaylab.config import ConfigError
+from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
+from replaylab.fleet.autoscaling_experiment import (
+    AutoscalingConfig,
+    autoscaling_config,
+    run_autoscaling_experiment,
+)
+from replaylab.fleet.autoscaling_report import compare, efficient, gpu_hours_at, winner
+
+
+def tiny(shared_data, **kw) -> AutoscalingConfig:
+    values = {"shared_dir": str(shared_data),
+              "trace": {"source": "synthetic", "hours": 0.5, "scale": 0.1},
+              "seeds": [0, 1], "policies": ["static", "reactive", "forecast",
+                                            "forecast_no_floor"],
+              "sweep": {"scenario": "steady", "reactive_targets": [0.3, 0.6],
+                        "forecast_targets": [0.6, 0.9]}}
+    values.update(kw)
+    return autoscaling_config(values)
+
+
+def test_config_is_typed_and_names_bad_fields():
+    c = autoscaling_config({"reactive": {"target_util": 0.5}, "seeds": [3],
+                            "telemetry": {"outage": [[10, 20]]}})
+    assert isinstance(c.reactive, HPAConfig) and c.reactive.target_util == 0.5
+    assert c.seeds == (3,) and c.telemetry.outage == ((10, 20),)
+    assert isinstance(c.forecast_policy, ForecastPolicyConfig)
+    with pytest.raises(ConfigError, match="tick_sz"):
+        autoscaling_config({"pool": {"tick_sz": 1}})
+    with pytest.raises(ConfigError, match="policies"):
+        autoscaling_config({"policies": ["proactive"]})
+    with pytest.raises(ConfigError, match="sweep.scenario"):
+        autoscaling_config({"sweep": {"scenario": "nope"}})
+    with pytest.raises(ConfigError, match="target_util"):
+        autoscaling_config({"reactive": {"target_util": 1.5}})
+
+
+def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(shared_data,
+                                                                          tmp_path):
+    s = run_autoscaling_experiment(tiny(shared_data), tmp_path)
+    json.dumps(s, allow_nan=False)
+    assert s["conserved"] is True
+    assert set(s["scenarios"]) == {"steady", "burst", "mix_drift", "under_forecast"}
+    for pols in s["scenarios"].values():
+        assert set(pols) == {"static", "reactive", "forecast", "forecast_no_floor"}
+        for m in pols.values():
+            assert m["conserved"] and m["gpu_hours"]["n"] == 2
+            for k in ("slo_attainment", "gpu_hours", "energy_kwh", "oscillations",
+                      "scale_events"):
+                assert {"mean", "ci95", "n"} <= set(m[k])
+    assert set(s["winners"]) == set(s["scenarios"])
+    assert {w["policy"] for w in s["winners"].values()} <= set(s["scenarios"]["steady"])
+    assert len(s["comparisons"]) == 4 * 3
+    assert all(c["verdict"] in ("beats", "trade_off", "loses", "buys_slo", "on_par")
+               for c in s["comparisons"])
+    assert [p["target_util"] for p in s["frontier"]["reactive"]] == [0.3, 0.6]
+    assert s["matched_slo"]["reactive_points"] >= 1
+    assert any("wins" in v for v in s["verdicts"])
+    for path in s["reports"].values():
+        assert (tmp_path / path.split(str(tmp_path) + "/")[-1]).exists()
+    assert s["speed"]["runs"] == 4 * 2 * 4 + 2 * 4
+    ev = s["scenarios"]["steady"]["forecast"]["events"]
+    assert ev["recommendation"] > 0 and ev["acknowledgement"] > 0
+
+
+def test_workers_do_not_change_the_numbers(shared_data, tmp_path):
+    kw = {"scenarios": {"burst": {"kind": "burst", "factor": 3.0, "minutes": 5.0}},
+          "sweep": None, "trace": {"source": "synthetic", "hours": 0.25, "scale": 0.1}}
+    a = run_autoscaling_experiment(tiny(shared_data, **kw), tmp_path / "a")
+    b = run_autoscaling_experiment(tiny(shared_data, workers=2, **kw), tmp_path / "b")
+    assert a["scenarios"] == b["scenarios"] and a["verdicts"] == b["verdicts"]
+
+
+def test_verdict_rules_are_computed_from_the_numbers():
+    def stats(slo, gpu):
+        return {"slo_attainment": {"mean": slo}, "gpu_hours": {"mean": gpu},
+                "scale_events": {"mean": 1}, "oscillations": {"mean": 0}}
+
+    def diff(m, lo, hi, n=3):
+        return {"mean": m, "ci95": [lo, hi], "n": n}
+
+    r = stats(0.999, 100.0)
+    beats = compare("s", "forecast", diff(-10, -12, -8), diff(0.0, -0.001, 0.001),
+                    stats(0.999, 90.0), r)
+    assert beats["verdict"] == "beats"
+    assert compare("s", "forecast", diff(-10, -25, 5), diff(0.0, -0.001, 0.001),
+                   stats(0.999, 90.0), r)["verdict"] == "on_par"  # the interval holds 0
+    assert compare("s", "forecast", diff(-10, -12, -8), diff(-0.01, -0.02, 0.0),
+                   stats(0.989, 90.0), r)["verdict"] == "trade_off"
+    assert compare("s", "forecast", diff(5, 3, 7), diff(0.0, -0.001, 0.001),
+                   stats(0.999, 105.0), r)["verdict"] == "loses"
+    w = winner({"a": stats(0.9995, 120.0), "b": stats(0.9990, 100.0), "c": stats(0.99, 50.0)})
+    assert w["policy"] == "b"  # c is cheapest but misses the SLO by more than 0.1 point
+    pts = [{"slo": 0.99, "gpu_hours": 100.0}, {"slo": 0.999, "gpu_hours": 150.0},
+           {"slo": 0.98, "gpu_hours": 120.0}]
+    assert efficient(pts) == pts[:2]
+    assert gpu_hours_at(pts[:2], 0.9945) == pytest.approx(125.0)
+    assert gpu_hours_at(pts[:2], 0.9999) is None
