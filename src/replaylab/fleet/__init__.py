@@ -27,6 +27,22 @@ _LAZY = {
     "SloTarget": "replaylab.fleet.outcomes",
     "summarize": "replaylab.fleet.outcomes",
     "compare_policies": "replaylab.fleet.outcomes",
+    "StaticController": "replaylab.fleet.autoscaling",
+    "HPAController": "replaylab.fleet.autoscaling",
+    "HPAConfig": "replaylab.fleet.autoscaling",
+    "ForecastController": "replaylab.fleet.autoscaling",
+    "ForecastPolicyConfig": "replaylab.fleet.autoscaling",
+    "Recommendation": "replaylab.fleet.events",
+    "EventLog": "replaylab.fleet.events",
+    "sign_recommendation": "replaylab.fleet.events",
+    "verify_recommendation": "replaylab.fleet.events",
+    "RecommendationInbox": "replaylab.fleet.recommendations",
+    "recommendations_from_forecast": "replaylab.fleet.recommendations",
+    "work_per_request": "replaylab.fleet.capacity",
+    "replicas_for_rate": "replaylab.fleet.capacity",
+    "AutoscalingConfig": "replaylab.fleet.autoscaling_experiment",
+    "autoscaling_config": "replaylab.fleet.autoscaling_experiment",
+    "run_autoscaling_experiment": "replaylab.fleet.autoscaling_experiment",
 }
 
 __all__ = list(_LAZY)

@@ -37,7 +37,13 @@ import numpy as np
 
 from replaylab.config import ConfigError, from_mapping
 from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
-from replaylab.fleet.autoscaling_runs import POLICIES, RunPlan, RunSetup, simulate_policy
+from replaylab.fleet.autoscaling_runs import (
+    POLICIES,
+    RunPlan,
+    RunSetup,
+    needed_replicas,
+    simulate_policy,
+)
 from replaylab.fleet.autoscaling_scenarios import (
     DAY_S,
     BaseRates,
@@ -296,8 +302,6 @@ def run_job(ctx: Context, job: tuple) -> dict[str, Any]:
     out = {"scenario": name, "seed": seed, "requests": wl.n, "notes": d0.notes,
            "forecast_quality": quality, "static_replicas": plan.static_replicas,
            "initial_replicas": plan.initial_replicas, "runs": []}
-    from replaylab.fleet.autoscaling_runs import needed_replicas
-
     out["needed"] = [a.tolist() for a in needed_replicas(wl, ctx.setup.work_s)]
     for policy, target in runs:
         m = simulate_policy(ctx.setup, policy, wl, plan, target)

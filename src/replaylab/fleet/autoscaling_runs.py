@@ -16,7 +16,6 @@ decided, and the replica count over time.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -174,6 +173,3 @@ def needed_replicas(workload, work_s: float, minutes: float = 1.0) -> tuple[np.n
     per = np.bincount(k) / width * work_s
     return np.arange(per.size) * width / 3600.0, per
 
-
-def finite_or_nan(x: float) -> float:
-    return float(x) if x is not None and math.isfinite(x) else math.nan

@@ -1,4 +1,13 @@
-"""Discrete-time simulator of one serving pool under an autoscaling policy.
+"""LEGACY fluid approximation, used only by forecast/experiments.py until its rewire.
+
+Autoscaling is measured on the event-driven fleet simulator
+(`replaylab.fleet.autoscaling_experiment`; controllers in
+`replaylab.fleet.autoscaling`). This tick-based fluid model is not
+cross-checked against it and is not kept as an approximation: it goes, with
+autoscaling_policies.py, capacity.py and recommendation.py, when
+`python -m evaluation experiment=autoscaling` is rewired.
+
+Discrete-time simulator of one serving pool under an autoscaling policy.
 
 Time advances in ticks of `tick_s` (15 s, the HPA sync period). A tick k:
 1. replicas whose cold start has ended become ready;
