@@ -311,8 +311,9 @@ def test_forecast_hysteresis_ignores_a_wobbling_forecast():
 # ---------------------------------------------------------------- capacity and determinism
 
 
-def test_analytic_capacity_is_within_10_percent_of_the_simulated_saturated_throughput():
-    """The sizing rule against the simulator: one replica with a deep backlog."""
+def test_analytic_capacity_is_within_3_percent_of_the_simulated_saturated_throughput():
+    """The sizing rule against the simulator: one replica with a deep backlog (measured 0.5 %;
+    1.5 % with the Azure conv tokens and the experiment's profile)."""
     rng = np.random.default_rng(8)
     n = 4000
     prompt, comp = rng.integers(200, 2500, n), rng.integers(20, 600, n)
@@ -325,7 +326,7 @@ def test_analytic_capacity_is_within_10_percent_of_the_simulated_saturated_throu
     res = FleetSim([PoolConfig("p", "model", prof)], SimConfig(queue_capacity=n)).run(w)
     simulated = n / float(np.nanmax(res.end_s))
     modeled = 1.0 / work_per_request(prof, prompt, comp)
-    assert abs(modeled / simulated - 1) < 0.10
+    assert abs(modeled / simulated - 1) < 0.03
 
 
 def test_replicas_for_rate():

@@ -289,3 +289,47 @@ def write_report(results: list[dict], summary: dict, out_dir: Path) -> dict[str,
                              "Autoscaling on the fleet simulator: static vs reactive vs forecast",
                              facts, figs)
     return {"html": str(html), **{f"figure_{i}": str(p) for i, p in enumerate(figs.values())}}
+
+
+def _ci(m: dict, fmt: str) -> str:
+    lo, hi = m["ci95"]
+    if m["mean"] is None:
+        return "n/a"
+    if lo is None or hi is None:
+        return format(m["mean"], fmt)
+    return f"{format(m['mean'], fmt)} [{format(lo, fmt)}, {format(hi, fmt)}]"
+
+
+def results_markdown(summary: dict) -> str:
+    """The results tables of docs/autoscaling.md from a summary (means, 95 % CI over seeds)."""
+    n = len(summary["seeds"])
+    out = [f"Per scenario and policy, mean and 95 % t-interval over {n} seeds "
+           f"({', '.join(map(str, summary['seeds']))}):", "",
+           "| scenario | policy | SLO attainment | GPU-hours | energy (kWh) | scale events | "
+           "oscillations | peak replicas | timed out |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, pols in summary["scenarios"].items():
+        for p, m in pols.items():
+            out.append(f"| {name} | {p} | {_ci(m['slo_attainment'], '.4f')} | "
+                       f"{_ci(m['gpu_hours'], '.0f')} | {_ci(m['energy_kwh'], '.0f')} | "
+                       f"{_ci(m['scale_events'], '.0f')} | {_ci(m['oscillations'], '.0f')} | "
+                       f"{m['peak_replicas']['mean']:.0f} | {m['timed_out']['mean']:.0f} |")
+    fr = summary.get("frontier") or {}
+    if fr:
+        out += ["", f"Sweep on {summary['matched_slo'].get('scenario', '')} (reactive: target "
+                "batch occupancy; forecast: target work utilization; mean over seeds):", "",
+                "| policy | target | SLO attainment | GPU-hours | scale events |",
+                "|---|---:|---:|---:|---:|"]
+        for p, pts in fr.items():
+            out += [f"| {p} | {q['target_util']} | {q['slo']:.5f} | {q['gpu_hours']:.0f} | "
+                    f"{q['scale_events']:.0f} |" for q in pts]
+    ms = summary.get("matched_slo") or {}
+    if ms.get("points"):
+        out += ["", "| reactive target | its SLO | reactive GPU-hours | forecast GPU-hours "
+                "at that SLO |", "|---:|---:|---:|---:|"]
+        for r in ms["points"]:
+            g = r["forecast_gpu_hours_same_slo"]
+            out.append(f"| {r['reactive_target']} | {r['slo']:.5f} | "
+                       f"{r['reactive_gpu_hours']:.0f} | {'never' if g is None else f'{g:.0f}'} |")
+    out += ["", "Verdicts (computed by `replaylab.fleet.autoscaling_report`):", ""]
+    out += [f"- {v}" for v in summary["verdicts"]]
+    return "\n".join(out) + "\n"
