@@ -12,8 +12,9 @@ Verdicts are computed from the per-seed numbers, never written by hand:
   the best, the one with the fewest mean GPU-hours.
 - at matched SLO (the sweep): for each efficient reactive point (no other
   reactive point has as good an SLO for fewer GPU-hours), the GPU-hours the
-  forecast policy needs for that SLO, linear between its sweep points; the
-  forecast policy wins a point when it needs fewer.
+  forecast policy needs for that SLO (on its efficient points, linear between
+  neighbours), and the same the other way round; each side wins the SLO range
+  where it needs fewer (or the other cannot reach it).
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def efficient(points: list[dict], tol: float = 1e-4) -> list[dict]:
 
 
 def gpu_hours_at(points: list[dict], slo: float) -> float | None:
-    """GPU-hours a sweep needs to reach `slo` (linear between its points; None if never)."""
-    pts = sorted((q["gpu_hours"], q["slo"]) for q in points)
+    """GPU-hours a sweep needs to reach `slo`: on its efficient points (SLO rising with
+    GPU-hours), the cheapest that reaches it, linear between two neighbours; None if none."""
+    pts = sorted((q["gpu_hours"], q["slo"]) for q in efficient(points, tol=0.0))
     for (g0, s0), (g1, s1) in zip(pts, pts[1:], strict=False):
         if s0 < slo <= s1:
             return g0 + (g1 - g0) * (slo - s0) / (s1 - s0)
@@ -133,25 +135,50 @@ def frontier(sweep: dict) -> dict[str, list[dict]]:
     return out
 
 
+def _at_points(of: list[dict], other: list[dict]) -> list[dict]:
+    """For each efficient point of `of`: its SLO, its GPU-hours and the other's at that SLO."""
+    return [{"target": q["target_util"], "slo": q["slo"], "gpu_hours": q["gpu_hours"],
+             "other_gpu_hours_same_slo": gpu_hours_at(other, q["slo"])}
+            for q in sorted(efficient(of), key=lambda q: q["slo"])]
+
+
 def matched_slo(front: dict, scenario: str) -> dict[str, Any]:
+    """Both policies at the same SLO, from both sides of the sweep (see the module doc)."""
     if not (front.get("reactive") and front.get("forecast")):
         return {}
-    rows = []
-    for q in efficient(front["reactive"]):
-        g = gpu_hours_at(front["forecast"], q["slo"])
-        rows.append({"reactive_target": q["target_util"], "slo": q["slo"],
-                     "reactive_gpu_hours": q["gpu_hours"],
-                     "forecast_gpu_hours_same_slo": g})
-    wins = [r for r in rows if r["forecast_gpu_hours_same_slo"] is not None
-            and r["forecast_gpu_hours_same_slo"] < r["reactive_gpu_hours"]]
-    never = sum(r["forecast_gpu_hours_same_slo"] is None for r in rows)
-    text = (f"matched SLO ({scenario}, mean of {front['reactive'][0]['seeds']} seeds per "
-            f"point): the forecast policy reaches the reactive SLO with fewer GPU-hours at "
-            f"{len(wins)} of the {len(rows)} efficient reactive operating points"
-            + (f" (it never reaches the SLO of {never} of them)" if never else "") + ".")
-    return {"scenario": scenario, "points": rows, "forecast_wins": len(wins),
-            "reactive_points": len(rows), "forecast_wins_majority": len(wins) > len(rows) / 2,
+    rows = _at_points(front["reactive"], front["forecast"])
+    back = _at_points(front["forecast"], front["reactive"])
+    wins = [r for r in rows if r["other_gpu_hours_same_slo"] is not None
+            and r["other_gpu_hours_same_slo"] < r["gpu_hours"]]
+    fwins = [r for r in back if r["other_gpu_hours_same_slo"] is None
+             or r["other_gpu_hours_same_slo"] > r["gpu_hours"]]
+    seeds = front["reactive"][0]["seeds"]
+
+    def pairs(rs: list[dict]) -> str:
+        return "; ".join(f"SLO {r['slo']:.5f}: {r['gpu_hours']:.0f} vs " + (
+            "never" if r["other_gpu_hours_same_slo"] is None
+            else f"{r['other_gpu_hours_same_slo']:.0f}") for r in rs) or "none"
+
+    rwins = [r for r in rows if r not in wins]
+    text = (f"matched SLO ({scenario}, mean of {seeds} seeds per sweep point): reactive is "
+            f"cheaper at {len(rwins)} of its {len(rows)} efficient points (GPU-hours reactive vs "
+            f"forecast at the same SLO: {pairs(rwins)}); forecast is cheaper at {len(fwins)} of "
+            f"its {len(back)} efficient points (forecast vs reactive: {pairs(fwins)}).")
+    return {"scenario": scenario, "reactive_points": rows, "forecast_points": back,
+            "forecast_wins_at_reactive_points": len(wins),
+            "forecast_wins_at_forecast_points": len(fwins),
             "text": text}
+
+
+def verdict_lines(comparisons: list[dict], winners: dict, matched: dict) -> list[str]:
+    """The plain sentences: each comparison, the winner per scenario, the matched-SLO result."""
+    out = [x["text"] for x in comparisons]
+    out += [f"{n}: {w['policy']} wins (fewest GPU-hours, {w['gpu_hours']:.0f}, among the "
+            f"policies within 0.1 point of the best SLO {w['best_slo']:.4f}: "
+            f"{', '.join(w['within_eps_of_best_slo'])})." for n, w in winners.items()]
+    if matched:
+        out.append(matched["text"])
+    return out
 
 
 def summarize_experiment(ctx, results: list[dict]) -> dict[str, Any]:
@@ -175,12 +202,7 @@ def summarize_experiment(ctx, results: list[dict]) -> dict[str, Any]:
     matched = matched_slo(front, c.sweep.scenario) if c.sweep else {}
     first = {j["scenario"]: j for j in sorted(results, key=lambda j: j["seed"], reverse=True)
              if all(r["target_util"] is None for r in j["runs"])}
-    verdicts = [x["text"] for x in comparisons]
-    verdicts += [f"{n}: {w['policy']} wins (fewest GPU-hours, {w['gpu_hours']:.0f}, among the "
-                 f"policies within 0.1 point of the best SLO {w['best_slo']:.4f}: "
-                 f"{', '.join(w['within_eps_of_best_slo'])})." for n, w in winners.items()]
-    if matched:
-        verdicts.append(matched["text"])
+    verdicts = verdict_lines(comparisons, winners, matched)
     all_conserved = all(r["conserved"] for j in results for r in j["runs"])
     summary = {
         "pipeline": "autoscaling", "experiment": "autoscaling",
@@ -323,13 +345,14 @@ def results_markdown(summary: dict) -> str:
             out += [f"| {p} | {q['target_util']} | {q['slo']:.5f} | {q['gpu_hours']:.0f} | "
                     f"{q['scale_events']:.0f} |" for q in pts]
     ms = summary.get("matched_slo") or {}
-    if ms.get("points"):
-        out += ["", "| reactive target | its SLO | reactive GPU-hours | forecast GPU-hours "
-                "at that SLO |", "|---:|---:|---:|---:|"]
-        for r in ms["points"]:
-            g = r["forecast_gpu_hours_same_slo"]
-            out.append(f"| {r['reactive_target']} | {r['slo']:.5f} | "
-                       f"{r['reactive_gpu_hours']:.0f} | {'never' if g is None else f'{g:.0f}'} |")
+    for side, other in (("reactive", "forecast"), ("forecast", "reactive")):
+        if ms.get(f"{side}_points"):
+            out += ["", f"| {side} target | its SLO | {side} GPU-hours | {other} GPU-hours "
+                    "at that SLO |", "|---:|---:|---:|---:|"]
+            for r in ms[f"{side}_points"]:
+                g = r["other_gpu_hours_same_slo"]
+                out.append(f"| {r['target']} | {r['slo']:.5f} | {r['gpu_hours']:.0f} | "
+                           f"{'never reaches it' if g is None else f'{g:.0f}'} |")
     out += ["", "Verdicts (computed by `replaylab.fleet.autoscaling_report`):", ""]
     out += [f"- {v}" for v in summary["verdicts"]]
     return "\n".join(out) + "\n"
