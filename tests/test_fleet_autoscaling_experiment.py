@@ -10,6 +10,7 @@ from replaylab.config import ConfigError
 from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
 from replaylab.fleet.autoscaling_experiment import (
     AutoscalingConfig,
+    OutageWindow,
     autoscaling_config,
     run_autoscaling_experiment,
 )
@@ -29,9 +30,10 @@ def tiny(shared_data, **kw) -> AutoscalingConfig:
 
 def test_config_is_typed_and_names_bad_fields():
     c = autoscaling_config({"reactive": {"target_util": 0.5}, "seeds": [3],
-                            "telemetry": {"outage": [[10, 20]]}})
+                            "telemetry": {"outage": [{"start_s": 10, "end_s": 20}, [30, 40]]}})
     assert isinstance(c.reactive, HPAConfig) and c.reactive.target_util == 0.5
-    assert c.seeds == (3,) and c.telemetry.outage == ((10, 20),)
+    assert c.seeds == (3,)
+    assert c.telemetry.outage == (OutageWindow(10, 20), OutageWindow(30, 40))
     assert isinstance(c.forecast_policy, ForecastPolicyConfig)
     with pytest.raises(ConfigError, match="tick_sz"):
         autoscaling_config({"pool": {"tick_sz": 1}})
@@ -41,6 +43,11 @@ def test_config_is_typed_and_names_bad_fields():
         autoscaling_config({"sweep": {"scenario": "nope"}})
     with pytest.raises(ConfigError, match="target_util"):
         autoscaling_config({"reactive": {"target_util": 1.5}})
+    # a ConfigStore can hold the schema (Hydra structured configs)
+    from omegaconf import OmegaConf
+
+    schema = OmegaConf.structured(AutoscalingConfig)
+    assert schema.reactive.target_util == 0.4 and "under_forecast" in schema.scenarios
 
 
 def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(shared_data,

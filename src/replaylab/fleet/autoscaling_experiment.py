@@ -90,11 +90,19 @@ class ScalingPoolSpec:
 
 
 @dataclass(frozen=True)
+class OutageWindow:
+    """Scrapes in [start_s, end_s) fail (simulated seconds)."""
+
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
 class TelemetrySpec:
     scrape_interval_s: float = 15.0
     ttl_s: float = 45.0
     delay_s: float = 0.0
-    outage: tuple[tuple[float, float], ...] = ()
+    outage: tuple[OutageWindow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,7 @@ class AutoscalingConfig:
     reactive: HPAConfig = field(default_factory=HPAConfig)
     forecast: ForecastSpec = field(default_factory=ForecastSpec)
     forecast_policy: ForecastPolicyConfig = field(default_factory=ForecastPolicyConfig)
-    scenarios: Mapping[str, ScenarioConfig] = field(
+    scenarios: dict[str, ScenarioConfig] = field(
         default_factory=lambda: dict(DEFAULT_SCENARIOS))
     policies: tuple[str, ...] = ("static", "reactive", "forecast")  # + "forecast_no_floor"
     seeds: tuple[int, ...] = (0, 1, 2)
@@ -186,6 +194,18 @@ def _tuples(cls: type, values: dict) -> dict:
             for k, v in values.items()}
 
 
+def _window(w: Any) -> OutageWindow:
+    """An outage window from {start_s, end_s} or [start_s, end_s]."""
+    if isinstance(w, OutageWindow):
+        return w
+    if isinstance(w, Mapping):
+        return from_mapping(OutageWindow, dict(w), "autoscaling.telemetry.outage")
+    try:
+        return OutageWindow(*w)
+    except TypeError as e:
+        raise ConfigError(f"autoscaling.telemetry.outage: {w!r} is not [start_s, end_s]") from e
+
+
 def autoscaling_config(values: Mapping[str, Any]) -> AutoscalingConfig:
     """AutoscalingConfig from a plain mapping; unknown or bad fields name themselves."""
     v = dict(values)
@@ -193,6 +213,9 @@ def autoscaling_config(values: Mapping[str, Any]) -> AutoscalingConfig:
     for key, cls in _SECTIONS.items():
         if key in v and not (key == "sweep" and v[key] is None):
             v[key] = from_mapping(cls, _tuples(cls, dict(v[key] or {})), f"autoscaling.{key}")
+    tel = v.get("telemetry")
+    if isinstance(tel, TelemetrySpec) and tel.outage:
+        v["telemetry"] = replace(tel, outage=tuple(_window(w) for w in tel.outage))
     if "scenarios" in v:
         v["scenarios"] = {str(n): from_mapping(ScenarioConfig, _tuples(ScenarioConfig, dict(
             s or {})), f"autoscaling.scenarios.{n}") for n, s in dict(v["scenarios"]).items()}
@@ -250,7 +273,8 @@ def build_context(c: AutoscalingConfig) -> Context:
         reactive=c.reactive, forecast_policy=c.forecast_policy,
         forecast_quantile=c.forecast.quantile, forecast_target_util=c.forecast.target_util,
         scrape_interval_s=t.scrape_interval_s, ttl_s=t.ttl_s, delay_s=t.delay_s,
-        outage=tuple(t.outage), oscillation_window_s=p.oscillation_window_s)
+        outage=tuple((w.start_s, w.end_s) for w in t.outage),
+        oscillation_window_s=p.oscillation_window_s)
     return Context(c, profile, facts, tokens, base_rates(c.trace, c.seed), setup)
 
 
