@@ -162,7 +162,7 @@ def _single(consumer: AdmissionConsumer) -> Callable[[Mapping[str, Any]], Admiss
     return lambda _row: consumer
 
 
-_ADDED = (*HINT_COLUMNS, "ack_state", "ack_decision", RESIDUAL, RESIDUAL_LOWER_BOUND,
+_ADDED = (*HINT_COLUMNS, L.ACK_STATE, L.ACK_DECISION, RESIDUAL, RESIDUAL_LOWER_BOUND,
           RESIDUAL_COVERED)
 
 
