@@ -17,7 +17,9 @@ real-vs-synthetic table). Per session, then per turn:
   ON/OFF time warp gives the inter-arrival CV of the Azure 2023 traces; the ledger ends
   where an export would (sessions still running lose their later turns).
 
-Vectorized numpy; times are int64 epoch milliseconds (UTC).
+Vectorized numpy; times are int64 epoch milliseconds (UTC). The config lives in
+synthetic_config; the stages' typed outputs, their integer codes and the ledger-v1
+assembly in synthetic_frame. Imports go one way: synthetic -> synthetic_frame -> config.
 """
 
 from __future__ import annotations
