@@ -11,7 +11,7 @@
                      (experiments_overload.py)
 
 `run_fleet_experiment(name, cfg, run_dir)` takes the plain experiment mapping (as
-Hydra composes it: conf_eval/experiment/<name>.yaml), writes figures under
+Hydra composes it: conf/experiment/<name>.yaml), writes figures under
 `run_dir/figures` and returns the summary the entry point writes to summary.json:
 
     {"experiment": name, "workload": "<source, requests, scaling>",
@@ -286,7 +286,7 @@ def azure_ledger(shared_dir: str | Path, service: str = "conv") -> pd.DataFrame:
     path = Path(shared_dir) / "traces" / "azure_llm_2023" / (
         f"AzureLLMInferenceTrace_{service}.csv")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (data.shared_dir)")
+        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (paths.shared_dir)")
     return import_azure_llm_2023(path)
 
 
