@@ -26,6 +26,8 @@ if __name__ == "__main__":
     import sys
 
     from replaylab.apps.evaluate import positional_experiment
+    from replaylab.apps.schemas import register_schemas
 
+    register_schemas()
     sys.argv = positional_experiment(sys.argv)
     main()

@@ -26,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from replaylab.apps.router import default_outcomes
+from replaylab.apps.schemas import register_schemas
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
@@ -38,6 +39,7 @@ SHARES = (0.25, 1.0)
 
 def router_values(seed: int) -> dict:
     """The composed `router` config at `seed` as plain values (encoder settings included)."""
+    register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose(config_name="train", overrides=["pipeline=router", f"seed={seed}"],
                       return_hydra_config=True)

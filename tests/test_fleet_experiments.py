@@ -34,6 +34,9 @@ def experiment_config(name: str, shared: Path, **overrides) -> dict:
     dotted overrides."""
     from hydra import compose, initialize_config_dir
 
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         root = compose(config_name="evaluate", overrides=[
             f"experiment={name}", f"paths.shared_dir={shared}"])

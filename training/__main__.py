@@ -23,4 +23,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
     main()

@@ -29,7 +29,6 @@ are imported inside functions, by name, so this module imports cheaply.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -415,22 +414,14 @@ def trace_workloads(c_trace: TraceSpec, shared_dir: str, model: str) -> tuple[li
     return wls, desc
 
 
-def _tuples(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
-    """YAML lists as tuples for the dataclass's tuple-typed fields (the configs are frozen)."""
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    return {k: tuple(v) if kinds.get(k, "").startswith("tuple") and isinstance(v, Sequence)
-            and not isinstance(v, str) else v for k, v in values.items()}
-
-
 def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
     """An experiment's config dataclass from its mapping: `name` dropped, each of
-    `sections` (key -> dataclass) built first, lists made tuples where a field is one."""
+    `sections` (key -> dataclass) built first (`replaylab.config.from_mapping`)."""
     values = dict(cfg)
     values.pop("name", None)
     for key, sub in sections.items():
-        values[key] = from_mapping(sub, _tuples(sub, dict(values.get(key) or {})),
-                                   f"experiment.{key}")
-    return from_mapping(cls, _tuples(cls, values), "experiment")
+        values[key] = from_mapping(sub, dict(values.get(key) or {}), f"experiment.{key}")
+    return from_mapping(cls, values, "experiment")
 
 
 
