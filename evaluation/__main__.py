@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 log = logging.getLogger("replaylab")
 
 
-@hydra.main(config_path="../conf_eval", config_name="config", version_base="1.3")
+@hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from replaylab.apps.evaluate import input_errors, run_experiment
     from replaylab.apps.recording import run_recorded
@@ -26,6 +26,8 @@ if __name__ == "__main__":
     import sys
 
     from replaylab.apps.evaluate import positional_experiment
+    from replaylab.apps.schemas import register_schemas
 
+    register_schemas()
     sys.argv = positional_experiment(sys.argv)
     main()

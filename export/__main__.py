@@ -15,7 +15,7 @@ from omegaconf import DictConfig
 log = logging.getLogger("replaylab")
 
 
-@hydra.main(config_path="../conf_export", config_name="config", version_base="1.3")
+@hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from replaylab.apps.export import export_demand_run, input_errors
     from replaylab.apps.recording import run_recorded
@@ -24,4 +24,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
     main()

@@ -252,13 +252,13 @@ def simulate_prompts(first_log_q: np.ndarray, shift: float, cat_fit: dict, user:
         log_corr=cat_fit["log_corr"], context_window=cat_fit["context_window"],
         output_max=cat_fit["output_max"], prompt_fit="marginal", session_shift=shift,
         real_prompt_q=(0, 0, 0, 0), real_output_q=(0, 0, 0, 0))
-    cat = np.zeros(r["sess"].size, dtype=np.int64)
-    new, desired = draw_turn_tokens(cat, r["turn"], [fit], _tokens(user["log_q"]), rng)
+    cat = np.zeros(r.sess.size, dtype=np.int64)
+    new, desired = draw_turn_tokens(cat, r.turn, [fit], _tokens(user["log_q"]), rng)
     carried = np.concatenate([[0], desired[:-1]])
-    carried[r["turn"] == 0] = 0
+    carried[r.turn == 0] = 0
     window = np.full(cat.size, cat_fit["context_window"])
-    prompt, _ = accumulate_prompts(new, carried, r["first_row"], window, rng.random(cat.size))
-    return prompt, r["turn"]
+    prompt, _ = accumulate_prompts(new, carried, r.first_row, window, rng.random(cat.size))
+    return prompt, r.turn
 
 
 MIN_SLOPE = 0.2  # chosen: log tokens per normal-score unit above the median

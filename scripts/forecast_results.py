@@ -52,7 +52,7 @@ def fmt(x: float | None, spec: str) -> str:
 
 def import_inputs(data: Path, shared: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
-    at = f"data.shared_dir={shared}"
+    at = f"paths.shared_dir={shared}"
     training("pipeline=import", "source=servegen", at, f"out={data}/servegen_language.parquet")
     training("pipeline=import", "source=servegen", f"source.path={shared / SERVEGEN_REASON}",
              at, f"out={data}/servegen_reason.parquet")
@@ -73,7 +73,7 @@ def main() -> None:
     results, lines = {}, ["| dataset | forecaster | MASE | pinball | cov80 |", "|---|---|---|---|---|"]
     for name, (source, extra) in RUNS.items():
         training("pipeline=forecast", source.format(data=data), *extra,
-                 f"data.shared_dir={args.shared.resolve()}", f"hydra.run.dir={out / name}",
+                 f"paths.shared_dir={args.shared.resolve()}", f"hydra.run.dir={out / name}",
                  "tracking=off")
         s = json.loads((out / name / "summary.json").read_text())
         results[name] = {k: s[k] for k in ("best", "beats_seasonal_naive", "targets", "backtest")}

@@ -3,8 +3,9 @@
     python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2]
 
 DATA_DIR holds the public outcome sets (default ../shared/data/outcomes, see
-../shared/data/SOURCES.md); GSM8K comes from the repo's data/. Each run composes
-the training config (conf/, `pipeline=router seed=<seed>`, Hydra's compose API),
+../shared/data/SOURCES.md); GSM8K is the package resource
+(`replaylab.apps.router.default_outcomes`). Each run composes the training config
+(conf/train.yaml, `pipeline=router seed=<seed>`, Hydra's compose API),
 applies the set's candidates and costs (`replaylab.router.public_sets`) and the
 replay share, and calls `train_router` with the config's encoder export
 (`router.encoder.cache_dir`/encoder-minilm: run `make run` once to export it) and
@@ -25,6 +26,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from replaylab.apps.router import default_outcomes
+from replaylab.apps.schemas import register_schemas
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
@@ -37,8 +39,9 @@ SHARES = (0.25, 1.0)
 
 def router_values(seed: int) -> dict:
     """The composed `router` config at `seed` as plain values (encoder settings included)."""
+    register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["pipeline=router", f"seed={seed}"],
+        cfg = compose(config_name="train", overrides=["pipeline=router", f"seed={seed}"],
                       return_hydra_config=True)
     HydraConfig.instance().set_config(cfg)  # resolves ${hydra:runtime.cwd}
     return OmegaConf.to_container(cfg.router, resolve=True)

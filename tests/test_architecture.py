@@ -34,12 +34,8 @@ RUNTIME_ALLOWED = {
     "replaylab.artifacts.golden": "golden-vector checks, shared with the exporter",
 }
 
-# from-imports of private names allowed for now: (importing module, imported name)
-PRIVATE_ALLOWED = {
-    # fixed on branch i13-tidy
-    ("replaylab.demand.model", "_check_quantiles"),
-    ("replaylab.demand.model", "_output_labels"),
-}
+# from-imports of private names allowed: (importing module, imported name); none today
+PRIVATE_ALLOWED: set[tuple[str, str]] = set()
 
 ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
 

@@ -315,7 +315,7 @@ def test_unknown_config_field_is_named():
 def test_evaluation_entry_point_writes_the_summary(tmp_path, shared_data):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "evaluation", "experiment=autoscaling",
-           f"hydra.run.dir={out}", "tracking.enabled=false", f"data.shared_dir={shared_data}",
+           f"hydra.run.dir={out}", "tracking.enabled=false", f"paths.shared_dir={shared_data}",
            "experiment.trace.source=synthetic", "experiment.trace.day=1",
            "experiment.trace.hours=3", "experiment.sweep.target_utils=[0.7,0.9]",
            "experiment.sweep.seeds=[0]"]

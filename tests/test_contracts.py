@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -11,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replaylab.contracts import (
+    LEDGER_SCHEMA,
     ContractError,
+    LedgerEnums,
     read_aggregates,
     read_ledger,
     read_outcomes,
@@ -20,6 +24,7 @@ from replaylab.contracts import (
     validate_outcomes,
     write_quarantine,
 )
+from replaylab.contracts import enums as E
 from replaylab.contracts.columns import QUARANTINE_REASON
 
 
@@ -229,3 +234,38 @@ def test_property_outcomes_conserve_rows(rows):
         return
     assert r.rows_valid + r.rows_quarantined == r.rows_read == len(full)
     assert ((r.valid["score"] >= 0) & (r.valid["score"] <= 1)).all()
+
+
+def test_enum_values_follow_ledger_v1_and_the_schema_checks_them():
+    assert E.LifecycleState.ALL == ("completed", "aborted", "failed", "unknown")
+    assert E.FinishReason.ALL == ("stop", "length", "cancelled", "error", "unknown")
+    assert E.RoutingSource.ALL == ("sticky_binding", "classifier", "heuristic", "fixed",
+                                   "exploration")
+    assert E.RebindReason.ALL == ("credential_lost", "route_error", "provider_retired",
+                                  "user_override", "escalation")
+    assert E.OutcomeStatus.ALL == ("success", "failure", "cancelled", "unknown")
+    assert E.AckState.ALL == ("used", "ignored", "unsupported", "absent")
+    enum_fields = {f.name: f.values for f in LEDGER_SCHEMA.fields if f.kind == "enum"}
+    assert enum_fields == {name.lower(): getattr(LedgerEnums, name) for name in (
+        "LIFECYCLE_STATE", "FINISH_REASON", "ROUTING_SOURCE", "REBIND_REASON", "OUTCOME_STATUS",
+        "ACK_STATE")}
+
+
+def test_censored_is_narrower_than_lower_bound_on_purpose():
+    # ledger-v1 "Censoring": cap hit or cancellation; a failure's partial output is a lower
+    # bound of the desired length too, but not a censored label of the projection.
+    assert set(E.CENSORED_FINISH) == {"length", "cancelled"}
+    assert set(E.CENSORED_LIFECYCLE) == {"aborted"}
+    assert set(E.LOWER_BOUND_FINISH) == {"length", "cancelled", "error"}
+    assert set(E.LOWER_BOUND_LIFECYCLE) == {"aborted", "failed"}
+
+
+def test_columns_and_enums_import_without_pandas():
+    code = """
+import sys
+import replaylab.contracts.columns, replaylab.contracts.enums
+from replaylab.contracts import Ledger, LifecycleState
+print(sorted(m for m in sys.modules if m.split(".")[0] in {"pandas", "numpy", "pyarrow"}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,6 +1,6 @@
 """Fleet experiments of issue 6 at tiny sizes: summary shape, conservation, figures, entry point.
 
-Each experiment runs from its own conf_eval/experiment/<name>.yaml with a few
+Each experiment runs from its own conf/experiment/<name>.yaml with a few
 overrides that shrink it (fewer requests, windows, seeds). The checks are the
 contract of `python -m evaluation experiment=<name>`: every policy carries the
 required keys, every policy conserves requests, the figures exist, and each
@@ -30,10 +30,16 @@ REQUIRED = ("arrived", "completed", "rejected", "timed_out", "cancelled", "slo_a
 
 
 def experiment_config(name: str, shared: Path, **overrides) -> dict:
-    """conf_eval/experiment/<name>.yaml resolved as Hydra would, with dotted overrides."""
-    root = OmegaConf.create({"seed": 0, "data": {"shared_dir": str(shared)},
-                             "experiment": OmegaConf.load(REPO / "conf_eval" / "experiment"
-                                                          / f"{name}.yaml")})
+    """conf/experiment/<name>.yaml composed by Hydra (its pools/ and slo/ groups), with
+    dotted overrides."""
+    from hydra import compose, initialize_config_dir
+
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        root = compose(config_name="evaluate", overrides=[
+            f"experiment={name}", f"paths.shared_dir={shared}"])
     for key, value in overrides.items():
         OmegaConf.update(root, f"experiment.{key}", value, merge=False)
     return OmegaConf.to_container(root, resolve=True)["experiment"]
@@ -205,7 +211,7 @@ def test_entry_point_energy(shared_data, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "evaluation", "experiment=energy", f"hydra.run.dir={out}",
-         "tracking=off", f"data.shared_dir={shared_data}", "experiment.trace.windows=2",
+         "tracking=off", f"paths.shared_dir={shared_data}", "experiment.trace.windows=2",
          "experiment.trace.max_requests=150"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

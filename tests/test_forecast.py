@@ -303,12 +303,11 @@ def test_glue_runs_on_a_composed_config(small_agg, tmp_path):
     overrides = ["tracking=off", "forecast.backtest.n_windows=4",
                  "forecast.lightgbm.n_estimators=20", "forecast.forecasters=[seasonal_naive,"
                  "moving_window,lightgbm]"]
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
     with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
-        cfg = compose(config_name="config")
-        if cfg.get("forecast") is None:  # until conf/config.yaml lists `forecast: default`
-            cfg = compose(config_name="config", overrides=["+forecast=default", *overrides])
-        else:
-            cfg = compose(config_name="config", overrides=overrides)
+        cfg = compose(config_name="train", overrides=["pipeline=forecast", *overrides])
     with open_dict(cfg):
         cfg.data.aggregates = str(path)
     summary = forecast(cfg, tmp_path / "run")

@@ -14,7 +14,7 @@ from omegaconf import DictConfig
 log = logging.getLogger("replaylab")
 
 
-@hydra.main(config_path="../conf", config_name="config", version_base="1.3")
+@hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from replaylab.apps.recording import run_recorded
     from replaylab.apps.train import input_errors, run_pipeline
@@ -23,4 +23,7 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    from replaylab.apps.schemas import register_schemas
+
+    register_schemas()
     main()

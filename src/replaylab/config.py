@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -17,11 +19,28 @@ def fail_field(cls: str, name: str, value: object, why: str) -> None:
     raise ValueError(f"{cls}.{name}={value!r}: {why}")
 
 
-def from_mapping(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
-    """Build dataclass `cls` from a plain mapping; unknown keys are a ConfigError.
+def _tuple_fields(cls: type) -> set[str]:
+    """Names of `cls`'s fields annotated as tuples (YAML gives lists; the configs are frozen)."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except (NameError, TypeError):  # an annotation that does not resolve: read its text
+        hints = {f.name: f.type for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    out = set()
+    for name, hint in hints.items():
+        kinds = [hint, *typing.get_args(hint)] if typing.get_origin(hint) is not tuple else [hint]
+        if any(typing.get_origin(k) is tuple or k is tuple
+               or (isinstance(k, str) and k.startswith("tuple")) for k in kinds):
+            out.add(name)
+    return out
 
-    Types are checked by the dataclass's own `__post_init__` where it has one;
-    Hydra/OmegaConf structured merging does the YAML-side checking.
+
+def from_mapping(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
+    """Build dataclass `cls` from a plain mapping: the one converter from config to dataclass.
+
+    Unknown keys are a ConfigError naming them; a list given for a tuple-typed field
+    becomes a tuple. Values are checked by the dataclass's own `__post_init__`; the
+    entry points' ConfigStore schemas (`replaylab.apps.schemas`) check YAML keys at
+    composition.
     """
     values = dict(values or {})
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
@@ -29,6 +48,10 @@ def from_mapping(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; "
                           f"known: {', '.join(sorted(names))}")
+    for name in _tuple_fields(cls) & set(values):
+        v = values[name]
+        if isinstance(v, Sequence) and not isinstance(v, str | bytes):
+            values[name] = tuple(v)
     try:
         return cls(**values)
     except (TypeError, ValueError) as e:

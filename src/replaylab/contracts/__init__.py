@@ -1,26 +1,42 @@
-"""Data contracts: schemas, one validation entry point each, quarantine of bad rows."""
+"""Data contracts: schemas, one validation entry point each, quarantine of bad rows.
 
-from replaylab.contracts.aggregates import (
-    AGGREGATES_SCHEMA,
-    AGGREGATES_VERSION,
-    read_aggregates,
-    validate_aggregates,
-)
-from replaylab.contracts.columns import Aggregates, Ledger, LedgerEnums, Outcomes
-from replaylab.contracts.io import read_raw, write_quarantine, write_table
-from replaylab.contracts.ledger import LEDGER_SCHEMA, LEDGER_VERSION, read_ledger, validate_ledger
-from replaylab.contracts.outcomes import (
-    OUTCOMES_SCHEMA,
-    OUTCOMES_VERSION,
-    read_outcomes,
-    validate_outcomes,
-)
-from replaylab.contracts.schema import SOURCE_ATTR, ContractError, ValidationResult, has_values
+Names are imported lazily, so that `replaylab.contracts.columns` and
+`replaylab.contracts.enums` (standard library only) can be imported by the serving
+runtime without pulling in pandas through the validators.
+"""
 
-__all__ = [
-    "AGGREGATES_SCHEMA", "AGGREGATES_VERSION", "Aggregates", "ContractError", "LEDGER_SCHEMA",
-    "LEDGER_VERSION", "Ledger", "LedgerEnums", "OUTCOMES_SCHEMA", "OUTCOMES_VERSION", "Outcomes",
-    "SOURCE_ATTR", "ValidationResult", "has_values", "read_aggregates", "read_ledger",
-    "read_outcomes", "read_raw", "validate_aggregates", "validate_ledger", "validate_outcomes",
-    "write_quarantine", "write_table",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "AGGREGATES_SCHEMA": "aggregates", "AGGREGATES_VERSION": "aggregates",
+    "read_aggregates": "aggregates", "validate_aggregates": "aggregates",
+    "Aggregates": "columns", "Ledger": "columns", "Outcomes": "columns",
+    "AckState": "enums", "FinishReason": "enums", "LedgerEnums": "enums",
+    "LifecycleState": "enums", "OutcomeStatus": "enums", "RebindReason": "enums",
+    "RoutingSource": "enums",
+    "read_raw": "io", "write_quarantine": "io", "write_table": "io",
+    "LEDGER_SCHEMA": "ledger", "LEDGER_VERSION": "ledger", "read_ledger": "ledger",
+    "validate_ledger": "ledger",
+    "OUTCOMES_SCHEMA": "outcomes", "OUTCOMES_VERSION": "outcomes", "read_outcomes": "outcomes",
+    "validate_outcomes": "outcomes",
+    "SOURCE_ATTR": "schema", "ContractError": "schema", "ValidationResult": "schema",
+    "has_values": "schema",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

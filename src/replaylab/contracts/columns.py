@@ -1,7 +1,8 @@
 """Column names of the data contracts, declared once.
 
 Code refers to these constants, never to string literals, so a rename in a
-contract is a one-line change here (contracts extend, never rename).
+contract is a one-line change here (contracts extend, never rename). Enum values
+are declared in contracts/enums.py. Standard library only (the runtime imports it).
 """
 
 from __future__ import annotations
@@ -54,21 +55,6 @@ class Ledger:
     PROMPT_TEXT = "prompt_text"
     PROMPT_EMBEDDING = "prompt_embedding"
     EMBEDDING_MODEL = "embedding_model"
-
-
-class LedgerEnums:
-    LIFECYCLE_STATE = ("completed", "aborted", "failed", "unknown")
-    FINISH_REASON = ("stop", "length", "cancelled", "error", "unknown")
-    ROUTING_SOURCE = ("sticky_binding", "classifier", "heuristic", "fixed", "exploration")
-    REBIND_REASON = (
-        "credential_lost",
-        "route_error",
-        "provider_retired",
-        "user_override",
-        "escalation",
-    )
-    OUTCOME_STATUS = ("success", "failure", "cancelled", "unknown")
-    ACK_STATE = ("used", "ignored", "unsupported", "absent")
 
 
 class Outcomes:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
-from replaylab.contracts.columns import LedgerEnums as E
+from replaylab.contracts.enums import LedgerEnums as E
 from replaylab.contracts.io import read_raw
 from replaylab.contracts.schema import Field, Schema, ValidationResult, validate_frame
 

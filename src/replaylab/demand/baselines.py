@@ -29,31 +29,10 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.projection import Projected as P
 
 _NONE = "<none>"  # bucket value of a missing category / decision
-
-
-def _check_quantiles(quantiles: Sequence[float]) -> np.ndarray:
-    qs = np.asarray(quantiles, dtype=float)
-    if qs.ndim != 1 or qs.size == 0 or np.any((qs <= 0) | (qs >= 1)) or np.any(np.diff(qs) <= 0):
-        raise ValueError(f"quantiles={list(quantiles)!r}: ascending distinct levels in (0, 1)")
-    return qs
-
-
-def prompt_tokens(features: pd.DataFrame) -> np.ndarray:
-    """Prompt tokens as float64 (n,); 0 where unknown (such rows carry no label)."""
-    return features[L.PROMPT_TOKENS].to_numpy(dtype="float64", na_value=0.0)
-
-
-def _output_labels(features: pd.DataFrame, y: np.ndarray) -> np.ndarray:
-    """Output tokens (n,) of labelled rows: total - prompt, checked >= 0 and finite."""
-    y = np.asarray(y, dtype="float64")
-    if y.shape != (len(features),):
-        raise ValueError(f"y has shape {y.shape}; expected ({len(features)},)")
-    if y.size == 0 or not np.isfinite(y).all():
-        raise ValueError("y must be a non-empty array of finite totals (labelled rows only)")
-    return np.maximum(y - prompt_tokens(features), 0.0)
 
 
 def bucket_keys(features: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
@@ -76,8 +55,8 @@ class PromptLengthBaseline:
         self.quantiles = quantiles
 
     def fit(self, features: pd.DataFrame, y: np.ndarray) -> PromptLengthBaseline:
-        qs = _check_quantiles(self.quantiles)
-        self.output_quantiles_ = np.quantile(_output_labels(features, y), qs)  # (q,)
+        qs = check_quantiles(self.quantiles)
+        self.output_quantiles_ = np.quantile(output_labels(features, y), qs)  # (q,)
         self.n_train_ = int(len(features))
         return self
 
@@ -100,8 +79,8 @@ class MaxTokensCapBaseline:
         self.default_max_tokens = default_max_tokens
 
     def fit(self, features: pd.DataFrame, y: np.ndarray) -> MaxTokensCapBaseline:
-        qs = _check_quantiles(self.quantiles)
-        out = _output_labels(features, y)
+        qs = check_quantiles(self.quantiles)
+        out = output_labels(features, y)
         if self.default_max_tokens is not None:
             if int(self.default_max_tokens) < 1:
                 raise ValueError(f"default_max_tokens={self.default_max_tokens!r}: must be >= 1")
@@ -136,10 +115,10 @@ class CategoryBucketBaseline:
         self.min_bucket_size = min_bucket_size
 
     def fit(self, features: pd.DataFrame, y: np.ndarray) -> CategoryBucketBaseline:
-        qs = _check_quantiles(self.quantiles)
+        qs = check_quantiles(self.quantiles)
         if int(self.min_bucket_size) < 1:
             raise ValueError(f"min_bucket_size={self.min_bucket_size!r}: must be >= 1")
-        out = _output_labels(features, y)
+        out = output_labels(features, y)
         self.global_quantiles_ = np.quantile(out, qs)
         keys = bucket_keys(features, self.bucket_columns)
         # tables_[k]: quantiles (q columns) per bucket of the first k+1 columns, big enough only
@@ -190,8 +169,8 @@ class SessionEwmaBaseline:
         self.min_history_rows = min_history_rows
 
     def fit(self, features: pd.DataFrame, y: np.ndarray) -> SessionEwmaBaseline:
-        qs = _check_quantiles(self.quantiles)
-        out = _output_labels(features, y)
+        qs = check_quantiles(self.quantiles)
+        out = output_labels(features, y)
         self.fallback_ = CategoryBucketBaseline(
             qs, self.bucket_columns, self.min_bucket_size).fit(features, y)
         ewma = features[P.COMPLETION_EWMA].to_numpy(dtype="float64", na_value=np.nan)

@@ -38,7 +38,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from replaylab.demand.baselines import bucket_keys, prompt_tokens
+from replaylab.demand.baselines import bucket_keys
+from replaylab.demand.inputs import prompt_tokens
 from replaylab.runtime.demand_math import conformal_band, forward
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 
 from replaylab.contracts import LEDGER_SCHEMA, SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import FinishReason, LifecycleState
 from replaylab.projection import Projected as P
 
 LABEL, LENGTH, CANCELLED, FAILED = "label", "length", "cancelled", "failed"
@@ -81,9 +82,10 @@ def demand_labels(features: pd.DataFrame, ledger: pd.DataFrame,
     state = LEDGER_SCHEMA.column(ledger, L.LIFECYCLE_STATE)
     absent = features[P.LABEL_USAGE_ABSENT].to_numpy(dtype=bool)
     prompt_known = features[L.PROMPT_TOKENS].notna().to_numpy()
-    length = (finish == "length").to_numpy(dtype=bool)
-    cancelled = ((finish == "cancelled") | (state == "aborted")).to_numpy(dtype=bool)
-    failed = ((state == "failed") | (finish == "error")).to_numpy(dtype=bool)
+    length = (finish == FinishReason.LENGTH).to_numpy(dtype=bool)
+    cancelled = ((finish == FinishReason.CANCELLED)
+                 | (state == LifecycleState.ABORTED)).to_numpy(dtype=bool)
+    failed = ((state == LifecycleState.FAILED) | (finish == FinishReason.ERROR)).to_numpy(dtype=bool)
     failed &= failed_is_censored
     # The projection's own censoring flag (length / cancelled / aborted) always counts.
     censored = features[P.LABEL_CENSORED].to_numpy(dtype=bool)

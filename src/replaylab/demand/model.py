@@ -26,8 +26,8 @@ import pandas as pd
 from sklearn.metrics import mean_pinball_loss
 
 from replaylab.contracts.columns import Ledger as L
-from replaylab.demand.baselines import _check_quantiles, _output_labels, prompt_tokens
 from replaylab.demand.config import QuantileModelConfig
+from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
 from replaylab.runtime.demand_math import forward, raw_to_total
 
@@ -112,14 +112,14 @@ class QuantileDemandModel:
         are not supported there, they would run in the workers); None: locally.
         Either way the fitted boosters are local and predict here.
         """
-        qs = _check_quantiles(self.quantiles)
+        qs = check_quantiles(self.quantiles)
         if self.scale not in ("log1p", "linear"):
             raise ValueError(f"scale={self.scale!r}: must be log1p or linear")
         if client is not None and callbacks:
             raise ValueError("callbacks are not supported with a Dask client "
                              "(they would run in the worker processes)")
         self.config_ = self.config or QuantileModelConfig()
-        target = forward(_output_labels(features, y), self.scale)
+        target = forward(output_labels(features, y), self.scale)
         self._learn_vocabulary(features)
         X = self._design(features)
         tail = self._tail_mask(features)

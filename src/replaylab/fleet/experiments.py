@@ -11,7 +11,7 @@
                      (experiments_overload.py)
 
 `run_fleet_experiment(name, cfg, run_dir)` takes the plain experiment mapping (as
-Hydra composes it: conf_eval/experiment/<name>.yaml), writes figures under
+Hydra composes it: conf/experiment/<name>.yaml), writes figures under
 `run_dir/figures` and returns the summary the entry point writes to summary.json:
 
     {"experiment": name, "workload": "<source, requests, scaling>",
@@ -29,7 +29,6 @@ are imported inside functions, by name, so this module imports cheaply.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -286,7 +285,7 @@ def azure_ledger(shared_dir: str | Path, service: str = "conv") -> pd.DataFrame:
     path = Path(shared_dir) / "traces" / "azure_llm_2023" / (
         f"AzureLLMInferenceTrace_{service}.csv")
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (data.shared_dir)")
+        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (paths.shared_dir)")
     return import_azure_llm_2023(path)
 
 
@@ -415,22 +414,14 @@ def trace_workloads(c_trace: TraceSpec, shared_dir: str, model: str) -> tuple[li
     return wls, desc
 
 
-def _tuples(cls: type, values: Mapping[str, Any]) -> dict[str, Any]:
-    """YAML lists as tuples for the dataclass's tuple-typed fields (the configs are frozen)."""
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    return {k: tuple(v) if kinds.get(k, "").startswith("tuple") and isinstance(v, Sequence)
-            and not isinstance(v, str) else v for k, v in values.items()}
-
-
 def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
     """An experiment's config dataclass from its mapping: `name` dropped, each of
-    `sections` (key -> dataclass) built first, lists made tuples where a field is one."""
+    `sections` (key -> dataclass) built first (`replaylab.config.from_mapping`)."""
     values = dict(cfg)
     values.pop("name", None)
     for key, sub in sections.items():
-        values[key] = from_mapping(sub, _tuples(sub, dict(values.get(key) or {})),
-                                   f"experiment.{key}")
-    return from_mapping(cls, _tuples(cls, values), "experiment")
+        values[key] = from_mapping(sub, dict(values.get(key) or {}), f"experiment.{key}")
+    return from_mapping(cls, values, "experiment")
 
 
 

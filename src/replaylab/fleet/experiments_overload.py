@@ -94,7 +94,7 @@ def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, 
     pools = build_pools(c.pools, c.shared_dir, c.model)
     cdf = Path(c.shared_dir) / "fleet" / c.workload.cdf
     if not cdf.is_file():
-        raise FileNotFoundError(f"{cdf}: token CDF (data.shared_dir/fleet)")
+        raise FileNotFoundError(f"{cdf}: token CDF (paths.shared_dir/fleet)")
     probe = workload_from_cdf(cdf, SyntheticWorkloadConfig(n_requests=20_000), seed=c.seed)
     cap = capacity_estimate(pools, probe.prompt_tokens, probe.completion_tokens)
     cap_rps = float(c.capacity_rps or cap["rps"])

@@ -37,6 +37,7 @@ import pandas as pd
 from replaylab.config import fail_field
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import ValidationResult, read_ledger, validate_ledger
+from replaylab.contracts.enums import LifecycleState
 
 ARRIVALS = ("poisson", "gamma")
 
@@ -180,7 +181,8 @@ def workload_from_ledger(source: str | Path | pd.DataFrame | ValidationResult, *
             deadline[slo == slo_classes.index(cls)] = d
     cancel = np.full(n, math.inf)
     if cancel_aborted and L.DURATION_MS in df.columns:
-        ab = (df[L.LIFECYCLE_STATE] == "aborted").to_numpy() & df[L.DURATION_MS].notna().to_numpy()
+        ab = ((df[L.LIFECYCLE_STATE] == LifecycleState.ABORTED).to_numpy()
+              & df[L.DURATION_MS].notna().to_numpy())
         cancel[ab] = df[L.DURATION_MS].to_numpy("float64", na_value=np.nan)[ab] / 1000.0 / time_scale
     hint = (df[L.HINT_P90].to_numpy("float64", na_value=np.nan) if L.HINT_P90 in df.columns
             else None)

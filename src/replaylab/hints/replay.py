@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import AckState
 from replaylab.projection import dispatch_time_features
 from replaylab.projection.features import HISTORY_COLUMNS, OWN_BOOL_COLUMNS, OWN_CATEGORY_COLUMNS
 from replaylab.runtime.hints import (
@@ -83,12 +84,12 @@ class AdmissionConsumer:
         while self._in_flight and self._in_flight[0][0] <= now_ms:
             self._reserved -= heapq.heappop(self._in_flight)[1]
         if hint is None:
-            state = "unsupported"
+            state = AckState.UNSUPPORTED
         elif hint.hint_fallback and not self.use_fallback:
-            state = "ignored"
+            state = AckState.IGNORED
         else:
-            state = "used"
-        if state == "used":
+            state = AckState.USED
+        if state == AckState.USED:
             need = hint.hint_p90
         else:
             prompt = _num(request.get(L.PROMPT_TOKENS), 0.0)
@@ -161,7 +162,7 @@ def _single(consumer: AdmissionConsumer) -> Callable[[Mapping[str, Any]], Admiss
     return lambda _row: consumer
 
 
-_ADDED = (*HINT_COLUMNS, "ack_state", "ack_decision", RESIDUAL, RESIDUAL_LOWER_BOUND,
+_ADDED = (*HINT_COLUMNS, L.ACK_STATE, L.ACK_DECISION, RESIDUAL, RESIDUAL_LOWER_BOUND,
           RESIDUAL_COVERED)
 
 

@@ -27,6 +27,7 @@ import pandas as pd
 from replaylab.config import ConfigError
 from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import CENSORED_FINISH, CENSORED_LIFECYCLE
 from replaylab.projection.config import ProjectionConfig
 from replaylab.projection.history import session_history
 from replaylab.projection.leakage import (
@@ -139,9 +140,9 @@ def _censored(ledger: pd.DataFrame, n: int) -> np.ndarray:
     """Right-censored output (ledger-v1): finish_reason length/cancelled or lifecycle aborted."""
     out = np.zeros(n, dtype=bool)
     if L.FINISH_REASON in ledger.columns:
-        out |= ledger[L.FINISH_REASON].isin(["length", "cancelled"]).to_numpy(dtype=bool)
+        out |= ledger[L.FINISH_REASON].isin(CENSORED_FINISH).to_numpy(dtype=bool)
     if L.LIFECYCLE_STATE in ledger.columns:
-        out |= ledger[L.LIFECYCLE_STATE].isin(["aborted"]).to_numpy(dtype=bool)
+        out |= ledger[L.LIFECYCLE_STATE].isin(CENSORED_LIFECYCLE).to_numpy(dtype=bool)
     return out
 
 

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import LEDGER_SCHEMA, has_values, validate_ledger
+from replaylab.contracts import LEDGER_SCHEMA, LEDGER_VERSION, has_values, validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
+from replaylab.contracts.enums import LifecycleState, OutcomeStatus, RebindReason, RoutingSource
 from replaylab.router.config import RouterExplorationConfig
 from replaylab.router.replay import Label, OutcomeMatrix
 from replaylab.router.rules import ScenarioRules
@@ -140,29 +141,30 @@ def _ledger_frame(matrix: OutcomeMatrix, sim: dict[str, np.ndarray], session_id:
     sid = session_id[s_idx].astype(str)
     tokens = {c: getattr(matrix, c)[rows[s_idx], served] for c in (L.PROMPT_TOKENS,
                                                                     L.COMPLETION_TOKENS)}
-    source = np.where(first, np.where(explored[s_idx], "exploration", "heuristic"),
-                      np.where(rebind, "heuristic", "sticky_binding"))
+    source = np.where(first, np.where(explored[s_idx], RoutingSource.EXPLORATION,
+                                      RoutingSource.HEURISTIC),
+                      np.where(rebind, RoutingSource.HEURISTIC, RoutingSource.STICKY_BINDING))
     ok = sim["success"][s_idx, t_idx]
     # decision of the binding: the opening decision, or "escalation" once rebound
     binding_decision = np.where(n_binding > 0, "escalation", decision[s_idx])
     return pd.DataFrame({
-        L.VERSION: "1",
+        L.VERSION: LEDGER_VERSION,
         L.REQUEST_ID: np.char.add(np.char.add(sid, "/t"), t_idx.astype(str)),
         L.SESSION_ID: sid,
         L.TURN_INDEX: t_idx.astype(np.int64),
         L.TIMESTAMP: (opens_ms[s_idx] + offsets_ms[s_idx, t_idx]).astype(np.int64),
         L.PROMPT_TOKENS: pd.array(np.round(tokens[L.PROMPT_TOKENS]), dtype="Int64"),
         L.COMPLETION_TOKENS: pd.array(np.round(tokens[L.COMPLETION_TOKENS]), dtype="Int64"),
-        L.LIFECYCLE_STATE: "completed",
+        L.LIFECYCLE_STATE: LifecycleState.COMPLETED,
         L.SELECTED_MODEL: np.asarray(matrix.candidates, dtype=object)[served],
         L.DECISION: binding_decision,
         L.ACTUAL_COST: sim["cost"][s_idx, t_idx],
         L.CURRENCY: CURRENCY,
         L.ROUTING_SOURCE: source,
         L.BINDING_ID: np.char.add(np.char.add(sid, "/b"), n_binding.astype(str)),
-        L.REBIND_REASON: np.where(rebind, "escalation", None),
+        L.REBIND_REASON: np.where(rebind, RebindReason.ESCALATION, None),
         L.PROPENSITY: np.where(first, propensity[s_idx], np.where(rebind, 1.0, np.nan)),
-        L.OUTCOME_STATUS: np.where(ok, "success", "failure"),
+        L.OUTCOME_STATUS: np.where(ok, OutcomeStatus.SUCCESS, OutcomeStatus.FAILURE),
         L.OUTCOME_SCORE: sim["quality"][s_idx, t_idx],
         O.PROMPT_ID: matrix.prompt_ids[rows[s_idx]],
         O.TASK: matrix.meta[O.TASK].to_numpy()[rows[s_idx]],
@@ -217,7 +219,7 @@ def simulate_receipts(matrix: OutcomeMatrix, rules: ScenarioRules,
         "ladder": [matrix.candidates[i] for i in order], "ladder_source": ladder_source,
         "exploration_rate": eps, "exploration_sessions": int(explored.sum()),
         "exploration_share": float(explored.mean()) if n else 0.0,
-        "escalations": int((ledger[L.REBIND_REASON] == "escalation").sum()),
+        "escalations": int((ledger[L.REBIND_REASON] == RebindReason.ESCALATION).sum()),
         "sessions_escalated": int((sim["rebind"] & sim["active"]).any(axis=1).sum()),
         "opening_by_candidate": dict(zip(matrix.candidates,
                                          np.bincount(opening, minlength=k).tolist(), strict=True)),
@@ -234,7 +236,8 @@ def simulate_receipts(matrix: OutcomeMatrix, rules: ScenarioRules,
 def _turn_quality(frame: pd.DataFrame) -> pd.Series:
     """outcome_score where known, else 1 / 0 from outcome_status; NaN when neither says."""
     status = LEDGER_SCHEMA.column(frame, L.OUTCOME_STATUS)
-    from_status = status.map({"success": 1.0, "failure": 0.0}).astype("float64")
+    from_status = status.map({OutcomeStatus.SUCCESS: 1.0,
+                              OutcomeStatus.FAILURE: 0.0}).astype("float64")
     score = pd.to_numeric(LEDGER_SCHEMA.column(frame, L.OUTCOME_SCORE), errors="coerce")
     return score.astype("float64").fillna(from_status)
 
@@ -276,7 +279,7 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
         raise ValueError("bandit_rows: a binding_id spans several models or sessions")
     first = frame.drop_duplicates(L.BINDING_ID, keep="first").reset_index(drop=True)
     reason = LEDGER_SCHEMA.column(first, L.REBIND_REASON)
-    decision = (reason != "escalation").to_numpy()
+    decision = (reason != RebindReason.ESCALATION).to_numpy()
     prop = pd.to_numeric(first[L.PROPENSITY], errors="coerce")
     bad = decision & ~(prop.gt(0) & prop.le(1)).to_numpy()
     if bad.any():
@@ -293,10 +296,11 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
         Label.SESSION_ID: first[L.SESSION_ID], Label.BINDING_ID: first[L.BINDING_ID],
         Label.CONTEXT_KEY: first[O.PROMPT_ID] if has_pid else first[L.REQUEST_ID],
         Label.CANDIDATE: first[L.SELECTED_MODEL], Label.REWARD: first["_q"],
-        Label.SUCCESS: status.map({"success": True, "failure": False}).astype("boolean"),
+        Label.SUCCESS: status.map({OutcomeStatus.SUCCESS: True,
+                                   OutcomeStatus.FAILURE: False}).astype("boolean"),
         Label.COST: first["_c"],
         Label.PROPENSITY: prop,
-        Label.LABEL_SOURCE: np.where(source == "exploration", "exploration", "logged"),
+        Label.LABEL_SOURCE: np.where(source == RoutingSource.EXPLORATION, "exploration", "logged"),
         Label.POLICY_DECISION: decision,
         Label.BINDING_TURNS: per_binding.size().reindex(first[L.BINDING_ID]).to_numpy(),
         Label.BINDING_COST: binding_cost.reindex(first[L.BINDING_ID]).to_numpy(),

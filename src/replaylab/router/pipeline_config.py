@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,11 +93,6 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"{where}: {e}") from e
         else:
-            built[key] = from_mapping(cls, _tuples(raw), f"{where}.{key}")
-    return from_mapping(RouterPipelineConfig, {**_tuples(values), **built}, where)
-
-
-def _tuples(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: tuple(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
-            for k, v in d.items()}
+            built[key] = from_mapping(cls, raw, f"{where}.{key}")
+    return from_mapping(RouterPipelineConfig, {**values, **built}, where)
 

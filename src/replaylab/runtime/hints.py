@@ -1,6 +1,6 @@
 """The demand hint, capability negotiation, the acknowledgement and the ledger record.
 
-Standard library only. Three facts stay three separate things (ledger-v1,
+Standard library (and the contracts' enums) only. Three facts stay three separate things (ledger-v1,
 "Hint and acknowledgement columns"):
 
 1. the ESTIMATE: a `DemandHint` (the `hint_*` columns), made before dispatch;
@@ -23,12 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from replaylab.contracts.enums import LOWER_BOUND_FINISH, LOWER_BOUND_LIFECYCLE, AckState
+
 HINT_VERSION = "1"
 SUPPORTED_HINT_VERSIONS: tuple[str, ...] = (HINT_VERSION,)
-ACK_STATES = ("used", "ignored", "unsupported", "absent")
-# An actual that is only a lower bound of the desired length (ledger-v1 "Censoring").
-_CENSORED_FINISH = ("length", "cancelled", "error")
-_CENSORED_LIFECYCLE = ("aborted", "failed")
+ACK_STATES = AckState.ALL
 
 # Residual columns `ledger_record` adds (extra ledger-v1 columns, carried untouched).
 RESIDUAL = "residual_total_tokens"  # actual total - hint_p50; null without usage or hint
@@ -106,7 +105,7 @@ def _missing(v: Any) -> bool:
 
 def is_lower_bound(finish_reason: Any, lifecycle_state: Any) -> bool:
     """True when the observed output is only a lower bound (cap hit, cancelled, failed)."""
-    return finish_reason in _CENSORED_FINISH or lifecycle_state in _CENSORED_LIFECYCLE
+    return finish_reason in LOWER_BOUND_FINISH or lifecycle_state in LOWER_BOUND_LIFECYCLE
 
 
 def ledger_record(request: Mapping[str, Any], hint: DemandHint | None,
@@ -124,7 +123,7 @@ def ledger_record(request: Mapping[str, Any], hint: DemandHint | None,
     row = dict(request)
     row.update(actual or {})
     row.update(hint.columns() if hint is not None else dict.fromkeys(HINT_COLUMNS))
-    row.update((ack or Acknowledgement("absent")).columns())
+    row.update((ack or Acknowledgement(AckState.ABSENT)).columns())
     completion, prompt = row.get("completion_tokens"), row.get("prompt_tokens")
     lower = is_lower_bound(row.get("finish_reason"), row.get("lifecycle_state"))
     residual = covered = None

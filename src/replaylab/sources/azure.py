@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import LifecycleState
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.contracts.schema import ContractError
 
@@ -80,7 +81,7 @@ def import_azure_llm_2023(path: str | Path, *, service: str | None = None) -> pd
         L.TIMESTAMP: ts_ms.to_numpy(dtype="int64"),
         L.PROMPT_TOKENS: raw["ContextTokens"].astype("Int64"),
         L.COMPLETION_TOKENS: raw["GeneratedTokens"].astype("Int64"),
-        L.LIFECYCLE_STATE: "completed",
+        L.LIFECYCLE_STATE: LifecycleState.COMPLETED,
         L.SELECTED_MODEL: f"azure-llm-2023-{svc}",
         L.CATEGORY: CATEGORY[svc],
     })

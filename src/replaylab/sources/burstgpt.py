@@ -65,6 +65,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import FinishReason, LifecycleState
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.contracts.schema import ContractError
 
@@ -127,14 +128,14 @@ def import_burstgpt(path: str | Path, *, origin_ms: int = DEFAULT_ORIGIN_MS,
     out[L.TURN_INDEX] = out[L.TURN_INDEX].astype("int64")
     out[L.PROMPT_TOKENS] = prompt
     out[L.COMPLETION_TOKENS] = completion
-    out[L.LIFECYCLE_STATE] = np.where(failed, "failed", "completed")
+    out[L.LIFECYCLE_STATE] = np.where(failed, LifecycleState.FAILED, LifecycleState.COMPLETED)
     out[L.SELECTED_MODEL] = raw["Model"].astype(object)
     if v3:
         elapsed = raw["Elapsed time"].astype("Int64")
         duration = (elapsed * 1000).mask(failed)
         out[L.ENDED_AT] = (pd.Series(ts, dtype="Int64") + duration).astype("Int64")
         out[L.DURATION_MS] = duration.astype("Int64")
-    out[L.FINISH_REASON] = pd.Series(np.where(failed, "error", None), dtype=object)
+    out[L.FINISH_REASON] = pd.Series(np.where(failed, FinishReason.ERROR, None), dtype=object)
     conversation = (log_type == CONVERSATION_LOG).fillna(False).to_numpy(dtype=bool)
     out[L.CATEGORY] = pd.Series(np.where(conversation, "chat", None), dtype=object)
     out["log_type"] = log_type.astype(object)

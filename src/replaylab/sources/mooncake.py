@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import LifecycleState
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.contracts.schema import ContractError
 
@@ -111,7 +112,7 @@ def import_mooncake(path: str | Path, *, origin_ms: int = DEFAULT_ORIGIN_MS,
         L.TIMESTAMP: origin_ms + raw["timestamp"].astype("int64"),
         L.PROMPT_TOKENS: raw["input_length"].astype("Int64"),
         L.COMPLETION_TOKENS: raw["output_length"].astype("Int64"),
-        L.LIFECYCLE_STATE: "completed",
+        L.LIFECYCLE_STATE: LifecycleState.COMPLETED,
         L.SELECTED_MODEL: "mooncake-kimi",
     })
     reuse = prefix_reuse_tokens(raw[HASH_IDS], raw["input_length"], block_tokens)

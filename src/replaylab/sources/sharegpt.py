@@ -61,6 +61,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.enums import LifecycleState
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.contracts.schema import ContractError
 
@@ -204,7 +205,7 @@ def import_sharegpt(path: str | Path | None = None, *, limit: int | None = None,
         L.TIMESTAMP: turns[L.TIMESTAMP],
         L.PROMPT_TOKENS: turns[L.PROMPT_TOKENS].astype("Int64"),
         L.COMPLETION_TOKENS: turns[L.COMPLETION_TOKENS].astype("Int64"),
-        L.LIFECYCLE_STATE: "completed",
+        L.LIFECYCLE_STATE: LifecycleState.COMPLETED,
         L.SELECTED_MODEL: "chatgpt-sharegpt",
         L.CATEGORY: "chat",
         "timestamp_synthetic": True,

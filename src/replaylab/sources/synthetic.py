@@ -17,27 +17,47 @@ real-vs-synthetic table). Per session, then per turn:
   ON/OFF time warp gives the inter-arrival CV of the Azure 2023 traces; the ledger ends
   where an export would (sessions still running lose their later turns).
 
-Vectorized numpy; times are int64 epoch milliseconds (UTC).
+Vectorized numpy; times are int64 epoch milliseconds (UTC). The config lives in
+synthetic_config; the stages' typed outputs, their integer codes and the ledger-v1
+assembly in synthetic_frame. Imports go one way: synthetic -> synthetic_frame -> config.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from replaylab.sources import synthetic_params as P
 from replaylab.sources.defects import DEFECT_REASONS, inject_defects
-from replaylab.sources.synthetic_frame import assemble_frame
+from replaylab.sources.synthetic_config import SyntheticLedgerConfig
+from replaylab.sources.synthetic_frame import (
+    ABORTED,
+    CANCELLED,
+    CLASSIFIED,
+    COMPLETED,
+    EXPLORED,
+    FAILED,
+    FAILURE,
+    FIXED,
+    HEURISTIC,
+    STATUS_UNKNOWN,
+    STICKY,
+    SUCCESS,
+    UNKNOWN,
+    RouteDraws,
+    SessionDraws,
+    SessionRows,
+    Timing,
+    TurnDraws,
+    assemble_frame,
+)
 
 __all__ = ["DEFECT_REASONS", "SyntheticLedgerConfig", "accumulate_prompts", "draw_turn_tokens",
            "generate_synthetic_ledger", "inject_defects", "sample_sessions", "session_rows",
            "token_quantiles"]
 
-_CATEGORIES = ("chat", "code", "rag", "math")
-_MODELS = ("llama-3.1-8b-instruct", "llama-3.3-70b-instruct", "llama-3.1-405b-instruct")
 _DEFAULT_ARRIVAL = "chat"  # categories without an arrival trace of their own
 # Chosen constants (not fitted), documented in docs/synthetic-ledger.md.
 _TRIM = 0.02  # an overflowing prompt is cut to [W * (1 - _TRIM), W]: cuts at message borders
@@ -46,89 +66,6 @@ _TTFT_JITTER = 0.3  # lognormal sigma of queueing noise on TTFT
 _ITL_JITTER = 0.1  # lognormal sigma of the per-request decode speed
 _SCORE_SPREAD = 1.5  # sd of the per-turn logit noise around a model's success rate
 _MAX_THINK_MS = 86_400_000
-_COMPLETED, _ABORTED, _FAILED, _UNKNOWN = 0, 1, 2, 3  # lifecycle codes, in LedgerEnums order
-
-
-def _default_policy() -> dict[str, tuple[float, ...]]:
-    """P(model | category) of the logging router's classifier; models small -> large."""
-    return {"chat": (0.6, 0.35, 0.05), "code": (0.25, 0.55, 0.2), "rag": (0.4, 0.5, 0.1),
-            "math": (0.2, 0.5, 0.3)}
-
-
-@dataclass
-class SyntheticLedgerConfig:
-    """What the synthetic ledger holds. Rates are per request unless said per session."""
-
-    n_sessions: int = 4000
-    n_requests: int | None = None  # if set: exactly this many rows (overrides n_sessions)
-    start_ms: int = 1_700_092_800_000  # 2023-11-16T00:00:00Z, the day of the Azure traces
-    sessions_per_s: float = 2.0  # session starts per second of active (non-OFF) time
-    min_window_s: float = 3600.0  # starts spread over at least this: small ledgers keep
-    # whole conversations (think times are minutes); 1 h, the length of the Azure traces
-    max_turns: int = 200
-    categories: tuple[str, ...] = _CATEGORIES  # each must have a fit in synthetic_params
-    category_mix: tuple[float, ...] = (0.5, 0.25, 0.15, 0.10)  # per session
-    models: tuple[str, ...] = _MODELS  # small -> large; escalation goes one step up
-    router_policy: dict[str, tuple[float, ...]] = field(default_factory=_default_policy)
-    exploration_rate: float = 0.05  # per binding: uniform model instead of the classifier
-    escalation_rate: float = 0.3  # P(rebind to the next model | a failing turn, turns left)
-    auto_model_share: float = 0.8  # per session: client asks "auto"; else it fixes a model
-    slo_classes: tuple[str, ...] = ("interactive", "batch")
-    slo_mix: tuple[float, ...] = (0.85, 0.15)
-    regions: tuple[str, ...] = ("us-east", "us-west", "eu-west")
-    region_mix: tuple[float, ...] = (0.5, 0.2, 0.3)
-    capped_share: float = 0.5  # per session: the client sets max_tokens
-    cap_values: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
-    cap_weights: tuple[float, ...] = (0.15, 0.25, 0.3, 0.2, 0.1)
-    streaming_share: float = 0.7  # per interactive session; batch sessions never stream
-    abort_rate: float = 0.03
-    failure_rate: float = 0.01
-    unknown_state_rate: float = 0.005  # lifecycle unknown: no usage, no end time
-    absent_usage_rate: float = 0.02  # of completed requests: completion_tokens null
-    overlap_rate: float = 0.02  # of turns k >= 1: dispatched before turn k-1 ended
-    receipt_rate: float = 0.9  # turns with an outcome receipt (else outcome_status unknown)
-    cache_hit_rate: float = 0.8  # turns k >= 1 whose conversation prefix is still cached
-    currency: str = "USD"
-
-    def __post_init__(self) -> None:
-        for name in ("categories", "category_mix", "models", "slo_classes", "slo_mix",
-                     "regions", "region_mix", "cap_values", "cap_weights"):
-            setattr(self, name, tuple(getattr(self, name)))  # YAML gives lists
-        self.router_policy = {k: tuple(v) for k, v in dict(self.router_policy).items()}
-
-        def bad(name: str, why: str) -> None:
-            raise ValueError(f"{name}={getattr(self, name)!r}: {why}")
-
-        for name, ok, why in (
-            ("n_sessions", self.n_sessions >= 1, "must be >= 1"),
-            ("n_requests", self.n_requests is None or self.n_requests >= 1, "must be >= 1 or null"),
-            ("sessions_per_s", self.sessions_per_s > 0, "must be > 0"),
-            ("min_window_s", self.min_window_s >= 0, "must be >= 0"),
-            ("max_turns", self.max_turns >= 1, "must be >= 1"),
-            ("cap_values", min(self.cap_values, default=0) >= 1, "caps must be >= 1 token"),
-            ("abort_rate", self.abort_rate + self.failure_rate + self.unknown_state_rate < 1,
-             "abort + failure + unknown_state rates must sum below 1"),
-        ):
-            if not ok:
-                bad(name, why)
-        for name in ("exploration_rate", "escalation_rate", "auto_model_share", "capped_share",
-                     "streaming_share", "abort_rate", "failure_rate", "unknown_state_rate",
-                     "absent_usage_rate", "overlap_rate", "receipt_rate", "cache_hit_rate"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                bad(name, "must be in [0, 1]")
-        for names, mix in (("categories", "category_mix"), ("slo_classes", "slo_mix"),
-                           ("regions", "region_mix"), ("cap_values", "cap_weights")):
-            w = getattr(self, mix)
-            if len(w) != len(getattr(self, names)) or min(w, default=-1) < 0 or sum(w) <= 0:
-                bad(mix, f"needs one weight >= 0 per entry of {names}, not all zero")
-        if unknown := [c for c in self.categories if c not in P.CATEGORY_TOKENS]:
-            bad("categories", f"no fitted parameters for {unknown}; known {list(P.CATEGORY_TOKENS)}")
-        if unknown := [m for m in self.models if m not in P.MODEL_PROFILES]:
-            bad("models", f"no profile for {unknown}; known {list(P.MODEL_PROFILES)}")
-        for c in self.categories:
-            p = self.router_policy.get(c, ())
-            if len(p) != len(self.models) or min(p) < 0 or sum(p) <= 0:
-                bad("router_policy", f"needs {len(self.models)} weights >= 0 for {c!r}")
 
 
 # ---------------------------------------------------------------- building blocks
@@ -154,13 +91,13 @@ def sample_sessions(fit: P.LogNormal, rng: np.random.Generator, n_sessions: int,
     return cat, np.clip(x, 1, max_turns).astype(np.int64)
 
 
-def session_rows(turns: np.ndarray) -> dict[str, np.ndarray]:
-    """Row layout, sessions contiguous: `sess`, `turn`, `first_row` (row of turn 0), int64 (n,)."""
+def session_rows(turns: np.ndarray) -> SessionRows:
+    """Row layout of sessions with `turns` turns each (S,), sessions contiguous."""
     first = np.cumsum(turns) - turns
     sess = np.repeat(np.arange(turns.size), turns)
     first_row = first[sess]
-    return {"sess": sess, "turn": np.arange(sess.size) - first_row, "first_row": first_row,
-            "first": first}
+    return SessionRows(sess=sess, turn=np.arange(sess.size) - first_row, first_row=first_row,
+                       first=first)
 
 
 def token_quantiles(z: np.ndarray, log_q: np.ndarray, row: np.ndarray) -> np.ndarray:
@@ -225,65 +162,65 @@ def _shift(x: np.ndarray, turn: np.ndarray) -> np.ndarray:
 
 
 def _draw_sessions(cfg: SyntheticLedgerConfig, cat: np.ndarray, turns: np.ndarray,
-                   rng: np.random.Generator) -> dict[str, np.ndarray]:
+                   rng: np.random.Generator) -> SessionDraws:
     """Per-session attributes, arrays (S,): indices into the config's lists, cap -1 = none."""
     n = turns.size
     slo = _pick(rng, cfg.slo_mix, n)
     batch = np.array([c == "batch" for c in cfg.slo_classes])[slo]
     cap = np.asarray(cfg.cap_values, dtype=np.int64)[_pick(rng, cfg.cap_weights, n)]
     asked = rng.integers(0, len(cfg.models), n)
-    return {"turns": turns, "cat": cat, "slo": slo,
-            "region": _pick(rng, cfg.region_mix, n),
-            "stream": ~batch & (rng.random(n) < cfg.streaming_share),
-            "cap": np.where(rng.random(n) < cfg.capped_share, cap, -1),
-            "asked": np.where(rng.random(n) < cfg.auto_model_share, -1, asked)}
+    return SessionDraws(turns=turns, cat=cat, slo=slo,
+                        region=_pick(rng, cfg.region_mix, n),
+                        stream=~batch & (rng.random(n) < cfg.streaming_share),
+                        cap=np.where(rng.random(n) < cfg.capped_share, cap, -1),
+                        asked=np.where(rng.random(n) < cfg.auto_model_share, -1, asked))
 
 
-def _draw_tokens(cfg: SyntheticLedgerConfig, s: dict, r: dict,
-                 rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _draw_tokens(cfg: SyntheticLedgerConfig, s: SessionDraws, r: SessionRows,
+                 rng: np.random.Generator) -> TurnDraws:
     """Lifecycle, tokens generated (internal truth) and reported, prompts, cache hits; (n,)."""
-    n, turn = r["sess"].size, r["turn"]
-    cat = s["cat"][r["sess"]]
+    n, turn = r.sess.size, r.turn
+    cat = s.cat[r.sess]
     fits = [P.CATEGORY_TOKENS[c] for c in cfg.categories]
     new, desired = draw_turn_tokens(cat, turn, fits, P.USER_TURN, rng)
     u = rng.random(n)
     f, a, k = cfg.failure_rate, cfg.abort_rate, cfg.unknown_state_rate
-    state = np.select([u < f, u < f + a, u < f + a + k], [_FAILED, _ABORTED, _UNKNOWN],
-                      _COMPLETED)
-    cap = s["cap"][r["sess"]]
+    state = np.select([u < f, u < f + a, u < f + a + k], [FAILED, ABORTED, UNKNOWN],
+                      COMPLETED)
+    cap = s.cap[r.sess]
     allowed = np.where(cap >= 0, np.minimum(desired, cap), desired)
     partial = np.floor(rng.random(n) * allowed).astype(np.int64)  # generated before the cut
     upstream = rng.random(n) < 0.5  # failed: an error before the first token, else deadline
-    gen = np.where(state == _ABORTED, partial, allowed)
-    gen = np.where(state == _FAILED, np.where(upstream, 0, partial), gen)
-    absent = (state == _UNKNOWN) | ((state == _COMPLETED) & (rng.random(n) < cfg.absent_usage_rate))
+    gen = np.where(state == ABORTED, partial, allowed)
+    gen = np.where(state == FAILED, np.where(upstream, 0, partial), gen)
+    absent = (state == UNKNOWN) | ((state == COMPLETED) & (rng.random(n) < cfg.absent_usage_rate))
     overlap = (turn > 0) & (rng.random(n) < cfg.overlap_rate)
     # A turn fired before its predecessor ended cannot carry the predecessor's answer.
     carried = np.where(overlap, 0, _shift(gen, turn))
     window = np.array([x.context_window for x in fits])[cat]
-    prompt, over = accumulate_prompts(new, carried, r["first_row"], window, rng.random(n))
+    prompt, over = accumulate_prompts(new, carried, r.first_row, window, rng.random(n))
     prefix = _shift(prompt, turn) + carried  # what the previous call left in the prefix cache
     hit = (turn > 0) & ~over & (rng.random(n) < cfg.cache_hit_rate)
     cached = np.where(hit, np.minimum(prefix, prompt) // _BLOCK * _BLOCK, 0)
-    return {"cat": cat, "state": state, "gen": gen, "absent": absent, "overlap": overlap,
-            "length": (state == _COMPLETED) & (cap >= 0) & (desired > cap),
-            "upstream": upstream, "prompt": prompt, "cached": cached, "cap": cap}
+    return TurnDraws(cat=cat, state=state, gen=gen, absent=absent, overlap=overlap,
+                     length=(state == COMPLETED) & (cap >= 0) & (desired > cap),
+                     upstream=upstream, prompt=prompt, cached=cached, cap=cap)
 
 
-def _route(cfg: SyntheticLedgerConfig, s: dict, r: dict, tok: dict,
-           rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _route(cfg: SyntheticLedgerConfig, s: SessionDraws, r: SessionRows, tok: TurnDraws,
+           rng: np.random.Generator) -> RouteDraws:
     """Bindings, routing receipts and outcomes per row; escalation rebinds after a failure."""
-    n_s, n_m, n = s["turns"].size, len(cfg.models), r["sess"].size
-    sess, rows = r["sess"], np.arange(n)
+    n_s, n_m, n = s.turns.size, len(cfg.models), r.sess.size
+    sess, rows = r.sess, np.arange(n)
     policy = np.array([cfg.router_policy[c] for c in cfg.categories], dtype=float)
-    pol = (policy / policy.sum(1, keepdims=True))[s["cat"]]  # (S, M)
+    pol = (policy / policy.sum(1, keepdims=True))[s.cat]  # (S, M)
     explore = rng.random(n_s) < cfg.exploration_rate
     classified = np.minimum((rng.random(n_s)[:, None] >= np.cumsum(pol, 1)).sum(1), n_m - 1)
-    fixed = s["asked"] >= 0
-    model0 = np.where(fixed, s["asked"], np.where(explore, rng.integers(0, n_m, n_s), classified))
+    fixed = s.asked >= 0
+    model0 = np.where(fixed, s.asked, np.where(explore, rng.integers(0, n_m, n_s), classified))
     eps = cfg.exploration_rate  # logging policy = (1 - eps) * classifier + eps * uniform
     prop0 = np.where(fixed, 1.0, (1 - eps) * pol[np.arange(n_s), model0] + eps / n_m)
-    source0 = np.where(fixed, 3, np.where(explore, 2, 1))  # codes into _SOURCES
+    source0 = np.where(fixed, FIXED, np.where(explore, EXPLORED, CLASSIFIED))
     quality = np.array([P.MODEL_PROFILES[m].success_rate for m in cfg.models])
     noise = _SCORE_SPREAD * rng.standard_normal(n)
 
@@ -291,62 +228,63 @@ def _route(cfg: SyntheticLedgerConfig, s: dict, r: dict, tok: dict,
         q = quality[model]
         return 1.0 / (1.0 + np.exp(-(np.log(q / (1 - q)) + noise)))
 
-    failing = (tok["state"] == _FAILED) | ((tok["state"] == _COMPLETED) & (score(model0[sess]) < 0.5))
-    trigger = failing & (r["turn"] < s["turns"][sess] - 1) & (model0[sess] < n_m - 1) & ~fixed[sess]
-    first_trigger = np.minimum.reduceat(np.where(trigger, rows, n), r["first"])
+    failing = (tok.state == FAILED) | ((tok.state == COMPLETED) & (score(model0[sess]) < 0.5))
+    trigger = failing & (r.turn < s.turns[sess] - 1) & (model0[sess] < n_m - 1) & ~fixed[sess]
+    first_trigger = np.minimum.reduceat(np.where(trigger, rows, n), r.first)
     esc_row = np.where((first_trigger < n) & (rng.random(n_s) < cfg.escalation_rate),
                        first_trigger + 1, n)[sess]
     rebound, rebind = rows >= esc_row, rows == esc_row
     model = model0[sess] + rebound
-    source = np.where(r["turn"] == 0, source0[sess], 0)
-    source[rebind] = 4  # heuristic: a rule (failure -> next larger model), not the classifier
-    propensity = np.where(r["turn"] == 0, prop0[sess], np.nan)
+    source = np.where(r.turn == 0, source0[sess], STICKY)
+    source[rebind] = HEURISTIC  # a rule (failure -> next larger model), not the classifier
+    propensity = np.where(r.turn == 0, prop0[sess], np.nan)
     propensity[rebind] = 1.0
-    sc, st = score(model), tok["state"]
-    status = np.select([st == _ABORTED, st == _FAILED, st == _UNKNOWN, sc >= 0.5], [2, 1, 3, 0], 1)
+    sc, st = score(model), tok.state
+    status = np.select([st == ABORTED, st == FAILED, st == UNKNOWN, sc >= 0.5],
+                       [CANCELLED, FAILURE, STATUS_UNKNOWN, SUCCESS], FAILURE)
     receipt = rng.random(n) < cfg.receipt_rate
-    return {"model": model, "rebound": rebound, "rebind": rebind, "source": source,
-            "propensity": propensity, "status": np.where(receipt, status, 3),
-            "score": np.where(receipt & (st == _COMPLETED), sc, np.nan)}
+    return RouteDraws(model=model, rebound=rebound, rebind=rebind, source=source,
+                      propensity=propensity, status=np.where(receipt, status, STATUS_UNKNOWN),
+                      score=np.where(receipt & (st == COMPLETED), sc, np.nan))
 
 
-def _timing(cfg: SyntheticLedgerConfig, s: dict, r: dict, tok: dict, route: dict,
-            rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _timing(cfg: SyntheticLedgerConfig, s: SessionDraws, r: SessionRows, tok: TurnDraws,
+            route: RouteDraws, rng: np.random.Generator) -> Timing:
     """Dispatch time (epoch ms) and service time (ms) per row, int64 (n,).
 
     Service time (modeled): TTFT = (base + prefill_ms_per_token * uncached prompt) * jitter,
     duration = TTFT + generated tokens * ITL * jitter. Turn k >= 1 is dispatched at the end
     of turn k-1 plus a think time, or (overlap) before turn k-1 ended.
     """
-    n, turn = r["sess"].size, r["turn"]
+    n, turn = r.sess.size, r.turn
     prof = [P.MODEL_PROFILES[m] for m in cfg.models]
-    base, prefill, itl = (np.array([getattr(p, k) for p in prof])[route["model"]]
+    base, prefill, itl = (np.array([getattr(p, k) for p in prof])[route.model]
                           for k in ("ttft_base_ms", "prefill_ms_per_token", "itl_ms"))
-    ttft = (base + prefill * (tok["prompt"] - tok["cached"])) * np.exp(
+    ttft = (base + prefill * (tok.prompt - tok.cached)) * np.exp(
         _TTFT_JITTER * rng.standard_normal(n))
-    dur = ttft + tok["gen"] * itl * np.exp(_ITL_JITTER * rng.standard_normal(n))
-    dur = np.where((tok["state"] == _ABORTED) & (tok["gen"] == 0), ttft * rng.random(n), dur)
+    dur = ttft + tok.gen * itl * np.exp(_ITL_JITTER * rng.standard_normal(n))
+    dur = np.where((tok.state == ABORTED) & (tok.gen == 0), ttft * rng.random(n), dur)
     dur_ms = np.maximum(1, np.rint(dur)).astype(np.int64)
     think = np.exp(P.THINK_TIME_S.mu + P.THINK_TIME_S.sigma * rng.standard_normal(n))
     think_ms = np.clip(np.rint(1000.0 * think), 1, _MAX_THINK_MS).astype(np.int64)
     prev_dur = _shift(dur_ms, turn)
     early = 1 + np.floor(rng.random(n) * np.maximum(prev_dur - 1, 0)).astype(np.int64)
-    step = np.where(tok["overlap"], early, prev_dur + _shift(think_ms, turn))
+    step = np.where(tok.overlap, early, prev_dur + _shift(think_ms, turn))
     step[turn == 0] = 0
     cs = np.cumsum(step)
     # Session starts: Poisson in each category's active time, compressed by the expected
     # stretch of its OFF periods so that every category spans about the same wall time.
-    span_s = max(s["turns"].size / cfg.sessions_per_s, cfg.min_window_s)
-    rate, span_ms = s["turns"].size / span_s, 1000.0 * span_s  # sessions/s, ms
+    span_s = max(s.turns.size / cfg.sessions_per_s, cfg.min_window_s)
+    rate, span_ms = s.turns.size / span_s, 1000.0 * span_s  # sessions/s, ms
     kappa = np.array([1.0 + _arrival(c).off_per_request * _arrival(c).mean_off
                       for c in cfg.categories])
-    start = np.floor(rng.random(s["turns"].size) * span_ms / kappa[s["cat"]]).astype(np.int64)
-    active = start[r["sess"]] + cs - cs[r["first_row"]]
+    start = np.floor(rng.random(s.turns.size) * span_ms / kappa[s.cat]).astype(np.int64)
+    active = start[r.sess] + cs - cs[r.first_row]
     # mean steady-state gap of each category's requests in active time, ms
     mix = np.asarray(cfg.category_mix, dtype=float) / sum(cfg.category_mix)
     gap_ms = 1000.0 / (rate * mix * kappa * _mean_turns(cfg) + 1e-12)
-    return {"timestamp": cfg.start_ms + _warp(active, tok["cat"], gap_ms, cfg.categories, rng),
-            "duration": dur_ms}
+    return Timing(timestamp=cfg.start_ms + _warp(active, tok.cat, gap_ms, cfg.categories, rng),
+                  duration=dur_ms)
 
 
 def _arrival(category: str) -> P.OnOffBurst:
@@ -419,7 +357,7 @@ def generate_synthetic_ledger(cfg: SyntheticLedgerConfig, seed: int) -> pd.DataF
         tok = _draw_tokens(cfg, s, r, rng)
         route = _route(cfg, s, r, tok, rng)
         times = _timing(cfg, s, r, tok, route, rng)
-        keep = _export_window(times["timestamp"], r["turn"], cfg.n_requests)
+        keep = _export_window(times.timestamp, r.turn, cfg.n_requests)
         if keep is not None:
             return assemble_frame(cfg, seed, s, r, tok, route, times, keep)
         n_sessions = int(1.5 * n_sessions) + 64  # rare: draw again with more sessions

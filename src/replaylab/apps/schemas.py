@@ -1,0 +1,203 @@
+"""Config schemas in Hydra's ConfigStore, derived from the library's dataclasses.
+
+Each group's YAML lists its schema first (`defaults: [schema, _self_]`), so a key
+the library's dataclass does not have fails at composition with Hydra's own
+message (`Key 'hiden' not in 'HeadConfig'`). The schema checks keys only: every
+leaf is `Any`, so values reach the dataclasses exactly as written and their
+`__post_init__` keeps checking values with messages that name the field. A key the
+YAML leaves out composes to the library's own default (taken from the dataclass),
+so the typed config built from it is the one the library would have built.
+
+`register_schemas()` is called by the three entry points before composing; nothing
+is stored at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+_CACHE: dict[type, type] = {}
+_SCHEMAS: set[type] = set()  # every schema made here (already schema-shaped)
+
+
+def _is_mapping_type(hint: Any) -> bool:
+    origin = typing.get_origin(hint) or hint
+    return isinstance(origin, type) and issubclass(origin, Mapping)
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds (`X` or `X | None`), else None."""
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return hint
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and dataclasses.is_dataclass(args[0]) and isinstance(args[0], type):
+        return args[0]
+    return None
+
+
+def _plain_default(value: Any) -> Any:
+    """A library default as a schema value: dataclasses as their schema, tuples as lists."""
+    if type(value) in _SCHEMAS:
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        schema = schema_of(type(value))
+        return schema(**{f.name: _plain_default(getattr(value, f.name))
+                         for f in dataclasses.fields(value) if f.init})
+    if isinstance(value, tuple | list):
+        return [_plain_default(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain_default(v) for k, v in value.items()}
+    return value
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def schema_of(cls: type, *, name: str | None = None, exclude: tuple[str, ...] = (),
+              extra: Mapping[str, tuple[Any, Any]] | None = None) -> type:
+    """A schema dataclass with `cls`'s init fields: nested dataclasses as nested schemas,
+    mappings as open `Dict[str, Any]`, every other leaf `Any`; defaults are the library's.
+    `extra`: fields added or retyped, name -> (type, default)."""
+    extra = dict(extra or {})
+    if not exclude and not extra and name is None and cls in _CACHE:
+        return _CACHE[cls]
+    hints = typing.get_type_hints(cls)
+    spec = []
+    for f in dataclasses.fields(cls):
+        if not f.init or f.name in exclude or f.name in extra:
+            continue
+        hint, default = hints.get(f.name, Any), _default(f)
+        nested = _dataclass_of(hint)
+        if nested is not None:
+            kind: Any = schema_of(nested)
+            if default is None:
+                kind = typing.Optional[kind]  # noqa: UP045 (OmegaConf reads typing.Optional)
+        elif _is_mapping_type(hint):
+            kind = typing.Optional[dict[str, Any]]  # noqa: UP045
+        else:
+            kind = Any
+        spec.append(_field(f.name, kind, default))
+    for key, (kind, default) in extra.items():
+        spec.append(_field(key, kind, default))
+    schema = dataclasses.make_dataclass(name or f"{cls.__name__}Schema", spec)
+    _SCHEMAS.add(schema)
+    if not exclude and not extra and name is None:
+        _CACHE[cls] = schema
+    return schema
+
+
+def _field(name: str, kind: Any, default: Any) -> tuple[str, Any, Any]:
+    if default is dataclasses.MISSING:
+        return (name, kind, dataclasses.field(default="???"))  # OmegaConf's MISSING
+    value = _plain_default(default)
+    if isinstance(value, list | dict) or dataclasses.is_dataclass(value):
+        return (name, kind, dataclasses.field(default_factory=lambda v=value: _copy(v)))
+    return (name, kind, dataclasses.field(default=value))
+
+
+def _copy(value: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(value)
+
+
+def _open(schema_name: str, /, **fields: Any) -> type:
+    """A small schema of `Any` leaves with the given defaults (the app-side groups)."""
+    schema = dataclasses.make_dataclass(schema_name, [_field(k, Any, v) for k, v in fields.items()])
+    _SCHEMAS.add(schema)
+    return schema
+
+
+def group_schemas() -> dict[str, type]:
+    """group -> schema of every `conf/<group>/` the apps compose (fleet experiments apart)."""
+    from replaylab.demand import DemandConfig
+    from replaylab.demand.hpo import HPOConfig
+    from replaylab.forecast import ForecastConfig
+    from replaylab.projection import ProjectionConfig, SplitConfig
+    from replaylab.router.config import RouterLabelsConfig
+    from replaylab.router.pipeline_config import RouterPipelineConfig
+    from replaylab.sources.synthetic_config import SyntheticLedgerConfig
+
+    labels = {f.name: (schema_of(_dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
+                       _default(f)) for f in dataclasses.fields(RouterLabelsConfig)}
+    encoder = _open("EncoderSchema", cache_dir="???", int8=True, threads=1, variant="fp32")
+    router = schema_of(RouterPipelineConfig, name="RouterSchema", exclude=("labels",),
+                       extra={**labels, "encoder": (encoder, encoder())})
+    synthetic = schema_of(SyntheticLedgerConfig, name="SyntheticSchema",
+                          extra={"defect_rate": (Any, 0.0)})
+    data = dataclasses.make_dataclass("DataSchema", [
+        _field("ledger", Any, None), _field("aggregates", Any, None),
+        ("synthetic", synthetic, dataclasses.field(default_factory=synthetic)),
+        _field("write_ledger", Any, True), _field("outcomes", Any, None),
+        _field("outcomes_source", Any, None)])
+    _SCHEMAS.add(data)
+    return {
+        "router": router,
+        "demand": schema_of(DemandConfig, name="DemandSchema",
+                            extra={"hpo": (schema_of(HPOConfig), HPOConfig())}),
+        "projection": schema_of(ProjectionConfig),
+        "split": schema_of(SplitConfig),
+        "forecast": schema_of(ForecastConfig),
+        "data": data,
+        "compute": _open("ComputeSchema", kind="local", address=None, n_workers=2, threads_per_worker=1),
+        "tracking": _open("TrackingSchema", enabled=True, uri="sqlite:///mlflow.db", experiment="replaylab",
+                          run_name=None),
+        "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None),
+        "paths": _open("PathsSchema", shared_dir="???"),
+        "source": _open("SourceSchema", name="???", path=None, options={}),
+    }
+
+
+def experiment_schemas() -> dict[str, type]:
+    """experiment name -> schema of `conf/experiment/<name>.yaml`."""
+    from replaylab.fleet.experiments import PoolSpec, SimSpec
+    from replaylab.fleet.experiments_energy import EnergyConfig
+    from replaylab.fleet.experiments_hint import HintConfig
+    from replaylab.fleet.experiments_ops import RolloutConfig
+    from replaylab.fleet.experiments_overload import OverloadConfig
+    from replaylab.fleet.experiments_stale import StaleConfig
+    from replaylab.forecast.experiments import ExperimentConfig
+
+    # Sections the library reads as plain mappings and types later (experiments.sim_config,
+    # build_pools, slo_targets): typed here so their keys are checked at composition too.
+    # An SLO measure left out is None, which slo_targets reads as no target (inf).
+    slo_class = _open("SloClassSchema", ttft_s=None, tpot_s=None, e2e_s=None)
+    sections = {"sim": (schema_of(SimSpec), SimSpec()),
+                "pools": (dict[str, schema_of(PoolSpec)], {}),
+                "slo": (dict[str, slo_class], {})}
+    out = {}
+    for key, cls in (
+        ("energy", EnergyConfig), ("hint_admission", HintConfig), ("rollout", RolloutConfig),
+        ("overload", OverloadConfig), ("stale_telemetry", StaleConfig)):
+        names = {f.name for f in dataclasses.fields(cls)}
+        typed = {k: v for k, v in sections.items() if k in names}
+        out[key] = schema_of(cls, name=f"{cls.__name__}Schema",
+                             extra={"name": (Any, "???"), **typed})
+    out["autoscaling"] = schema_of(
+        ExperimentConfig, name="AutoscalingSchema",
+        exclude=("scenarios", "sweep_scenario", "sweep_target_utils", "sweep_seeds"),
+        extra={"name": (Any, "???"), "scenarios": (typing.Optional[dict[str, Any]], None),  # noqa: UP045
+               "sweep": (typing.Optional[dict[str, Any]], None)})  # noqa: UP045
+    out["residuals"] = _open("ResidualsSchema", name="residuals", group_columns=[], time_bucket_s=None,
+                             min_group_rows=30, artifact=None)
+    return out
+
+
+def register_schemas() -> None:
+    """Store every schema in Hydra's ConfigStore: `<group>/schema` and
+    `experiment/<name>_schema` (the names the YAML files' defaults lists use)."""
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    for group, schema in group_schemas().items():
+        cs.store(group=group, name="schema", node=schema)
+    for exp, schema in experiment_schemas().items():
+        cs.store(group="experiment", name=f"{exp}_schema", node=schema)
