@@ -63,7 +63,10 @@ def test_each_experiment_composes(experiment):
         from replaylab.fleet.experiments import slo_targets
         from replaylab.fleet.outcomes import SloTarget
 
-        assert slo_targets(values["slo"]) == {"interactive": SloTarget(ttft_s=1.0, tpot_s=0.05),
+        # autoscaling scores a 70B model: its interactive class is looser
+        interactive = SloTarget(ttft_s=2.0, tpot_s=0.1) if experiment == "autoscaling" \
+            else SloTarget(ttft_s=1.0, tpot_s=0.05)
+        assert slo_targets(values["slo"]) == {"interactive": interactive,
                                               "batch": SloTarget(e2e_s=3600.0)}
     if experiment != "residuals":
         assert values["shared_dir"] == "/data"

@@ -354,3 +354,66 @@ def test_static_never_acts_and_oscillations_count_direction_changes():
     assert StaticController("p").actions == []
     acts = [(0, 2, 4), (30, 4, 3), (200, 3, 5), (230, 5, 4)]  # 30 -> 200: too far apart
     assert oscillations(acts, 60.0) == 2
+
+
+# ---------------------------------------------------------------- the HPA algorithm, the profile
+
+
+@pytest.mark.parametrize("ready,starting,util,expected", [
+    (10, 0, 0.54, 10),   # ratio 1.08: inside the 10% tolerance, keep
+    (10, 0, 0.46, 10),   # ratio 0.92: inside tolerance
+    (10, 0, 0.56, 12),   # ratio 1.12: outside -> ceil(11.2)
+    (10, 0, 1.0, 20),    # ratio 2: double
+    (10, 0, 0.25, 5),    # ratio 0.5: halve
+    (10, 10, 1.0, 20),   # starting pods count as 0 usage: ratio' = 1.0, keep
+    (10, 2, 1.0, 20),    # ratio' = 2 * 10/12 = 1.67 -> ceil(1.67 * 12) = 20
+    (10, 5, 0.25, 5),    # scale-down ignores starting pods: ceil(0.5 * 10)
+    (0, 3, 5.0, 3),      # no ready pod, no metrics: keep
+])
+def test_hpa_desired_matches_the_kubernetes_algorithm(ready, starting, util, expected):
+    assert hpa_desired(ready, starting, util, 0.5, 0.1) == expected
+
+
+def test_measured_profile_picks_the_largest_batch_within_the_itl_slo(shared_data):
+    from replaylab.fleet.capacity import ProfileSpec, autoscaling_profile
+
+    prof, facts = autoscaling_profile(shared_data, ProfileSpec(itl_p99_slo_ms=100.0))
+    assert prof.max_batch == 64 and prof.gpus == 4
+    assert facts["itl_p99_ms at that batch (measured)"] <= 100
+    assert facts["decode_tok_per_s at that batch (measured)"] == pytest.approx(2510.5, rel=1e-3)
+    # the calibrated fit reproduces the measured decode throughput within 5 %
+    assert facts["decode_tok_per_s at that batch (calibrated fit)"] == pytest.approx(
+        2510.5, rel=0.05)
+    with pytest.raises(ValueError, match="meets"):
+        autoscaling_profile(shared_data, ProfileSpec(itl_p99_slo_ms=1.0))
+
+
+# ---------------------------------------------------------------- the rate forecast
+
+
+def test_seasonal_naive_rate_forecast_is_causal_and_non_crossing():
+    from replaylab.forecast.rates import rate_forecast
+
+    idx = np.arange(300) * 600_000
+    y = pd.Series(1000 + 100 * np.sin(np.arange(300) / 10), index=idx)
+    fc = rate_forecast(y, horizon=2, forecaster="seasonal_naive", season=144, window=144)
+    row = fc.iloc[-1]
+    assert row["requests_q50"] == pytest.approx(y.iloc[-1 - 144], rel=0.05)
+    assert (fc["requests_q10"] <= fc["requests_q50"]).all()
+    assert (fc["requests_q50"] <= fc["requests_q90"]).all()
+    assert (fc["forecast_origin"] == fc["bucket_start"] - 600_000).all()
+    assert set(fc["horizon_buckets"]) == {2}
+
+
+def test_rate_forecast_runs_a_forecaster_of_the_forecasting_pipeline():
+    pytest.importorskip("statsforecast")
+    from replaylab.forecast.rates import rate_forecast
+
+    rng = np.random.default_rng(0)
+    idx = np.arange(400) * 600_000
+    y = pd.Series(1000 + 100 * np.sin(np.arange(400) / 20) + rng.normal(0, 20, 400), index=idx)
+    fc = rate_forecast(y, horizon=2, forecaster="moving_window", n_eval=48)
+    assert len(fc) == 48 and set(fc["horizon_buckets"]) == {2}
+    assert fc["bucket_start"].iloc[-1] == idx[-1] and (fc["forecaster"] == "moving_window").all()
+    assert (fc["requests_q10"] <= fc["requests_q90"]).all()
+    assert (fc["forecast_origin"] == fc["bucket_start"] - 600_000).all()

@@ -10,11 +10,15 @@ from replaylab.config import ConfigError
 
 
 def autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
-    """experiment=autoscaling: static, HPA-like and forecast-driven scaling (docs/autoscaling.md)."""
-    from replaylab.forecast.experiments import run_autoscaling_experiment
+    """experiment=autoscaling: static, HPA-like and forecast-driven controllers of the fleet
+    simulator (docs/autoscaling.md)."""
+    from replaylab.fleet.autoscaling_experiment import (
+        autoscaling_config,
+        run_autoscaling_experiment,
+    )
 
-    return run_autoscaling_experiment(OmegaConf.to_container(cfg.experiment, resolve=True),
-                                      run_dir)
+    values = OmegaConf.to_container(cfg.experiment, resolve=True)
+    return run_autoscaling_experiment(autoscaling_config(values), run_dir)
 
 
 def fleet(cfg: DictConfig, run_dir: Path) -> dict:

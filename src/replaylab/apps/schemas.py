@@ -158,13 +158,14 @@ def group_schemas() -> dict[str, type]:
 
 def experiment_schemas() -> dict[str, type]:
     """experiment name -> schema of `conf/experiment/<name>.yaml`."""
+    from replaylab.fleet.autoscaling_experiment import AutoscalingConfig
+    from replaylab.fleet.autoscaling_scenarios import ScenarioConfig
     from replaylab.fleet.experiments import PoolSpec, SimSpec
     from replaylab.fleet.experiments_energy import EnergyConfig
     from replaylab.fleet.experiments_hint import HintConfig
     from replaylab.fleet.experiments_ops import RolloutConfig
     from replaylab.fleet.experiments_overload import OverloadConfig
     from replaylab.fleet.experiments_stale import StaleConfig
-    from replaylab.forecast.experiments import ExperimentConfig
 
     # Sections the library reads as plain mappings and types later (experiments.sim_config,
     # build_pools, slo_targets): typed here so their keys are checked at composition too.
@@ -181,11 +182,12 @@ def experiment_schemas() -> dict[str, type]:
         typed = {k: v for k, v in sections.items() if k in names}
         out[key] = schema_of(cls, name=f"{cls.__name__}Schema",
                              extra={"name": (Any, "???"), **typed})
+    # scenarios: a mapping of typed scenarios, empty by default, so the YAML names them all
+    # (a schema default would be merged in and could not be removed)
     out["autoscaling"] = schema_of(
-        ExperimentConfig, name="AutoscalingSchema",
-        exclude=("scenarios", "sweep_scenario", "sweep_target_utils", "sweep_seeds"),
-        extra={"name": (Any, "???"), "scenarios": (typing.Optional[dict[str, Any]], None),  # noqa: UP045
-               "sweep": (typing.Optional[dict[str, Any]], None)})  # noqa: UP045
+        AutoscalingConfig, name="AutoscalingSchema",
+        extra={"name": (Any, "???"), "slo": sections["slo"],
+               "scenarios": (dict[str, schema_of(ScenarioConfig)], {})})
     out["residuals"] = _open("ResidualsSchema", name="residuals", group_columns=[], time_bucket_s=None,
                              min_group_rows=30, artifact=None)
     return out

@@ -21,7 +21,6 @@ processes; results do not depend on it.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import secrets
 import time
@@ -61,7 +60,6 @@ from replaylab.fleet.capacity import (
     replicas_for_rate,
     work_per_request,
 )
-from replaylab.fleet.outcomes import SloTarget
 from replaylab.fleet.profiles import GpuProfile
 
 SERVEGEN_DEFAULT = "traces/servegen/language/m-large"
@@ -103,12 +101,6 @@ class TelemetrySpec:
     ttl_s: float = 45.0
     delay_s: float = 0.0
     outage: tuple[OutageWindow, ...] = ()
-
-
-@dataclass(frozen=True)
-class SloSpec:
-    ttft_s: float = 2.0
-    tpot_s: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -155,7 +147,10 @@ class AutoscalingConfig:
     profile: ProfileSpec = field(default_factory=ProfileSpec)
     pool: ScalingPoolSpec = field(default_factory=ScalingPoolSpec)
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
-    slo: SloSpec = field(default_factory=SloSpec)
+    # {class: {ttft_s, tpot_s, e2e_s}} as in the shared slo/ group; every request of this
+    # experiment is `interactive`
+    slo: dict[str, dict[str, float | None]] = field(default_factory=lambda: {
+        "interactive": {"ttft_s": 2.0, "tpot_s": 0.1}})
     static: StaticSpec = field(default_factory=StaticSpec)
     reactive: HPAConfig = field(default_factory=HPAConfig)
     forecast: ForecastSpec = field(default_factory=ForecastSpec)
@@ -182,16 +177,9 @@ class AutoscalingConfig:
 
 
 _SECTIONS = {"trace": TraceConfig, "tokens": TokenSpec, "profile": ProfileSpec,
-             "pool": ScalingPoolSpec, "telemetry": TelemetrySpec, "slo": SloSpec,
+             "pool": ScalingPoolSpec, "telemetry": TelemetrySpec,
              "static": StaticSpec, "reactive": HPAConfig, "forecast": ForecastSpec,
              "forecast_policy": ForecastPolicyConfig, "sweep": SweepSpec}
-
-
-def _tuples(cls: type, values: dict) -> dict:
-    kinds = {f.name: str(f.type) for f in dataclasses.fields(cls)}
-    return {k: tuple(tuple(x) if isinstance(x, list) else x for x in v)
-            if kinds.get(k, "").startswith("tuple") and isinstance(v, list | tuple) else v
-            for k, v in values.items()}
 
 
 def _window(w: Any) -> OutageWindow:
@@ -212,14 +200,14 @@ def autoscaling_config(values: Mapping[str, Any]) -> AutoscalingConfig:
     v.pop("name", None)
     for key, cls in _SECTIONS.items():
         if key in v and not (key == "sweep" and v[key] is None):
-            v[key] = from_mapping(cls, _tuples(cls, dict(v[key] or {})), f"autoscaling.{key}")
+            v[key] = from_mapping(cls, dict(v[key] or {}), f"autoscaling.{key}")
     tel = v.get("telemetry")
     if isinstance(tel, TelemetrySpec) and tel.outage:
         v["telemetry"] = replace(tel, outage=tuple(_window(w) for w in tel.outage))
     if "scenarios" in v:
-        v["scenarios"] = {str(n): from_mapping(ScenarioConfig, _tuples(ScenarioConfig, dict(
-            s or {})), f"autoscaling.scenarios.{n}") for n, s in dict(v["scenarios"]).items()}
-    return from_mapping(AutoscalingConfig, _tuples(AutoscalingConfig, v), "autoscaling")
+        v["scenarios"] = {str(n): from_mapping(ScenarioConfig, dict(s or {}),
+                                    f"autoscaling.scenarios.{n}") for n, s in dict(v["scenarios"]).items()}
+    return from_mapping(AutoscalingConfig, v, "autoscaling")
 
 
 # ---------------------------------------------------------------- the shared context
@@ -253,6 +241,8 @@ def _tokens(c: AutoscalingConfig) -> TokenSample:
 
 def build_context(c: AutoscalingConfig) -> Context:
     """Profile, tokens and rates read from `c.shared_dir`; the setup every run shares."""
+    from replaylab.fleet.experiments import slo_targets
+
     if c.trace.source == "servegen" and not c.trace.path:
         c = replace(c, trace=replace(c.trace, path=str(Path(c.shared_dir) / SERVEGEN_DEFAULT)))
     profile, facts = autoscaling_profile(c.shared_dir, c.profile)
@@ -269,7 +259,7 @@ def build_context(c: AutoscalingConfig) -> Context:
         profile=profile, work_s=w, cold_start_s=p.cold_start_s, min_replicas=p.min_replicas,
         max_replicas=p.max_replicas, queue_capacity=p.queue_capacity,
         queue_timeout_s=p.queue_timeout_s, horizon_s=c.trace.hours * 3600.0,
-        slo={"interactive": SloTarget(ttft_s=c.slo.ttft_s, tpot_s=c.slo.tpot_s)},
+        slo=slo_targets(c.slo),
         reactive=c.reactive, forecast_policy=c.forecast_policy,
         forecast_quantile=c.forecast.quantile, forecast_target_util=c.forecast.target_util,
         scrape_interval_s=t.scrape_interval_s, ttl_s=t.ttl_s, delay_s=t.delay_s,
@@ -282,13 +272,13 @@ def build_context(c: AutoscalingConfig) -> Context:
 
 
 def _forecast(ctx: Context, sc: ScenarioConfig, d0, seed: int):
-    from replaylab.forecast import autoscaling_forecast as fcmod
+    from replaylab.forecast import rates as fcmod
 
     c = ctx.cfg
     lead = c.pool.cold_start_s + c.reactive.sync_s
     horizon = 1 + math.ceil(lead / d0.bucket_seconds)
     counts = d0.bucket_rps * d0.bucket_seconds
-    fc = fcmod.forecast_for_experiment(
+    fc = fcmod.rate_forecast(
         counts, horizon, (0.1, 0.5, 0.9), forecaster=c.forecast.forecaster,
         season=c.forecast.season, window=c.forecast.window, bucket_seconds=d0.bucket_seconds,
         n_eval=int((counts.index >= d0.day_start_ms).sum()))

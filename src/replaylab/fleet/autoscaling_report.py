@@ -205,7 +205,7 @@ def summarize_experiment(ctx, results: list[dict]) -> dict[str, Any]:
     verdicts = verdict_lines(comparisons, winners, matched)
     all_conserved = all(r["conserved"] for j in results for r in j["runs"])
     summary = {
-        "pipeline": "autoscaling", "experiment": "autoscaling",
+        "pipeline": "fleet", "experiment": "autoscaling",
         "simulator": "replaylab.fleet.sim (event-driven: continuous batching, KV limits, "
                      "queues, cold start, drain)",
         "provenance": f"modeled: simulator on a {ctx.profile.service_provenance} service model "
@@ -219,7 +219,7 @@ def summarize_experiment(ctx, results: list[dict]) -> dict[str, Any]:
                  "gpus_per_replica": ctx.profile.gpus, "max_batch": ctx.profile.max_batch},
         "telemetry": {"scrape_interval_s": c.telemetry.scrape_interval_s,
                       "ttl_s": c.telemetry.ttl_s, "delay_s": c.telemetry.delay_s},
-        "slo": {"ttft_s": c.slo.ttft_s, "tpot_s": c.slo.tpot_s},
+        "slo": {k: dict(v) for k, v in c.slo.items()},
         "seeds": list(c.seeds),
         "policy_settings": {"static_quantile": c.static.quantile,
                             "static_target_util": c.static.target_util,

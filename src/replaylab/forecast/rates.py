@@ -1,6 +1,6 @@
-"""Forecast input of the autoscaling experiment: a small adapter over forecasters.
+"""Quantile forecasts of one request-rate series (the forecast-driven autoscaler's input).
 
-`forecast_for_experiment` returns an aggregates-v1 forecast table (quantile
+`rate_forecast` returns an aggregates-v1 forecast table (quantile
 columns `requests_q10/q50/q90`, `forecaster`, `forecast_origin`,
 `horizon_buckets`) for every bucket of a rate series. The built-in forecaster
 is a seasonal naive with empirical quantiles; the statsforecast forecasters of
@@ -86,11 +86,11 @@ def _statsforecast_forecaster(name: str, requests: pd.Series, horizon: int,
                          _qcol(0.9): cv[hi].to_numpy(float), "horizon_buckets": horizon})
 
 
-def forecast_for_experiment(rates: pd.Series, horizon: int = 1,
-                            quantiles: tuple[float, ...] = (0.1, 0.5, 0.9), *,
-                            forecaster: str = "seasonal_naive", season: int = 144,
-                            window: int = 1008, bucket_seconds: int = 600,
-                            archetype: str = "all", n_eval: int = 144) -> pd.DataFrame:
+def rate_forecast(rates: pd.Series, horizon: int = 1,
+                  quantiles: tuple[float, ...] = (0.1, 0.5, 0.9), *,
+                  forecaster: str = "seasonal_naive", season: int = 144,
+                  window: int = 1008, bucket_seconds: int = 600,
+                  archetype: str = "all", n_eval: int = 144) -> pd.DataFrame:
     """rates: requests per bucket, indexed by bucket_start (epoch ms) -> aggregates-v1 forecast.
 
     `naive` and `seasonal_naive` are the built-in ones (every bucket with enough
