@@ -1,7 +1,8 @@
 """Scenarios of the autoscaling experiment: typed config, rate traces, demand per tick.
 
 A scenario is a day of 10-minute request rates (ServeGen language/m-large,
-summed over clients and scaled to the pool, or a seeded synthetic diurnal),
+summed over clients and scaled to the pool, a seeded synthetic diurnal, or the
+arrivals of a ledger-v1 file counted per bucket: `ledger_bucket_rps`),
 preceded by history days the forecaster and the static sizing may see, and
 changed by its kind:
 - `steady`: the day as it is;
@@ -45,7 +46,7 @@ SCENARIO_KINDS = ("steady", "burst", "mix_drift", "forecast_error")
 
 @dataclass(frozen=True)
 class TraceConfig:
-    source: str = "servegen"      # servegen | synthetic
+    source: str = "servegen"      # servegen | synthetic | ledger (base_rates(..., ledger=frame))
     path: str = ""                # servegen folder (aggregates-v1 via import_servegen)
     day: int = 3                  # evaluated day (0-based); days before it are history
     scale: float = 0.25           # multiply the source's request rate
@@ -57,8 +58,9 @@ class TraceConfig:
     hours: float = 24.0           # evaluate only the first `hours` of the day (tests)
 
     def __post_init__(self) -> None:
-        if self.source not in ("servegen", "synthetic"):
-            raise ConfigError(f"trace.source={self.source!r}; choose servegen or synthetic")
+        if self.source not in ("servegen", "synthetic", "ledger"):
+            raise ConfigError(f"trace.source={self.source!r}; choose servegen, synthetic or "
+                              "ledger")
         if self.day < 1 or self.scale <= 0 or not 0 < self.hours <= 24:
             raise ConfigError(f"trace: day={self.day} (needs >= 1 history day), "
                               f"scale={self.scale}, hours={self.hours} out of range")
@@ -126,15 +128,48 @@ def synthetic_bucket_rps(cfg: TraceConfig, seed: int, width: int = 600) -> pd.Se
     return pd.Series(cfg.synthetic_mean_rps * shape * noise, index=t * 1000)
 
 
-def base_rates(cfg: TraceConfig, seed: int) -> BaseRates:
-    """Scaled requests/s per bucket for history + the evaluated day (read once per run)."""
+def ledger_bucket_rps(arrival_s: np.ndarray, width: int = 600) -> tuple[pd.Series, pd.Series]:
+    """Requests/s and the inter-arrival CV per bucket of recorded arrivals (seconds from the
+    first; a ledger's timestamps, `time_scale` already applied). Buckets start at 0 (index:
+    ms); a bucket with fewer than 3 arrivals gets CV 1 (Poisson: too few gaps to measure)."""
+    t = np.sort(np.asarray(arrival_s, dtype=float))
+    t = t - t[0] if t.size else t
+    n_buckets = int(t[-1] // width) + 1 if t.size else 0
+    b = (t // width).astype(int)
+    counts = np.bincount(b, minlength=n_buckets).astype(float)
+    gaps = np.diff(t)
+    same = b[1:] == b[:-1]                      # gaps inside one bucket
+    g, gb = gaps[same], b[1:][same]
+    n = np.bincount(gb, minlength=n_buckets)
+    s1 = np.bincount(gb, g, minlength=n_buckets)
+    s2 = np.bincount(gb, g * g, minlength=n_buckets)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = s1 / n
+        cv = np.sqrt(np.maximum(s2 / n - mean**2, 0.0)) / mean
+    cv = np.where((n >= 2) & (mean > 0), cv, 1.0)
+    idx = np.arange(n_buckets, dtype="int64") * width * 1000
+    return pd.Series(counts / width, index=idx), pd.Series(cv, index=idx)
+
+
+def base_rates(cfg: TraceConfig, seed: int, arrival_s: np.ndarray | None = None) -> BaseRates:
+    """Scaled requests/s per bucket for history + the evaluated day (read once per run).
+
+    source=ledger: `arrival_s` (a ledger's arrivals, seconds) counted per 10-minute
+    bucket, at `cfg.scale` (1 keeps the recorded rate)."""
     if cfg.source == "synthetic":
         rps, cv, width = synthetic_bucket_rps(cfg, seed), None, 600
+    elif cfg.source == "ledger":
+        if arrival_s is None:
+            raise ConfigError("trace.source=ledger needs the ledger's arrivals")
+        width = 600
+        rps, cv = ledger_bucket_rps(arrival_s, width)
     else:
         rps, cv, width = servegen_bucket_rps(cfg.path)
     per_day = DAY_S // width
     if len(rps) < (cfg.day + 1) * per_day:
-        raise ConfigError(f"trace.day={cfg.day}: the trace has {len(rps) // per_day} full days")
+        raise ConfigError(f"trace.day={cfg.day}: the trace has {len(rps) // per_day} full days "
+                          "(the days before trace.day are the history the static and forecast "
+                          "policies size from)")
     keep = (cfg.day + 1) * per_day
     return BaseRates(rps.iloc[:keep] * cfg.scale, None if cv is None else cv.iloc[:keep], width)
 
