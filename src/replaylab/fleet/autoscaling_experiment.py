@@ -338,12 +338,17 @@ def jobs_of(c: AutoscalingConfig) -> list[tuple]:
 
 
 def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1) -> list[dict]:
-    """Results in job order; `workers` > 1 forks that many processes."""
+    """Results in job order; `workers` > 1 forks that many processes. A progress bar on
+    stderr (tqdm; off when stderr is not a terminal)."""
+    from tqdm.auto import tqdm
+
     fn = partial(run_job, ctx)
+    bar = partial(tqdm, total=len(jobs), desc="autoscaling jobs (scenario x seed)",
+                  unit="job", disable=None)
     if workers <= 1 or len(jobs) <= 1:
-        return [fn(j) for j in jobs]
+        return [fn(j) for j in bar(jobs)]
     with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=get_context("fork")) as ex:
-        return list(ex.map(fn, jobs))
+        return list(bar(ex.map(fn, jobs)))
 
 
 def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict[str, Any]:
