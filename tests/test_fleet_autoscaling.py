@@ -417,3 +417,31 @@ def test_rate_forecast_runs_a_forecaster_of_the_forecasting_pipeline():
     assert fc["bucket_start"].iloc[-1] == idx[-1] and (fc["forecaster"] == "moving_window").all()
     assert (fc["requests_q10"] <= fc["requests_q90"]).all()
     assert (fc["forecast_origin"] == fc["bucket_start"] - 600_000).all()
+
+
+def test_a_pipeline_forecast_table_is_read_causally_and_summed_over_series(tmp_path):
+    from replaylab.forecast.rates import read_pipeline_forecast
+
+    w = 600_000
+    rows = []
+    for b in range(10, 20):              # buckets 10..19; origins 1 and 2 buckets before
+        for h in (1, 2):
+            for arch, base in (("short", 100.0), ("long", 10.0)):
+                rows.append({"bucket_start": b * w, "bucket_seconds": 600, "archetype": arch,
+                             "slo_class": "all", "region": "all", "forecaster": "mstl",
+                             "forecast_origin": (b - h + 1) * w, "horizon_buckets": h,
+                             "requests_q10": base * h, "requests_q50": 2 * base * h,
+                             "requests_q90": 3 * base * h})
+    path = tmp_path / "backtest.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    fc = read_pipeline_forecast(str(path), "mstl", lead_s=195.0, start_ms=12 * w,
+                                end_ms=18 * w, scale=0.5)
+    assert list(fc["bucket_start"]) == [b * w for b in range(12, 18)]
+    # horizon 1 was made at the bucket start (< 195 s ahead): only horizon 2 is usable
+    assert (fc["horizon_buckets"] == 2).all()
+    assert (fc["forecast_origin"] <= fc["bucket_start"] - 195_000).all()
+    assert fc["requests_q90"].tolist() == [0.5 * 3 * (100 + 10) * 2] * 6
+    with pytest.raises(ValueError, match="no forecaster 'naive'"):
+        read_pipeline_forecast(str(path), "naive", lead_s=195.0, start_ms=0, end_ms=30 * w)
+    with pytest.raises(ValueError, match="step_buckets=1"):
+        read_pipeline_forecast(str(path), "mstl", lead_s=1300.0, start_ms=0, end_ms=30 * w)

@@ -117,6 +117,9 @@ class ForecastSpec:
     window: int = 144
     quantile: float = 0.9
     target_util: float = 0.85            # work utilization the recommendations size for
+    # a pipeline=forecast table (backtest.parquet) on the trace's time axis; null: the
+    # forecaster above runs here on the scenario's realized rates (forecast.rates)
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,13 +279,20 @@ def _forecast(ctx: Context, sc: ScenarioConfig, d0, seed: int):
 
     c = ctx.cfg
     lead = c.pool.cold_start_s + c.reactive.sync_s
-    horizon = 1 + math.ceil(lead / d0.bucket_seconds)
     counts = d0.bucket_rps * d0.bucket_seconds
-    fc = fcmod.rate_forecast(
-        counts, horizon, (0.1, 0.5, 0.9), forecaster=c.forecast.forecaster,
-        season=c.forecast.season, window=c.forecast.window, bucket_seconds=d0.bucket_seconds,
-        n_eval=int((counts.index >= d0.day_start_ms).sum()))
-    fc = fc[fc["bucket_start"] >= d0.day_start_ms].reset_index(drop=True)
+    if c.forecast.table:
+        end_ms = d0.day_start_ms + int(c.trace.hours * 3600 * 1000)
+        fc = fcmod.read_pipeline_forecast(c.forecast.table, c.forecast.forecaster, lead_s=lead,
+                                          start_ms=d0.day_start_ms, end_ms=end_ms,
+                                          scale=c.trace.scale)
+    else:
+        horizon = 1 + math.ceil(lead / d0.bucket_seconds)
+        fc = fcmod.rate_forecast(
+            counts, horizon, (0.1, 0.5, 0.9), forecaster=c.forecast.forecaster,
+            season=c.forecast.season, window=c.forecast.window,
+            bucket_seconds=d0.bucket_seconds,
+            n_eval=int((counts.index >= d0.day_start_ms).sum()))
+        fc = fc[fc["bucket_start"] >= d0.day_start_ms].reset_index(drop=True)
     if sc.kind == "forecast_error":
         fc = fcmod.inject_forecast_error(fc, sc.bias, sc.noise_sigma, seed + 11)
     return fc, fcmod.pinball_and_coverage(fc, counts)

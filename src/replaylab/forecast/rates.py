@@ -152,3 +152,50 @@ def pinball_and_coverage(forecast: pd.DataFrame, actual: pd.Series) -> dict:
                   & (y <= forecast["requests_q90"].to_numpy()))
     return {"pinball_mean": float(np.mean(loss)), "coverage_80": float(cov),
             "buckets": int(len(y))}
+
+
+def read_pipeline_forecast(path: str, forecaster: str, *, lead_s: float, start_ms: int,
+                           end_ms: int, scale: float = 1.0) -> pd.DataFrame:
+    """A forecast table written by `pipeline=forecast` (backtest.parquet: every rolling
+    origin; or forecast.parquet) as one row per bucket of [start_ms, end_ms), in the form
+    `rate_forecast` returns.
+
+    Per bucket and series (archetype, SLO class, region) the freshest forecast made at
+    least `lead_s` before the bucket starts is kept (what a controller could have had in
+    time); the series' quantiles are then summed per bucket. A sum of q90s is at least the
+    q90 of the sum when the series move together and more than it otherwise, so the
+    summed band is conservative (wider) for several series; with one series it is exact.
+    `scale` multiplies the counts (the autoscaling trace's `scale`).
+    """
+    fc = pd.read_parquet(path)
+    need = [A.BUCKET_START, A.BUCKET_SECONDS, "forecaster", "forecast_origin",
+            *QUANTILE_COLUMNS.values()]
+    missing = [c for c in need if c not in fc.columns]
+    if missing:
+        raise ValueError(f"{path}: lacks {missing}; expected a pipeline=forecast table "
+                         "(backtest.parquet or forecast.parquet)")
+    names = sorted(fc["forecaster"].unique())
+    if forecaster not in names:
+        raise ValueError(f"{path}: no forecaster {forecaster!r}; it holds {names}")
+    fc = fc[(fc["forecaster"] == forecaster) & (fc[A.BUCKET_START] >= start_ms)
+            & (fc[A.BUCKET_START] < end_ms)]
+    fc = fc[fc["forecast_origin"] <= fc[A.BUCKET_START] - int(round(lead_s * 1000))]
+    if fc.empty:
+        raise ValueError(f"{path}: no {forecaster} forecast made >= {lead_s:g} s before a "
+                         f"bucket in [{start_ms}, {end_ms}) ms; run pipeline=forecast with "
+                         "forecast.backtest.step_buckets=1 over the evaluated day")
+    series = [c for c in (A.ARCHETYPE, A.SLO_CLASS, A.REGION) if c in fc.columns]
+    fresh = fc.sort_values("forecast_origin").groupby([A.BUCKET_START, *series]).tail(1)
+    qcols = list(QUANTILE_COLUMNS.values())
+    per_bucket = fresh.groupby(A.BUCKET_START).agg(
+        **{c: (c, "sum") for c in qcols}, forecast_origin=("forecast_origin", "max"),
+        bucket_seconds=(A.BUCKET_SECONDS, "first"), series=(qcols[0], "size")).reset_index()
+    per_bucket[qcols] = per_bucket[qcols].to_numpy() * scale
+    width_ms = per_bucket[A.BUCKET_SECONDS].to_numpy("int64") * 1000
+    per_bucket["horizon_buckets"] = (
+        (per_bucket[A.BUCKET_START] - per_bucket["forecast_origin"]) // width_ms + 1)
+    for col, v in ((A.VERSION, "1"), (A.ARCHETYPE, "all"), (A.SLO_CLASS, "all"),
+                   (A.REGION, "all")):
+        per_bucket[col] = v
+    per_bucket["forecaster"] = f"{forecaster} (pipeline=forecast table)"
+    return per_bucket.drop(columns="series")
