@@ -78,7 +78,7 @@ def schema_of(cls: type, *, name: str | None = None, exclude: tuple[str, ...] = 
         nested = _dataclass_of(hint)
         if nested is not None:
             kind: Any = schema_of(nested)
-            if default is None:
+            if default is None or type(None) in typing.get_args(hint):  # `X | None`: nullable
                 kind = typing.Optional[kind]  # noqa: UP045 (OmegaConf reads typing.Optional)
         elif _is_mapping_type(hint):
             kind = typing.Optional[dict[str, Any]]  # noqa: UP045
