@@ -18,12 +18,14 @@ def autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def fleet(cfg: DictConfig, run_dir: Path) -> dict:
-    """The fleet experiments: the composed `experiment` section goes to
+    """The fleet experiments: the composed `experiment` section, with the shared
+    `fleet.workload` section as its `workload`, goes to
     `replaylab.fleet.experiments.run_fleet_experiment` as a plain mapping; the library
     writes the figures and returns the summary."""
     from replaylab.fleet.experiments import run_fleet_experiment
 
-    values = OmegaConf.to_container(cfg.experiment, resolve=True)
+    values = {**OmegaConf.to_container(cfg.experiment, resolve=True),
+              "workload": OmegaConf.to_container(cfg.fleet.workload, resolve=True)}
     summary = run_fleet_experiment(str(cfg.experiment.name), values, run_dir)
     return {"pipeline": "fleet", **summary}
 
@@ -58,11 +60,13 @@ def positional_experiment(argv: list[str]) -> list[str]:
 def input_errors() -> tuple[type[BaseException], ...]:
     """A bad input or config (not a bug): one `error: ...` line and exit code 2.
     ContractError: a ledger that cannot be read as ledger-v1; ResidualDataError: one
-    with no hints."""
+    with no hints; DemandDataError: one that cannot train the demand model
+    (experiment=hint_admission on fleet.workload.ledger)."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
     from replaylab.contracts import ContractError
+    from replaylab.demand.labels import DemandDataError
     from replaylab.hints.residuals import ResidualDataError
 
-    return (ContractError, ConfigError, ResidualDataError, FileNotFoundError, ImportError,
-            OmegaConfValidationError)
+    return (ContractError, ConfigError, ResidualDataError, DemandDataError, FileNotFoundError,
+            ImportError, OmegaConfValidationError)
