@@ -60,7 +60,7 @@ def test_each_experiment_composes(experiment):
     assert cfg.experiment.name == experiment
     values = OmegaConf.to_container(cfg.experiment, resolve=True)
     if "slo" in values:  # the shared slo/ group, not a copy per experiment
-        from replaylab.fleet.experiments import slo_targets
+        from replaylab.fleet.experiments.harness import slo_targets
         from replaylab.fleet.outcomes import SloTarget
 
         assert slo_targets(values["slo"]) == {"interactive": SloTarget(ttft_s=1.0, tpot_s=0.05),

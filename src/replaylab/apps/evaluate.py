@@ -17,16 +17,20 @@ def autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
                                       run_dir)
 
 
+def fleet_values(cfg: DictConfig) -> dict:
+    """What a fleet experiment receives: the composed `experiment` section as a plain
+    mapping, with the shared `fleet.workload` section as its `workload`."""
+    return {**OmegaConf.to_container(cfg.experiment, resolve=True),
+            "workload": OmegaConf.to_container(cfg.fleet.workload, resolve=True)}
+
+
 def fleet(cfg: DictConfig, run_dir: Path) -> dict:
-    """The fleet experiments: the composed `experiment` section, with the shared
-    `fleet.workload` section as its `workload`, goes to
-    `replaylab.fleet.experiments.run_fleet_experiment` as a plain mapping; the library
-    writes the figures and returns the summary."""
+    """The fleet experiments: `fleet_values(cfg)` goes to
+    `replaylab.fleet.experiments.run_fleet_experiment`; the library writes the figures
+    and returns the summary."""
     from replaylab.fleet.experiments import run_fleet_experiment
 
-    values = {**OmegaConf.to_container(cfg.experiment, resolve=True),
-              "workload": OmegaConf.to_container(cfg.fleet.workload, resolve=True)}
-    summary = run_fleet_experiment(str(cfg.experiment.name), values, run_dir)
+    summary = run_fleet_experiment(str(cfg.experiment.name), fleet_values(cfg), run_dir)
     return {"pipeline": "fleet", **summary}
 
 
