@@ -20,6 +20,7 @@ Each step is compared with the baseline run on the same windows (paired per
 window, 95 % t-intervals); a step is promoted when its mean SLO attainment is
 not more than `regression_threshold` below the baseline's and the candidate
 broke no hard constraint; the `ladder` stops at the first step that fails.
+The windows are those of `fleet.workload`'s ledger (a file or a shipped trace).
 """
 
 from __future__ import annotations

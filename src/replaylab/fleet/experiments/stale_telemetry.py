@@ -9,6 +9,8 @@ summary counts decisions per mode, splits SLO attainment into requests that
 arrived while the router was blind (outage start + ttl .. outage end + delay)
 and the rest, and runs the telemetry-aware policy twice to show the fallback is
 deterministic (identical decisions and identical per-request outcomes).
+The workload is `fleet.workload`'s ledger (a file or a shipped trace); its time
+windows are the replicates, each with its own outage.
 """
 
 from __future__ import annotations
