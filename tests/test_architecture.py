@@ -270,3 +270,56 @@ def test_mlflow_and_the_environment_only_in_apps():
                 bad.append(f"{path.relative_to(REPO)}:{line}: {text} "
                            "(environment read outside src/replaylab/apps/)")
     assert not bad, "MLflow or the environment under src/:\n" + "\n".join(sorted(set(bad)))
+
+
+# ---------------------------------------------------------------- import cycles
+# Cycles among the library's modules (every import counts, a lazy one too). The last one,
+# the six-module circle around the old fleet/experiments.py, went with issue 14. Lower
+# this number when a cycle goes; never raise it.
+KNOWN_CYCLES = 0
+FLEET_EXPERIMENTS = "replaylab.fleet.experiments"
+FLEET_HARNESS = (f"{FLEET_EXPERIMENTS}.harness", f"{FLEET_EXPERIMENTS}.workloads")
+
+
+def import_graph(files: list[Path]):
+    """networkx DiGraph: module -> each module of this repository it imports (edge
+    attribute `where`: the first import statement)."""
+    import networkx as nx
+
+    graph = nx.DiGraph()
+    for path in files:
+        me = _module_name(path)
+        graph.add_node(me)
+        for imp in imports(path):
+            target = _source_module(imp)
+            if target != me and target.split(".")[0] in HOUSE and _module_file(target) \
+                    and not graph.has_edge(me, target):
+                graph.add_edge(me, target, where=imp.where())
+    return graph
+
+
+def test_no_import_cycle_in_the_library():
+    import networkx as nx
+
+    graph = import_graph(_files(LIBRARY))
+    cycles = sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1)
+    shown = [" <-> ".join(c) + "\n    " + "\n    ".join(
+        graph.edges[a, b]["where"] for a in c for b in c if graph.has_edge(a, b))
+        for c in cycles]
+    assert len(cycles) <= KNOWN_CYCLES, (f"{len(cycles)} import cycles (at most "
+                                         f"{KNOWN_CYCLES}):\n" + "\n".join(shown))
+
+
+def test_each_fleet_experiment_imports_only_the_harness():
+    """The experiment package: harness.py and workloads.py know no experiment by name;
+    each experiment module imports the harness and no other experiment."""
+    package = LIBRARY / "fleet" / "experiments"
+    bad = []
+    for path in _files(package):
+        me = _module_name(path)
+        for imp in imports(path):
+            target = _source_module(imp)
+            if target.startswith(FLEET_EXPERIMENTS + ".") and target != me \
+                    and target not in FLEET_HARNESS:
+                bad.append(f"{imp.where()} ({me} imports the experiment {target})")
+    assert not bad, "fleet experiments importing each other:\n" + "\n".join(bad)

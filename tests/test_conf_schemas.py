@@ -36,7 +36,8 @@ def test_one_conf_tree():
     assert not (CONF.parent / "conf_eval").exists() and not (CONF.parent / "conf_export").exists()
     assert {"train.yaml", "evaluate.yaml", "export.yaml"} <= {p.name for p in CONF.glob("*.yaml")}
     # tracking/ and paths/ exist once, shared by all three entry configs
-    for group in ("tracking", "paths", "export", "pipeline", "experiment", "slo", "pools"):
+    for group in ("tracking", "paths", "export", "pipeline", "experiment", "slo", "pools",
+                  "fleet/workload"):
         assert (CONF / group).is_dir(), group
     assert sum("shared_dir:" in p.read_text() for p in CONF.rglob("*.yaml")
                if "${paths.shared_dir}" not in p.read_text()) == 1
@@ -60,7 +61,7 @@ def test_each_experiment_composes(experiment):
     assert cfg.experiment.name == experiment
     values = OmegaConf.to_container(cfg.experiment, resolve=True)
     if "slo" in values:  # the shared slo/ group, not a copy per experiment
-        from replaylab.fleet.experiments import slo_targets
+        from replaylab.fleet.experiments.harness import slo_targets
         from replaylab.fleet.outcomes import SloTarget
 
         # autoscaling scores a 70B model: its interactive class is looser
@@ -94,6 +95,9 @@ def test_a_router_run_cannot_set_a_demand_key():
     ("experiment/energy.yaml", "  queue_capacity: 256", "  queue_capacty: 256"),
     ("experiment/autoscaling.yaml", "  cold_start_s: 180.0", "  coldstart_s: 180.0"),
     ("slo/default.yaml", "batch: {e2e_s: 3600.0}", "batch: {e2e_s: 3600.0, e2e: 1}"),
+    ("fleet/workload/trace.yaml", "windows: 4", "windoes: 4"),
+    ("experiment/energy.yaml", "    time_scale: 12.0", "    time_scal: 12.0"),
+    ("experiment/hint_admission.yaml", "n_sessions: 3000", "n_session: 3000"),
     ("tracking/local.yaml", "run_name: null", "runname: null"),
 ])
 def test_a_misspelt_yaml_key_fails_at_composition(tmp_path, where, old, new):
@@ -108,8 +112,8 @@ def test_a_misspelt_yaml_key_fails_at_composition(tmp_path, where, old, new):
         text = text.replace(old, new, 1)
     path.write_text(text)
     name, overrides = ("evaluate", [f"experiment={path.stem}", "paths.shared_dir=/d"]) \
-        if where.startswith(("experiment/", "slo/")) else ("train", ["pipeline=demand"])
-    if where.startswith("slo/"):
+        if where.startswith(("experiment/", "slo/", "fleet/")) else ("train", ["pipeline=demand"])
+    if where.startswith(("slo/", "fleet/")):
         overrides = ["experiment=energy", "paths.shared_dir=/d"]
     if where.startswith("router/"):
         overrides = ["pipeline=router"]
@@ -129,6 +133,7 @@ def _defaults_of(schema):
     "replaylab.projection.ProjectionConfig", "replaylab.projection.SplitConfig",
     "replaylab.forecast.ForecastConfig",
     "replaylab.sources.synthetic_config.SyntheticLedgerConfig",
+    "replaylab.fleet.experiments.workloads.WorkloadSpec",
 ])
 def test_schema_defaults_are_the_library_defaults(cls_path):
     """A key the YAML leaves out composes to the schema default; building the dataclass

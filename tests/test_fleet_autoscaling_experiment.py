@@ -8,13 +8,13 @@ import pytest
 
 from replaylab.config import ConfigError
 from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
-from replaylab.fleet.autoscaling_experiment import (
+from replaylab.fleet.autoscaling_report import compare, efficient, gpu_hours_at, winner
+from replaylab.fleet.experiments.autoscaling import (
     AutoscalingConfig,
     OutageWindow,
     autoscaling_config,
     run_autoscaling_experiment,
 )
-from replaylab.fleet.autoscaling_report import compare, efficient, gpu_hours_at, winner
 
 
 def tiny(shared_data, **kw) -> AutoscalingConfig:
@@ -43,11 +43,14 @@ def test_config_is_typed_and_names_bad_fields():
         autoscaling_config({"sweep": {"scenario": "nope"}})
     with pytest.raises(ConfigError, match="target_util"):
         autoscaling_config({"reactive": {"target_util": 1.5}})
-    # a ConfigStore can hold the schema (Hydra structured configs)
+    # the ConfigStore schema is derived from AutoscalingConfig (its defaults, typed scenarios)
     from omegaconf import OmegaConf
 
-    schema = OmegaConf.structured(AutoscalingConfig)
-    assert schema.reactive.target_util == 0.4 and "under_forecast" in schema.scenarios
+    from replaylab.apps.schemas import experiment_schemas
+
+    schema = OmegaConf.structured(experiment_schemas()["autoscaling"])
+    assert schema.reactive.target_util == 0.4 and schema.forecast.table is None
+    assert "workload" not in schema  # the shared fleet.workload section
 
 
 def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(shared_data,

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from replaylab.fleet.experiments import pooled_summary, run_fleet_experiment
+from replaylab.fleet.experiments import run_fleet_experiment
+from replaylab.fleet.experiments.harness import pooled_summary
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = ("arrived", "completed", "rejected", "timed_out", "cancelled", "slo_attainment",
@@ -30,10 +31,12 @@ REQUIRED = ("arrived", "completed", "rejected", "timed_out", "cancelled", "slo_a
 
 
 def experiment_config(name: str, shared: Path, **overrides) -> dict:
-    """conf/experiment/<name>.yaml composed by Hydra (its pools/ and slo/ groups), with
-    dotted overrides."""
+    """conf/experiment/<name>.yaml composed by Hydra (its pools/, slo/ and fleet/workload/
+    groups), with overrides of dotted keys from the root (`experiment.sim.queue_capacity`,
+    `fleet.workload.windows`): what the entry point hands the library."""
     from hydra import compose, initialize_config_dir
 
+    from replaylab.apps.evaluate import fleet_values
     from replaylab.apps.schemas import register_schemas
 
     register_schemas()
@@ -41,13 +44,14 @@ def experiment_config(name: str, shared: Path, **overrides) -> dict:
         root = compose(config_name="evaluate", overrides=[
             f"experiment={name}", f"paths.shared_dir={shared}"])
     for key, value in overrides.items():
-        OmegaConf.update(root, f"experiment.{key}", value, merge=False)
-    return OmegaConf.to_container(root, resolve=True)["experiment"]
+        OmegaConf.update(root, key, value, merge=isinstance(value, dict))
+    return fleet_values(root)
 
 
 def check_summary(s: dict, name: str, run_dir: Path) -> None:
     assert s["experiment"] == name
-    assert isinstance(s["workload"], str) and "requests" in s["workload"]
+    w = s["workload"]
+    assert "requests" in w["description"] and w["requests_simulated"] > 0
     assert s["policies"]
     for pname, p in s["policies"].items():
         missing = [k for k in REQUIRED if k not in p]
@@ -67,7 +71,7 @@ def check_summary(s: dict, name: str, run_dir: Path) -> None:
 
 def test_pooled_summary_of_one_run_is_summarize(shared_data):
     from replaylab.fleet import FleetSim, SimConfig, SyntheticWorkloadConfig, summarize
-    from replaylab.fleet.experiments import build_pools
+    from replaylab.fleet.experiments.harness import build_pools
     from replaylab.fleet.workload import workload_from_cdf
 
     w = workload_from_cdf(shared_data / "fleet" / "azure_cdf.json",
@@ -87,7 +91,7 @@ def test_pooled_summary_of_one_run_is_summarize(shared_data):
 
 def test_bad_names_are_config_errors(tmp_path):
     from replaylab.config import ConfigError
-    from replaylab.fleet.experiments import make_policy
+    from replaylab.fleet.experiments.harness import make_policy
 
     with pytest.raises(ConfigError, match="unknown"):
         run_fleet_experiment("nope", {}, tmp_path)
@@ -98,7 +102,7 @@ def test_bad_names_are_config_errors(tmp_path):
 
 
 def test_canary_split_is_fixed_per_request():
-    from replaylab.fleet.experiments_ops import canary_side
+    from replaylab.fleet.experiments.rollout import canary_side
 
     idx = np.arange(20_000)
     for share in (0.0, 0.25, 0.5, 1.0):
@@ -113,8 +117,8 @@ def test_canary_split_is_fixed_per_request():
 
 
 def test_energy_experiment(shared_data, tmp_path):
-    cfg = experiment_config("energy", shared_data, **{"trace.windows": 2,
-                                                      "trace.max_requests": 300})
+    cfg = experiment_config("energy", shared_data, **{"fleet.workload.windows": 2,
+                                                      "fleet.workload.max_requests": 300})
     s = run_fleet_experiment("energy", cfg, tmp_path)
     check_summary(s, "energy", tmp_path)
     assert set(s["policies"]) == {"least_loaded", "static_efficient", "energy_aware"}
@@ -134,7 +138,8 @@ def test_energy_experiment(shared_data, tmp_path):
 
 def test_overload_experiment(shared_data, tmp_path):
     cfg = experiment_config("overload", shared_data, **{
-        "workload.duration_s": 15.0, "workload.seeds": [0], "load_factors": [1.0, 2.0]})
+        "fleet.workload.duration_s": 15.0, "fleet.workload.seeds": [0],
+        "experiment.load_factors": [1.0, 2.0]})
     s = run_fleet_experiment("overload", cfg, tmp_path)
     check_summary(s, "overload", tmp_path)
     assert set(s["policies"]) == {f"{p}@{f}" for p in cfg["policies"] for f in ("1x", "2x")}
@@ -148,8 +153,8 @@ def test_overload_experiment(shared_data, tmp_path):
 
 def test_stale_telemetry_experiment(shared_data, tmp_path):
     # 2 windows of 10 trace minutes (30 s simulated): the outage (6 s) outlasts the ttl (3 s)
-    cfg = experiment_config("stale_telemetry", shared_data, **{"trace.windows": 2,
-                                                               "trace.window_s": 600.0})
+    cfg = experiment_config("stale_telemetry", shared_data, **{"fleet.workload.windows": 2,
+                                                               "fleet.workload.window_s": 600.0})
     s = run_fleet_experiment("stale_telemetry", cfg, tmp_path)
     check_summary(s, "stale_telemetry", tmp_path)
     modes = s["decisions_by_mode"]
@@ -162,8 +167,8 @@ def test_stale_telemetry_experiment(shared_data, tmp_path):
 
 
 def test_rollout_experiment(shared_data, tmp_path):
-    cfg = experiment_config("rollout", shared_data, **{"trace.windows": 2,
-                                                       "trace.max_requests": 400})
+    cfg = experiment_config("rollout", shared_data, **{"fleet.workload.windows": 2,
+                                                       "fleet.workload.max_requests": 400})
     s = run_fleet_experiment("rollout", cfg, tmp_path)
     check_summary(s, "rollout", tmp_path)
     assert set(s["candidates"]) == set(cfg["candidates"])
@@ -189,8 +194,8 @@ def test_rollout_experiment(shared_data, tmp_path):
 @pytest.mark.slow
 def test_hint_admission_experiment(shared_data, tmp_path):
     cfg = experiment_config("hint_admission", shared_data, **{
-        "ledger.synthetic": {"n_sessions": 700, "sessions_per_s": 0.25},
-        "ledger.replicate_seeds": [0, 101], "ledger.time_scale": 20.0})
+        "fleet.workload.synthetic": {"n_sessions": 700, "sessions_per_s": 0.25},
+        "experiment.ledger.replicate_seeds": [0, 101], "fleet.workload.time_scale": 20.0})
     s = run_fleet_experiment("hint_admission", cfg, tmp_path)
     check_summary(s, "hint_admission", tmp_path)
     assert {"none", "hint", "perfect"} <= set(s["policies"])
@@ -211,8 +216,8 @@ def test_entry_point_energy(shared_data, tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "evaluation", "experiment=energy", f"hydra.run.dir={out}",
-         "tracking=off", f"paths.shared_dir={shared_data}", "experiment.trace.windows=2",
-         "experiment.trace.max_requests=150"],
+         "tracking=off", f"paths.shared_dir={shared_data}", "fleet.workload.windows=2",
+         "fleet.workload.max_requests=150"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = json.loads((out / "summary.json").read_text())

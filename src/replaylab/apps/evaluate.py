@@ -9,26 +9,20 @@ from omegaconf import DictConfig, OmegaConf
 from replaylab.config import ConfigError
 
 
-def autoscaling(cfg: DictConfig, run_dir: Path) -> dict:
-    """experiment=autoscaling: static, HPA-like and forecast-driven controllers of the fleet
-    simulator (docs/autoscaling.md)."""
-    from replaylab.fleet.autoscaling_experiment import (
-        autoscaling_config,
-        run_autoscaling_experiment,
-    )
-
-    values = OmegaConf.to_container(cfg.experiment, resolve=True)
-    return run_autoscaling_experiment(autoscaling_config(values), run_dir)
+def fleet_values(cfg: DictConfig) -> dict:
+    """What a fleet experiment receives: the composed `experiment` section as a plain
+    mapping, with the shared `fleet.workload` section as its `workload`."""
+    return {**OmegaConf.to_container(cfg.experiment, resolve=True),
+            "workload": OmegaConf.to_container(cfg.fleet.workload, resolve=True)}
 
 
 def fleet(cfg: DictConfig, run_dir: Path) -> dict:
-    """The fleet experiments: the composed `experiment` section goes to
-    `replaylab.fleet.experiments.run_fleet_experiment` as a plain mapping; the library
-    writes the figures and returns the summary."""
+    """The fleet experiments: `fleet_values(cfg)` goes to
+    `replaylab.fleet.experiments.run_fleet_experiment`; the library writes the figures
+    and returns the summary."""
     from replaylab.fleet.experiments import run_fleet_experiment
 
-    values = OmegaConf.to_container(cfg.experiment, resolve=True)
-    summary = run_fleet_experiment(str(cfg.experiment.name), values, run_dir)
+    summary = run_fleet_experiment(str(cfg.experiment.name), fleet_values(cfg), run_dir)
     return {"pipeline": "fleet", **summary}
 
 
@@ -39,9 +33,14 @@ def residuals(cfg: DictConfig, run_dir: Path) -> dict:
     return run_residuals(cfg, run_dir)
 
 
-EXPERIMENTS = {"autoscaling": autoscaling, "residuals": residuals,
-               **dict.fromkeys(("energy", "hint_admission", "stale_telemetry", "rollout",
-                                "overload"), fleet)}
+def experiments() -> dict:
+    """experiment name -> its job: residuals, and every fleet experiment (one package)."""
+    from replaylab.fleet.experiments import FLEET_EXPERIMENTS
+
+    return {"residuals": residuals, **dict.fromkeys(FLEET_EXPERIMENTS, fleet)}
+
+
+EXPERIMENTS = experiments()
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
@@ -62,11 +61,13 @@ def positional_experiment(argv: list[str]) -> list[str]:
 def input_errors() -> tuple[type[BaseException], ...]:
     """A bad input or config (not a bug): one `error: ...` line and exit code 2.
     ContractError: a ledger that cannot be read as ledger-v1; ResidualDataError: one
-    with no hints."""
+    with no hints; DemandDataError: one that cannot train the demand model
+    (experiment=hint_admission on fleet.workload.ledger)."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
     from replaylab.contracts import ContractError
+    from replaylab.demand.labels import DemandDataError
     from replaylab.hints.residuals import ResidualDataError
 
-    return (ContractError, ConfigError, ResidualDataError, FileNotFoundError, ImportError,
-            OmegaConfValidationError)
+    return (ContractError, ConfigError, ResidualDataError, DemandDataError, FileNotFoundError,
+            ImportError, OmegaConfValidationError)

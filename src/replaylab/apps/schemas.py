@@ -158,17 +158,18 @@ def group_schemas() -> dict[str, type]:
 
 def experiment_schemas() -> dict[str, type]:
     """experiment name -> schema of `conf/experiment/<name>.yaml`."""
-    from replaylab.fleet.autoscaling_experiment import AutoscalingConfig
     from replaylab.fleet.autoscaling_scenarios import ScenarioConfig
-    from replaylab.fleet.experiments import PoolSpec, SimSpec
-    from replaylab.fleet.experiments_energy import EnergyConfig
-    from replaylab.fleet.experiments_hint import HintConfig
-    from replaylab.fleet.experiments_ops import RolloutConfig
-    from replaylab.fleet.experiments_overload import OverloadConfig
-    from replaylab.fleet.experiments_stale import StaleConfig
+    from replaylab.fleet.experiments.autoscaling import AutoscalingConfig
+    from replaylab.fleet.experiments.energy import EnergyConfig
+    from replaylab.fleet.experiments.harness import PoolSpec, SimSpec
+    from replaylab.fleet.experiments.hint_admission import HintConfig
+    from replaylab.fleet.experiments.overload import OverloadConfig
+    from replaylab.fleet.experiments.rollout import RolloutConfig
+    from replaylab.fleet.experiments.stale_telemetry import StaleConfig
 
-    # Sections the library reads as plain mappings and types later (experiments.sim_config,
+    # Sections the library reads as plain mappings and types later (harness.sim_config,
     # build_pools, slo_targets): typed here so their keys are checked at composition too.
+    # `workload` is not the experiment's: it is the shared fleet.workload group.
     # An SLO measure left out is None, which slo_targets reads as no target (inf).
     slo_class = _open("SloClassSchema", ttft_s=None, tpot_s=None, e2e_s=None)
     sections = {"sim": (schema_of(SimSpec), SimSpec()),
@@ -180,12 +181,12 @@ def experiment_schemas() -> dict[str, type]:
         ("overload", OverloadConfig), ("stale_telemetry", StaleConfig)):
         names = {f.name for f in dataclasses.fields(cls)}
         typed = {k: v for k, v in sections.items() if k in names}
-        out[key] = schema_of(cls, name=f"{cls.__name__}Schema",
+        out[key] = schema_of(cls, name=f"{cls.__name__}Schema", exclude=("workload",),
                              extra={"name": (Any, "???"), **typed})
     # scenarios: a mapping of typed scenarios, empty by default, so the YAML names them all
     # (a schema default would be merged in and could not be removed)
     out["autoscaling"] = schema_of(
-        AutoscalingConfig, name="AutoscalingSchema",
+        AutoscalingConfig, name="AutoscalingSchema", exclude=("workload",),
         extra={"name": (Any, "???"), "slo": sections["slo"],
                "scenarios": (dict[str, schema_of(ScenarioConfig)], {})})
     out["residuals"] = _open("ResidualsSchema", name="residuals", group_columns=[], time_bucket_s=None,
@@ -193,13 +194,21 @@ def experiment_schemas() -> dict[str, type]:
     return out
 
 
+def fleet_workload_schema() -> type:
+    """Schema of `conf/fleet/workload/` (every fleet experiment's workload): WorkloadSpec."""
+    from replaylab.fleet.experiments.workloads import WorkloadSpec
+
+    return schema_of(WorkloadSpec)
+
+
 def register_schemas() -> None:
-    """Store every schema in Hydra's ConfigStore: `<group>/schema` and
-    `experiment/<name>_schema` (the names the YAML files' defaults lists use)."""
+    """Store every schema in Hydra's ConfigStore: `<group>/schema` (fleet/workload/schema
+    included) and `experiment/<name>_schema` (the names the YAML files' defaults lists use)."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()
     for group, schema in group_schemas().items():
         cs.store(group=group, name="schema", node=schema)
+    cs.store(group="fleet/workload", name="schema", node=fleet_workload_schema())
     for exp, schema in experiment_schemas().items():
         cs.store(group="experiment", name=f"{exp}_schema", node=schema)

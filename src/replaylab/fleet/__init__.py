@@ -40,9 +40,9 @@ _LAZY = {
     "recommendations_from_forecast": "replaylab.fleet.recommendations",
     "work_per_request": "replaylab.fleet.capacity",
     "replicas_for_rate": "replaylab.fleet.capacity",
-    "AutoscalingConfig": "replaylab.fleet.autoscaling_experiment",
-    "autoscaling_config": "replaylab.fleet.autoscaling_experiment",
-    "run_autoscaling_experiment": "replaylab.fleet.autoscaling_experiment",
+    "AutoscalingConfig": "replaylab.fleet.experiments.autoscaling",
+    "autoscaling_config": "replaylab.fleet.experiments.autoscaling",
+    "run_autoscaling_experiment": "replaylab.fleet.experiments.autoscaling",
 }
 
 __all__ = list(_LAZY)

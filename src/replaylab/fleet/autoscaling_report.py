@@ -182,7 +182,7 @@ def verdict_lines(comparisons: list[dict], winners: dict, matched: dict) -> list
 
 
 def summarize_experiment(ctx, results: list[dict]) -> dict[str, Any]:
-    """The JSON-safe summary (see the module doc and autoscaling_experiment)."""
+    """The JSON-safe summary (see the module doc and fleet.experiments.autoscaling)."""
     c = ctx.cfg
     main, sweep = _group(results)
     scen = {n: {p: _stats(runs) for p, runs in pols.items()} for n, pols in main.items()}

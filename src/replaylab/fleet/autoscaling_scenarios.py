@@ -76,7 +76,6 @@ class ScenarioConfig:
     ramp_minutes: float = 60.0     # mix_drift
     bias: float = 0.0              # forecast_error
     noise_sigma: float = 0.0       # forecast_error
-    policies: tuple[str, ...] = ("static", "reactive", "proactive")
 
     def __post_init__(self) -> None:
         if self.kind not in SCENARIO_KINDS:

@@ -1,4 +1,4 @@
-"""The autoscaling experiment on the event-driven fleet simulator.
+"""experiment=autoscaling: static, HPA and forecast-driven controllers on the fleet simulator.
 
 `run_autoscaling_experiment(config, out_dir) -> summary` runs every scenario
 (steady day, burst, mix drift, 30 % under-forecast by default) with every
@@ -60,16 +60,25 @@ from replaylab.fleet.capacity import (
     replicas_for_rate,
     work_per_request,
 )
+from replaylab.fleet.experiments.harness import slo_targets
+from replaylab.fleet.experiments.workloads import (
+    WorkloadSpec,
+    ledger_facts,
+    read_workload_ledger,
+    require_source,
+    workload_spec,
+)
 from replaylab.fleet.profiles import GpuProfile
+from replaylab.fleet.workload import workload_from_ledger
 
 SERVEGEN_DEFAULT = "traces/servegen/language/m-large"
 
 
 @dataclass(frozen=True)
 class TokenSpec:
-    """Where request token counts come from: azure_conv | azure_code | a ledger-v1 file."""
+    """How request token counts are classed; where they come from is `fleet.workload`
+    (a shipped trace, or the ledger-v1 file that then gives the arrivals too)."""
 
-    source: str = "azure_conv"
     long_output_threshold: int = 400
 
 
@@ -141,12 +150,13 @@ DEFAULT_SCENARIOS: Mapping[str, ScenarioConfig] = {
 
 @dataclass(frozen=True)
 class AutoscalingConfig:
-    """The whole experiment (see the module doc). `ScenarioConfig.policies` is not read here:
-    `policies` names the policies every scenario runs."""
+    """The whole experiment (see the module doc); `policies` run in every scenario.
+    `workload` is the shared `fleet.workload` section (requests: tokens, or a ledger)."""
 
     shared_dir: str = ""
     trace: TraceConfig = field(default_factory=TraceConfig)
     tokens: TokenSpec = field(default_factory=TokenSpec)
+    workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(time_scale=1.0))
     profile: ProfileSpec = field(default_factory=ProfileSpec)
     pool: ScalingPoolSpec = field(default_factory=ScalingPoolSpec)
     telemetry: TelemetrySpec = field(default_factory=TelemetrySpec)
@@ -207,6 +217,7 @@ def autoscaling_config(values: Mapping[str, Any]) -> AutoscalingConfig:
     tel = v.get("telemetry")
     if isinstance(tel, TelemetrySpec) and tel.outage:
         v["telemetry"] = replace(tel, outage=tuple(_window(w) for w in tel.outage))
+    v["workload"] = workload_spec(v.get("workload"))
     if "scenarios" in v:
         v["scenarios"] = {str(n): from_mapping(ScenarioConfig, dict(s or {}),
                                     f"autoscaling.scenarios.{n}") for n, s in dict(v["scenarios"]).items()}
@@ -226,30 +237,41 @@ class Context:
     tokens: TokenSample
     base: BaseRates
     setup: RunSetup
+    workload: dict = field(default_factory=dict)   # the summary's `workload`
 
 
-def _tokens(c: AutoscalingConfig) -> TokenSample:
-    from replaylab.fleet.experiments import azure_ledger
+def _requests(c: AutoscalingConfig) -> tuple[TokenSample, np.ndarray | None, dict[str, Any]]:
+    """(token sample, the ledger's arrivals in seconds or None, the summary's `workload`).
 
-    src = c.tokens.source
-    if src in ("azure_conv", "azure_code"):
-        ledger = azure_ledger(c.shared_dir, src.split("_", 1)[1])
-        name = f"Azure LLM inference trace 2023 ({src}, measured)"
-    else:
-        from replaylab.contracts import read_ledger
-
-        ledger, name = read_ledger(src).valid, f"ledger-v1 file {src}"
-    return token_sample(ledger, c.tokens.long_output_threshold, name)
+    `fleet.workload.ledger=PATH`: the file gives both the rates (its arrivals, compressed
+    `time_scale`x, counted per bucket) and the tokens. A shipped source (azure_conv,
+    azure_code) gives the tokens only; the rates are `trace`'s. Rows without usage are
+    skipped and counted; capped, cancelled and failed rows keep their observed tokens
+    (what they occupied: docs/demand-target.md), counted in `rows_censored`."""
+    spec = c.workload
+    require_source(spec, "autoscaling")
+    led = read_workload_ledger(spec, c.shared_dir)
+    frame = led.result.valid
+    tokens = token_sample(frame, c.tokens.long_output_threshold,
+                          f"{led.label}, measured" if led.kind != "ledger" else led.label)
+    arrivals = None
+    if spec.ledger:
+        arrivals = workload_from_ledger(led.result, time_scale=spec.time_scale).arrival_s
+    use = "arrivals (rates per bucket) and tokens" if spec.ledger else "tokens"
+    facts = ledger_facts(led, [frame], {}, description=f"{led.label}: {use}",
+                         requests_simulated=0, time_scale=spec.time_scale if spec.ledger
+                         else None)
+    return tokens, arrivals, facts
 
 
 def build_context(c: AutoscalingConfig) -> Context:
     """Profile, tokens and rates read from `c.shared_dir`; the setup every run shares."""
-    from replaylab.fleet.experiments import slo_targets
-
     if c.trace.source == "servegen" and not c.trace.path:
         c = replace(c, trace=replace(c.trace, path=str(Path(c.shared_dir) / SERVEGEN_DEFAULT)))
     profile, facts = autoscaling_profile(c.shared_dir, c.profile)
-    tokens = _tokens(c)
+    tokens, arrivals, workload = _requests(c)
+    if arrivals is not None:
+        c = replace(c, trace=replace(c.trace, source="ledger", scale=1.0))
     w = work_per_request(profile, tokens.prompt_tokens, tokens.completion_tokens)
     facts = {**facts, "token_source": tokens.source, "token_rows": int(tokens.prompt_tokens.size),
              "mean_prompt_tokens": round(float(tokens.prompt_tokens.mean()), 1),
@@ -268,7 +290,8 @@ def build_context(c: AutoscalingConfig) -> Context:
         scrape_interval_s=t.scrape_interval_s, ttl_s=t.ttl_s, delay_s=t.delay_s,
         outage=tuple((w.start_s, w.end_s) for w in t.outage),
         oscillation_window_s=p.oscillation_window_s)
-    return Context(c, profile, facts, tokens, base_rates(c.trace, c.seed), setup)
+    return Context(c, profile, facts, tokens, base_rates(c.trace, c.seed, arrivals), setup,
+                   workload)
 
 
 # ---------------------------------------------------------------- one (scenario, seed) job
@@ -361,6 +384,11 @@ def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1) -> list[dict
         return list(bar(ex.map(fn, jobs)))
 
 
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The package's entry: the plain experiment mapping (with `workload`) -> the summary."""
+    return run_autoscaling_experiment(autoscaling_config(cfg), run_dir)
+
+
 def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict[str, Any]:
     """Run the scenarios, policies, seeds and sweep; write figures and report.html; the summary."""
     from replaylab.fleet.autoscaling_report import summarize_experiment, write_report
@@ -370,6 +398,8 @@ def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict
     jobs = jobs_of(config)
     results = run_jobs(ctx, jobs, config.workers)
     summary = summarize_experiment(ctx, results)
+    summary["workload"] = {**ctx.workload, "requests_simulated": int(
+        sum(r["requests"] * len(r["runs"]) for r in results))}
     summary["speed"] = {"wall_s": round(time.perf_counter() - wall, 1),
                         "workers": config.workers, "jobs": len(jobs),
                         "runs": sum(len(r["runs"]) for r in results),

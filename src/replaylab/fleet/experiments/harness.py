@@ -1,44 +1,34 @@
-"""Fleet experiments of issue 6: `python -m evaluation experiment=<name>` for each of
+"""The harness every fleet experiment runs on; it knows no experiment by name.
 
-    energy           least-loaded vs static efficient pool vs energy-aware, J per success and
-                     per output token beside SLO, cost and capacity; again under +-20 %
-                     power-model error (does the ranking hold?) (experiments_energy.py)
-    hint_admission   admission without a hint / with the demand artifact's hint / with the
-                     true length (experiments_hint.py)
-    stale_telemetry  telemetry-aware least-loaded through a scrape outage (experiments_stale.py)
-    rollout          shadow, canary shares 0/25/50/100 % and a rollback (experiments_ops.py)
-    overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without admission
-                     (experiments_overload.py)
+Shared pieces only: pooled summaries and replicate statistics, the pools (`PoolSpec`,
+`build_pools`), the policy factory (`make_policy`), the simulator's config
+(`SimSpec`, `sim_config`), SLO targets, per-request slices, figure helpers and the
+parsing of an experiment's plain mapping into its config dataclass (`parse_config`,
+which also builds the shared `fleet.workload` section: `workloads.WorkloadSpec`).
+The workloads themselves (ledger files, the shipped traces, token CDFs) are loaded
+by `workloads.py`, the other half of the harness.
 
-`run_fleet_experiment(name, cfg, run_dir)` takes the plain experiment mapping (as
-Hydra composes it: conf/experiment/<name>.yaml), writes figures under
-`run_dir/figures` and returns the summary the entry point writes to summary.json:
+Every policy's entry in a summary is `replaylab.fleet.outcomes.summarize` pooled
+over the replicates (time windows or seeds) the experiment ran; confidence
+intervals are two-sided 95 % Student-t intervals over those replicates (paired
+where two policies saw the same requests). Non-finite numbers are written as null.
 
-    {"experiment": name, "workload": "<source, requests, scaling>",
-     "policies": {"<policy>": {SUMMARY_KEYS..., "conserved": bool}, ...},
-     "conserved": bool, <experiment sections>, "reports": {figure: path}}
-
-Every policy's entry is `replaylab.fleet.outcomes.summarize` pooled over the
-replicates (time windows or seeds) the experiment ran; confidence intervals are
-two-sided 95 % Student-t intervals over those replicates (paired where two
-policies saw the same requests). Non-finite numbers are written as null.
-
-The policies of issue 6 (`replaylab.fleet.policies`, `telemetry_feed`, `shadow`)
-are imported inside functions, by name, so this module imports cheaply.
+The policies (`replaylab.fleet.policies`, `telemetry_feed`, `shadow`) are imported
+inside functions, by name, so this module imports cheaply.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
+from replaylab.fleet.experiments.workloads import workload_spec
 from replaylab.stats import mean_ci
 
 # ---------------------------------------------------------------- numbers and summaries
@@ -275,42 +265,6 @@ def _policy(spec: dict, primary: Mapping[str, str] | None):
                       "static_efficient, energy_aware, spillover, hint_admission")
 
 
-# ---------------------------------------------------------------- workloads
-
-
-def azure_ledger(shared_dir: str | Path, service: str = "conv") -> pd.DataFrame:
-    """The Azure LLM inference trace 2023 (`conv` or `code`) as a ledger-v1 frame."""
-    from replaylab.sources.azure import import_azure_llm_2023
-
-    path = Path(shared_dir) / "traces" / "azure_llm_2023" / (
-        f"AzureLLMInferenceTrace_{service}.csv")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (paths.shared_dir)")
-    return import_azure_llm_2023(path)
-
-
-def ledger_windows(ledger: pd.DataFrame, windows: int, window_s: float | None = None,
-                   max_requests: int | None = None) -> list[pd.DataFrame]:
-    """`windows` consecutive time windows of the ledger (equal length; window_s: fixed)."""
-    ts = ledger["timestamp"].to_numpy("int64")
-    t0, span = int(ts.min()), int(ts.max() - ts.min()) + 1
-    w_ms = int(window_s * 1000) if window_s else span // max(windows, 1)
-    out = []
-    for k in range(windows):
-        part = ledger[(ts >= t0 + k * w_ms) & (ts < t0 + (k + 1) * w_ms)]
-        if max_requests:
-            part = part.sort_values("timestamp", kind="stable").head(int(max_requests))
-        if len(part):
-            out.append(part)
-    if not out:
-        raise ConfigError(f"no ledger rows in {windows} windows of {w_ms} ms")
-    return out
-
-
-def workload_text(source: str, n: int, note: str = "") -> str:
-    return f"{source}: {n} requests" + (f"; {note}" if note else "")
-
-
 # ---------------------------------------------------------------- simulation helpers
 
 
@@ -375,54 +329,18 @@ def save_figure(fig, plt, path: Path) -> str:
     return str(figures.save_figure(fig, plt, path))
 
 
-# ---------------------------------------------------------------- real traces
-
-
-@dataclass(frozen=True)
-class TraceSpec:
-    """A real ledger cut into time windows (the replicates), each compressed `time_scale`x."""
-
-    source: str = "azure_conv"        # azure_conv | azure_code
-    windows: int = 4
-    window_s: float | None = None     # null: the trace's span / windows
-    time_scale: float = 8.0
-    max_requests: int | None = None   # per window (tests)
-
-
-def _trace_ledger(shared_dir: str, source: str) -> pd.DataFrame:
-    if source in ("azure_conv", "azure_code"):
-        return azure_ledger(shared_dir, source.split("_", 1)[1])
-    raise ConfigError(f"trace.source={source!r}: azure_conv or azure_code")
-
-
-def trace_workloads(c_trace: TraceSpec, shared_dir: str, model: str) -> tuple[list, str]:
-    """(workloads per window, description) of a real trace, all rows mapped to `model`."""
-    from replaylab.fleet.workload import workload_from_ledger
-
-    ledger = _trace_ledger(shared_dir, c_trace.source)
-    parts = ledger_windows(ledger, c_trace.windows, c_trace.window_s, c_trace.max_requests)
-    wls = [workload_from_ledger(p, model_map={m: model for m in p["selected_model"].unique()},
-                                time_scale=c_trace.time_scale) for p in parts]
-    n = sum(w.n for w in wls)
-    skipped = sum(sum(w.skipped.values()) for w in wls)
-    span = np.mean([w.duration_s for w in wls])
-    desc = workload_text(
-        f"Azure LLM inference trace 2023 ({c_trace.source}, ledger-v1 via "
-        "replaylab.sources.azure)", n,
-        f"{len(wls)} windows, arrivals compressed {c_trace.time_scale:g}x "
-        f"(~{span:.0f} s simulated each), {skipped} rows skipped, all served as {model!r}")
-    return wls, desc
-
-
 def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> Any:
     """An experiment's config dataclass from its mapping: `name` dropped, each of
-    `sections` (key -> dataclass) built first (`replaylab.config.from_mapping`)."""
+    `sections` (key -> dataclass) built first (`replaylab.config.from_mapping`), and
+    `workload` (the shared `fleet.workload` section, when `cls` has that field) as a
+    `WorkloadSpec`."""
     values = dict(cfg)
     values.pop("name", None)
     for key, sub in sections.items():
         values[key] = from_mapping(sub, dict(values.get(key) or {}), f"experiment.{key}")
+    if "workload" in {f.name for f in fields(cls)}:
+        values["workload"] = workload_spec(values.get("workload"))
     return from_mapping(cls, values, "experiment")
-
 
 
 # ---------------------------------------------------------------- per-request slices
@@ -444,49 +362,3 @@ def masked_slo(result, slo, mask: np.ndarray) -> dict[str, Any]:
 
 def pool_mapping(c_pools: Mapping) -> dict:
     return {str(k): dict(v or {}) for k, v in c_pools.items()}
-
-
-# ---------------------------------------------------------------- dispatch
-
-
-def _hint(cfg, run_dir):
-    from replaylab.fleet.experiments_hint import run_hint_admission_experiment
-
-    return run_hint_admission_experiment(cfg, run_dir)
-
-
-def _stale(cfg, run_dir):
-    from replaylab.fleet.experiments_stale import run_stale_telemetry_experiment
-
-    return run_stale_telemetry_experiment(cfg, run_dir)
-
-
-def _rollout(cfg, run_dir):
-    from replaylab.fleet.experiments_ops import run_rollout_experiment
-
-    return run_rollout_experiment(cfg, run_dir)
-
-
-def _energy(cfg, run_dir):
-    from replaylab.fleet.experiments_energy import run_energy_experiment
-
-    return run_energy_experiment(cfg, run_dir)
-
-
-def _overload(cfg, run_dir):
-    from replaylab.fleet.experiments_overload import run_overload_experiment
-
-    return run_overload_experiment(cfg, run_dir)
-
-
-FLEET_EXPERIMENTS: dict[str, Callable[[Mapping[str, Any], Path], dict]] = {
-    "energy": _energy, "hint_admission": _hint, "stale_telemetry": _stale,
-    "rollout": _rollout, "overload": _overload}
-
-
-def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Run fleet experiment `name` with its plain config; returns the JSON-safe summary."""
-    if name not in FLEET_EXPERIMENTS:
-        raise ConfigError(f"fleet experiment {name!r} unknown; one of {sorted(FLEET_EXPERIMENTS)}")
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    return FLEET_EXPERIMENTS[name](cfg, Path(run_dir))

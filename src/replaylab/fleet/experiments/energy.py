@@ -1,8 +1,9 @@
 """Fleet experiment `energy`: least-loaded vs static efficient pool vs energy-aware.
 
 Joules per success and per output token beside SLO, cost and capacity, on real
-trace windows, and again under +-20 % power-model error (does the ranking hold?).
-Shared pieces (pools, traces, pooled summaries) live in `experiments.py`.
+trace windows (any ledger: `fleet.workload`), and again under +-20 % power-model error
+(does the ranking hold?). Shared pieces (pools, workloads, pooled summaries) live in
+the harness (`harness.py`, `workloads.py`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments import (
-    TraceSpec,
+from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
     make_policy,
@@ -30,8 +30,8 @@ from replaylab.fleet.experiments import (
     sim_config,
     simulate,
     slo_targets,
-    trace_workloads,
 )
+from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
@@ -41,7 +41,7 @@ class EnergyConfig:
     shared_dir: str
     seed: int = 0
     model: str = "llama-3.1-8b"
-    trace: TraceSpec = field(default_factory=TraceSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
     pools: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)
     sim: dict = field(default_factory=dict)
@@ -49,7 +49,7 @@ class EnergyConfig:
     power_error: dict = field(default_factory=dict)  # name -> {pool: relative error}
 
 
-def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     """Least-loaded vs static efficient pool vs energy-aware on a mixed fleet (module docstring).
 
     Every policy runs every window at the nominal power curves. Power-model error
@@ -60,11 +60,12 @@ def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, An
     `ranking_holds`: the order of the policies by joules_per_output_token is the
     nominal one.
     """
-    c = parse_config(EnergyConfig, cfg, {"trace": TraceSpec})
+    c = parse_config(EnergyConfig, cfg, {})
     if not c.pools or not c.policies:
         raise ConfigError("experiment=energy needs pools and policies")
+    require_source(c.workload, "energy")
     slo = slo_targets(c.slo)
-    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(c.pools, c.shared_dir, c.model)
     names = list(c.policies)
 
@@ -110,7 +111,7 @@ def run_energy_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, An
     slo_vs_best = {n: paired_diff(per_rep[n]["slo_attainment"], per_rep[best]["slo_attainment"])
                    for n in names if n != best}
     summary: dict[str, Any] = {
-        "experiment": "energy", "workload": desc,
+        "experiment": "energy", "workload": workload,
         "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
         "fleet": {p.pool_id: {"profile": p.profile.name, "gpus": p.profile.gpus,

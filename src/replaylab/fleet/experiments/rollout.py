@@ -20,6 +20,7 @@ Each step is compared with the baseline run on the same windows (paired per
 window, 95 % t-intervals); a step is promoted when its mean SLO attainment is
 not more than `regression_threshold` below the baseline's and the candidate
 broke no hard constraint; the `ladder` stops at the first step that fails.
+The windows are those of `fleet.workload`'s ledger (a file or a shipped trace).
 """
 
 from __future__ import annotations
@@ -34,8 +35,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments import (
-    TraceSpec,
+from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
     make_policy,
@@ -49,8 +49,8 @@ from replaylab.fleet.experiments import (
     sim_config,
     simulate,
     slo_targets,
-    trace_workloads,
 )
+from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
@@ -150,7 +150,7 @@ class RolloutConfig:
     shared_dir: str
     seed: int = 0
     model: str = "llama-3.1-8b"
-    trace: TraceSpec = field(default_factory=TraceSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
     pools: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=lambda: {"kind": "least_loaded"})
     candidates: dict = field(default_factory=lambda: {"energy_aware": {"kind": "energy_aware"}})
@@ -162,9 +162,10 @@ class RolloutConfig:
 
 
 def _rollout_config(cfg: Mapping[str, Any]) -> RolloutConfig:
-    c = parse_config(RolloutConfig, cfg, {"trace": TraceSpec, "rollback": RollbackSpec})
+    c = parse_config(RolloutConfig, cfg, {"rollback": RollbackSpec})
     if not c.pools or not c.candidates:
         raise ConfigError("experiment=rollout needs pools and candidates")
+    require_source(c.workload, "rollout")
     if 0.0 not in c.shares:
         raise ConfigError("experiment.shares must include 0.0 (the baseline every step is "
                           "compared with)")
@@ -239,11 +240,11 @@ def _rollout_candidate(c: RolloutConfig, cand: Mapping, wls: list, pools: list, 
     return steps, facts
 
 
-def run_rollout_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     """Shadow, canary shares and a rollback of each candidate policy; see the module docstring."""
     c = _rollout_config(cfg)
     slo = slo_targets(c.slo)
-    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
     base_runs = [simulate(pools, sim_config(c.sim, w), make_policy(c.baseline), w) for w in wls]
     policies = {BASELINE: pooled_summary(base_runs, slo)}
@@ -281,7 +282,7 @@ def run_rollout_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, A
                              "reached": ladder[-1]["step"] if ladder[-1]["proceed"] else
                              (ladder[-2]["step"] if len(ladder) > 1 else "none")}
     summary: dict[str, Any] = {
-        "experiment": "rollout", "workload": desc, "policies": policies,
+        "experiment": "rollout", "workload": workload, "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
         "baseline": c.baseline, "shares": list(c.shares),
         "regression_threshold": c.regression_threshold,

@@ -9,6 +9,8 @@ summary counts decisions per mode, splits SLO attainment into requests that
 arrived while the router was blind (outage start + ttl .. outage end + delay)
 and the rest, and runs the telemetry-aware policy twice to show the fallback is
 deterministic (identical decisions and identical per-request outcomes).
+The workload is `fleet.workload`'s ledger (a file or a shipped trace); its time
+windows are the replicates, each with its own outage.
 """
 
 from __future__ import annotations
@@ -23,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments import (
-    TraceSpec,
+from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
     make_policy,
@@ -38,8 +39,8 @@ from replaylab.fleet.experiments import (
     sim_config,
     simulate,
     slo_targets,
-    trace_workloads,
 )
+from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
@@ -59,7 +60,7 @@ class StaleConfig:
     shared_dir: str
     seed: int = 0
     model: str = "llama-3.1-8b"
-    trace: TraceSpec = field(default_factory=TraceSpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
     pools: dict = field(default_factory=dict)
     policy: dict = field(default_factory=lambda: {"kind": "least_loaded"})
     feed: FeedSpec = field(default_factory=FeedSpec)
@@ -68,13 +69,14 @@ class StaleConfig:
 
 
 def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
-    c = parse_config(StaleConfig, cfg, {"feed": FeedSpec, "trace": TraceSpec})
+    c = parse_config(StaleConfig, cfg, {"feed": FeedSpec})
     a, b = c.feed.outage_fraction
     if not 0 <= a < b <= 1:
         raise ConfigError(f"experiment.feed.outage_fraction={c.feed.outage_fraction}: "
                           "need 0 <= start < end <= 1")
     if not c.pools:
         raise ConfigError("experiment=stale_telemetry needs pools")
+    require_source(c.workload, "stale_telemetry")
     return c
 
 
@@ -88,11 +90,11 @@ def _telemetry_run(pools, conf, policy_spec, w, spec: FeedSpec, outage: tuple):
     return result, pol, feed
 
 
-def run_stale_telemetry_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring."""
     c = _stale_config(cfg)
     slo = slo_targets(c.slo)
-    wls, desc = trace_workloads(c.trace, c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
     runs: dict[str, list] = {"live": [], "telemetry_no_outage": [], "telemetry_outage": []}
     modes: dict[str, Counter] = {k: Counter() for k in runs if k != "live"}
@@ -136,7 +138,7 @@ def run_stale_telemetry_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dic
     blind_diff = paired_diff([r["slo_attainment"] for r in inside["telemetry_outage"]],
                              [r["slo_attainment"] for r in inside["live"]])
     summary: dict[str, Any] = {
-        "experiment": "stale_telemetry", "workload": desc, "policies": policies,
+        "experiment": "stale_telemetry", "workload": workload, "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
         "feed": {"scrape_interval_s": c.feed.scrape_interval_s, "delay_s": c.feed.delay_s,
                  "ttl_s": c.feed.ttl_s, "outage_fraction": list(c.feed.outage_fraction),

@@ -6,8 +6,10 @@ cap (mode `none`, no estimate) or the true length (`perfect`, an oracle bound):
 does it materially change SLO attainment, rejections, goodput or the capacity
 needed?
 
-1. Train a demand model on a seeded synthetic ledger (sessions, caps, SLO
-   classes: `replaylab.sources.synthetic`) with `train_demand`, export it with
+1. Train a demand model on the ledger `fleet.workload` names: the seeded synthetic
+   ledger (source=synthetic: sessions, caps, SLO classes, `replaylab.sources.synthetic`)
+   or a ledger-v1 file (ledger=PATH, or a shipped trace), with `train_demand` (the
+   same session split either way), export it with
    `export_demand` to `run_dir/artifacts/demand` and load it through the runtime
    (`DemandPredictor.load`): the hints are the artifact's, never the true lengths.
 2. Size: replay the CALIBRATION window through the runtime (`replay_hints`), take
@@ -15,9 +17,11 @@ needed?
    pool for the in-flight KV reservation each mode plans with (hint_p90 x the
    multiplier; prompt + cap; the truth), held at the ledger's own service times.
 3. Evaluate on the TEST window only (never trained or calibrated on), replicated
-   over independent ledger seeds (seed 0 = the training ledger's test split; the
-   others are fresh ledgers restricted to the same window), each replayed through
-   the runtime so `hint_p90` comes from the artifact. Every mode runs on the same
+   over independent ledger seeds (synthetic: seed 0 = the training ledger's test
+   split; the others are fresh ledgers restricted to the same window) or, for a
+   ledger file, over `fleet.workload.windows` consecutive time windows of its test
+   window (one ledger: the capacity comparison then has no spread across ledgers),
+   each replayed through the runtime so `hint_p90` comes from the artifact. Every mode runs on the same
    hint-sized fleet (SLO, rejections, goodput) and on the fleet its own rule sizes
    (capacity: replicas, GPU-hours, and the SLO that capacity buys).
 4. Paired differences per replicate, mean and 95 % t-interval; a difference is
@@ -37,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
-from replaylab.fleet.experiments import (
+from replaylab.fleet.experiments.harness import (
     PoolSpec,
     build_profile,
     ci_table,
@@ -50,6 +54,15 @@ from replaylab.fleet.experiments import (
     sim_config,
     simulate,
     slo_targets,
+)
+from replaylab.fleet.experiments.workloads import (
+    WorkloadSpec,
+    ledger_facts,
+    ledger_windows,
+    read_workload_ledger,
+    require_source,
+    row_cases,
+    workload_facts,
     workload_text,
 )
 from replaylab.jsonsafe import json_safe
@@ -58,14 +71,12 @@ from replaylab.stats import mean_ci, paired_diff
 
 @dataclass(frozen=True)
 class LedgerSpec:
-    """The synthetic ledger (SyntheticLedgerConfig fields) and the split (SplitConfig)."""
+    """The seeds of the synthetic ledgers and the split's embargo (SplitConfig); the
+    ledger itself, its time_scale and cancel_aborted are `fleet.workload`'s."""
 
-    synthetic: dict = field(default_factory=lambda: {"n_sessions": 3000, "sessions_per_s": 1.0})
     train_seed: int = 0
-    replicate_seeds: tuple[int, ...] = (0, 101, 102, 103, 104)
+    replicate_seeds: tuple[int, ...] = (0, 101, 102, 103, 104)   # source=synthetic only
     embargo_ms: int = 300_000
-    time_scale: float = 1.0            # arrivals compressed this much in the simulation
-    cancel_aborted: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,7 @@ class HintConfig:
     seed: int = 0
     model: str = "llama-3.1-8b"
     ledger: LedgerSpec = field(default_factory=LedgerSpec)
+    workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(source="synthetic"))
     demand: dict = field(default_factory=dict)       # DemandConfig overrides
     pool: dict = field(default_factory=dict)         # a PoolSpec
     sizing: SizingSpec = field(default_factory=SizingSpec)
@@ -106,6 +118,7 @@ def _config(cfg: Mapping[str, Any]) -> HintConfig:
     c = parse_config(HintConfig, cfg, {"ledger": LedgerSpec, "sizing": SizingSpec})
     if not c.modes:
         raise ConfigError("experiment=hint_admission needs modes (name -> policy spec)")
+    require_source(c.workload, "hint_admission", generated=("synthetic",))
     return c
 
 
@@ -114,24 +127,29 @@ def _config(cfg: Mapping[str, Any]) -> HintConfig:
 
 def _synthetic(c: HintConfig, seed: int):
     from replaylab.pipelines.project import LedgerInput, load_ledger
-    from replaylab.sources.synthetic import SyntheticLedgerConfig
 
-    try:
-        syn = SyntheticLedgerConfig(**dict(c.ledger.synthetic))
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"experiment.ledger.synthetic: {e}") from e
-    return load_ledger(LedgerInput(synthetic=syn, seed=seed))
+    return load_ledger(LedgerInput(synthetic=c.workload.synthetic, seed=seed))
 
 
-def train_and_export(c: HintConfig, run_dir: Path) -> dict[str, Any]:
-    """Train on the training ledger, export, load through the runtime; facts + predictor."""
+def training_ledger(c: HintConfig):
+    """(LoadedLedger to train on, the ReplayedLedger of a file or None for synthetic)."""
+    if not c.workload.replays_ledger:
+        return _synthetic(c, c.ledger.train_seed), None
+    from replaylab.pipelines.project import LoadedLedger
+
+    led = read_workload_ledger(c.workload, c.shared_dir)
+    return LoadedLedger(led.result, origin=led.file), led
+
+
+def train_and_export(c: HintConfig, run_dir: Path, loaded) -> dict[str, Any]:
+    """Train on `loaded` (the training ledger), export, load through the runtime;
+    facts + predictor."""
     from replaylab.artifacts.demand_export import export_demand
     from replaylab.demand import DemandConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.projection import ProjectionConfig, SplitConfig
     from replaylab.runtime.demand import DemandPredictor
 
-    loaded = _synthetic(c, c.ledger.train_seed)
     demand = from_mapping(DemandConfig, dict(c.demand), "experiment.demand")
     split = SplitConfig(embargo_ms=int(c.ledger.embargo_ms))
     dsum, run = train_demand(loaded, ProjectionConfig(), split, demand, run_dir / "demand_run")
@@ -208,7 +226,7 @@ def size_pools(calib: pd.DataFrame, c: HintConfig, multiplier: float, profile,
     dur = service_seconds(calib, c.sizing.service_time, profile, c.sizing.reference_batch)
     for mode in ("none", "hint", "perfect"):
         tok = reservation(calib, mode, multiplier, c.default_max_tokens)
-        need = kv_need(calib, tok, c.ledger.time_scale, c.sizing.need_quantile, dur)
+        need = kv_need(calib, tok, c.workload.time_scale, c.sizing.need_quantile, dur)
         n = math.ceil(need / (profile.kv_capacity_tokens * c.sizing.target_fill))
         out[mode] = {"kv_need_tokens": need,
                      "replicas": int(min(max(n, c.sizing.min_replicas), c.sizing.max_replicas))}
@@ -224,18 +242,102 @@ def _mode_of(spec: Mapping[str, Any] | str) -> str:
     return str(dict(spec).get("mode", "none"))
 
 
-def run_hint_admission_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """See the module docstring; returns the summary (policies = admission modes)."""
+def _test_workload(c: HintConfig, frame: pd.DataFrame, source: str) -> tuple[Any, dict]:
+    """A hinted test-window frame as a Workload, and how often its hint missed the truth."""
     from replaylab.contracts import validate_ledger
-    from replaylab.fleet.sim_fleet import PoolConfig
     from replaylab.fleet.workload import workload_from_ledger
+
+    valid = validate_ledger(frame.reset_index(drop=True), source=source)
+    models = valid.valid["selected_model"].dropna().unique()
+    w = workload_from_ledger(valid, model_map={m: c.model for m in models},
+                             time_scale=c.workload.time_scale,
+                             cancel_aborted=c.workload.cancel_aborted)
+    ok = np.isfinite(w.hint_p90)
+    true_total = w.prompt_tokens + w.completion_tokens
+    return w, {"requests": w.n, "hinted": int(ok.sum()),
+               "p90_exceedance": float(np.mean(true_total[ok] > w.hint_p90[ok]))
+               if ok.any() else math.nan}
+
+
+def _by_mode(sizing: Mapping[str, Mapping]) -> dict[str, int]:
+    return {m: v["replicas"] for m, v in sizing.items()}
+
+
+def seed_replicates(c: HintConfig, predictor, windows: Mapping, hinted_train: pd.DataFrame,
+                    sizing: Mapping, mult: float, profile) -> dict[str, Any]:
+    """source=synthetic: the test window of every replicate ledger (one per seed)."""
+    from replaylab.hints.replay import replay_hints
+
+    workloads, quality, tests = [], [], []
+    spread = [{"seed": c.ledger.train_seed, **_by_mode(sizing)}]
+    for s in c.ledger.replicate_seeds:
+        if int(s) == c.ledger.train_seed:
+            hinted = hinted_train
+        else:
+            hinted = replay_hints(_synthetic(c, int(s)).result.valid, predictor)
+            # how much the sizing moves between ledgers
+            other = size_pools(_window(hinted, windows["calibration"]), c, mult, profile)
+            spread.append({"seed": int(s), **_by_mode(other)})
+        test = _window(hinted, windows["test"])
+        if not len(test):
+            continue
+        w, q = _test_workload(c, test, f"synthetic seed {s}")
+        workloads.append((int(s), w))
+        quality.append({"seed": int(s), **q})
+        tests.append(test)
+    if not workloads:
+        raise ConfigError("no test-window rows in any replicate ledger")
+    n_req = sum(w.n for _, w in workloads)
+    desc = workload_text(
+        "synthetic ledger-v1 (replaylab.sources.synthetic), test window of the demand split",
+        n_req, f"{len(workloads)} replicate ledgers (seeds {[s for s, _ in workloads]}), "
+        f"arrivals compressed {c.workload.time_scale:g}x, hint_p90 from the exported artifact "
+        "through DemandPredictor + replay_hints")
+    skipped, censored = row_cases(pd.concat(tests))
+    facts = workload_facts(description=desc, kind="synthetic", rows_used=n_req,
+                           rows_skipped=skipped, rows_censored=censored,
+                           requests_simulated=n_req, seeds=[s for s, _ in workloads],
+                           time_scale=c.workload.time_scale)
+    return {"workloads": workloads, "quality": quality, "spread": spread, "facts": facts}
+
+
+def window_replicates(c: HintConfig, led, windows: Mapping, hinted_train: pd.DataFrame,
+                      sizing: Mapping) -> dict[str, Any]:
+    """A ledger file: `fleet.workload.windows` consecutive time windows of its test window."""
+    test = _window(hinted_train, windows["test"])
+    if not len(test):
+        raise ConfigError(f"{led.file}: no rows in the demand split's test window")
+    spec = c.workload
+    parts, left_out = ledger_windows(test, spec.windows, spec.window_s, spec.max_requests)
+    workloads, quality = [], []
+    for k, part in enumerate(parts):
+        w, q = _test_workload(c, part, led.file)
+        workloads.append((k, w))
+        quality.append({"window": k, **q})
+    n_req = sum(w.n for _, w in workloads)
+    desc = workload_text(
+        f"{led.label}, test window of the demand split", n_req,
+        f"{len(parts)} time windows of the test window, arrivals compressed "
+        f"{spec.time_scale:g}x, hint_p90 from the exported artifact through DemandPredictor "
+        "+ replay_hints")
+    left_out = {**left_out, "not_test_window": len(led.result.valid) - len(test)}
+    facts = ledger_facts(led, parts, left_out, description=desc, requests_simulated=n_req,
+                         windows=len(parts), time_scale=spec.time_scale)
+    return {"workloads": workloads, "quality": quality,
+            "spread": [{"ledger": led.file, **_by_mode(sizing)}], "facts": facts}
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """See the module docstring; returns the summary (policies = admission modes)."""
+    from replaylab.fleet.sim_fleet import PoolConfig
     from replaylab.hints.replay import replay_hints
     from replaylab.hints.residuals import residual_summary
 
     c = _config(cfg)
     slo = slo_targets(c.slo)
     run_dir = Path(run_dir)
-    trained = train_and_export(c, run_dir)
+    loaded, led = training_ledger(c)
+    trained = train_and_export(c, run_dir, loaded)
     predictor, windows = trained["predictor"], trained["windows"]
     if "test" not in windows or "calibration" not in windows:
         raise ConfigError("the demand split has no calibration or test window; "
@@ -253,33 +355,11 @@ def run_hint_admission_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict
     sizing = size_pools(calib, c, mult, profile)
     fleet_replicas = sizing["hint"]["replicas"]
 
-    # 3. the test window of every replicate ledger, hinted by the runtime
-    workloads, hint_quality = [], []
-    sizing_spread = [{"seed": c.ledger.train_seed, **{m: v["replicas"] for m, v in sizing.items()}}]
-    for s in c.ledger.replicate_seeds:
-        if int(s) == c.ledger.train_seed:
-            hinted = hinted_train
-        else:
-            hinted = replay_hints(_synthetic(c, int(s)).result.valid, predictor)
-        if int(s) != c.ledger.train_seed:  # how much the sizing moves between ledgers
-            other = size_pools(_window(hinted, windows["calibration"]), c, mult, profile)
-            sizing_spread.append({"seed": int(s), **{m: v["replicas"] for m, v in other.items()}})
-        test = _window(hinted, windows["test"])
-        if not len(test):
-            continue
-        valid = validate_ledger(test.reset_index(drop=True), source=f"synthetic seed {s}")
-        models = valid.valid["selected_model"].dropna().unique()
-        w = workload_from_ledger(valid, model_map={m: c.model for m in models},
-                                 time_scale=c.ledger.time_scale,
-                                 cancel_aborted=c.ledger.cancel_aborted)
-        workloads.append((int(s), w))
-        ok = np.isfinite(w.hint_p90)
-        true_total = w.prompt_tokens + w.completion_tokens
-        hint_quality.append({"seed": int(s), "requests": w.n, "hinted": int(ok.sum()),
-                             "p90_exceedance": float(np.mean(true_total[ok] > w.hint_p90[ok]))
-                             if ok.any() else math.nan})
-    if not workloads:
-        raise ConfigError("no test-window rows in any replicate ledger")
+    # 3. the test window of every replicate (ledger seed or time window), hinted by the runtime
+    replicates = (window_replicates(c, led, windows, hinted_train, sizing) if led is not None
+                  else seed_replicates(c, predictor, windows, hinted_train, sizing, mult, profile))
+    workloads, hint_quality = replicates["workloads"], replicates["quality"]
+    sizing_spread = replicates["spread"]
 
     def fleet(replicas: int) -> list:
         return [PoolConfig("pool", c.model, profile, replicas=replicas,
@@ -305,14 +385,8 @@ def run_hint_admission_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict
     per_rep = {n: replicate_metrics(common[n], slo) for n in names}
     per_rep_own = {n: replicate_metrics(own[n], slo) for n in names}
     comparisons = _comparisons(names, c, per_rep, per_rep_own, sizing, sizing_spread)
-    n_req = sum(w.n for _, w in workloads)
-    desc = workload_text(
-        "synthetic ledger-v1 (replaylab.sources.synthetic), test window of the demand split",
-        n_req, f"{len(workloads)} replicate ledgers (seeds {[s for s, _ in workloads]}), "
-        f"arrivals compressed {c.ledger.time_scale:g}x, hint_p90 from the exported artifact "
-        "through DemandPredictor + replay_hints")
     summary: dict[str, Any] = {
-        "experiment": "hint_admission", "workload": desc, "policies": policies,
+        "experiment": "hint_admission", "workload": replicates["facts"], "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
         "artifact": {"path": trained["artifact"], "version": trained["version"],
                      "ledger_rows": trained["rows"], "windows_ms": windows,

@@ -1,11 +1,18 @@
 """Fleet experiment `overload`: arrivals at 1x, 1.5x, 2x the fleet's capacity, with and
 without admission; every request is accounted for at every load.
-Shared pieces (pools, pooled summaries) live in `experiments.py`.
+
+The workload (`fleet.workload`) is a synthetic stream from a token CDF (source=cdf:
+one replicate per seed, `n = rate x duration_s` requests at `rate` = factor x
+capacity) or a ledger (ledger=PATH or a shipped trace): its consecutive time
+windows are the replicates, each replayed with its real arrivals and tokens,
+compressed so that its mean rate is factor x capacity (`time_scale` is then set
+by the load, per window; `fleet.workload.time_scale` is not used). The capacity
+estimate uses the workload's own token counts (cdf: 20,000 draws).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments import (
+from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
     make_policy,
@@ -25,23 +32,19 @@ from replaylab.fleet.experiments import (
     sim_config,
     simulate,
     slo_targets,
+)
+from replaylab.fleet.experiments.workloads import (
+    WorkloadSpec,
+    file_sha256,
+    ledger_facts,
+    ledger_windows,
+    read_workload_ledger,
+    require_source,
+    window_workloads,
+    workload_facts,
     workload_text,
 )
 from replaylab.jsonsafe import json_safe
-
-
-@dataclass(frozen=True)
-class OverloadWorkload:
-    """A synthetic stream (token CDF of a real trace) at `factor` x the fleet's capacity."""
-
-    cdf: str = "azure_cdf.json"       # under shared_dir/fleet
-    duration_s: float = 300.0
-    arrival: str = "gamma"
-    cv: float = 1.5
-    hint_sigma: float = 0.5           # calibrated p90 hint, log-normal noise
-    cancel_share: float = 0.05
-    cancel_after_mean_s: float = 30.0
-    seeds: tuple[int, ...] = (0, 1, 2)
 
 
 @dataclass(frozen=True)
@@ -50,7 +53,7 @@ class OverloadConfig:
     seed: int = 0
     model: str = "llama-3.1-8b"
     load_factors: tuple[float, ...] = (1.0, 1.5, 2.0)
-    workload: OverloadWorkload = field(default_factory=OverloadWorkload)
+    workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(source="cdf"))
     pools: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)
     sim: dict = field(default_factory=dict)
@@ -83,35 +86,98 @@ def capacity_estimate(pools: Sequence, prompt: np.ndarray, completion: np.ndarra
     return out
 
 
-def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
+@dataclass(frozen=True)
+class Stream:
+    """The replicates an overload run offers at each load, from `fleet.workload`."""
+
+    prompt: np.ndarray        # (n,) tokens the capacity estimate is computed on
+    completion: np.ndarray
+    at_rate: Callable[[float], tuple[list, list[float] | None]]  # rate -> (workloads, scales)
+    facts: Callable[..., dict]                                     # the summary's `workload`
+
+
+def cdf_stream(c: OverloadConfig) -> Stream:
+    """source=cdf: one synthetic stream per seed, `rate x duration_s` requests."""
     from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
 
-    c = parse_config(OverloadConfig, cfg, {"workload": OverloadWorkload})
-    if not c.pools or not c.policies:
-        raise ConfigError("experiment=overload needs pools and policies")
-    slo = slo_targets(c.slo)
-    pools = build_pools(c.pools, c.shared_dir, c.model)
-    cdf = Path(c.shared_dir) / "fleet" / c.workload.cdf
+    w = c.workload
+    cdf = Path(c.shared_dir) / "fleet" / w.cdf
     if not cdf.is_file():
         raise FileNotFoundError(f"{cdf}: token CDF (paths.shared_dir/fleet)")
     probe = workload_from_cdf(cdf, SyntheticWorkloadConfig(n_requests=20_000), seed=c.seed)
-    cap = capacity_estimate(pools, probe.prompt_tokens, probe.completion_tokens)
+
+    def at_rate(rate: float) -> tuple[list, None]:
+        n_req = max(1, int(round(rate * w.duration_s)))
+        return [workload_from_cdf(cdf, SyntheticWorkloadConfig(
+            n_requests=n_req, rate_per_s=rate, arrival=w.arrival, cv=w.cv,
+            hint_sigma=w.hint_sigma, cancel_share=w.cancel_share,
+            cancel_after_mean_s=w.cancel_after_mean_s, models=(c.model,)),
+            seed=c.seed * 1000 + int(s)) for s in w.seeds], None
+
+    def facts(cap_rps: float, n_total: int, scales: dict) -> dict:
+        desc = workload_text(
+            f"synthetic from the {w.cdf} token CDF (Azure LLM 2023), "
+            f"{w.arrival} arrivals cv={w.cv:g}", n_total,
+            f"{len(w.seeds)} seeds x {len(c.load_factors)} load factors of "
+            f"{cap_rps:.2f} req/s, {w.duration_s:g} s each, "
+            f"{w.cancel_share:.0%} client cancellations, p90 hint sigma "
+            + (f"{w.hint_sigma:g}" if w.hint_sigma is not None else "none (no hint)"))
+        return workload_facts(description=desc, kind="cdf", file=str(cdf),
+                              fingerprint=file_sha256(cdf), requests_simulated=n_total,
+                              seeds=w.seeds)
+
+    return Stream(probe.prompt_tokens, probe.completion_tokens, at_rate, facts)
+
+
+def ledger_stream(c: OverloadConfig) -> Stream:
+    """A ledger: its time windows, each compressed to the offered rate (see the docstring)."""
+    w = c.workload
+    led = read_workload_ledger(w, c.shared_dir)
+    parts, left_out = ledger_windows(led.result.valid, w.windows, w.window_s, w.max_requests)
+    base = window_workloads(parts, c.model, 1.0, w.cancel_aborted)
+    for k, b in enumerate(base):
+        if b.n < 2 or not b.duration_s > 0:
+            raise ConfigError(f"{led.file}: window {k} has {b.n} requests over "
+                              f"{b.duration_s:g} s; overload needs a span to compress")
+
+    def at_rate(rate: float) -> tuple[list, list[float]]:
+        scales = [rate * b.duration_s / b.n for b in base]   # mean rate n / span = rate
+        return [window_workloads([p], c.model, f, w.cancel_aborted)[0]
+                for p, f in zip(parts, scales, strict=True)], scales
+
+    def facts(cap_rps: float, n_total: int, scales: dict) -> dict:
+        n = sum(b.n for b in base)
+        desc = workload_text(
+            led.label, n_total, f"{len(base)} windows ({n} requests) x "
+            f"{len(c.load_factors)} load factors of {cap_rps:.2f} req/s, arrivals "
+            "compressed to each load's rate, all served as " + repr(c.model))
+        return ledger_facts(led, parts, left_out, description=desc,
+                            requests_simulated=n_total, windows=len(base), time_scale=scales)
+
+    return Stream(np.concatenate([b.prompt_tokens for b in base]),
+                  np.concatenate([b.completion_tokens for b in base]), at_rate, facts)
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+    """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
+    c = parse_config(OverloadConfig, cfg, {})
+    if not c.pools or not c.policies:
+        raise ConfigError("experiment=overload needs pools and policies")
+    require_source(c.workload, "overload", generated=("cdf",))
+    slo = slo_targets(c.slo)
+    pools = build_pools(c.pools, c.shared_dir, c.model)
+    stream = ledger_stream(c) if c.workload.replays_ledger else cdf_stream(c)
+    cap = capacity_estimate(pools, stream.prompt, stream.completion)
     cap_rps = float(c.capacity_rps or cap["rps"])
     names = list(c.policies)
     runs: dict[str, dict[str, list]] = {}
+    scales: dict[str, list[float] | None] = {}
     n_total = 0
     for f in c.load_factors:
-        rate = cap_rps * float(f)
         key = f"{float(f):g}x"
         runs[key] = {n: [] for n in names}
-        for s in c.workload.seeds:
-            n_req = max(1, int(round(rate * c.workload.duration_s)))
-            w = workload_from_cdf(cdf, SyntheticWorkloadConfig(
-                n_requests=n_req, rate_per_s=rate, arrival=c.workload.arrival, cv=c.workload.cv,
-                hint_sigma=c.workload.hint_sigma, cancel_share=c.workload.cancel_share,
-                cancel_after_mean_s=c.workload.cancel_after_mean_s, models=(c.model,)),
-                seed=c.seed * 1000 + int(s))
+        wls, scales[key] = stream.at_rate(cap_rps * float(f))
+        for w in wls:
             n_total += w.n
             conf = sim_config(c.sim, w)
             for n in names:
@@ -129,15 +195,9 @@ def run_overload_experiment(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, 
                     reasons[k] = reasons.get(k, 0) + int(v)
             by_load[key][n] = {"summary": s, "reject_reasons": reasons,
                                "ci95": ci_table(replicate_metrics(results, slo))}
-    desc = workload_text(
-        f"synthetic from the {c.workload.cdf} token CDF (Azure LLM 2023), "
-        f"{c.workload.arrival} arrivals cv={c.workload.cv:g}", n_total,
-        f"{len(c.workload.seeds)} seeds x {len(c.load_factors)} load factors of "
-        f"{cap_rps:.2f} req/s, {c.workload.duration_s:g} s each, "
-        f"{c.workload.cancel_share:.0%} client cancellations, p90 hint sigma "
-        f"{c.workload.hint_sigma:g}")
     summary: dict[str, Any] = {
-        "experiment": "overload", "workload": desc, "policies": policies,
+        "experiment": "overload", "workload": stream.facts(cap_rps, n_total, scales),
+        "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
         "capacity": {"rps": cap_rps, "estimated": json_safe(cap),
                      "stated": c.capacity_rps is not None},
