@@ -34,15 +34,14 @@ import numpy as np
 
 from replaylab.config import fail_field
 from replaylab.fleet.profiles import (
+    MLENERGY_FILE,
+    SPLITWISE_FILE,
     GpuProfile,
     calibrate_mlenergy,
     calibrate_splitwise,
     kv_capacity_estimate,
     mlenergy_operating_point,
 )
-
-MLENERGY_FILE = "energy/mlenergy_v3_measured.csv"
-SPLITWISE_FILE = "energy/splitwise_perf.csv"
 
 
 def full_batch(profile: GpuProfile, kv_reserved_mean: float) -> int:

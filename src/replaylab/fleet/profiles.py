@@ -53,6 +53,12 @@ from replaylab.fleet.energy import (
 
 PROVENANCE = ("measured", "calibrated", "modeled", "projected")  # strongest first
 
+# The measured GPU files under paths.shared_dir this module reads (the one reader of GPU
+# measurements: ML.ENERGY v3, Splitwise, FleetSim's manual profiles)
+MLENERGY_FILE = "energy/mlenergy_v3_measured.csv"
+SPLITWISE_FILE = "energy/splitwise_perf.csv"
+FLEETSIM_PROFILES_FILE = "fleet/fleetsim_gpu_profiles.json"
+
 
 def weakest(labels) -> str:
     """The weakest provenance among `labels` (e.g. calibrated + modeled -> modeled)."""

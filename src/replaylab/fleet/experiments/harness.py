@@ -173,6 +173,8 @@ class PoolSpec:
 def build_profile(spec: PoolSpec, shared_dir: str | Path):
     """The GpuProfile of a pool spec (see PoolSpec)."""
     from replaylab.fleet.profiles import (
+        FLEETSIM_PROFILES_FILE,
+        MLENERGY_FILE,
         calibrate_mlenergy,
         kv_capacity_estimate,
         load_fleetsim_profiles,
@@ -183,12 +185,12 @@ def build_profile(spec: PoolSpec, shared_dir: str | Path):
         spec.memory_gb, spec.weights_gb, spec.kv_bytes_per_token, spec.num_gpus or 1)
     if spec.source == "mlenergy":
         kw = {"cost_per_gpu_hour": spec.cost_per_gpu_hour} if spec.cost_per_gpu_hour else {}
-        prof = calibrate_mlenergy(shared / "energy" / "mlenergy_v3_measured.csv",
+        prof = calibrate_mlenergy(shared / MLENERGY_FILE,
                                   model=spec.model, gpu=spec.gpu, kv_capacity_tokens=kv,
                                   task=spec.task, num_gpus=spec.num_gpus,
                                   max_batch=spec.max_batch, idle_w=spec.idle_w, **kw).profile
         return prof
-    profiles = load_fleetsim_profiles(shared / "fleet" / "fleetsim_gpu_profiles.json")
+    profiles = load_fleetsim_profiles(shared / FLEETSIM_PROFILES_FILE)
     if spec.gpu not in profiles:
         raise ConfigError(f"fleetsim profile {spec.gpu!r} unknown; known {sorted(profiles)}")
     prof = profiles[spec.gpu]
