@@ -144,3 +144,19 @@ def test_evaluation_entry_point_runs_the_simulator_experiment(shared_data, tmp_p
     bad = subprocess.run(cmd[:5] + ["experiment.pool.coldstart_s=1"], cwd=repo,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "coldstart_s" in bad.stderr
+
+
+def test_the_doc_tables_are_written_between_their_markers(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "autoscaling_results.py"
+    spec = importlib.util.spec_from_file_location("autoscaling_results", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    doc = f"# t\nbefore\n{mod.START}\nold | table\n{mod.END}\nafter\n"
+    new = mod.replace_between_markers(doc, "| new |")
+    assert new == f"# t\nbefore\n{mod.START}\n| new |\n{mod.END}\nafter\n"
+    assert mod.replace_between_markers(new, "| new |") == new   # idempotent
+    with pytest.raises(ValueError, match="exactly one"):
+        mod.replace_between_markers("no markers", "x")
