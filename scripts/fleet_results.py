@@ -136,11 +136,19 @@ def offered_load(cfg) -> dict[str, Any]:
     parts, _ = ledger_windows(led.result.valid, spec.windows, spec.window_s, spec.max_requests)
     wls = window_workloads(parts, exp["model"], spec.time_scale, spec.cancel_aborted)
     pools = build_pools(exp["pools"], exp["shared_dir"], exp["model"])
-    cap = capacity_estimate(pools, np.concatenate([w.prompt_tokens for w in wls]).astype(float),
-                            np.concatenate([w.completion_tokens for w in wls]).astype(float))
+    prompt = np.concatenate([w.prompt_tokens for w in wls]).astype(float)
+    completion = np.concatenate([w.completion_tokens for w in wls]).astype(float)
+    cap = capacity_estimate(pools, prompt, completion)
     rate = sum(w.n for w in wls) / sum(w.duration_s for w in wls)
+
+    def spread(x: np.ndarray) -> dict[str, float]:
+        return {"mean": float(x.mean()), **{f"p{q}": float(np.percentile(x, q))
+                                            for q in (50, 90, 99)}, "max": float(x.max())}
+
     return {"offered_rps": rate, "capacity_rps": cap["rps"], "ratio": rate / cap["rps"],
-            "pools": {p: v["rps"] for p, v in cap["pools"].items()}}
+            "pools": {p: v["rps"] for p, v in cap["pools"].items()},
+            "native_rps": rate / spec.time_scale,
+            "tokens": {"prompt": spread(prompt), "completion": spread(completion)}}
 
 
 def import_ledger(source: str, data: Path) -> Path:
@@ -423,6 +431,20 @@ def runs_block(runs: Mapping[str, tuple[Mapping, Mapping]]) -> str:
                   "capacity estimate req/s", "offered / capacity", "wall s", "peak RSS MB"), rows)
 
 
+def tokens_block(runs: Mapping[str, tuple[Mapping, Mapping]]) -> str | None:
+    """The replayed requests' token counts (of the first run that recorded them)."""
+    for s, run in runs.values():
+        tok = (run.get("load") or {}).get("tokens")
+        if tok:
+            cells = [f"{tok[k][q]:,.0f}" for k in ("prompt", "completion")
+                     for q in ("mean", "p50", "p90", "p99", "max")]
+            return table(("requests", "req/s (uncompressed)", "prompt mean", "p50", "p90",
+                          "p99", "max", "completion mean", "p50", "p90", "p99", "max"),
+                         [[s["workload"]["requests_simulated"],
+                           f"{run['load']['native_rps']:.2f}", *cells]])
+    return None
+
+
 def render_set(root: Path) -> dict[str, str]:
     """block id (without the set) -> markdown, for every experiment run under `root`."""
     runs: dict[str, tuple[Mapping, Mapping]] = {}
@@ -433,6 +455,8 @@ def render_set(root: Path) -> dict[str, str]:
             runs[exp] = (json.loads(path.read_text()),
                          json.loads(run_path.read_text()) if run_path.is_file() else {})
     blocks = {"runs": runs_block(runs)} if runs else {}
+    if (tok := tokens_block(runs)) is not None:
+        blocks["tokens"] = tok
     for exp, (s, run) in runs.items():
         for name, fn in BLOCKS[exp].items():
             blocks[f"{exp}.{name}"] = fn(s, run)
