@@ -45,6 +45,7 @@ from replaylab.fleet.events import (
     sign_recommendation,
     signature_problem,
 )
+from replaylab.forecast.rates import usable_in_time
 
 ORIGIN, FORECASTER = "forecast_origin", "forecaster"
 SCALE_POOL = "scale_pool"
@@ -84,13 +85,11 @@ def recommendations_from_forecast(forecast: pd.DataFrame, *, pool: str, quantile
     fc = forecast.copy()
     if A.ARCHETYPE not in fc.columns:
         fc[A.ARCHETYPE] = "all"
-    series = [c for c in (A.ARCHETYPE, A.SLO_CLASS, A.REGION) if c in fc.columns]
     lead_ms = int(round(lead_s * 1000))
-    fc = fc[fc[ORIGIN] <= fc[A.BUCKET_START] - lead_ms]  # usable in time
-    if fc.empty:
+    fresh = usable_in_time(fc, lead_s)
+    if fresh.empty:
         raise ValueError(f"no forecast row was made at least lead_s={lead_s} s before its "
                          "bucket: forecast more buckets ahead (horizon_buckets)")
-    fresh = fc.sort_values(ORIGIN).groupby([A.BUCKET_START, *series], sort=True).tail(1)
     out = []
     for start, rows in fresh.groupby(A.BUCKET_START, sort=True):
         width = int(rows[A.BUCKET_SECONDS].iloc[0])

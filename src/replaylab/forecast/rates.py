@@ -154,6 +154,17 @@ def pinball_and_coverage(forecast: pd.DataFrame, actual: pd.Series) -> dict:
             "buckets": int(len(y))}
 
 
+def usable_in_time(forecast: pd.DataFrame, lead_s: float) -> pd.DataFrame:
+    """Per bucket and series (archetype, SLO class, region: those present), the freshest
+    forecast row made at least `lead_s` before its bucket starts: what a controller with
+    that lead could have acted on. Empty when no row was made in time."""
+    lead_ms = int(round(lead_s * 1000))
+    fc = forecast[forecast["forecast_origin"] <= forecast[A.BUCKET_START] - lead_ms]
+    series = [c for c in (A.ARCHETYPE, A.SLO_CLASS, A.REGION) if c in fc.columns]
+    return fc.sort_values("forecast_origin").groupby([A.BUCKET_START, *series],
+                                                     sort=True).tail(1)
+
+
 def read_pipeline_forecast(path: str, forecaster: str, *, lead_s: float, start_ms: int,
                            end_ms: int, scale: float = 1.0) -> pd.DataFrame:
     """A forecast table written by `pipeline=forecast` (backtest.parquet: every rolling
@@ -179,13 +190,11 @@ def read_pipeline_forecast(path: str, forecaster: str, *, lead_s: float, start_m
         raise ValueError(f"{path}: no forecaster {forecaster!r}; it holds {names}")
     fc = fc[(fc["forecaster"] == forecaster) & (fc[A.BUCKET_START] >= start_ms)
             & (fc[A.BUCKET_START] < end_ms)]
-    fc = fc[fc["forecast_origin"] <= fc[A.BUCKET_START] - int(round(lead_s * 1000))]
-    if fc.empty:
+    fresh = usable_in_time(fc, lead_s)
+    if fresh.empty:
         raise ValueError(f"{path}: no {forecaster} forecast made >= {lead_s:g} s before a "
                          f"bucket in [{start_ms}, {end_ms}) ms; run pipeline=forecast with "
                          "forecast.backtest.step_buckets=1 over the evaluated day")
-    series = [c for c in (A.ARCHETYPE, A.SLO_CLASS, A.REGION) if c in fc.columns]
-    fresh = fc.sort_values("forecast_origin").groupby([A.BUCKET_START, *series]).tail(1)
     qcols = list(QUANTILE_COLUMNS.values())
     per_bucket = fresh.groupby(A.BUCKET_START).agg(
         **{c: (c, "sum") for c in qcols}, forecast_origin=("forecast_origin", "max"),
