@@ -1,5 +1,9 @@
 """pipeline=router: read the outcomes, prepare the encoder (exported once, cached), train, report.
 
+`router.encoder.tier` picks the encoder: `minilm` (below) or `static`, MiniLM
+distilled by model2vec (`replaylab.router.static_encoder`), exported once into
+`cache_dir/encoder-static` the same way.
+
 The encoder is the ONNX export of MiniLM with its tokenizer
 (`replaylab.router.encoder.export_encoder`), verified and loaded with the
 serving runtime's loader, so training embeds exactly as serving will. It is
@@ -81,6 +85,36 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     return folder
 
 
+TIERS = ("minilm", "static")
+
+
+def encoder_tier(enc: dict) -> str:
+    """`router.encoder.tier`, checked (ConfigError names the choices)."""
+    tier = str(enc.get("tier", "minilm"))
+    if tier not in TIERS:
+        raise ConfigError(f"router.encoder.tier={tier!r}: choose one of {list(TIERS)}")
+    return tier
+
+
+def static_encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
+    """The cached static-tier export (model2vec distillation of the local MiniLM, exported
+    here the first time, ~20 s); reused while it verifies and passes its golden vectors."""
+    from replaylab.artifacts.manifest import ManifestError
+    from replaylab.router.static_encoder import distill_minilm, export_static_encoder
+    from replaylab.runtime.static_encoder import load_static_encoder
+
+    folder = Path(enc["cache_dir"]) / "encoder-static"
+    try:
+        if load_static_encoder(folder).golden_status == "passed":
+            return folder
+    except (ManifestError, OSError, ValueError):
+        pass
+    log.info("distilling MiniLM with model2vec into %s (once; reused while it verifies)", folder)
+    export_static_encoder(distill_minilm(), folder, parity_texts=parity_texts[:500],
+                          overwrite=True)
+    return folder
+
+
 def serving_encoder(folder: Path, variant: str, threads: int) -> Any:
     """The encoder training embeds with: `variant`, or fp32 when that variant was not
     published (its gate) or misses its golden vectors here (the summary says which)."""
@@ -103,6 +137,11 @@ def encoder_verdicts(folder: Path, encoder: Any) -> dict:
     import json
 
     manifest = json.loads((folder / "manifest.json").read_text())
+    if getattr(encoder, "tier", "minilm") == "static":
+        return {"parity": manifest.get("training", {}).get("parity"),
+                "distillation": manifest.get("training", {}).get("distillation"),
+                "golden": None if encoder.golden is None else encoder.golden.as_dict(),
+                "golden_status": encoder.golden_status}
     parity = manifest.get("training", {}).get("parity", {}).get("variants", {})
     variants = {}
     for name, fig in parity.items():
@@ -134,12 +173,21 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     # fail fast, before the encoder export: a table the router cannot use is an input error
     outcome_matrix(outcomes, rcfg.labels.cost, candidates=rcfg.candidates)
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
-    folder = encoder_folder(enc, texts)
-    encoder = serving_encoder(folder, str(enc.get("variant", "fp32")), int(enc.get("threads", 1)))
+    tier = encoder_tier(enc)
+    if tier == "static":
+        from replaylab.runtime.static_encoder import load_static_encoder
+
+        folder = static_encoder_folder(enc, texts)
+        encoder = load_static_encoder(folder)
+    else:
+        folder = encoder_folder(enc, texts)
+        encoder = serving_encoder(folder, str(enc.get("variant", "fp32")),
+                                  int(enc.get("threads", 1)))
     embed, cache = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
-    summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info)
+    summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info,
+                                head_scorer="numpy" if tier == "static" else "onnx")
     summary["data"] = {"outcomes": origin}
-    summary["encoder"] = {"folder": str(folder), "encoder_id": encoder.encoder_id,
+    summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
     _report_and_export(cfg, run, summary, run_dir, folder)

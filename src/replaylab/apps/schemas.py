@@ -128,7 +128,8 @@ def group_schemas() -> dict[str, type]:
 
     labels = {f.name: (schema_of(_dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
                        _default(f)) for f in dataclasses.fields(RouterLabelsConfig)}
-    encoder = _open("EncoderSchema", cache_dir="???", int8=True, threads=1, variant="fp32")
+    encoder = _open("EncoderSchema", cache_dir="???", int8=True, threads=1, variant="fp32",
+                    tier="minilm")
     router = schema_of(RouterPipelineConfig, name="RouterSchema", exclude=("labels",),
                        extra={**labels, "encoder": (encoder, encoder())})
     synthetic = schema_of(SyntheticLedgerConfig, name="SyntheticSchema",

@@ -3,6 +3,8 @@
 Layout (every file listed in the top-level `manifest.json`, kind `router`):
 
     head.onnx                  the MLP head (embedding, category, prompt_tokens -> success_prob, cost)
+    head.safetensors           the same head's weights as named float32 tensors, for engines that
+                               run its forward pass themselves (docs/scorer-spec.md)
     router.json                candidates (cheapest first), threshold, category vocabulary,
                                prompt-length rule, the scenario rules (the fallback)
     encoder/encoder.onnx       the MiniLM encoder the head was trained on (fp32; int8 too when
@@ -15,6 +17,12 @@ Layout (every file listed in the top-level `manifest.json`, kind `router`):
                                variant's expected P(success), decision and decision margin,
                                computed by `replaylab.runtime.Router` itself on the exporting
                                machine; `Router.load` re-checks them where it is served
+
+The static tier (`router.encoder.tier=static`) ships `encoder/` as the static
+encoder folder instead (`replaylab.router.static_encoder`: vocab.txt,
+charmap.tsv, embeddings.safetensors, static_config.json, golden.json,
+manifest.json); `router.json` `encoder.tier` says which, and the router golden
+vectors then carry each query's token ids.
 
 The encoder files are hard links to the cached encoder export when the file
 system allows it (no 150 MB copy per run), else copies; either way the router
@@ -43,7 +51,12 @@ from replaylab.artifacts.manifest import (
     write_manifest,
 )
 from replaylab.jsonsafe import json_safe
-from replaylab.router.head_onnx import head_to_onnx, manifest_sections
+from replaylab.router.head_onnx import (
+    HEAD_TENSORS_FILE,
+    head_tensors,
+    head_to_onnx,
+    manifest_sections,
+)
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -52,8 +65,11 @@ ENCODER_DIR = "encoder"
 # Router golden tolerances: P(success) may differ by the encoder's rounding on another CPU
 # (fp32: float rounding; int8: its kernels, docs/int8-cpus.md). A decision must agree
 # wherever its margin from the threshold exceeds the probability tolerance.
-GOLDEN_TOLERANCES = {"fp32_prob_abs": 1e-4, "int8_prob_abs": 0.02,
+# The static tier's vectors are fixed float64 arithmetic; only the head's float32 kernels
+# differ between engines and CPUs (onnxruntime vs a plain loop: ~1e-7).
+GOLDEN_TOLERANCES = {"fp32_prob_abs": 1e-4, "int8_prob_abs": 0.02, "static_prob_abs": 1e-5,
                      "stable_decision_agreement": 1.0}
+TIERS = ("minilm", "static")
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -64,7 +80,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def router_config_json(run: Any) -> dict:
+def router_config_json(run: Any, tier: str = "minilm") -> dict:
     """What the runtime needs besides the graphs (plain JSON)."""
     head, rules = run.head, run.rules
     m = run.config.labels
@@ -80,6 +96,7 @@ def router_config_json(run: Any) -> dict:
         "prompt_tokens": {"when_missing": "ceil(len(text) / chars_per_token)",
                           "chars_per_token": float(m.rules.chars_per_token)},
         "rules": rules.describe(),
+        "encoder": {"tier": tier, "dir": ENCODER_DIR},
     }
 
 
@@ -91,16 +108,25 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
 
     encoder_dir: the verified encoder export the head was trained with.
     """
+    from replaylab.router.static_encoder import safetensors_bytes
+    from replaylab.runtime.static_encoder import VARIANT as STATIC
+    from replaylab.runtime.static_encoder import is_static_folder
+
     encoder_dir, out_dir = Path(encoder_dir), Path(out_dir)
     enc_manifest = verify_manifest(encoder_dir, required_kind="encoder")
+    tier = "static" if is_static_folder(encoder_dir) else "minilm"
     head = run.head
-    sections = manifest_sections(head, run.candidates, enc_manifest.get("outputs", {}).get(
+    outputs = enc_manifest.get("outputs", {})
+    sections = manifest_sections(head, run.candidates, outputs.get("encoder_ids", {}).get(
+        STATIC) if tier == "static" else outputs.get(
         "model_id", "sentence-transformers/all-MiniLM-L6-v2"), run.threshold)
     sections["features"][0].update(encoder_dir=ENCODER_DIR,
                                    encoder_content_hash=enc_manifest["content_hash"])
+    sections["features"][0]["tier"] = tier
     sections["runtime"].update(packages={"numpy": ">=2.0", "onnxruntime": ">=1.18",
-                                         "tokenizers": ">=0.19"},
-                               loader="replaylab.runtime.Router", head_file=HEAD_FILE)
+                                         **({"tokenizers": ">=0.19"} if tier == "minilm" else {})},
+                               loader="replaylab.runtime.Router", head_file=HEAD_FILE,
+                               head_tensors=HEAD_TENSORS_FILE, spec="docs/scorer-spec.md")
     sections["fallback"] = {
         "trusted_artifact": "the scenario rules in router.json (task -> candidate, long prompts)",
         "untrusted_artifact": "the caller's fallback candidate (default: the strongest)",
@@ -117,7 +143,8 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
     model = run.deployed.model if run.deployed is not None else head_to_onnx(head)
     with staged_folder(out_dir) as tmp:
         (tmp / HEAD_FILE).write_bytes(model)
-        (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run), indent=1,
+        (tmp / HEAD_TENSORS_FILE).write_bytes(safetensors_bytes(head_tensors(head)))
+        (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run, tier), indent=1,
                                                   sort_keys=True) + "\n")
         for entry in enc_manifest["files"]:
             _link_or_copy(encoder_dir / entry["path"], tmp / ENCODER_DIR / entry["path"])
@@ -145,8 +172,12 @@ def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = 
     from replaylab.runtime.encoder import CONFIG_FILE as ENCODER_CONFIG
     from replaylab.runtime.router import Router
     from replaylab.runtime.routing import decision_margin
+    from replaylab.runtime.static_encoder import VARIANT as STATIC
+    from replaylab.runtime.static_encoder import is_static_folder
 
-    variants = sorted(json.loads((folder / ENCODER_DIR / ENCODER_CONFIG).read_text())["variants"])
+    static = is_static_folder(folder / ENCODER_DIR)
+    variants = [STATIC] if static else sorted(json.loads(
+        (folder / ENCODER_DIR / ENCODER_CONFIG).read_text())["variants"])
     texts = [str(i["text"]) for i in inputs]
     cats = [i.get("category") for i in inputs]
     tokens = [i.get("prompt_tokens") for i in inputs]
@@ -161,9 +192,12 @@ def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = 
         prob = np.array([[d.scores[c] for c in router.candidates] for d in got])
         margin = decision_margin(prob, router.threshold, fallback=router.fallback_index,
                                  rule=router.rule)
-        for e, d, mg in zip(expected, got, margin, strict=True):
+        # the static tier's token ids too: an engine checks its tokenizer on them
+        ids = (router.encoder.token_ids(texts) if static else [None] * len(texts))
+        for e, d, mg, tok in zip(expected, got, margin, ids, strict=True):
             e[v] = {"success_prob": [d.scores[c] for c in router.candidates],
-                    "candidate": d.candidate, "margin": float(mg)}
+                    "candidate": d.candidate, "margin": float(mg),
+                    **({"token_ids": tok} if static else {})}
     cases = [{"input": {"text": t, "category": c, "prompt_tokens": p}, "expected": e}
              for t, c, p, e in zip(texts, cats, tokens, expected, strict=True)]
     return golden_document(KIND, cases, GOLDEN_TOLERANCES)

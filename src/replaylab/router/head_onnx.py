@@ -111,17 +111,23 @@ class DeployedHead:
     """
 
     def __init__(self, head: SuccessHead, *, threads: int = 1,
-                 parity_embedding: np.ndarray | None = None, parity_meta: Any = None) -> None:
-        from replaylab.runtime.router import HeadScorer  # noqa: PLC0415 - onnxruntime
+                 parity_embedding: np.ndarray | None = None, parity_meta: Any = None,
+                 scorer: str = "onnx") -> None:
+        from replaylab.runtime.router import HeadScorer, NumpyHead  # noqa: PLC0415
 
+        if scorer not in ("onnx", "numpy"):
+            raise ValueError(f"scorer={scorer!r}: onnx or numpy")
         self.head = head
+        self.scorer_kind = scorer
         self.model = head_to_onnx(head)
         # informational: the graph, not torch, is what decides (training and serving alike),
         # so a torch/onnxruntime difference is reported, never fatal here
         self.parity = (parity(head, self.model, parity_embedding, parity_meta,
                               tolerance=float("inf"))
                        if parity_embedding is not None and len(parity_embedding) else None)
-        self.scorer = HeadScorer(self.model, head.encoder_.vocabulary_, threads)
+        vocab = head.encoder_.vocabulary_
+        self.scorer = (HeadScorer(self.model, vocab, threads) if scorer == "onnx"
+                       else NumpyHead(head_tensors(head), vocab))
 
     def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
         """(n, K) float64 P(success) from the graph (candidates cheapest first)."""
@@ -131,8 +137,39 @@ class DeployedHead:
         return self.scorer.proba(embedding, labels, tokens)
 
     def report(self) -> dict:
-        return {**self.head.report(), "decisions_from": "onnx head graph (runtime HeadScorer)",
+        return {**self.head.report(), "decisions_from": (
+                    "onnx head graph (runtime HeadScorer)" if self.scorer_kind == "onnx"
+                    else "numpy float64 forward pass of head.safetensors (runtime NumpyHead)"),
                 "onnx_parity": self.parity}
+
+
+HEAD_TENSORS_FILE = "head.safetensors"
+
+
+def head_tensors(head: SuccessHead) -> dict[str, np.ndarray]:
+    """The fitted head's weights as plain float32 arrays, named for engines that run the
+    forward pass themselves (docs/scorer-spec.md, "Head"): emb_mean, emb_scale, tok_mean,
+    tok_scale, category, layer{i}.weight / .bias (every Linear of the trunk, ReLU after
+    each), success.weight / .bias, platt_a, platt_b, and for a wide head wide_category
+    and wide_tokens. Scalars are arrays of shape (1,)."""
+    _check_exportable(head)
+    net = head.net_
+
+    def f32(t: torch.Tensor) -> np.ndarray:
+        return np.ascontiguousarray(t.detach().cpu().numpy().astype(np.float32).reshape(
+            t.shape if t.dim() else (1,)))
+
+    out = {name: f32(getattr(net, name)) for name in
+           ("emb_mean", "emb_scale", "tok_mean", "tok_scale", "platt_a", "platt_b")}
+    out["category"] = f32(net.category.weight)
+    linears = [m for m in net.trunk if isinstance(m, nn.Linear)]
+    for i, lin in enumerate(linears):
+        out[f"layer{i}.weight"], out[f"layer{i}.bias"] = f32(lin.weight), f32(lin.bias)
+    out["success.weight"], out["success.bias"] = f32(net.success.weight), f32(net.success.bias)
+    if net.wide:
+        out["wide_category"] = f32(net.wide_category.weight)
+        out["wide_tokens"] = f32(net.wide_tokens)
+    return out
 
 
 def onnx_inputs(head: SuccessHead, embedding: np.ndarray, meta: Any) -> dict[str, np.ndarray]:

@@ -1,5 +1,10 @@
 """Router: route a query to the cheapest candidate likely to succeed (numpy, onnxruntime, tokenizers).
 
+Two encoder tiers (`router.json` `encoder.tier`): `minilm`, the ONNX
+transformer (`replaylab.runtime.encoder`), and `static`, its model2vec
+distillation (`replaylab.runtime.static_encoder`: table tokenizer, lookup, mean;
+tens of microseconds). The head and the decision are the same for both.
+
 `Router.load(path)` verifies the router artifact (`replaylab.router.artifact`:
 manifest kind `router`, every file's size and sha256, validity, optional HMAC),
 then the encoder's own manifest and that its content hash is the one the
@@ -49,7 +54,7 @@ from replaylab.artifacts.golden import (
     stable_agreement,
 )
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
-from replaylab.runtime.routing import RULES, choose_by_threshold
+from replaylab.runtime.routing import RULES, choose_by_threshold, choose_one
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -96,14 +101,27 @@ class Router:
         return self._head is not None
 
     @property
-    def head(self) -> HeadScorer | None:
-        """The loaded head (`HeadScorer`: its ONNX session and vocabulary); None when not loaded."""
+    def head(self) -> HeadScorer | NumpyHead | None:
+        """The loaded head (`HeadScorer`: its ONNX session and vocabulary, or for the static
+        tier `NumpyHead`); None when not loaded."""
         return self._head
 
     @property
     def fallback_index(self) -> int:
         """Column of `fallback_candidate` among `candidates` (the strongest on calibration)."""
         return self._top
+
+    @property
+    def encoder(self) -> Any:
+        """The loaded encoder (MiniLM ONNX or static); None when not loaded."""
+        return self._encoder
+
+    @property
+    def tier(self) -> str | None:
+        """`minilm` or `static`: which encoder the artifact ships; None when not loaded."""
+        if self._encoder is None:
+            return None
+        return getattr(self._encoder, "tier", "minilm")
 
     @property
     def variant(self) -> str | None:
@@ -115,7 +133,7 @@ class Router:
         """What serving should log once after `load`: variant, golden checks, reasons."""
         enc = self._encoder
         return {"loaded": self.loaded, "reason": self.reason, "version": self.version,
-                "variant": self.variant, "requested_variant": self.requested_variant,
+                "tier": self.tier, "variant": self.variant, "requested_variant": self.requested_variant,
                 "variant_reason": self.variant_reason, "golden_status": self.golden_status,
                 "golden": None if self.golden is None else self.golden.as_dict(),
                 "encoder_golden": (None if enc is None or enc.golden is None
@@ -145,7 +163,7 @@ class Router:
                 return r
             return r._unload(exc.reason)
         result = r.check_golden_vectors(golden)
-        if not result.ok and r.variant != "fp32":
+        if not result.ok and r.tier == "minilm" and r.variant != "fp32":
             fp32 = cls._load(path, fallback_candidate, hmac_key, threads, "fp32", clock, True)
             if fp32.loaded:
                 missed = result
@@ -175,20 +193,36 @@ class Router:
             return r
         folder = Path(path)
         try:
-            from replaylab.runtime.encoder import load_encoder
-
             now = datetime.fromtimestamp(clock(), UTC)
             m = verify_manifest(folder, hmac_key=hmac_key, now=now, required_kind=KIND)
-            enc = load_encoder(folder / ENCODER_DIR, variant=variant, threads=threads, now=now,
-                               check_golden_vectors=check_encoder_golden)
+            config = json.loads(read_verified_file(folder, m, CONFIG_FILE))
+            tier = (config.get("encoder") or {}).get("tier", "minilm")  # older: MiniLM
+            if tier == "static":
+                from replaylab.runtime.static_encoder import load_static_encoder
+
+                enc = load_static_encoder(folder / ENCODER_DIR, now=now,
+                                          check_golden_vectors=check_encoder_golden)
+            elif tier == "minilm":
+                from replaylab.runtime.encoder import load_encoder
+
+                enc = load_encoder(folder / ENCODER_DIR, variant=variant, threads=threads,
+                                   now=now, check_golden_vectors=check_encoder_golden)
+            else:
+                raise ManifestError("bad_config", f"router.json encoder tier {tier!r}")
             enc_manifest = json.loads(read_verified_file(folder, m, f"{ENCODER_DIR}/manifest.json"))
             want = m["features"][0].get("encoder_content_hash")
             if enc_manifest.get("content_hash") != want:
                 raise ManifestError("encoder_mismatch", "the encoder is not the one the head "
                                                         "was trained with")
-            config = json.loads(read_verified_file(folder, m, CONFIG_FILE))
-            head = HeadScorer(read_verified_file(folder, m, HEAD_FILE),
-                              config["category_vocabulary"], threads)
+            if tier == "static":  # numpy forward pass, no ML runtime
+                from replaylab.runtime.static_encoder import read_safetensors
+
+                head = NumpyHead(read_safetensors(read_verified_file(folder, m,
+                                                                     HEAD_TENSORS_FILE)),
+                                 config["category_vocabulary"])
+            else:
+                head = HeadScorer(read_verified_file(folder, m, HEAD_FILE),
+                                  config["category_vocabulary"], threads)
         except ManifestError as exc:
             r.reason = exc.reason
             return r
@@ -248,8 +282,23 @@ class Router:
     # ------------------------------------------------------------------ routing
     def route(self, text: str, category: str | None = None,
               prompt_tokens: float | None = None) -> RouteDecision:
-        """Route one query (see the module docstring)."""
-        return self.route_batch([text], [category], [prompt_tokens])[0]
+        """Route one query (see the module docstring); the same answer as `route_batch`
+        with the per-row decision in plain floats (`routing.choose_one`)."""
+        if not self.loaded:
+            return self.route_batch([text], [category], [prompt_tokens])[0]
+        try:
+            if isinstance(self._head, NumpyHead):  # static tier: no batch arrays at all
+                row = self._head.proba_one(self._encoder.encode_one(text),
+                                           self._head.code(category),
+                                           self._prompt_tokens(text, prompt_tokens))
+            else:
+                row = self._scores([text], [category], [prompt_tokens])[0]
+        except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
+            return self._by_rules(text, category, prompt_tokens)
+        k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
+        return RouteDecision(self.candidates[k],
+                             dict(zip(self.candidates, row.tolist(), strict=True)),
+                             self.threshold, self.version, variant=self.variant)
 
     def route_batch(self, texts: Sequence[str], categories: Sequence[str | None] | None = None,
                     prompt_tokens: Sequence[float | None] | None = None) -> list[RouteDecision]:
@@ -274,8 +323,14 @@ class Router:
                               self.threshold, self.version, variant=self.variant)
                 for k, row in zip(chosen, prob, strict=True)]
 
+    def _prompt_tokens(self, text: str, tokens: float | None) -> float:
+        if tokens is not None:
+            return float(tokens)
+        return float(math.ceil(len(text) / float(self._config["prompt_tokens"]["chars_per_token"])))
+
     def _scores(self, texts: Sequence[str], categories: list, tokens: list) -> np.ndarray:
-        emb = self._encoder.encode(list(texts))
+        emb = (self._encoder.encode_one(texts[0])[None, :] if len(texts) == 1
+               else self._encoder.encode(list(texts)))
         cpt = float(self._config["prompt_tokens"]["chars_per_token"])
         pt = np.array([float(p) if p is not None else math.ceil(len(t) / cpt)
                        for t, p in zip(texts, tokens, strict=True)], dtype=np.float64)
@@ -321,6 +376,99 @@ class HeadScorer:
         feeds = {"embedding": emb, "category": self.codes(categories),
                  "prompt_tokens": np.asarray(prompt_tokens, dtype=np.float32).reshape(-1)}
         return self.session.run(["success_prob"], feeds)[0].astype(np.float64)
+
+
+HEAD_TENSORS_FILE = "head.safetensors"
+
+
+class NumpyHead:
+    """The head's forward pass in numpy float64 from `head.safetensors` (the static tier's
+    scorer: no ML runtime; docs/scorer-spec.md, "Head", gives the forward pass).
+
+    Same interface as `HeadScorer`. The linear steps around the first and the last
+    layer are folded at load, in float64: the standardization of the embedding and
+    the category embedding into layer 0 (per category code a bias row), the wide
+    part and Platt's a, b into the success layer. It is the spec's forward pass in
+    exact arithmetic; in float64 it differs from the unfolded loops by rounding
+    (~1e-15), and it costs ~10 small numpy calls instead of ~25 (the route's
+    largest share). One row at a time whatever n, so a query's probabilities never
+    depend on its batch mates, and training's decisions (`DeployedHead(scorer="numpy")`)
+    are the served ones bit for bit.
+    """
+
+    def __init__(self, tensors: dict[str, np.ndarray], vocabulary: Sequence[str]) -> None:
+        def get(name: str) -> np.ndarray:
+            if name not in tensors:
+                raise ManifestError("bad_config", f"{HEAD_TENSORS_FILE} has no tensor {name!r}")
+            return np.ascontiguousarray(tensors[name], dtype=np.float64)
+
+        self.vocabulary = tuple(str(v) for v in vocabulary)
+        self._code = {v: i for i, v in enumerate(self.vocabulary)}
+        mean, scale = get("emb_mean"), get("emb_scale")
+        self.tok_mean, self.tok_scale = float(get("tok_mean")[0]), float(get("tok_scale")[0])
+        category = get("category")
+        d, c = mean.shape[0], category.shape[1]
+        layers = []
+        while f"layer{len(layers)}.weight" in tensors:
+            i = len(layers)
+            layers.append((get(f"layer{i}.weight"), get(f"layer{i}.bias")))
+        if category.shape[0] != len(self.vocabulary) + 1 or not layers or \
+                layers[0][0].shape[1] != d + c + 1:
+            raise ManifestError("bad_config", f"{HEAD_TENSORS_FILE}: category rows "
+                                              f"{category.shape[0]} for {len(self.vocabulary)} "
+                                              f"labels, first layer "
+                                              f"{layers[0][0].shape if layers else None}")
+        w0, b0 = layers[0]
+        self.w0 = np.ascontiguousarray(w0[:, :d] / scale[None, :])      # (h0, d)
+        self.b0 = (b0 - self.w0 @ mean)[None, :] + category @ w0[:, d:d + c].T  # (V+1, h0)
+        self.t0 = np.ascontiguousarray(w0[:, d + c])                     # (h0,)
+        self.hidden = layers[1:]
+        a, pb = get("platt_a"), get("platt_b")
+        ws, bs = get("success.weight"), get("success.bias")
+        self.ws = np.ascontiguousarray(a[:, None] * ws)                  # (K, h)
+        wide_c = get("wide_category") if "wide_category" in tensors else 0.0
+        wide_t = get("wide_tokens") if "wide_tokens" in tensors else np.zeros_like(bs)
+        self.bs = a[None, :] * (bs[None, :] + wide_c) + pb[None, :]     # (V+1, K) or (1, K)
+        if self.bs.shape[0] == 1:
+            self.bs = np.repeat(self.bs, len(self.vocabulary) + 1, axis=0)
+        self.ts = a * wide_t                                             # (K,)
+        self.n_candidates = len(a)
+
+    def code(self, category: Any) -> int:
+        other = len(self._code)
+        return other if category is None else self._code.get(str(category), other)
+
+    def codes(self, categories: Sequence[Any]) -> np.ndarray:
+        return np.array([self.code(c) for c in categories], dtype=np.int64)
+
+    def proba_one(self, embedding: np.ndarray, code: int, prompt_tokens: float) -> np.ndarray:
+        """(d,) embedding, category code, prompt tokens (NaN: the training mean) -> (K,)."""
+        t = float(prompt_tokens)
+        x = 0.0 if t != t else (math.log1p(max(t, 0.0)) - self.tok_mean) / self.tok_scale
+        h = self.w0 @ embedding.astype(np.float64)
+        h += self.b0[code]
+        if x:
+            h += x * self.t0
+        np.maximum(h, 0.0, out=h)
+        for w, b in self.hidden:
+            h = w @ h
+            h += b
+            np.maximum(h, 0.0, out=h)
+        z = self.ws @ h
+        z += self.bs[code]
+        if x:
+            z += x * self.ts
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def proba(self, embedding: np.ndarray, categories: Sequence[Any],
+              prompt_tokens: np.ndarray) -> np.ndarray:
+        emb = np.asarray(embedding, dtype=np.float32)
+        tokens = np.asarray(prompt_tokens, dtype=np.float64).reshape(-1)
+        codes = self.codes(categories)
+        if not len(emb):
+            return np.empty((0, self.n_candidates))
+        return np.stack([self.proba_one(emb[i], int(codes[i]), tokens[i])
+                         for i in range(len(emb))])
 
 
 def _session(model: bytes, threads: int) -> Any:

@@ -18,6 +18,8 @@ q_k >= threshold, else `fallback` (the strongest candidate on calibration).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 RULES = ("margin", "absolute")
@@ -63,3 +65,26 @@ def decision_margin(prob: np.ndarray, threshold: float, *, fallback: int = -1,
     upto = np.where(np.any(q >= float(threshold), axis=1), chosen, k - 1)
     mask = np.arange(k)[None, :] <= upto[:, None]
     return np.where(mask, gap, np.inf).min(axis=1)
+
+
+def choose_one(prob: Sequence[float], threshold: float, *, fallback: int = -1,
+               rule: str = "absolute") -> int:
+    """`choose_by_threshold` for one row, in plain Python floats (the serving hot path:
+    ~1 µs instead of ~15 µs of small numpy calls). The same float64 arithmetic: each q_k
+    is p_k or p_k minus the best other p_j, compared with `threshold` as a double, so the
+    choice is the array version's, bit for bit (a test checks it on ties and random rows)."""
+    if rule not in RULES:
+        raise ValueError(f"rule={rule!r}: must be one of {RULES}")
+    p = [float(x) for x in prob]
+    k = len(p)
+    t = float(threshold)
+    if rule == "margin" and k >= 2:
+        order = sorted(range(k), key=lambda j: -p[j])
+        best, second = p[order[0]], p[order[1]]
+        q = [x - (second if x >= best else best) for x in p]
+    else:
+        q = p
+    for j, v in enumerate(q):
+        if v >= t:
+            return j
+    return int(fallback) % k

@@ -14,9 +14,10 @@ same rules for engines in other languages):
    pieces prefixed `##`; a word longer than `max_input_chars_per_word` or with
    no match at some position is one `[UNK]`;
 4. keep the first `max_tokens` ids, then drop `[UNK]` (`drop_unk`);
-5. mean of the token rows of `embeddings.safetensors`, summed in float64 in
+5. s = the sum of the token rows of `embeddings.safetensors`, in float64, in
    token order; no token -> the zero vector;
-6. divide by max(||x||_2, 1e-12) in float64, then round to float32.
+6. with `normalize` (always, for MiniLM's distillation): s / ||s||_2 in float64
+   (the mean's 1/n cancels; s = 0 stays 0), else s / n; then round to float32.
 
 `CharmapTokenizer` gives the ids of HF `tokenizers` for the same tokenizer
 (checked at export on every parity text, and at load on the golden texts)
@@ -34,6 +35,7 @@ fallback. Imports: numpy and the standard library only.
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
 from collections.abc import Sequence
@@ -61,7 +63,6 @@ TIER = "static"
 VARIANT = "static"  # the name golden vectors and reports use for this tier's vectors
 CHARMAP_HEADER = "# replaylab charmap 1"
 WORD_CACHE = 262_144  # raw chunks whose ids are kept (~40 MB at most); cleared when full
-_NORM_EPS = 1e-12
 _ASCII_SPACE = re.compile(r"[ \t\n\r]+")
 
 
@@ -192,18 +193,16 @@ class CharmapTokenizer:
             start = end
         return ids
 
-    def _chunk(self, chunk: str) -> tuple[int, ...]:
-        ids = self._cache.get(chunk)
-        if ids is None:
-            out: list[int] = []
-            for word in self._words.findall(chunk.translate(self.table)):
-                out += self._wordpiece(word)
-            ids = tuple(out)
-            if len(self._cache) >= WORD_CACHE:
-                with self._lock:
-                    if len(self._cache) >= WORD_CACHE:
-                        self._cache.clear()
-            self._cache[chunk] = ids
+    def _miss(self, chunk: str) -> tuple[int, ...]:
+        out: list[int] = []
+        for word in self._words.findall(chunk.translate(self.table)):
+            out += self._wordpiece(word)
+        ids = tuple(out)
+        if len(self._cache) >= WORD_CACHE:
+            with self._lock:
+                if len(self._cache) >= WORD_CACHE:
+                    self._cache.clear()
+        self._cache[chunk] = ids
         return ids
 
     def ids(self, text: str) -> list[int]:
@@ -213,15 +212,14 @@ class CharmapTokenizer:
         if self.max_chars is not None:
             text = text[:self.max_chars]
         text.encode("utf-8")  # a lone surrogate is no text: UnicodeEncodeError, as HF's
+        get, miss = self._cache.get, self._miss
         out: list[int] = []
         for chunk in _ASCII_SPACE.split(text):
-            if chunk:
-                out += self._chunk(chunk)
-                if self.max_tokens is not None and len(out) >= self.max_tokens:
-                    break
+            ids = get(chunk)
+            out += miss(chunk) if ids is None else ids
         if self.max_tokens is not None:
-            out = out[:self.max_tokens]
-        if self.drop_unk:
+            del out[self.max_tokens:]
+        if self.drop_unk and self.unk_id in out:
             out = [i for i in out if i != self.unk_id]
         return out
 
@@ -256,14 +254,18 @@ class StaticSentenceEncoder:
 
     def pool(self, ids: Sequence[int]) -> np.ndarray:
         """Token ids -> (d,) float32 (module doc, steps 5-6)."""
-        if not len(ids):
+        n = len(ids)
+        if not n:
             return np.zeros(self.dimension, dtype=np.float32)
-        # np.add.reduce over axis 0 adds the rows in order, per column: the float64
-        # sum of the spec, the same bits as a plain loop in another language
-        x = np.add.reduce(self.table[np.asarray(ids, dtype=np.intp)], axis=0) / len(ids)
-        if self.normalize:
-            x = x / max(float(np.sqrt(np.dot(x, x))), _NORM_EPS)
-        return x.astype(np.float32)
+        # a sum over axis 0 of a C-ordered (n, d) array adds the rows in order, column by
+        # column: the float64 sum of the spec, the bits of a plain loop in another
+        # language (take + sum: 20 vs 30 µs for fancy indexing + add.reduce, 64 tokens)
+        x = self.table.take(ids, axis=0).sum(axis=0)
+        if not self.normalize:
+            return (x / n).astype(np.float32)
+        # the mean's 1/n cancels in the normalization: s / ||s|| (one rounding fewer)
+        norm = math.sqrt(x @ x)
+        return (x / norm).astype(np.float32) if norm > 0.0 else x.astype(np.float32)
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.pool(self.tokenizer.ids(text))
