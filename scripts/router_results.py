@@ -1,15 +1,22 @@
-"""The runs behind docs/results-router.md: every outcome set, replay share 0.25 and 1.0.
+"""The runs behind docs/results-router.md: every outcome set, replay share, seed and tier.
 
-    python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2]
+    python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2] [--shares 0.25 1.0]
+        [--sets gsm8k mmlu llmrouter routerarena] [--tier minilm|static] [--cache-dir DIR]
+        [--override head.prior_strength=10 ...]
 
 DATA_DIR holds the public outcome sets (default ../shared/data/outcomes, see
 ../shared/data/SOURCES.md); GSM8K is the package resource
 (`replaylab.apps.router.default_outcomes`). Each run composes the training config
 (conf/train.yaml, `pipeline=router seed=<seed>`, Hydra's compose API),
-applies the set's candidates and costs (`replaylab.router.public_sets`) and the
-replay share, and calls `train_router` with the config's encoder export
-(`router.encoder.cache_dir`/encoder-minilm: run `make run` once to export it) and
-its embedding cache. One JSON line per run on stdout, all of them in OUT.json.
+applies the set's candidates and costs (`replaylab.router.public_sets`), the
+replay share and any `--override KEY=VALUE` (a dotted key of the `router` config,
+a YAML value), and calls `train_router` with the tier's encoder export from
+`--cache-dir` (default the config's `router.encoder.cache_dir`): `encoder-minilm`
+(run `make run` once to export it) or, for `--tier static`, `encoder-static`
+(`python -m training pipeline=router router.encoder.tier=static` once), and the
+embedding cache `embeddings/` there. One JSON line per run on stdout (its `tier`,
+every policy's `<policy>_cr95` / `<policy>_apgr`, `rules_equal` included, the paired
+gaps), all of them in OUT.json.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import json
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
@@ -30,11 +39,11 @@ from replaylab.apps.schemas import register_schemas
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
-from replaylab.router.public_sets import public_outcome_sets, result_row
-from replaylab.runtime.encoder import load_encoder
+from replaylab.router.public_sets import SETS, public_outcome_sets, result_row
 
 REPO = Path(__file__).resolve().parents[1]
 SHARES = (0.25, 1.0)
+TIERS = ("minilm", "static")
 
 
 def router_values(seed: int) -> dict:
@@ -47,27 +56,62 @@ def router_values(seed: int) -> dict:
     return OmegaConf.to_container(cfg.router, resolve=True)
 
 
-def run_seed(seed: int, root: str) -> list[dict]:
-    base = router_values(seed)
-    enc = base.pop("encoder")
-    encoder = load_encoder(Path(enc["cache_dir"]) / "encoder-minilm", variant=enc["variant"],
-                           threads=int(enc["threads"]))
-    embed, _ = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
+def load_tier_encoder(tier: str, cache_dir: Path, enc: dict) -> Any:
+    """The tier's cached encoder export (the static runtime is imported only for it)."""
+    if tier == "static":
+        from replaylab.runtime.static_encoder import load_static_encoder  # noqa: PLC0415
+
+        return load_static_encoder(cache_dir / "encoder-static")
+    from replaylab.runtime.encoder import load_encoder  # noqa: PLC0415
+
+    return load_encoder(cache_dir / "encoder-minilm", variant=enc["variant"],
+                        threads=int(enc["threads"]))
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """`a.b=v` sets values["a"]["b"] = yaml(v) (a new mapping where missing)."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--override {item!r}: expected KEY=VALUE")
+        *path, last = key.split(".")
+        node = values
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = yaml.safe_load(raw)
+    return values
+
+
+def run_all(args: argparse.Namespace) -> list[dict]:
+    base0 = router_values(args.seeds[0])
+    enc = base0["encoder"]
+    cache_dir = Path(args.cache_dir or enc["cache_dir"])
+    encoder = load_tier_encoder(args.tier, cache_dir, enc)
+    embed, _ = cached_embed(encoder, cache_dir / "embeddings")
+    scorer = "numpy" if args.tier == "static" else "onnx"  # how the runtime scores the head
     rows = []
-    for name, outcomes, over in public_outcome_sets(root, default_outcomes()):
-        for share in SHARES:
-            vals = {**copy.deepcopy(base), **over}
-            vals["replay"]["share"] = share
-            t = time.perf_counter()
-            try:
-                s, _ = train_router(outcomes, router_config(vals),
-                                    Path(f"outputs/router_results/{name}_{share}_s{seed}"), embed)
-            except Exception as exc:  # noqa: BLE001 - record and go on to the next set
-                traceback.print_exc()
-                rows.append({"data": name, "replay": share, "seed": seed, "error": str(exc)[:300]})
-                continue
-            rows.append(result_row(name, share, seed, s, time.perf_counter() - t))
-            print(json.dumps(rows[-1], default=str), flush=True)
+    for name, outcomes, over in public_outcome_sets(args.data_dir, default_outcomes(),
+                                                    tuple(args.sets)):
+        for seed in args.seeds:
+            base = router_values(seed)
+            base.pop("encoder")
+            for share in args.shares:
+                vals = apply_overrides({**copy.deepcopy(base), **copy.deepcopy(over)},
+                                       args.override)
+                vals["replay"]["share"] = share
+                out = Path(args.runs_dir) / f"{name}_{args.tier}_{share}_s{seed}"
+                t = time.perf_counter()
+                try:
+                    kw = {"head_scorer": scorer} if scorer != "onnx" else {}
+                    s, _ = train_router(outcomes, router_config(vals), out, embed, **kw)
+                except Exception as exc:  # noqa: BLE001 - record and go on to the next run
+                    traceback.print_exc()
+                    rows.append({"data": name, "tier": args.tier, "replay": share, "seed": seed,
+                                 "error": str(exc)[:300]})
+                    continue
+                rows.append(result_row(name, share, seed, s, time.perf_counter() - t,
+                                       tier=args.tier))
+                print(json.dumps(rows[-1], default=str), flush=True)
     return rows
 
 
@@ -76,8 +120,17 @@ def main() -> None:
     ap.add_argument("out", type=Path, help="OUT.json: every run's row")
     ap.add_argument("data_dir", nargs="?", default="../shared/data/outcomes")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
+    ap.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))
+    ap.add_argument("--tier", choices=TIERS, default="minilm")
+    ap.add_argument("--cache-dir", default=None,
+                    help="encoder exports and embeddings (default router.encoder.cache_dir)")
+    ap.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="router config values, e.g. head.prior_strength=10")
+    ap.add_argument("--runs-dir", default="outputs/router_results",
+                    help="where each run's tables go")
     args = ap.parse_args()
-    rows = [r for seed in args.seeds for r in run_seed(seed, args.data_dir)]
+    rows = run_all(args)
     args.out.write_text(json.dumps(rows, indent=1, default=str))
 
 

@@ -29,7 +29,8 @@ from tests.conftest import REPO
 
 GSM8K = default_outcomes()
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
-POLICIES = {"learned", "rules", "random", "knn", "lgbm", "cheap_only", "strong_only", "oracle"}
+POLICIES = {"learned", "rules", "rules_equal", "random", "knn", "lgbm", "cheap_only",
+            "strong_only", "oracle"}
 KEYS = {"quality", "cost", "strong_share", "apgr", "cpt50", "cpt80", "cost_ratio_at_95"}
 
 
@@ -120,6 +121,92 @@ def test_prompt_text_never_leaves_the_embedding_step(gsm8k_run, outcomes):
 def test_the_rules_say_they_were_fitted(gsm8k_run):
     rules = gsm8k_run[0]["rules"]
     assert "fitted on the training split" in rules["note"]
+
+
+def test_both_rules_variants_are_reported_with_their_curves(gsm8k_run):
+    s = gsm8k_run[0]
+    eq = s["rules_equal"]
+    assert 0 < eq["prompts"] < eq["train_prompts"] == s["splits"]["train"]
+    assert s["go_baseline"] == s["go_detail"]["baseline"] == "rules"
+    assert set(pd.read_parquet(s["artifacts"]["curves"])["policy"]) >= {"rules", "rules_equal"}
+    for pair in ("learned-rules", "learned-rules_equal"):
+        g = s["test_gaps"][pair]
+        assert g["ci"][0] <= g["mean"] <= g["ci"][1] or not np.isfinite(g["mean"])
+    assert s["test_gaps"]["learned-rules"]["mean"] == pytest.approx(
+        s["test"]["learned"]["cost_ratio_at_95"] - s["test"]["rules"]["cost_ratio_at_95"])
+
+
+def _two_task_subset(outcomes: pd.DataFrame, n: int = 300) -> pd.DataFrame:
+    ids = outcomes["prompt_id"].drop_duplicates().to_numpy()[:n]
+    sub = outcomes[outcomes["prompt_id"].isin(ids)].copy()
+    code = pd.factorize(sub["prompt_id"])[0]
+    sub["task"] = np.where(code % 2 == 0, "even", "odd")
+    return sub
+
+
+def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_path):
+    """Changing the outcomes of never-replayed training prompts moves the full-information
+    rules but not rules_equal; go.baseline picks which one the gate compares against."""
+    from replaylab.router.replay import Label
+
+    small = {"head": {"max_epochs": 3, "num_threads": 1}, "lgbm_estimators": 5,
+             "go": {"n_boot": 100, "curve_fractions": [1.0]}, "evaluation": {"n_boot": 20}}
+    sub = _two_task_subset(outcomes)
+    s0, _ = train_router(sub, _cfg(**small), tmp_path / "a", _tfidf)
+    labels = pd.read_parquet(s0["artifacts"]["labels"])
+    replayed = set(labels.loc[labels[Label.LABEL_SOURCE] == "replay", Label.PROMPT_ID])
+    ids = sub["prompt_id"].drop_duplicates().to_numpy()
+    train = set(ids[_split(len(ids), (0.6, 0.2, 0.2), 0) == "train"])
+    assert s0["rules_equal"]["prompts"] == len(replayed) and replayed <= train
+    # the strong model fails, the cheap one succeeds, on every never-replayed training prompt
+    flip = sub["prompt_id"].isin(train - replayed)
+    changed = sub.copy()
+    changed.loc[flip, "score"] = (changed.loc[flip, "candidate"] == CHEAP).astype(float)
+    changed.loc[flip, "success"] = changed.loc[flip, "score"] >= 0.5
+    s1, _ = train_router(changed, _cfg(**small), tmp_path / "b", _tfidf)
+    assert s1["rules"]["task_candidate"] != s0["rules"]["task_candidate"]
+    assert s1["rules"]["task_candidate"] == {"even": CHEAP, "odd": CHEAP}
+    assert s1["rules_equal"]["task_candidate"] == s0["rules_equal"]["task_candidate"]
+    assert s1["test"]["rules_equal"] == s0["test"]["rules_equal"]
+    assert s1["test"]["rules"] != s0["test"]["rules"]
+    # the gate compares against the configured baseline
+    assert s1["go_detail"]["baseline"] == "rules"
+    assert s1["go_detail"]["rules_cost"] == pytest.approx(s1["test"]["rules"]["cost"])
+    s2, _ = train_router(changed, _cfg(**{**small, "go": {**small["go"], "baseline":
+                                                           "rules_equal"}}),
+                         tmp_path / "c", _tfidf)
+    assert s2["go_baseline"] == s2["go_detail"]["baseline"] == "rules_equal"
+    assert s2["go_detail"]["rules_cost"] == pytest.approx(s2["test"]["rules_equal"]["cost"])
+    assert s2["go_detail"]["rules_cost"] != pytest.approx(s1["go_detail"]["rules_cost"])
+    assert all("rules_equal" in r for r in s2["go_reasons"])
+
+
+def test_go_baseline_is_checked_and_needs_replayed_prompts(outcomes, tmp_path):
+    with pytest.raises(ConfigError, match=r"baseline='rule_equal'.*one of"):
+        _cfg(go={"baseline": "rule_equal"})
+    sub = _two_task_subset(outcomes, 120)
+    with pytest.raises(RouterDataError, match="rules_equal"):
+        train_router(sub, _cfg(go={"baseline": "rules_equal"}, replay={"share": 0.0},
+                               head={"max_epochs": 2, "num_threads": 1}), tmp_path, _tfidf)
+
+
+def test_equal_information_matrix_keeps_only_fully_observed_prompts():
+    from replaylab.pipelines.router import equal_information_matrix
+    from replaylab.router.inputs import TrainingRows
+    from replaylab.router.replay import OutcomeMatrix
+
+    n, k = 4, 2
+    meta = pd.DataFrame({"prompt_id": list("abcd"), "task": ["t"] * n,
+                         "prompt_length": [10.0] * n})
+    m = OutcomeMatrix(("c", "s"), meta, np.zeros((n, k)), np.zeros((n, k), bool),
+                      np.ones((n, k)), np.full((n, k), np.nan), np.full((n, k), np.nan))
+    rows = TrainingRows(row=np.array([0, 0, 1, 2, 2]), action=np.array([0, 1, 1, 1, 0]),
+                        reward=np.array([1.0, 0.0, 1.0, 0.5, 1.0]), weight=None,
+                        cost=np.array([1.0, 9.0, 9.0, 9.0, 1.0]))
+    eq = equal_information_matrix(rows, m)
+    assert eq.prompt_ids.tolist() == ["a", "c"]
+    np.testing.assert_array_equal(eq.score, [[1.0, 0.0], [1.0, 0.5]])  # the observed labels
+    np.testing.assert_array_equal(eq.cost, [[1.0, 9.0], [1.0, 9.0]])
 
 
 def test_splits_are_disjoint_and_seeded():

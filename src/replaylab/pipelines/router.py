@@ -19,7 +19,11 @@
 6. TEST is scored against the full table (`truth`), and also re-logged by the
    rules with exploration so the off-policy estimates (IPS, SNIPS, DR) of the
    learned policy can be checked against that truth;
-7. go/no-go: the learned router at the rules' calibration quality must save
+   The rules are reported twice: `rules`, fitted on train's full outcome table,
+   and `rules_equal`, fitted only on the train prompts the learned router sees
+   every candidate's outcome for (logged decision + offline replay);
+7. go/no-go (against `go.baseline`: rules or rules_equal): the learned router at the
+   rules' calibration quality must save
    cost on test with a paired, prompt-bootstrap interval excluding zero, lose
    no more than `go.quality_margin` quality, with exploration within its cap; a
    learning curve refits on shares of the explored sessions.
@@ -27,6 +31,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +49,14 @@ from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
 from replaylab.router.head_onnx import DeployedHead
 from replaylab.router.inputs import TrainingRows, ips_weights
-from replaylab.router.metrics import policy_summary
+from replaylab.router.metrics import (
+    anchors,
+    cost_order,
+    curve_metrics,
+    default_thresholds,
+    policy_summary,
+    route_by_threshold,
+)
 from replaylab.router.ope import (
     logged_decisions,
     ope_estimates,
@@ -69,7 +81,7 @@ from replaylab.router.replay import (
 )
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import decision_margin
-from replaylab.stats import paired_bootstrap_diff
+from replaylab.stats import paired_bootstrap_diff, percentile_interval, session_bootstrap
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -93,6 +105,9 @@ class RouterRun:
     fallback: int = -1  # column routed to when no candidate clears the threshold
     deployed: DeployedHead | None = None  # the head's graph, which made every learned decision
     golden_inputs: list[dict] = field(default_factory=list)  # queries for the golden vectors
+    rules_equal: ScenarioRules | None = None  # the rules at the learned router's label budget
+    # bootstrap replicates (n_boot,) of test cost_ratio_at_95 differences, "a-b" -> reps
+    gap_replicates: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
@@ -138,6 +153,101 @@ def _full_rows(m: OutcomeMatrix) -> TrainingRows:
     n, k = m.score.shape
     return TrainingRows(row=np.repeat(np.arange(n), k), action=np.tile(np.arange(k), n),
                         reward=m.score.ravel(), weight=None, cost=m.cost.ravel())
+
+
+def equal_information_matrix(rows: TrainingRows, m: OutcomeMatrix) -> OutcomeMatrix:
+    """The training prompts whose outcome is observed for EVERY candidate in the learned
+    router's own rows (`rows`: the logged decisions and the replay labels the head trains
+    on; escalations are not in them), with the observed rewards and costs as the table.
+    Exploration does not add a prompt: it observes the explored candidate instead of the
+    rules' choice, one candidate per session; what completes a row is the offline replay
+    of a logged opening prompt against the other candidates."""
+    k = len(m.candidates)
+    seen = pd.DataFrame({"row": rows.row, "action": rows.action, "reward": rows.reward,
+                         "cost": rows.cost if rows.cost is not None else np.nan}
+                        ).drop_duplicates(["row", "action"])
+    full = seen.groupby("row")["action"].nunique()
+    keep = np.sort(full.index[full.to_numpy() == k].to_numpy(np.int64))
+    sub = m.take(keep)
+    seen = seen[seen["row"].isin(keep)]
+    at = pd.Series(np.arange(len(keep)), index=keep)[seen["row"]].to_numpy()
+    score, cost = sub.score.copy(), sub.cost.copy()
+    score[at, seen["action"].to_numpy()] = seen["reward"].to_numpy(float)
+    observed_cost = seen["cost"].to_numpy(float)
+    ok = np.isfinite(observed_cost)
+    cost[at[ok], seen["action"].to_numpy()[ok]] = observed_cost[ok]
+    return dataclasses.replace(sub, score=score, success=score >= 0.5, cost=cost,
+                               report=dict(sub.report, equal_information=True))
+
+
+def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeMatrix
+                     ) -> tuple[ScenarioRules | None, OutcomeMatrix | None, dict]:
+    """`rules_equal`: the scenario rules fitted on `equal_information_matrix` (None with a
+    note when no training prompt has every candidate's outcome, e.g. replay.share = 0)."""
+    eq = equal_information_matrix(rows, tr)
+    info = {"prompts": int(eq.n_prompts), "train_prompts": int(tr.n_prompts),
+            "fitted_on": "training prompts with every candidate's outcome observed in the "
+                         "learned router's rows (logged decision + offline replay)"}
+    if eq.n_prompts == 0:
+        info["note"] = "no training prompt has every candidate's outcome: rules_equal not fitted"
+        return None, None, info
+    rules = ScenarioRules(cfg.labels.rules).fit(eq)
+    return rules, eq, {**info, **rules.describe()}
+
+
+def _cr95_sweeps(te: OutcomeMatrix, pred: np.ndarray, ev: Any, strong: int
+                 ) -> tuple[np.ndarray, ...]:
+    t = default_thresholds(pred, ev.n_thresholds)
+    choice = route_by_threshold(pred, cost_order(te), strong, t)  # (T, n)
+    rows = np.arange(te.n_prompts)[None, :]
+    return (te.score[rows, choice], te.cost[rows, choice],
+            (choice == strong).astype(float))
+
+
+def cr95_gaps(te: OutcomeMatrix, curves: dict[str, np.ndarray], pairs: Sequence[tuple[str, str]],
+              ev: Any) -> tuple[dict, dict[str, np.ndarray]]:
+    """Paired differences of test cost_ratio_at_<target> between policies' curves.
+
+    curves: policy -> (n, K) routing scores; pairs: (a, b) -> a - b (negative: a is
+    cheaper at the target). Every replicate resamples the test prompts once for both
+    policies (`evaluation.n_boot`, `seed`), so the interval is paired. Returns
+    ({"a-b": {"mean", "ci"}}, {"a-b": (n_boot,) replicates}); empty without a trade-off.
+    """
+    weak, strong = anchors(te, ev, allow_same=True)
+    names = sorted({n for p in pairs for n in p if n in curves})
+    if weak == strong or not pairs or ev.n_boot < 1:
+        return {}, {}
+    key = f"cost_ratio_at_{round(ev.quality_target * 100)}"
+    sweeps = {n: _cr95_sweeps(te, curves[n], ev, strong) for n in names}
+    anchor = np.stack([te.score[:, weak], te.score[:, strong], te.cost[:, strong]])
+
+    def values(w: np.ndarray) -> dict[str, np.ndarray]:  # w (b, n) -> name -> (b,)
+        tot = w.sum(axis=1)
+        a = (w @ anchor.T) / tot[:, None]
+        out = {}
+        for n, (q, c, s) in sweeps.items():
+            qb, cb, sb = ((w @ x.T) / tot[:, None] for x in (q, c, s))
+            out[n] = np.array([curve_metrics(sb[j], qb[j], cb[j], a[j, 0], a[j, 1], a[j, 2],
+                                             ev.quality_target)[key] for j in range(len(w))])
+        return out
+
+    point = values(np.ones((1, te.n_prompts)))
+    reps: dict[str, list[np.ndarray]] = {n: [] for n in names}
+    for w in session_bootstrap(np.arange(te.n_prompts), ev.n_boot, ev.seed):
+        for n, v in values(w).items():
+            reps[n].append(v)
+    rep = {n: np.concatenate(v) for n, v in reps.items()}
+    summary, diffs = {}, {}
+    for a, b in pairs:
+        if a not in curves or b not in curves:
+            continue
+        d = rep[a] - rep[b]
+        lo, hi = percentile_interval(d, ev.level)
+        summary[f"{a}-{b}"] = {"mean": float(point[a][0] - point[b][0]), "ci": [lo, hi],
+                               "significant": bool(np.isfinite(lo) and np.isfinite(hi)
+                                                   and (hi < 0 or lo > 0))}
+        diffs[f"{a}-{b}"] = d
+    return summary, diffs
 
 
 def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
@@ -252,25 +362,29 @@ def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: Router
     return head.calibrate(*calib)
 
 
-def _deployed(head: SuccessHead, cfg: RouterPipelineConfig, E: np.ndarray, meta: dict
-              ) -> DeployedHead | SuccessHead:
-    """The head as the runtime serves it (its ONNX graph), so the learned decisions training
-    reports are the served ones; an isotonic head has no graph and scores in torch."""
+def _deployed(head: SuccessHead, cfg: RouterPipelineConfig, E: np.ndarray, meta: dict,
+              scorer: str = "onnx") -> DeployedHead | SuccessHead:
+    """The head as the runtime serves it (its ONNX graph, or for the static tier the numpy
+    forward pass of `scorer="numpy"`), so the learned decisions training reports are the
+    served ones; an isotonic head has no graph and scores in torch."""
     if cfg.head.calibration == "isotonic":
         return head
     n = min(256, len(E))
     return DeployedHead(head, threads=cfg.head.num_threads, parity_embedding=E[:n],
-                        parity_meta={key: v[:n] for key, v in meta.items()})
+                        parity_meta={key: v[:n] for key, v in meta.items()}, scorer=scorer)
 
 
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
                  embed: Callable[[list[str]], np.ndarray],
-                 progress: Callable[[str], None] | None = None) -> tuple[dict, RouterRun]:
+                 progress: Callable[[str], None] | None = None,
+                 head_scorer: str = "onnx") -> tuple[dict, RouterRun]:
     """Train, calibrate, test and gate the router; write tables; return the summary and run.
 
     outcomes: an outcomes-v1 frame (every candidate scored on every prompt);
     embed: texts -> (n, d) float32 L2-normalized embeddings (the encoder the
-    runtime uses). Raises RouterDataError when the table cannot train a router.
+    runtime uses); head_scorer: how the runtime scores the head, `onnx` (MiniLM tier) or
+    `numpy` (static tier, `replaylab.runtime.router.NumpyHead`): every reported learned
+    decision is made by it. Raises RouterDataError when the table cannot train a router.
     """
     say = progress or (lambda _msg: None)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -296,13 +410,17 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     bandit = bandit_rows(sim.ledger)
     labels = training_labels(bandit, replay_labels(bandit, tr, cfg.labels.replay))
     rows = _rows(labels, tr, cfg.head.max_weight)
+    rules_eq, tr_eq, rules_eq_info = _fit_rules_equal(cfg, rows, tr)
+    if cfg.go.baseline == "rules_equal" and rules_eq is None:
+        raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
+                              f"(replay.share={cfg.labels.replay.share:g})")
     timings["labels"] = time.perf_counter() - t0
 
     say("training the head and the baselines")
     t0 = time.perf_counter()
     calib = (Eca, mca, _full_rows(ca))
     head = _fit_head(Etr, mtr, rows, k, cfg, calib)
-    deployed = _deployed(head, cfg, Eca, mca)
+    deployed = _deployed(head, cfg, Eca, mca, head_scorer)
     timings["head"] = time.perf_counter() - t0
     scorers: dict[str, Any] = {
         "learned": deployed,
@@ -328,6 +446,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
               "rules": routing_scores(_rules_scores(rules, tr, te), rule),
               "random": rng.random((te.n_prompts, k)),
               "oracle": oracle.predict_proba(te.score)}
+    if rules_eq is not None:
+        choice["rules_equal"] = rules_eq.predict_index(te)
+        curves["rules_equal"] = routing_scores(_rules_scores(rules_eq, tr_eq, te), rule)
     ev = cfg.labels.evaluation
     test = {}
     for name, ch in choice.items():
@@ -339,20 +460,25 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                             for key in ("quality", "cost")}
     for n in SCORED:
         test[n]["threshold"] = chosen[n].summary()
+    weak_, strong_ = anchors(te, ev, allow_same=True)
+    gaps, gap_reps = cr95_gaps(te, curves, [("learned", "rules"), ("learned", "rules_equal")],
+                               ev)
+    baseline = cfg.go.baseline
+    base_rules = rules_eq if baseline == "rules_equal" else rules
 
     say("off-policy evaluation and the go/no-go gate")
     t0 = time.perf_counter()
     ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"])
     timings["ope"] = time.perf_counter() - t0
-    gate, curve = _gate(cfg, rules, (prob_ca["learned"], prob_te["learned"]),
-                        (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te), rules_te,
-                        sim.stats)
+    gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]),
+                        (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
+                        choice[baseline], sim.stats, head_scorer)
     timings["learning_curve"] = gate.pop("_seconds")
 
-    from replaylab.router.metrics import anchors, cost_quality_curve
+    from replaylab.router.metrics import cost_quality_curve
 
     curve_rows, note = [], None
-    weak, strong = anchors(te, ev, allow_same=True)
+    weak, strong = weak_, strong_
     if weak == strong:  # e.g. RouterArena: the cheapest candidate is also the best on average
         note = (f"{te.candidates[weak]} is both the cheapest and the best on average: there "
                 "is no cost/quality trade-off to sweep, curve metrics are undefined")
@@ -382,9 +508,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                         **{k2: v for k2, v in sim.stats.items()
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
-        "rules": rules.describe(),
+        "rules": rules.describe(), "rules_equal": rules_eq_info, "go_baseline": baseline,
         "head": deployed.report(),
-        "test": test, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
+        "test": test, "test_gaps": gaps, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path),
                       "test_decisions": str(decisions_path)},
         "decision_stability": _stability(decisions),
@@ -394,16 +520,19 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
                     deployed=deployed if isinstance(deployed, DeployedHead) else None,
-                    golden_inputs=_golden_inputs(outcomes, te, mte))
+                    golden_inputs=_golden_inputs(outcomes, te, mte), rules_equal=rules_eq,
+                    gap_replicates=gap_reps)
     return summary, run
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
           train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
-          stats: dict) -> tuple[dict, list[dict]]:
+          stats: dict, head_scorer: str = "onnx") -> tuple[dict, list[dict]]:
     """go/no-go at equal quality, and the learning curve over explored sessions.
 
-    learned: the fitted head's (calibration, test) success probabilities.
+    rules: the baseline the gate compares against (`go.baseline`: the full-information
+    rules or rules_equal), rules_te its test choices; learned: the fitted head's
+    (calibration, test) success probabilities.
     """
     t_start = time.perf_counter()
     Etr, mtr, tr, labels = train
@@ -442,7 +571,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
         h = main if f == 1.0 else None
         if h is None:
             fitted = _deployed(_fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg,
-                                         calib_rows), cfg, Eca, mca)
+                                         calib_rows), cfg, Eca, mca, head_scorer)
             h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
         n = len(keep)
         curve.append({"fraction": f, "explored_sessions": n,
@@ -452,21 +581,22 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                       "significant": bool(h["cost_saving"]["ci"][0] > 0
                                           and h["quality_delta"]["ci"][0] >= -g.quality_margin)})
     reasons = []
+    base = g.baseline
     saving, dq = main["cost_saving"], main["quality_delta"]
     share = float(stats["exploration_share"])  # realized share of explored sessions
     within_cap = share <= float(cfg.labels.exploration.cap)
     if saving["ci"][0] <= 0:
-        reasons.append(f"cost saving vs rules {saving['mean']:.4g} USD/prompt, 95% CI "
+        reasons.append(f"cost saving vs {base} {saving['mean']:.4g} USD/prompt, 95% CI "
                        f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}] does not exclude zero")
     if dq["ci"][0] < -g.quality_margin:
-        reasons.append(f"quality vs rules {dq['mean']:+.4f}, CI lower bound {dq['ci'][0]:+.4f} "
+        reasons.append(f"quality vs {base} {dq['mean']:+.4f}, CI lower bound {dq['ci'][0]:+.4f} "
                        f"is below -{g.quality_margin:g}")
     if not within_cap:
         reasons.append(f"explored share {share:.3f} of sessions is above the cap "
                        f"{cfg.labels.exploration.cap:g}")
     go = not reasons
     if go:
-        reasons.append(f"learned saves {saving['mean']:.4g} USD/prompt vs rules (95% CI "
+        reasons.append(f"learned saves {saving['mean']:.4g} USD/prompt vs {base} (95% CI "
                        f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}]) at quality "
                        f"{dq['mean']:+.4f}; exploration {share:.3f} of sessions within cap "
                        f"{cfg.labels.exploration.cap:g}")
@@ -477,7 +607,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
             break
         first = c
     gate = {"go": go, "go_reasons": reasons,
-            "go_detail": {**main, "rules_calibration_quality": rules_q_cal,
+            "go_detail": {**main, "baseline": base, "rules_calibration_quality": rules_q_cal,
                           "exploration_within_cap": within_cap, "explored_share": share,
                           "quality_margin": g.quality_margin,
                           "sessions_per_day": g.sessions_per_day,

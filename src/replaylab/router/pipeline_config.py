@@ -11,6 +11,8 @@ from replaylab.router.config import RouterLabelsConfig
 from replaylab.router.head import HeadConfig
 from replaylab.router.policy import PolicyConfig
 
+GO_BASELINES = ("rules", "rules_equal")  # summary["test"] keys the gate may compare against
+
 
 @dataclass(frozen=True)
 class GoConfig:
@@ -22,15 +24,24 @@ class GoConfig:
     excludes zero. sessions_per_day: new sessions a day in the deployment the
     report plans for (to turn explored sessions into days of live exploration).
     curve_fractions: shares of the explored sessions the learning curve refits on.
+    baseline: the rules the gate compares against. `rules` (default): the scenario
+    rules fitted on the training split's full outcome table, which in the simulation
+    are also the logging policy, i.e. the policy the learned router would replace;
+    `rules_equal`: the same rules fitted only on the label budget the learned router
+    sees (the training prompts whose every candidate's outcome is known from the
+    logged decision plus offline replay), the fair comparison of the two methods.
     """
 
     quality_margin: float = 0.01
     sessions_per_day: float = 10_000.0
     curve_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
     n_boot: int = 1000
+    baseline: str = "rules"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        if self.baseline not in GO_BASELINES:
+            fail_field(name, "baseline", self.baseline, f"must be one of {GO_BASELINES}")
         if not 0.0 <= float(self.quality_margin) < 1.0:
             fail_field(name, "quality_margin", self.quality_margin, "must be in [0, 1)")
         if not float(self.sessions_per_day) > 0:
