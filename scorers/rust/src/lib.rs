@@ -1,0 +1,23 @@
+//! replaylab-scorer: the reference scorer of replaylab's static-tier router artifacts,
+//! standard library only (docs/scorer-spec.md is the specification it implements).
+//!
+//! `Router::load(dir, now)` verifies the artifact (both manifests: sizes, sha256,
+//! content hashes, validity), reads the static encoder (charmap.tsv, vocab.txt,
+//! embeddings.safetensors) and the head (head.safetensors); `Router::route(text,
+//! category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
+
+pub mod encoder;
+pub mod error;
+pub mod golden;
+pub mod head;
+pub mod json;
+pub mod manifest;
+pub mod router;
+pub mod routing;
+pub mod safetensors;
+pub mod sha256;
+pub mod timefmt;
+pub mod tokenizer;
+
+pub use error::Error;
+pub use router::{Decision, Router};

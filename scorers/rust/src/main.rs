@@ -1,0 +1,207 @@
+//! replaylab-route: route queries with a static-tier router artifact (docs/scorer-spec.md).
+//!
+//!   replaylab-route route ARTIFACT_DIR [--no-golden]
+//!       JSON lines on stdin {"text", "category"?, "prompt_tokens"?} -> JSON lines on
+//!       stdout {"candidate", "success_prob", "margin", "token_ids"}. The golden vectors
+//!       are checked at load first (as the Python Router does) unless --no-golden.
+//!   replaylab-route golden ARTIFACT_DIR
+//!       check the golden vectors; prints a JSON summary; exit 0 when they hold, else 1.
+//!   replaylab-route bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl]
+//!       load once, time N routes (inputs cycled; default: the golden queries) inside
+//!       the process; prints one JSON object with p50/p90/p99 in microseconds.
+//!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
+//!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
+//!
+//! Errors (missing file, hash mismatch, bad JSON, bad usage): one `error: ...` line on
+//! stderr and exit code 2.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use replaylab_scorer::golden::{self, Query};
+use replaylab_scorer::json::{self, py_float_repr, write_str, Json, Number};
+use replaylab_scorer::{sha256, timefmt, Error, Router};
+
+const USAGE: &str = "usage: replaylab-route route|golden|bench ARTIFACT_DIR [options] (see docs/scorer-spec.md)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match run(&args) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn usage(m: &str) -> Error {
+    Error::new("usage", format!("{m}; {USAGE}"))
+}
+
+fn load(args: &[String]) -> Result<Router, Error> {
+    let dir = args.get(1).filter(|a| !a.starts_with("--")).ok_or_else(|| usage("no ARTIFACT_DIR"))?;
+    Router::load(Path::new(dir), timefmt::now())
+}
+
+fn opt(args: &[String], name: &str) -> Result<Option<String>, Error> {
+    match args.iter().position(|a| a == name) {
+        None => Ok(None),
+        Some(i) => args.get(i + 1).cloned().map(Some).ok_or_else(|| usage(&format!("{name} needs a value"))),
+    }
+}
+
+fn run(args: &[String]) -> Result<u8, Error> {
+    match args.first().map(String::as_str) {
+        Some("route") => route(args),
+        Some("golden") => {
+            let router = load(args)?;
+            let (ok, summary) = golden::check(&router)?;
+            println!("{}", json::canonical(&summary).expect("finite"));
+            if !ok {
+                eprintln!("golden vectors missed: see the summary");
+            }
+            Ok(if ok { 0 } else { 1 })
+        }
+        Some("bench") => bench(args),
+        Some("canon") => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| Error::new("io", e.to_string()))?;
+            let v = json::parse(&s).map_err(|e| Error::new("invalid_json", e.to_string()))?;
+            println!("{}", json::canonical(&v).map_err(|e| Error::new("invalid_json", e))?);
+            Ok(0)
+        }
+        Some("sha256") => {
+            for f in &args[1..] {
+                let data = std::fs::read(f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
+                println!("{}  {f}", sha256::sha256_hex(&data));
+            }
+            Ok(0)
+        }
+        Some("-h" | "--help") => {
+            println!("{USAGE}");
+            Ok(0)
+        }
+        _ => Err(usage("unknown or missing subcommand")),
+    }
+}
+
+fn route(args: &[String]) -> Result<u8, Error> {
+    let router = load(args)?;
+    if !args.iter().any(|a| a == "--no-golden") {
+        let (ok, summary) = golden::check(&router)?;
+        if !ok {
+            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
+                                                             json::canonical(&summary).expect("finite"))));
+        }
+    }
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut line_s = String::new();
+    for (n, line) in stdin.lock().lines().enumerate() {
+        let line = line.map_err(|e| Error::new("bad_input", format!("stdin line {}: {e}", n + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("stdin line {}: not JSON: {e}", n + 1)))?;
+        let q = golden::query(&v).map_err(|e| Error::new("bad_input", format!("stdin line {}: {}", n + 1, e.message)))?;
+        let d = router.route(&q.text, q.category.as_deref(), q.prompt_tokens);
+        line_s.clear();
+        line_s.push_str("{\"candidate\":");
+        write_str(&mut line_s, &router.candidates[d.candidate]);
+        line_s.push_str(",\"success_prob\":[");
+        for (i, p) in d.success_prob.iter().enumerate() {
+            if i > 0 {
+                line_s.push(',');
+            }
+            line_s.push_str(&py_float_repr(*p));
+        }
+        line_s.push_str("],\"margin\":");
+        line_s.push_str(&if d.margin.is_finite() { py_float_repr(d.margin) } else { "null".into() });
+        line_s.push_str(",\"token_ids\":[");
+        for (i, t) in d.token_ids.iter().enumerate() {
+            if i > 0 {
+                line_s.push(',');
+            }
+            line_s.push_str(&t.to_string());
+        }
+        line_s.push_str("]}\n");
+        out.write_all(line_s.as_bytes()).and_then(|_| out.flush())
+            .map_err(|e| Error::new("io", e.to_string()))?;
+    }
+    Ok(0)
+}
+
+/// numpy's default percentile (linear interpolation between order statistics).
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q / 100.0 * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+fn bench(args: &[String]) -> Result<u8, Error> {
+    let n: usize = opt(args, "--n")?.map_or(Ok(1000), |s| s.parse()).map_err(|_| usage("--n must be an integer"))?;
+    let warmup: usize = opt(args, "--warmup")?.map_or(Ok(20), |s| s.parse()).map_err(|_| usage("--warmup must be an integer"))?;
+    let t0 = Instant::now();
+    let router = load(args)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let queries: Vec<Query> = match opt(args, "--inputs")? {
+        None => golden::golden_queries(&router)?,
+        Some(f) => {
+            let file = std::fs::File::open(&f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
+            let mut qs = Vec::new();
+            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+                let line = line.map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?;
+                qs.push(golden::query(&v)?);
+            }
+            qs
+        }
+    };
+    if queries.is_empty() || n == 0 {
+        return Err(usage("no inputs to time (or --n 0)"));
+    }
+    for i in 0..warmup {
+        let q = &queries[i % queries.len()];
+        std::hint::black_box(router.route(&q.text, q.category.as_deref(), q.prompt_tokens));
+    }
+    let mut us = Vec::with_capacity(n);
+    let mut tokens = 0usize;
+    for i in 0..n {
+        let q = &queries[i % queries.len()];
+        let t = Instant::now();
+        let d = router.route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens);
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+        tokens += std::hint::black_box(d).token_ids.len();
+    }
+    let mean = us.iter().sum::<f64>() / n as f64;
+    us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let r1 = |x: f64| (x * 10.0).round() / 10.0;
+    let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
+    let i = |x: usize| Json::Num(Number { value: x as f64, int: Some(x.to_string()) });
+    let mut s = BTreeMap::new();
+    s.insert("calls".to_string(), i(n));
+    s.insert("inputs".to_string(), i(queries.len()));
+    s.insert("tokens_mean".to_string(), f(tokens as f64 / n as f64));
+    s.insert("p50_us".to_string(), f(percentile(&us, 50.0)));
+    s.insert("p90_us".to_string(), f(percentile(&us, 90.0)));
+    s.insert("p99_us".to_string(), f(percentile(&us, 99.0)));
+    s.insert("mean_us".to_string(), f(mean));
+    s.insert("max_us".to_string(), f(*us.last().expect("n > 0")));
+    s.insert("load_ms".to_string(), f(load_ms));
+    s.insert("threads".to_string(), i(1));
+    s.insert("version".to_string(), Json::Str(router.version.clone()));
+    println!("{}", json::canonical(&Json::Obj(s)).expect("finite"));
+    Ok(0)
+}

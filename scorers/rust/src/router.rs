@@ -1,0 +1,210 @@
+//! Load a static-tier router artifact (verified) and route one query.
+//!
+//! Load order (as `replaylab.runtime.Router.load`): the router manifest (kind `router`)
+//! and every file it lists -> `router.json` (tier `static`) -> the encoder manifest
+//! (kind `encoder`) under `router.json` `encoder.dir` and every file it lists ->
+//! `static_config.json` -> the encoder manifest's content_hash equals the router
+//! manifest's `features[0].encoder_content_hash` -> vocab, charmap, embeddings ->
+//! `head.safetensors` -> candidates, threshold, rule, fallback.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+
+use crate::encoder::StaticEncoder;
+use crate::error::Error;
+use crate::head::Head;
+use crate::json::{self, Json};
+use crate::manifest::{self, Store, Verified};
+use crate::routing::{self, Rule};
+use crate::safetensors;
+use crate::tokenizer::{parse_vocab, Charmap, Tokenizer};
+
+pub struct Router {
+    pub candidates: Vec<String>,
+    pub threshold: f64,
+    pub rule: Rule,
+    pub fallback: usize,
+    pub chars_per_token: f64,
+    pub categories: HashMap<String, usize>,
+    pub head: Head,
+    pub encoder: StaticEncoder,
+    /// `<version>+<first 12 hex of content_hash>`, as the Python router reports it
+    pub version: String,
+    pub manifest: Verified,
+    pub encoder_manifest: Verified,
+}
+
+/// One routing answer.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub candidate: usize,
+    pub success_prob: Vec<f64>,
+    pub margin: f64,
+    pub token_ids: Vec<u32>,
+}
+
+fn cfg(m: String) -> Error {
+    Error::new("bad_config", m)
+}
+
+fn utf8(b: &[u8], name: &str) -> Result<String, Error> {
+    String::from_utf8(b.to_vec()).map_err(|_| Error::new("encoder_config", format!("{name} is not UTF-8")))
+}
+
+fn parse_json(b: &[u8], name: &str, reason: &'static str) -> Result<Json, Error> {
+    json::parse_bytes(b).map_err(|e| Error::new(reason, format!("{name} is not JSON: {e}")))
+}
+
+impl Router {
+    /// Verify and load `dir`; `now` in seconds since the Unix epoch (validity period).
+    pub fn load(dir: &Path, now: f64) -> Result<Router, Error> {
+        let mut store = Store::new(dir)?;
+        let m = manifest::verify(&mut store, "", "router", now)?;
+        let config = parse_json(&m.bytes("router.json")?, "router.json", "bad_config")?;
+        let enc = config.get("encoder");
+        let tier = enc.and_then(|e| e.get("tier")).and_then(Json::as_str).unwrap_or("minilm");
+        if tier != "static" {
+            return Err(Error::new("unsupported_tier",
+                                  format!("router.json encoder tier {tier:?}: this scorer reads the static tier only")));
+        }
+        let enc_dir = enc.and_then(|e| e.get("dir")).and_then(Json::as_str).unwrap_or("encoder").to_string();
+        let em = manifest::verify(&mut store, &enc_dir, "encoder", now)?;
+        let sc = parse_json(&em.bytes("static_config.json")?, "static_config.json", "encoder_config")?;
+        let sc = StaticConfig::parse(&sc)?;
+        let dim = em.json.get("outputs").and_then(|o| o.get("dimension")).and_then(Json::as_i64);
+        if dim != Some(sc.dimension as i64) {
+            return Err(Error::new("dimension", format!("manifest outputs.dimension {dim:?} != {}", sc.dimension)));
+        }
+        // the encoder is the one the head was trained with (its manifest, as verified
+        // by the router manifest, carries the content hash features[0] pins)
+        let want = m.json.get("features").and_then(Json::as_array).and_then(|f| f.first())
+            .and_then(|f| f.get("encoder_content_hash")).and_then(Json::as_str);
+        let listed = m.bytes(&format!("{enc_dir}/manifest.json"))?;
+        let listed = parse_json(&listed, "encoder manifest", "invalid_json")?;
+        let have = listed.get("content_hash").and_then(Json::as_str);
+        if want.is_none() || have != want || em.content_hash() != want.unwrap_or("") {
+            return Err(Error::new("encoder_mismatch", "the encoder is not the one the head was trained with"));
+        }
+        let vocab_text = utf8(&em.bytes(&sc.vocab_file)?, &sc.vocab_file)?;
+        let vocab = parse_vocab(&vocab_text);
+        if vocab.len() != sc.vocab_size {
+            return Err(Error::new("vocab", format!("vocab.txt has {} tokens, config says {}", vocab.len(), sc.vocab_size)));
+        }
+        let charmap = Charmap::parse(&utf8(&em.bytes(&sc.charmap_file)?, &sc.charmap_file)?)?;
+        let tokenizer = Tokenizer::new(charmap, &vocab, &sc.unk_token, &sc.prefix, sc.max_word,
+                                       sc.max_chars, sc.max_tokens, sc.drop_unk)?;
+        let mut tensors = safetensors::read(&em.bytes(&sc.embeddings_file)?, &sc.embeddings_file)?;
+        let table = tensors.remove(&sc.tensor).filter(|t| t.shape == [sc.vocab_size, sc.dimension])
+            .ok_or_else(|| Error::new("dimension", format!("tensor {:?} is not F32 [{}, {}]", sc.tensor, sc.vocab_size, sc.dimension)))?;
+        let encoder = StaticEncoder { tokenizer, table: table.data, d: sc.dimension, normalize: sc.normalize };
+
+        let labels: Vec<String> = config.get("category_vocabulary").and_then(Json::as_array)
+            .and_then(|a| a.iter().map(|x| x.as_str().map(str::to_string)).collect())
+            .ok_or_else(|| cfg("router.json category_vocabulary is not a list of strings".into()))?;
+        let head_t = safetensors::read(&m.bytes("head.safetensors")?, "head.safetensors")?;
+        let head = Head::from_tensors(&head_t, labels.len())?;
+        if head.d != sc.dimension {
+            return Err(Error::new("dimension", format!("head takes {} dims, the encoder gives {}", head.d, sc.dimension)));
+        }
+        let candidates: Vec<String> = config.get("candidates").and_then(Json::as_array)
+            .and_then(|a| a.iter().map(|x| x.as_str().map(str::to_string)).collect())
+            .ok_or_else(|| cfg("router.json candidates is not a list of strings".into()))?;
+        if candidates.len() != head.k {
+            return Err(cfg(format!("{} candidates, the head scores {}", candidates.len(), head.k)));
+        }
+        let threshold = config.get("threshold").and_then(Json::as_f64)
+            .ok_or_else(|| cfg("router.json threshold is not a number".into()))?;
+        let rule = match config.get("rule") {
+            None => Rule::Absolute,
+            Some(r) => r.as_str().and_then(Rule::parse).ok_or_else(|| cfg(format!("router.json rule {r:?}")))?,
+        };
+        let fallback = match config.get("fallback_candidate") {
+            None => candidates.len() - 1,
+            Some(f) => f.as_str().and_then(|f| candidates.iter().position(|c| c == f))
+                .ok_or_else(|| cfg("router.json fallback_candidate is not a candidate".into()))?,
+        };
+        let chars_per_token = config.get("prompt_tokens").and_then(|p| p.get("chars_per_token"))
+            .and_then(Json::as_f64).ok_or_else(|| cfg("router.json prompt_tokens.chars_per_token".into()))?;
+        let mut categories = HashMap::new();
+        for (i, l) in labels.into_iter().enumerate() {
+            categories.insert(l, i); // a label listed twice: its last position (Python's dict)
+        }
+        let version = format!("{}+{}", m.json.get("version").and_then(Json::as_str).unwrap_or(""),
+                              m.content_hash().trim_start_matches("sha256:").chars().take(12).collect::<String>());
+        drop(store); // the file bytes the router keeps are held by the Verified manifests
+        Ok(Router { candidates, threshold, rule, fallback, chars_per_token, categories, head, encoder, version,
+                    manifest: m, encoder_manifest: em })
+    }
+
+    /// Category code: the label's position in `category_vocabulary`, else V (other).
+    pub fn code(&self, category: Option<&str>) -> usize {
+        category.and_then(|c| self.categories.get(c).copied()).unwrap_or(self.head.v)
+    }
+
+    /// prompt_tokens when missing: ceil(len(text) in codepoints / chars_per_token).
+    pub fn prompt_tokens(&self, text: &str, given: Option<f64>) -> f64 {
+        given.unwrap_or_else(|| (text.chars().count() as f64 / self.chars_per_token).ceil())
+    }
+
+    pub fn route(&self, text: &str, category: Option<&str>, prompt_tokens: Option<f64>) -> Decision {
+        let (token_ids, emb) = self.encoder.encode(text);
+        let p = self.head.proba(&emb, self.code(category), self.prompt_tokens(text, prompt_tokens));
+        let candidate = routing::choose(&p, self.threshold, self.fallback, self.rule);
+        let margin = routing::margin(&p, self.threshold, self.rule);
+        Decision { candidate, success_prob: p, margin, token_ids }
+    }
+
+    /// The verified bytes of a file the router manifest lists (e.g. "golden.json").
+    pub fn file(&self, name: &str) -> Result<Rc<Vec<u8>>, Error> {
+        self.manifest.bytes(name)
+    }
+}
+
+struct StaticConfig {
+    dimension: usize,
+    vocab_size: usize,
+    unk_token: String,
+    prefix: String,
+    max_word: usize,
+    max_chars: usize,
+    max_tokens: usize,
+    drop_unk: bool,
+    normalize: bool,
+    embeddings_file: String,
+    tensor: String,
+    charmap_file: String,
+    vocab_file: String,
+}
+
+impl StaticConfig {
+    fn parse(raw: &Json) -> Result<StaticConfig, Error> {
+        let bad = |m: String| Error::new("encoder_config", format!("static_config.json: {m}"));
+        if raw.as_object().is_none() {
+            return Err(bad("not a JSON object".into()));
+        }
+        let format = raw.get("format").and_then(Json::as_f64);
+        let tier = raw.get("tier").and_then(Json::as_str);
+        if format != Some(1.0) || tier != Some("static") {
+            return Err(bad(format!("format {format:?} tier {tier:?}; this scorer reads format 1, tier \"static\"")));
+        }
+        let s = |k: &str| raw.get(k).and_then(Json::as_str).map(str::to_string)
+            .ok_or_else(|| bad(format!("field {k:?} missing or not str")));
+        let u = |k: &str| raw.get(k).and_then(Json::as_i64).and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| bad(format!("field {k:?} missing or not a non-negative int")));
+        let b = |k: &str| raw.get(k).and_then(Json::as_bool).ok_or_else(|| bad(format!("field {k:?} missing or not bool")));
+        for k in ["model_id", "encoder_id", "continuing_subword_prefix"] {
+            s(k)?;
+        }
+        if s("pooling")? != "mean" {
+            return Err(Error::new("unsupported_pooling", format!("pooling {:?}", s("pooling")?)));
+        }
+        Ok(StaticConfig {
+            dimension: u("dimension")?, vocab_size: u("vocab_size")?, unk_token: s("unk_token")?,
+            prefix: s("continuing_subword_prefix")?, max_word: u("max_input_chars_per_word")?,
+            max_chars: u("max_chars")?, max_tokens: u("max_tokens")?, drop_unk: b("drop_unk")?,
+            normalize: b("normalize")?, embeddings_file: s("embeddings_file")?, tensor: s("tensor")?,
+            charmap_file: s("charmap_file")?, vocab_file: s("vocab_file")?,
+        })
+    }
+}
