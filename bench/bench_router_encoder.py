@@ -24,7 +24,12 @@ Paths timed, one text per call, one intra-op thread each (torch.set_num_threads(
   trained on fp32 vectors);
 - `tokenize` (the runtime's tokenizer call) and `head` (the router head's ONNX
   run on one embedding): the fixed costs around the transformer;
-- `cache_hit_fp32` (prompt mix only): `CachedEncoder` with every prompt cached.
+- `cache_hit_fp32` (prompt mix only): `CachedEncoder` with every prompt cached;
+- the static tier (issue 15), in its own interleaved loop and in microseconds:
+  `route_static` (`Router.route` of a static-tier artifact built here: model2vec
+  distillation of MiniLM, the same 400 prompts), `static_tokenize`,
+  `static_encode` (tokenize + lookup + pool) and `static_head` (`NumpyHead`).
+  Headline keys `route_{fp32,int8,static}_{p50,p99}_us` (wall, 128 tokens).
 
 All paths are interleaved call by call (the order rotates each call), so that
 load from other processes on this shared machine falls on every path alike.
@@ -58,6 +63,7 @@ import numpy as np
 from replaylab.apps.router import default_outcomes
 
 HERE = Path(__file__).resolve().parent
+STATIC_TARGET_P99_S = 100e-6  # issue 15: a static-tier route under 100 µs p99, one thread
 REPO = HERE.parent
 GSM8K = default_outcomes()
 MAX_TOKENS = 128
@@ -175,6 +181,57 @@ def build_router(encoder_dir: Path, out: Path) -> Path:
     enc = load_encoder(encoder_dir, threads=len(os.sched_getaffinity(0)))
     _, run = train_router(sub, cfg, out / "run", lambda t: enc.encode(t))
     return export_router(run, encoder_dir, out / "router")
+
+
+def build_static_router(prompts: list[str], out: Path) -> tuple[Path, float]:
+    """A static-tier router (model2vec distillation of MiniLM, the same 400 GSM8K prompts
+    and head settings as `build_router`); returns the artifact and the distillation s."""
+    from replaylab.pipelines.router import train_router
+    from replaylab.router.artifact import export_router
+    from replaylab.router.pipeline_config import router_config
+    from replaylab.router.static_encoder import distill_minilm, export_static_encoder
+    from replaylab.runtime.static_encoder import load_static_encoder
+    from replaylab.sources.routellm import import_routellm_gsm8k
+
+    t0 = time.perf_counter()
+    export_static_encoder(distill_minilm(), out / "encoder-static", parity_texts=prompts[:200])
+    distill_s = time.perf_counter() - t0
+    enc = load_static_encoder(out / "encoder-static")
+    outcomes = import_routellm_gsm8k(GSM8K)
+    ids = outcomes["prompt_id"].drop_duplicates().to_numpy()[:400]
+    sub = outcomes[outcomes["prompt_id"].isin(ids)]
+    cheap, strong = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+    cfg = router_config({"candidates": [cheap, strong],
+                         "cost": {"call_cost_usd": {cheap: 0.00012, strong: 0.01235}},
+                         "head": {"max_epochs": 30, "num_threads": 1}, "go": {"n_boot": 100},
+                         "evaluation": {"n_boot": 50}, "lgbm_estimators": 20})
+    _, run = train_router(sub, cfg, out / "run-static", enc.encode, head_scorer="numpy")
+    return export_router(run, out / "encoder-static", out / "router-static"), distill_s
+
+
+def _stats_us(seconds: np.ndarray) -> dict:
+    us = seconds * 1e6
+    return {f"p{q}_us": round(float(np.percentile(us, q)), 1) for q in (50, 90, 99)} | {
+        "mean_us": round(float(us.mean()), 1), "max_us": round(float(us.max()), 1)}
+
+
+def time_static(paths: dict, texts: list[str], warmup: int = WARMUP) -> dict:
+    """`time_interleaved` in microseconds (the static tier is ~1000x below the ms scale)."""
+    names = list(paths)
+    for t in texts[:warmup]:
+        for name in names:
+            paths[name](t)
+    wall = {n: np.empty(len(texts)) for n in names}
+    cpu = {n: np.empty(len(texts)) for n in names}
+    for i, t in enumerate(texts):
+        k = i % len(names)
+        for name in names[k:] + names[:k]:
+            c0, w0 = time.process_time(), time.perf_counter()
+            paths[name](t)
+            wall[name][i], cpu[name][i] = time.perf_counter() - w0, time.process_time() - c0
+    return {n: {"calls": len(texts), "cpu": _stats_us(cpu[n]), "wall": _stats_us(wall[n]),
+                "meets_100us_p99_wall": bool(np.percentile(wall[n], 99) < STATIC_TARGET_P99_S)}
+            for n in names}
 
 
 def load_cost(load, reps: int = 5) -> dict:
@@ -308,6 +365,29 @@ def main() -> None:
             by_length[str(n_tokens)] = time_interleaved(
                 {name: encoders[name].encode_one for name in ("onnx_fp32", "onnx_int8")}, cut)
 
+        # the static tier (issue 15): its own interleaved loop, in microseconds
+        static_info: dict = {}
+        static_128: dict = {}
+        static_mix: dict = {}
+        try:
+            t0 = time.perf_counter()
+            static_art, distill_s = build_static_router(prompts, tmp / "static")
+            static_info.update(build_seconds=round(time.perf_counter() - t0, 1),
+                               distill_export_seconds=round(distill_s, 1))
+            rs = Router.load(static_art)
+            if not rs.loaded:
+                raise RuntimeError(f"static router did not load: {rs.reason}")
+            senc, shead = rs.encoder, rs.head
+            vec = senc.encode_one(fixed[0])
+            static_paths = {"route_static": rs.route, "static_tokenize": senc.tokenizer.ids,
+                            "static_encode": senc.encode_one,
+                            "static_head": lambda _t: shead.proba_one(vec, 0, float(MAX_TOKENS))}
+            static_info["fixed_prompt_static_tokens"] = len(senc.tokenizer.ids(fixed[0]))
+            static_128 = time_static(static_paths, fixed * max(args.fixed_calls, 1000))
+            static_mix = time_static(static_paths, texts)
+        except Exception as exc:  # noqa: BLE001 - the MiniLM figures stand without it
+            static_info["error"] = f"{type(exc).__name__}: {exc}"[:500]
+
     best = min((n for n in at_128 if n.startswith(("onnx_", "route_"))),
                key=lambda n: at_128[n]["cpu"]["p99_ms"])
     out = {
@@ -330,7 +410,19 @@ def main() -> None:
         "speedup_vs_sentence_transformers": {"fixed_128_tokens": ratios(at_128),
                                              "gsm8k_mix": ratios(mix)},
         "fixed_shorter": by_length,
+        "static": {"router": static_info, "fixed_128_tokens": static_128, "gsm8k_mix": static_mix,
+                   "target_p99_us": STATIC_TARGET_P99_S * 1e6},
     }
+    # the headline latencies of both tiers, one key each (wall, one thread, 128 tokens)
+    for name in ("route_fp32", "route_int8"):
+        if name in at_128:
+            for q in ("p50", "p99"):
+                out[f"{name}_{q}_us"] = round(at_128[name]["wall"][f"{q}_ms"] * 1e3, 1)
+    if "route_static" in static_128:
+        for q in ("p50", "p99"):
+            out[f"route_static_{q}_us"] = static_128["route_static"]["wall"][f"{q}_us"]
+            out[f"route_static_mix_{q}_us"] = static_mix["route_static"]["wall"][f"{q}_us"]
+        out["static_target_met"] = bool(out["route_static_p99_us"] < STATIC_TARGET_P99_S * 1e6)
     print(json.dumps(out))
 
 
