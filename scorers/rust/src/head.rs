@@ -151,8 +151,8 @@ impl Head {
         let code = code.min(self.v);
         let x = self.token_feature(t);
         let mut z = Vec::with_capacity(self.d + self.c + 1);
-        for j in 0..self.d {
-            z.push((emb[j] as f64 - self.emb_mean[j]) / self.emb_scale[j]);
+        for ((&e, &m), &s) in emb.iter().zip(&self.emb_mean).zip(&self.emb_scale) {
+            z.push((e as f64 - m) / s);
         }
         z.extend_from_slice(&self.category[code * self.c..(code + 1) * self.c]);
         z.push(x);

@@ -370,6 +370,7 @@ pub fn py_float_repr(x: f64) -> String {
     let (mant, exp) = body.split_once('e').expect("{:e} has an exponent");
     let exp: i32 = exp.parse().expect("exponent");
     let digits: String = mant.chars().filter(|c| *c != '.').collect();
+    let (digits, exp) = half_even(digits, exp, x);
     let decpt = exp + 1; // value = 0.DIGITS x 10^decpt
     let mut out = String::with_capacity(digits.len() + 8);
     if neg {
@@ -402,6 +403,65 @@ pub fn py_float_repr(x: f64) -> String {
         out.push_str(&digits[decpt as usize..]);
     }
     out
+}
+
+/// Shortest digits of `x` (`d.ddd` x 10^exp) with Python's tie rule. When x lies exactly
+/// halfway between two shortest candidates (e.g. 750491719877574.25 between ...574.2 and
+/// ...574.3), Python's dtoa picks the even last digit; Rust's `{:e}` may pick the other.
+fn half_even(digits: String, exp: i32, x: f64) -> (String, i32) {
+    let n = digits.len();
+    if digits.as_bytes()[n - 1].is_multiple_of(2) {
+        return (digits, exp);
+    }
+    // the exact decimal expansion of x (an f64 has at most 767 significant digits)
+    let e = format!("{:.800e}", x.abs());
+    let (m, ee) = e.split_once('e').expect("exponent");
+    let ee: i32 = ee.parse().expect("exponent");
+    let mut exact: String = m.chars().filter(|c| *c != '.').collect();
+    if ee == exp - 1 {
+        exact.insert(0, '0');
+    } else if ee != exp {
+        return (digits, exp);
+    }
+    let b = exact.as_bytes();
+    if b.len() <= n || b[n] != b'5' || !b[n + 1..].iter().all(|&c| c == b'0') {
+        return (digits, exp); // not a tie
+    }
+    let lower = exact[..n].to_string();
+    let (cand, cexp) = if lower.as_bytes()[n - 1].is_multiple_of(2) {
+        (lower, exp)
+    } else {
+        // lower + 1 in the last place, with carry
+        let mut v = lower.into_bytes();
+        let mut i = n;
+        loop {
+            if i == 0 {
+                v.insert(0, b'1');
+                break;
+            }
+            i -= 1;
+            if v[i] == b'9' {
+                v[i] = b'0';
+            } else {
+                v[i] += 1;
+                break;
+            }
+        }
+        let carried = v.len() > n;
+        (String::from_utf8(v).expect("digits"), if carried { exp + 1 } else { exp })
+    };
+    let trimmed = cand.trim_start_matches('0');
+    let cexp = cexp - (cand.len() - trimmed.len()) as i32; // a leading 0 moves the point
+    let cand = trimmed.trim_end_matches('0');
+    if cand.is_empty() {
+        return (digits, exp);
+    }
+    let back: Option<f64> = format!("{}.{}e{}", &cand[..1], &cand[1..], cexp).parse().ok();
+    if back == Some(x.abs()) {
+        (cand.to_string(), cexp)
+    } else {
+        (digits, exp)
+    }
 }
 
 /// A JSON string literal as Python's `json.dumps(..., ensure_ascii=False)` writes it.
@@ -511,7 +571,9 @@ mod tests {
                      (-0.0, "-0.0"), (5e-324, "5e-324"), (1.7976931348623157e308, "1.7976931348623157e+308"),
                      (0.30000000000000004, "0.30000000000000004"), (-0.22785193094041978, "-0.22785193094041978"),
                      (123.456, "123.456"), (1e22, "1e+22"), (2.0 / 3.0, "0.6666666666666666"),
-                     (0.00012, "0.00012"), (9.999999999999999e-5, "9.999999999999999e-05")];
+                     (0.00012, "0.00012"), (9.999999999999999e-5, "9.999999999999999e-05"),
+                     // ties between two shortest candidates: the even digit, as Python
+                     (750491719877574.2, "750491719877574.2"), (-1827198780960226.2, "-1827198780960226.2")];
         for (x, want) in cases {
             assert_eq!(py_float_repr(x), want, "{x:e}");
         }

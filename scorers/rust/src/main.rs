@@ -11,6 +11,7 @@
 //!       the process; prints one JSON object with p50/p90/p99 in microseconds.
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
 //!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
+//!   replaylab-route safetensors FILE (a check aid) its F32 tensors as JSON {name: {shape, data}}
 //!
 //! Errors (missing file, hash mismatch, bad JSON, bad usage): one `error: ...` line on
 //! stderr and exit code 2.
@@ -38,6 +39,12 @@ fn main() -> ExitCode {
     }
 }
 
+/// One line on stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn emit(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(line.as_bytes()).and_then(|_| out.write_all(b"\n")).and_then(|_| out.flush());
+}
+
 fn usage(m: &str) -> Error {
     Error::new("usage", format!("{m}; {USAGE}"))
 }
@@ -60,7 +67,7 @@ fn run(args: &[String]) -> Result<u8, Error> {
         Some("golden") => {
             let router = load(args)?;
             let (ok, summary) = golden::check(&router)?;
-            println!("{}", json::canonical(&summary).expect("finite"));
+            emit(&json::canonical(&summary).expect("finite"));
             if !ok {
                 eprintln!("golden vectors missed: see the summary");
             }
@@ -71,18 +78,33 @@ fn run(args: &[String]) -> Result<u8, Error> {
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s).map_err(|e| Error::new("io", e.to_string()))?;
             let v = json::parse(&s).map_err(|e| Error::new("invalid_json", e.to_string()))?;
-            println!("{}", json::canonical(&v).map_err(|e| Error::new("invalid_json", e))?);
+            emit(&json::canonical(&v).map_err(|e| Error::new("invalid_json", e))?);
             Ok(0)
         }
         Some("sha256") => {
             for f in &args[1..] {
                 let data = std::fs::read(f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
-                println!("{}  {f}", sha256::sha256_hex(&data));
+                emit(&format!("{}  {f}", sha256::sha256_hex(&data)));
             }
             Ok(0)
         }
+        Some("safetensors") => {
+            let f = args.get(1).ok_or_else(|| usage("safetensors FILE"))?;
+            let data = std::fs::read(f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
+            let mut m = BTreeMap::new();
+            for (name, t) in replaylab_scorer::safetensors::read(&data, f)? {
+                let mut e = BTreeMap::new();
+                let int = |x: usize| Json::Num(Number { value: x as f64, int: Some(x.to_string()) });
+                e.insert("shape".to_string(), Json::Arr(t.shape.iter().map(|&x| int(x)).collect()));
+                e.insert("data".to_string(), Json::Arr(t.data.iter()
+                    .map(|&x| Json::Num(Number { value: x as f64, int: None })).collect()));
+                m.insert(name, Json::Obj(e));
+            }
+            emit(&json::canonical(&Json::Obj(m)).map_err(|e| Error::new("safetensors", e))?);
+            Ok(0)
+        }
         Some("-h" | "--help") => {
-            println!("{USAGE}");
+            emit(USAGE);
             Ok(0)
         }
         _ => Err(usage("unknown or missing subcommand")),
@@ -202,6 +224,6 @@ fn bench(args: &[String]) -> Result<u8, Error> {
     s.insert("load_ms".to_string(), f(load_ms));
     s.insert("threads".to_string(), i(1));
     s.insert("version".to_string(), Json::Str(router.version.clone()));
-    println!("{}", json::canonical(&Json::Obj(s)).expect("finite"));
+    emit(&json::canonical(&Json::Obj(s)).expect("finite"));
     Ok(0)
 }
