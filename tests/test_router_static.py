@@ -278,3 +278,29 @@ def test_static_pipeline_trains_exports_and_serves(static_run, tmp_path):
 def test_unknown_tier_is_a_config_error(tmp_path):
     proc = _train("router.encoder.tier=tiny", f"hydra.run.dir={tmp_path}")
     assert proc.returncode == 2 and "router.encoder.tier" in proc.stderr
+
+
+@pytest.mark.slow
+def test_static_tier_serves_without_an_ml_runtime(static_run):
+    """numpy only: onnxruntime, tokenizers, torch, pandas, ... unimportable in the child."""
+    art = json.loads((static_run / "run" / "summary.json").read_text())["artifacts"]["router"]
+    code = f"""
+import importlib.abc, json, sys
+BLOCK = {{"torch", "transformers", "sentence_transformers", "pandas", "sklearn", "lightgbm",
+         "onnxruntime", "tokenizers", "onnx", "model2vec", "mlflow"}}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in BLOCK:
+            raise ImportError("blocked in serving: " + name)
+sys.meta_path.insert(0, Block())
+from replaylab.runtime import Router
+r = Router.load({str(art)!r})
+d = r.route("How many apples does Tom have?", "gsm8k")
+print(json.dumps({{"loaded": r.loaded, "golden": r.golden_status, "fallback": d.fallback,
+                  "heavy": sorted(m for m in sys.modules if m.split(".")[0] in BLOCK)}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"loaded": True, "golden": "passed", "fallback": False, "heavy": []}

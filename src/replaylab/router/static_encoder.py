@@ -45,7 +45,7 @@ from replaylab.artifacts.golden import ParityError, golden_document, row_cosines
 from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.router.charmap import charmap_tsv, check_bert_pipeline
 from replaylab.router.encoder import EDGE_CASE_TEXTS, MINILM_MODEL_ID, minilm_path
-from replaylab.runtime.encoder import KIND
+from replaylab.runtime.encoder_base import KIND
 from replaylab.runtime.static_encoder import (
     CONFIG_FILE,
     CONFIG_FORMAT,

@@ -58,9 +58,9 @@ from replaylab.artifacts.golden import (
     read_golden,
     row_cosines,
 )
-from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.artifacts.manifest import read_verified_file, verify_manifest
+from replaylab.runtime.encoder_base import KIND, EncoderArtifactError
 
-KIND = "encoder"
 CONFIG_FILE = "encoder_config.json"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FORMAT = 1
@@ -76,10 +76,6 @@ _NORM_EPS = 1e-12     # torch.nn.functional.normalize's default eps
 # same vectors (cosine to sentence-transformers unchanged to 1e-5). No effect on
 # fp32, where the fusion does not apply. Measured in docs/router-encoder.md.
 DISABLED_OPTIMIZERS: tuple[str, ...] = ("SkipLayerNormFusion",)
-
-
-class EncoderArtifactError(ManifestError):
-    """The folder verified but this runtime cannot use it (`reason` names what)."""
 
 
 @dataclass(frozen=True, slots=True)

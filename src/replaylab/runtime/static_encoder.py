@@ -55,7 +55,7 @@ from replaylab.artifacts.golden import (
     row_cosines,
 )
 from replaylab.artifacts.manifest import read_verified_file, verify_manifest
-from replaylab.runtime.encoder import KIND, EncoderArtifactError
+from replaylab.runtime.encoder_base import KIND, EncoderArtifactError
 
 CONFIG_FILE = "static_config.json"
 CONFIG_FORMAT = 1
