@@ -1,7 +1,7 @@
 """Serving runtime: load verified artifacts and answer in microseconds.
 
 Installed by `replaylab[serve]`: numpy and onnxruntime (and tokenizers for the
-router's encoder), nothing heavier; a test imports it with torch, lightgbm,
+router's MiniLM encoder; a static-tier router needs numpy alone), nothing heavier; a test imports it with torch, lightgbm,
 pandas, sklearn and mlflow made unimportable. Names are imported lazily.
 
     from replaylab.runtime import DemandPredictor, negotiate, Acknowledgement
