@@ -6,9 +6,10 @@
 //!       are checked at load first (as the Python Router does) unless --no-golden.
 //!   replaylab-route golden ARTIFACT_DIR
 //!       check the golden vectors; prints a JSON summary; exit 0 when they hold, else 1.
-//!   replaylab-route bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl]
+//!   replaylab-route bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl] [--samples]
 //!       load once, time N routes (inputs cycled; default: the golden queries) inside
-//!       the process; prints one JSON object with p50/p90/p99 in microseconds.
+//!       the process (wall clock, one thread, each call: tokenize, embed, head, decide);
+//!       prints one JSON object with p50/p90/p99 in microseconds (--samples: every call's).
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
 //!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
 //!   replaylab-route safetensors FILE (a check aid) its F32 tensors as JSON {name: {shape, data}}
@@ -208,6 +209,7 @@ fn bench(args: &[String]) -> Result<u8, Error> {
         tokens += std::hint::black_box(d).token_ids.len();
     }
     let mean = us.iter().sum::<f64>() / n as f64;
+    let raw = us.clone();
     us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
     let r1 = |x: f64| (x * 10.0).round() / 10.0;
     let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
@@ -224,6 +226,10 @@ fn bench(args: &[String]) -> Result<u8, Error> {
     s.insert("load_ms".to_string(), f(load_ms));
     s.insert("threads".to_string(), i(1));
     s.insert("version".to_string(), Json::Str(router.version.clone()));
+    if args.iter().any(|a| a == "--samples") {
+        // every call's time in call order (for pooling across runs)
+        s.insert("samples_us".to_string(), Json::Arr(raw.iter().map(|&x| f(x)).collect()));
+    }
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
     Ok(0)
 }
