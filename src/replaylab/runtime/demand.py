@@ -32,8 +32,16 @@ branch). Numeric fields take int, float, bool or None; a string there, or a
 missing `prompt_tokens` (the hint is prompt + output), makes that request's
 hint a fallback with reason `bad_request` / `missing_prompt_tokens`.
 
-A loaded predictor is immutable; `predict` may be called from many threads at
-once (onnxruntime's `InferenceSession.run` is thread-safe).
+A loaded predictor is immutable but for its online recalibration
+(`replaylab.runtime.online`, on by default, `online=False` or
+`OnlineConfig(enabled=False)` serves the exported correction exactly): after a
+request ends, `acknowledge(hint, actual_total, lower_bound)` feeds its actual
+back, and later hints of its conformal cell use the adapted correction (every
+hint says which: `correction_cell`, `correction`, `correction_version`, and the
+exported band in `frozen_lo` / `frozen_hi`). `online_state()` reports the
+corrections and the drift flags. `predict` and `acknowledge` may be called from
+many threads at once (onnxruntime's `InferenceSession.run` is thread-safe; the
+online state takes a lock on update, the hint path reads a snapshot).
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from replaylab.runtime.demand_math import (
     raw_to_total_row,
 )
 from replaylab.runtime.hints import HINT_VERSION, DemandHint
+from replaylab.runtime.online import GLOBAL_CELL, OnlineConfig, OnlineConformal
 
 KIND = "demand"
 MODEL_FILE = "model.onnx"
@@ -276,8 +285,11 @@ class DemandPredictor:
     """
 
     def __init__(self, *, spec: _Spec | None, session: Any, reason: str | None,
-                 fallback: FallbackBaseline, clock: Callable[[], float]) -> None:
+                 fallback: FallbackBaseline, clock: Callable[[], float],
+                 online: OnlineConfig | bool | None = None) -> None:
         self._spec = spec
+        self._online = None if spec is None else OnlineConformal(
+            spec.corrections, spec.global_correction, spec.level, _online_config(online))
         self._session = session
         self.reason = reason
         self._fallback = spec.fallback if spec is not None else fallback
@@ -295,7 +307,8 @@ class DemandPredictor:
     def load(cls, path: str | Path | None, *, hmac_key: bytes | None = None,
              fallback: FallbackBaseline | None = None, threads: int = 1,
              now: datetime | None = None, clock: Callable[[], float] = time.time,
-             check_golden: bool = True) -> DemandPredictor:
+             check_golden: bool = True, online: OnlineConfig | bool | None = None,
+             ) -> DemandPredictor:
         """Verify and load an artifact folder; never raises for a bad or missing artifact.
 
         hmac_key: when given, the manifest must carry a matching signature.
@@ -313,6 +326,9 @@ class DemandPredictor:
         An artifact without golden.json (exported before golden vectors
         existed) is not a failure: it loads as before, `golden_status` "absent".
         False skips the check (`golden_status` "skipped").
+
+        online: the online recalibration (`OnlineConfig`; True / None: the
+        defaults, on; False: off, the exported correction served exactly).
         """
         fallback = fallback or FallbackBaseline()
         if path is None or not Path(path).is_dir():
@@ -323,7 +339,8 @@ class DemandPredictor:
                                        now=now or datetime.fromtimestamp(clock(), UTC))
             predictor = cls.from_manifest(manifest,
                                           read_verified_file(Path(path), manifest, MODEL_FILE),
-                                          fallback=fallback, threads=threads, clock=clock)
+                                          fallback=fallback, threads=threads, clock=clock,
+                                          online=online)
         except (ManifestError, ArtifactError) as exc:
             return cls(spec=None, session=None, reason=exc.reason, fallback=fallback,
                        clock=clock)
@@ -358,7 +375,8 @@ class DemandPredictor:
     @classmethod
     def from_manifest(cls, manifest: dict, model: bytes, *,
                       fallback: FallbackBaseline | None = None, threads: int = 1,
-                      clock: Callable[[], float] = time.time) -> DemandPredictor:
+                      clock: Callable[[], float] = time.time,
+                      online: OnlineConfig | bool | None = None) -> DemandPredictor:
         """A predictor from a manifest dict already verified (or being built) and the model bytes.
 
         `load` calls it after verification; the exporter calls it on the staged
@@ -370,9 +388,53 @@ class DemandPredictor:
         session = _session(model, threads)
         _check_signature(session, len(spec.features), len(spec.quantiles))
         predictor = cls(spec=spec, session=session, reason=None,
-                        fallback=fallback or FallbackBaseline(), clock=clock)
+                        fallback=fallback or FallbackBaseline(), clock=clock, online=online)
         predictor.manifest = manifest
         return predictor
+
+    def with_fresh_online(self, online: OnlineConfig | bool | None = None) -> DemandPredictor:
+        """The same model (session shared) with a new online state at version 0.
+
+        online: None keeps this predictor's online config; a replay uses it so that
+        it neither reads nor moves the serving predictor's corrections.
+        """
+        twin = DemandPredictor(spec=self._spec, session=self._session, reason=self.reason,
+                               fallback=self._fallback, clock=self._clock,
+                               online=self.online_config if online is None else online)
+        twin.manifest, twin.golden, twin.golden_status = \
+            self.manifest, self.golden, self.golden_status
+        return twin
+
+    # ------------------------------------------------------------------ online recalibration
+    @property
+    def online_config(self) -> OnlineConfig | None:
+        """The online recalibration's config (None without a model)."""
+        return None if self._online is None else self._online.config
+
+    def acknowledge(self, hint: DemandHint, actual_total: float | None,
+                    lower_bound: bool = False) -> bool:
+        """Feed an ENDED request's actual total tokens back into its cell's correction.
+
+        hint: the hint this predictor served for it; actual_total: prompt +
+        completion (None / NaN: usage absent, ignored); lower_bound: the actual is
+        censored (cap hit, cancelled, failed: `runtime.hints.is_lower_bound`),
+        which only proves a miss above hint_hi. Fallback hints and hints of
+        another artifact are ignored. True when the actual was used.
+        """
+        online = self._online
+        if online is None or hint.correction_cell is None or \
+                hint.hint_model_version != self.version:
+            return False
+        return online.update(hint.correction_cell, hint.hint_lo, hint.hint_hi, hint.frozen_lo,
+                             hint.frozen_hi, actual_total, lower_bound)
+
+    def online_state(self) -> dict | None:
+        """The online corrections, their versions, rolling coverage and drift flags."""
+        return None if self._online is None else self._online.state()
+
+    def online_drift(self, cell: str | None = None) -> str | None:
+        """`ok` / `retrain` / `fallback` for one correction cell, or the worst of all."""
+        return None if self._online is None else self._online.drift(cell)
 
     # ------------------------------------------------------------------ golden vectors
     def golden_expected(self, requests: Sequence[Mapping[str, Any]]) -> list[dict]:
@@ -386,7 +448,7 @@ class DemandPredictor:
         if self._spec is None or self._session is None:
             raise ArtifactError(self.reason or "not_loaded", "no model to compute golden vectors")
         spec = self._spec
-        hints = self._hints(requests, int(self._clock() * 1000), None)
+        hints = self._hints(requests, int(self._clock() * 1000), None, frozen=True)
         out = []
         for r, h in zip(requests, hints, strict=True):
             cell = _cell(r, spec.group_columns)
@@ -452,12 +514,16 @@ class DemandPredictor:
         prepared = self._prepare(request, now_ms, X[0])
         if isinstance(prepared, str):
             return self._fallback.hint(request, prepared, age)
-        prompt, cap, q = prepared
+        prompt, cap, q0, key = prepared
+        q, version = self._online.current(key) if self._online.enabled else (q0, 0)
         raw = self._session.run(None, {"X": X})[0][0].tolist()
         total = raw_to_total_row(raw, prompt, cap, spec.scale)
-        lo, hi = conformal_band_row(total[0], total[-1], prompt, q, cap, spec.scale)
+        flo, fhi = conformal_band_row(total[0], total[-1], prompt, q0, cap, spec.scale)
+        lo, hi = (flo, fhi) if q == q0 else conformal_band_row(total[0], total[-1], prompt, q,
+                                                               cap, spec.scale)
         return DemandHint(HINT_VERSION, spec.version, total[spec.i50], total[spec.i90], lo, hi,
-                          spec.level, age, False, None, _request_id(request))
+                          spec.level, age, False, None, _request_id(request), key, q, version,
+                          flo, fhi)
 
     def predict_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[DemandHint]:
         """Hints for many requests with one model call; each row falls back on its own."""
@@ -468,25 +534,34 @@ class DemandPredictor:
         return self._hints(requests, now_ms, age)
 
     def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,
-               age: int | None) -> list[DemandHint]:
-        """The model's hints for a batch (the caller has checked the model may answer)."""
+               age: int | None, frozen: bool = False) -> list[DemandHint]:
+        """The model's hints for a batch (the caller has checked the model may answer).
+
+        frozen: serve the exported corrections whatever the online state (golden vectors).
+        """
         spec = self._spec
         n, nf = len(requests), len(spec.features)
         X = np.empty((n, nf), dtype="float64")
-        prompt, cap, corr = np.zeros(n), np.full(n, np.nan), np.zeros(n)
+        prompt, cap, corr, corr0 = np.zeros(n), np.full(n, np.nan), np.zeros(n), np.zeros(n)
+        keys: list[str | None] = [None] * n
+        versions = [0] * n
+        adapt = self._online.enabled and not frozen
         bad: dict[int, str] = {}
         for i, r in enumerate(requests):
             prepared = self._prepare(r, now_ms, X[i])
             if isinstance(prepared, str):
                 bad[i] = prepared
             else:
-                prompt[i], cap[i], corr[i] = prepared
+                prompt[i], cap[i], corr0[i], keys[i] = prepared
+                corr[i], versions[i] = self._online.current(keys[i]) if adapt else (corr0[i], 0)
         if bad:
             X[list(bad)] = 0.0  # keep the batch shape; these rows' outputs are discarded
         raw = self._session.run(None, {"X": X})[0]
         clip = cap if spec.clip_to_cap else None
         total = raw_to_total(raw, prompt, clip, spec.scale)
-        lo, hi = conformal_band(total[:, 0], total[:, -1], prompt, corr, clip, spec.scale)
+        flo, fhi = conformal_band(total[:, 0], total[:, -1], prompt, corr0, clip, spec.scale)
+        lo, hi = (flo, fhi) if not adapt or np.array_equal(corr, corr0) else \
+            conformal_band(total[:, 0], total[:, -1], prompt, corr, clip, spec.scale)
         out = []
         for i, r in enumerate(requests):
             if i in bad:
@@ -494,7 +569,8 @@ class DemandPredictor:
                 continue
             out.append(DemandHint(HINT_VERSION, spec.version, float(total[i, spec.i50]),
                                   float(total[i, spec.i90]), float(lo[i]), float(hi[i]),
-                                  spec.level, age, False, None, _request_id(r)))
+                                  spec.level, age, False, None, _request_id(r), keys[i],
+                                  float(corr[i]), versions[i], float(flo[i]), float(fhi[i])))
         return out
 
     def _usable(self, now_ms: int) -> tuple[str | None, int | None]:
@@ -506,8 +582,9 @@ class DemandPredictor:
         return ("expired" if now_ms > spec.valid_until_ms else None), age
 
     def _prepare(self, r: Mapping[str, Any], now_ms: int,
-                 row: np.ndarray) -> tuple[float, float, float] | str:
-        """Fill `row`; (prompt, cap or NaN, correction), or the reason this request falls back."""
+                 row: np.ndarray) -> tuple[float, float, float, str] | str:
+        """Fill `row`; (prompt, cap or NaN, exported correction, its online cell key), or the
+        reason this request falls back."""
         spec = self._spec
         try:
             self._assemble(r, now_ms, row)
@@ -520,10 +597,14 @@ class DemandPredictor:
                 c = c if c >= 0 else math.nan
         except _BadRequest:
             return "bad_request"
-        q = spec.corrections.get(_cell(r, spec.group_columns), spec.global_correction)
-        if q is None:
+        cell = _cell(r, spec.group_columns)
+        if cell in spec.corrections:
+            q, key = spec.corrections[cell], cell
+        else:
+            q, key = spec.global_correction, GLOBAL_CELL
+        if q is None or q == math.inf:
             return "uncertain"  # too few calibration rows: unbounded interval
-        return p, c, q
+        return p, c, q, key
 
     def _assemble(self, r: Mapping[str, Any], now_ms: int, row: np.ndarray) -> None:
         """Fill one float64 row in the artifact's feature order (the projection's encoding).
@@ -562,6 +643,16 @@ class DemandPredictor:
                 vals.append(float((ts // _MS_PER_HOUR) % 24) if op == _HOUR else
                             float((ts // _MS_PER_DAY + 3) % 7))  # 1970-01-01 was a Thursday
         row[:] = vals
+
+
+def _online_config(online: OnlineConfig | bool | None) -> OnlineConfig:
+    if isinstance(online, OnlineConfig):
+        return online
+    if online is None or online is True:
+        return OnlineConfig()
+    if online is False:
+        return OnlineConfig(enabled=False)
+    raise ValueError(f"online={online!r}: an OnlineConfig, True, False or None")
 
 
 def _cell(r: Mapping[str, Any], columns: Sequence[str]) -> str:

@@ -43,6 +43,14 @@ class DemandHint:
     reason code such as `hash_mismatch`, or `expired`, `missing_prompt_tokens`,
     ...); None when the model answered. It is recorded as the extra ledger
     column `hint_fallback_reason` (ledger-v1 carries extra columns untouched).
+
+    Online recalibration (`replaylab.runtime.online`; None on a fallback hint):
+    `correction_cell` the conformal state the interval used, `correction` its
+    value (model scale) and `correction_version` its counter (0 = exported);
+    `frozen_lo` / `frozen_hi` the interval under the exported correction (equal
+    to hint_lo / hint_hi when online recalibration is off or has not moved).
+    Extra ledger columns `hint_correction_cell`, `hint_correction`,
+    `hint_correction_version`, `hint_lo_frozen`, `hint_hi_frozen`.
     """
 
     hint_version: str
@@ -56,6 +64,11 @@ class DemandHint:
     hint_fallback: bool
     fallback_reason: str | None = None
     request_id: str | None = None
+    correction_cell: str | None = None
+    correction: float | None = None
+    correction_version: int | None = None
+    frozen_lo: float | None = None
+    frozen_hi: float | None = None
 
     def columns(self) -> dict[str, Any]:
         """The ledger-v1 `hint_*` columns of this hint."""
@@ -65,12 +78,19 @@ class DemandHint:
             "hint_hi": self.hint_hi, "hint_interval": self.hint_interval,
             "hint_age_ms": self.hint_age_ms, "hint_fallback": self.hint_fallback,
             "hint_fallback_reason": self.fallback_reason,
+            "hint_correction_cell": self.correction_cell, "hint_correction": self.correction,
+            "hint_correction_version": self.correction_version,
+            "hint_lo_frozen": self.frozen_lo, "hint_hi_frozen": self.frozen_hi,
         }
 
 
+# the online recalibration's columns (`replaylab.runtime.online`)
+ONLINE_HINT_COLUMNS = ("hint_correction_cell", "hint_correction", "hint_correction_version",
+                       "hint_lo_frozen", "hint_hi_frozen")
 HINT_COLUMNS = (
     "hint_version", "hint_model_version", "hint_p50", "hint_p90", "hint_lo", "hint_hi",
-    "hint_interval", "hint_age_ms", "hint_fallback", "hint_fallback_reason")
+    "hint_interval", "hint_age_ms", "hint_fallback", "hint_fallback_reason",
+    *ONLINE_HINT_COLUMNS)
 
 
 def negotiate(accepted: Iterable[str],
