@@ -18,6 +18,20 @@ The output is a ledger-v1 frame (every input row, every input column, plus
 `hint_*`, `ack_*` and the residual columns) that `validate_ledger` accepts;
 `python -m evaluation residuals` reads it.
 
+Online recalibration (`replaylab.runtime.online`, on when the predictor has it
+on): rows are then hinted one at a time in dispatch order, and a row's actual
+(prompt + completion, a lower bound when censored) is fed back through
+`predictor.acknowledge` only once the request has ENDED: a heap of pending
+actuals ordered by end time is drained of those with end <= the next
+dispatch before that request is hinted. The end is the ledger's (`ended_at`,
+else `timestamp + duration_ms`); a row with neither gets the modeled end of
+`latency` (`ModeledLatency`: time to first token + ms per output token),
+flagged in `feedback_modeled`; `latency=None` never feeds such rows back. The
+replay works on a fresh online state of the predictor (`with_fresh_online`),
+never the caller's; the final state is `frame.attrs["online_state"]`. Added
+columns: `online_drift` (the hint's cell's drift flag when it was made),
+`feedback_at_ms` (when its actual was fed back; null: never), `feedback_modeled`.
+
 `AdmissionConsumer` is a stand-in, not a scheduler: it keeps a token budget of
 requests in flight (reserved at dispatch, released at the ledger's end time)
 and decides `admitted` when the reservation fits, else `queued`. A trusted hint
@@ -48,6 +62,7 @@ from replaylab.runtime.hints import (
     SUPPORTED_HINT_VERSIONS,
     Acknowledgement,
     DemandHint,
+    is_lower_bound,
     ledger_record,
     negotiate,
 )
@@ -128,16 +143,57 @@ def _end_ms(row: Mapping[str, Any]) -> int | None:
     return None if dur is None else int(row[L.TIMESTAMP]) + int(dur)
 
 
+@dataclass(frozen=True)
+class ModeledLatency:
+    """A request's end when the ledger has none: dispatch + ttft_ms + ms_per_token x output.
+
+    MODELED, not measured (defaults: 1 s to the first token, 40 ms per output
+    token, about a 70B model's decode step at a moderate batch, Splitwise's
+    H100 figures); it only decides when a replay may feed an actual back.
+    """
+
+    ttft_ms: float = 1000.0
+    ms_per_token: float = 40.0
+
+    def end_ms(self, start_ms: int, completion_tokens: float) -> int:
+        return int(start_ms + self.ttft_ms + self.ms_per_token * max(completion_tokens, 0.0))
+
+
+def feedback_end_ms(row: Mapping[str, Any], latency: ModeledLatency | None,
+                    ) -> tuple[int | None, bool]:
+    """(when the row's actual may be fed back, whether that end is modeled); None: never."""
+    end = _end_ms(row)
+    if end is not None:
+        return max(end, int(row[L.TIMESTAMP])), False
+    comp = row.get(L.COMPLETION_TOKENS)
+    if latency is None or comp is None:
+        return None, False
+    return latency.end_ms(int(row[L.TIMESTAMP]), float(comp)), True
+
+
+def actual_total(row: Mapping[str, Any]) -> tuple[float | None, bool]:
+    """(prompt + completion or None when usage is absent, whether it is a lower bound)."""
+    prompt, comp = row.get(L.PROMPT_TOKENS), row.get(L.COMPLETION_TOKENS)
+    lower = is_lower_bound(row.get(L.FINISH_REASON), row.get(L.LIFECYCLE_STATE))
+    if prompt is None or comp is None:
+        return None, lower
+    return float(prompt) + float(comp), lower
+
+
 def replay_hints(ledger: pd.DataFrame, predictor: Any,
                  consumer_for: Callable[[Mapping[str, Any]], AdmissionConsumer] | None = None,
+                 *, online: Any = None, latency: ModeledLatency | None = ModeledLatency(),
                  ) -> pd.DataFrame:
     """Replay `ledger` (validated ledger-v1, `validate_ledger(...).valid`) through the runtime.
 
     predictor: a `replaylab.runtime.DemandPredictor` (or anything with
     `predict_batch(requests) -> list[DemandHint]`). consumer_for: the consumer
-    of a row (one shared AdmissionConsumer by default). Returns one row per
-    input row, in dispatch order, with hint, ack and residual columns added;
-    rows and columns are never dropped.
+    of a row (one shared AdmissionConsumer by default). online: the online
+    recalibration of the replay (None: the predictor's config; False: off, the
+    frozen hints in one batch; an `OnlineConfig`); latency: the modeled end of
+    rows without one (see the module docstring). Returns one row per input
+    row, in dispatch order, with hint, ack and residual columns added; rows
+    and columns are never dropped.
     """
     consumer_for = consumer_for or _single(AdmissionConsumer())
     ordered = ledger.sort_values([L.TIMESTAMP, L.SESSION_ID, L.TURN_INDEX], kind="stable")
@@ -146,7 +202,16 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
     hist = [{k: plain_value(v) for k, v in rec.items()} for rec in history.to_dict("records")]
     requests = [{**{k: r[k] for k in REQUEST_FIELDS if k in r}, **h}
                 for r, h in zip(rows, hist, strict=True)]
-    hints = predictor.predict_batch(requests) if requests else []
+    live = None
+    if hasattr(predictor, "with_fresh_online") and predictor.loaded:
+        live = predictor.with_fresh_online(online)
+        if not live.online_config.enabled:
+            live = None
+    if live is None:
+        hints = predictor.predict_batch(requests) if requests else []
+        extra = None
+    else:
+        hints, extra = _online_hints(live, rows, requests, latency)
     out = []
     for row, req, hint in zip(rows, requests, hints, strict=True):
         consumer = consumer_for(row)
@@ -154,8 +219,49 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
         ack = consumer.decide(req, sent, int(row[L.TIMESTAMP]), _end_ms(row))
         request = {k: v for k, v in row.items() if not k.startswith(("hint_", "ack_"))}
         out.append(ledger_record(request, sent, ack))
-    frame = pd.DataFrame(out, columns=_columns(ordered))
-    return _restore_dtypes(frame, ordered).reset_index(drop=True)
+    columns = _columns(ordered)
+    if extra is not None:
+        for rec, e in zip(out, extra, strict=True):
+            rec.update(e)
+        columns += [c for c in ONLINE_REPLAY_COLUMNS if c not in columns]
+    frame = pd.DataFrame(out, columns=columns)
+    frame = _restore_dtypes(frame, ordered).reset_index(drop=True)
+    if live is not None:
+        frame.attrs["online_state"] = live.online_state()
+    return frame
+
+
+ONLINE_REPLAY_COLUMNS = ("online_drift", "feedback_at_ms", "feedback_modeled")
+
+
+def _online_hints(predictor: Any, rows: list[dict], requests: list[dict],
+                  latency: ModeledLatency | None) -> tuple[list[DemandHint], list[dict]]:
+    """Hint rows one by one in dispatch order, feeding back actuals of requests ENDED by then.
+
+    pending: a heap of (end ms, row position, hint, actual, lower bound); before
+    row i is hinted, every entry with end <= row i's dispatch is acknowledged
+    (ties: an end at the very dispatch ms has ended). A request still running at
+    a dispatch contributes nothing to that hint.
+    """
+    pending: list[tuple[int, int, DemandHint, float, bool]] = []
+    hints, extra = [], []
+    for i, (row, req) in enumerate(zip(rows, requests, strict=True)):
+        now = int(row[L.TIMESTAMP])
+        while pending and pending[0][0] <= now:
+            _, _, h, y, lower = heapq.heappop(pending)
+            predictor.acknowledge(h, y, lower)
+        hint = predictor.predict(req)
+        hints.append(hint)
+        end, modeled = feedback_end_ms(row, latency)
+        y, lower = actual_total(row)
+        fed = end is not None and y is not None and hint.correction_cell is not None
+        if fed:
+            heapq.heappush(pending, (end, i, hint, y, lower))
+        extra.append({"online_drift": predictor.online_drift(hint.correction_cell)
+                      if hint.correction_cell is not None else None,
+                      "feedback_at_ms": end if fed else None,
+                      "feedback_modeled": modeled if fed else None})
+    return hints, extra
 
 
 def _single(consumer: AdmissionConsumer) -> Callable[[Mapping[str, Any]], AdmissionConsumer]:
