@@ -1,11 +1,16 @@
 """Markdown tables of docs/results-router.md from scripts/router_results.py's rows, both tiers.
 
-    python scripts/router_results_tables.py ROWS.json [ROWS.json ...] --runs-dir DIR
+    python scripts/router_results_tables.py ROWS.json [ROWS.json ...] --runs-dir DIR \
+        [--replicates REPS.json ...]
 
 ROWS.json: the OUT.json of `scripts/router_results.py` (one per tier and replay
 share); DIR: its `--runs-dir`, where each run wrote `router_decisions_test.parquet`
 (for the decision agreement between tiers: same seed, same split, same test
-prompts). Prints the tables on stdout.
+prompts). REPS.json: its `--replicates` file; with it each gap also gets a paired
+95% interval of its mean over seeds (replicate i of every seed averaged: the
+prompts are resampled within each seed's own test split, the same draw for both
+policies), and a gap is marked significant only when that interval excludes zero.
+Prints the tables on stdout.
 """
 
 from __future__ import annotations
@@ -34,23 +39,43 @@ def agreement(runs: Path, name: str, share: float, seed: int) -> float | None:
     return float((m.candidate_m == m.candidate_s).mean()) if len(m) else None
 
 
-def gap_cell(rows: pd.DataFrame, key: str) -> str:
-    """Mean gap over seeds [min, max], and how many seeds' paired CI excludes zero (< 0)."""
+def mean_interval(reps: dict, rows: pd.DataFrame, gap: str) -> tuple[float, float] | None:
+    """Paired 95% interval of the mean gap over the rows' seeds, from their replicates."""
+    keys = [(r.data, r.tier, r.replay, r.seed) for r in rows.itertuples()]
+    if not all(k in reps and gap in reps[k] for k in keys):
+        return None
+    n = min(len(reps[k][gap]) for k in keys)
+    m = np.mean([np.asarray(reps[k][gap][:n], dtype=float) for k in keys], axis=0)
+    if not np.isfinite(m).any():
+        return None
+    lo, hi = np.nanpercentile(m, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def gap_cell(rows: pd.DataFrame, key: str, reps: dict, gap: str) -> str:
+    """Mean gap over seeds [min, max]; its paired interval and significance where known."""
     gaps = [g for g in rows[key] if isinstance(g, list)]
     if not gaps:
         return "n/a"
     means = np.array([g[0] for g in gaps], dtype=float)
-    wins = sum(1 for g in gaps if g[1][1] < 0)
-    losses = sum(1 for g in gaps if g[1][0] > 0)
-    return (f"{means.mean():+.3f} [{means.min():+.3f}, {means.max():+.3f}]; "
-            f"sig. better {wins}/{len(gaps)}, sig. worse {losses}/{len(gaps)}")
+    cell = f"{means.mean():+.3f} [{means.min():+.3f}, {means.max():+.3f}]"
+    ci = mean_interval(reps, rows, gap)
+    if ci is None:
+        wins = sum(1 for g in gaps if g[1][1] < 0)
+        losses = sum(1 for g in gaps if g[1][0] > 0)
+        return cell + f"; per seed sig. better {wins}/{len(gaps)}, worse {losses}/{len(gaps)}"
+    sig = " **significant**" if ci[1] < 0 or ci[0] > 0 else ""
+    return cell + f"; paired 95% [{ci[0]:+.3f}, {ci[1]:+.3f}]{sig}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("rows", nargs="+", type=Path)
     ap.add_argument("--runs-dir", type=Path, required=True)
+    ap.add_argument("--replicates", type=Path, nargs="*", default=[])
     args = ap.parse_args()
+    reps = {(r["data"], r["tier"], r["replay"], r["seed"]): r
+            for p in args.replicates for r in json.loads(p.read_text())}
     rows = pd.DataFrame([r for p in args.rows for r in json.loads(p.read_text())])
     rows = rows[rows.get("error").isna()] if "error" in rows else rows
     print("| set | replay | tier | learned | rules | rules_equal | kNN | LightGBM | random | oracle |")
@@ -64,15 +89,15 @@ def main() -> None:
         print(f"| {NAMES[name]} | {share:g} | {tier} | " + " | ".join(cells) + " |")
     print()
     print("| set | replay | tier | learned (mean) | rules | rules_equal | learned - rules_equal "
-          "(mean [min, max] over seeds) | learned - rules |")
+          "(mean [min, max] over seeds) | learned - rules (same) |")
     print("|---|---|---|---|---|---|---|---|")
     for (name, share, tier), g in rows.groupby(["data", "replay", "tier"], sort=False):
         if g["learned_cr95"].isna().all():
             continue
         print(f"| {NAMES[name]} | {share:g} | {tier} | {_f(g.learned_cr95.mean())} | "
               f"{_f(g.rules_cr95.mean())} | {_f(g.rules_equal_cr95.mean())} | "
-              f"{gap_cell(g, 'gap_learned_vs_rules_equal_cr95')} | "
-              f"{gap_cell(g, 'gap_learned_vs_rules_cr95')} |")
+              f"{gap_cell(g, 'gap_learned_vs_rules_equal_cr95', reps, 'learned-rules_equal')} | "
+              f"{gap_cell(g, 'gap_learned_vs_rules_cr95', reps, 'learned-rules')} |")
     print()
     print("| set | replay | learned static - minilm (per seed) | mean | decision agreement "
           "static vs minilm (per seed) |")
