@@ -1,4 +1,5 @@
-"""`python -m export run_dir=DIR | run_id=<mlflow run>`: re-export a finished demand run."""
+"""`python -m export [export|register|promote|fetch|compare] ...`: re-export a finished demand
+run, or work the MLflow Model Registry (`replaylab.apps.registry`, docs/mlflow.md)."""
 
 from __future__ import annotations
 
@@ -55,8 +56,30 @@ def export_demand_run(cfg: DictConfig, run_dir: Path) -> dict:
             "exported_in_run": active_run_id()}
 
 
+def export_job(cfg: DictConfig, run_dir: Path) -> dict:
+    """The job of `python -m export`: the one `cfg.action` names."""
+    from replaylab.apps import registry
+
+    table = {"export": export_demand_run, "register": registry.registered_artifacts,
+             "promote": registry.promote, "fetch": registry.fetch, "compare": registry.compare}
+    if cfg.action not in table:
+        raise ConfigError(f"action={cfg.action!r} is unknown; choose one of {sorted(table)}")
+    if cfg.action != "export" and not cfg.tracking.enabled:
+        raise ConfigError(f"{cfg.action} needs MLflow: tracking.enabled=true and tracking.uri")
+    return table[cfg.action](cfg, run_dir)
+
+
+def exit_code(summary: dict) -> int:
+    """0, or 3 when the promotion gate refused to move the alias (the refusal is recorded)."""
+    return 3 if (summary.get("promotion") or {}).get("decision") == "refused" else 0
+
+
 def input_errors() -> tuple[type[BaseException], ...]:
     """A bad input or config (not a bug): one `error: ...` line and exit code 2."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
-    return (ConfigError, FileNotFoundError, ImportError, OmegaConfValidationError)
+    from replaylab.apps.registry import FetchRefused
+    from replaylab.artifacts.manifest import ManifestError
+
+    return (ConfigError, FileNotFoundError, ImportError, OmegaConfValidationError, FetchRefused,
+            ManifestError)

@@ -95,6 +95,8 @@ def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
     """
     from hydra.core.hydra_config import HydraConfig
 
+    from replaylab.apps.registry import register_outcome
+
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     started = time.perf_counter()
     try:
@@ -107,6 +109,13 @@ def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
             path = run_dir / "summary.json"
             path.write_text(json.dumps(summary, indent=2, default=str))
             log_outcome(run, summary, run_dir, cfg)
+            registered = register_outcome(run, summary, cfg)  # export.register (docs/mlflow.md)
+            if registered:
+                summary["registry"] = registered
+                path.write_text(json.dumps(summary, indent=2, default=str))
+                import mlflow
+
+                mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
     except input_errors as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

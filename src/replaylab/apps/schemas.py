@@ -151,7 +151,10 @@ def group_schemas() -> dict[str, type]:
         "compute": _open("ComputeSchema", kind="local", address=None, n_workers=2, threads_per_worker=1),
         "tracking": _open("TrackingSchema", enabled=True, uri="sqlite:///mlflow.db", experiment="replaylab",
                           run_name=None),
-        "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None),
+        "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None,
+                        register=True, registry={"names": {"demand": "replaylab-demand",
+                                                           "router": "replaylab-router"},
+                                                 "coverage_band": 0.05, "coverage_z": 1.96}),
         "paths": _open("PathsSchema", shared_dir="???"),
         "source": _open("SourceSchema", name="???", path=None, options={}),
     }

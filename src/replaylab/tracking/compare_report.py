@@ -1,0 +1,197 @@
+"""The compare view: a challenger version beside the champion on the same test window.
+
+Inputs are plain dicts (the registered version's tags and its training run's
+summary.json), so this module never talks to MLflow; `replaylab.apps.registry`
+fetches them and logs the page. Demand: headline metrics, pinball by quantile,
+calibration and coverage by group. Router: quality and cost of every policy with
+their bootstrap intervals, and each side's cost/quality curves drawn by the
+router report's own figure code (`router_figures`).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from replaylab.tracking.figures import BAD, GOOD, GREY, pyplot, save_figure
+from replaylab.tracking.html import (
+    TD_L,
+    badge,
+    embedded_figure,
+    escape,
+    page,
+    section,
+    table,
+    write_page,
+)
+from replaylab.tracking.router_report import router_figures
+from replaylab.tracking.summary import lookup, to_float
+
+TAG = "replaylab."
+REPORT = "compare_report.html"
+ROLES = ("challenger", "champion")
+
+
+def _f(x: Any, digits: int = 4) -> str:
+    v = to_float(x)
+    return "—" if math.isnan(v) else f"{v:.{digits}g}"
+
+
+def _tag(side: dict, key: str) -> str:
+    return str((side.get("tags") or {}).get(TAG + key, "—"))
+
+
+def _version_table(ch: dict, cp: dict) -> str:
+    keys = [("kind", "kind"), ("artifact_version", "artifact version"),
+            ("content_hash", "manifest content hash"), ("data_fingerprint", "data fingerprint"),
+            ("projection_version", "projection version"), ("test_window", "test window id"),
+            ("go", "go/no-go"), ("go_reasons", "gate detail"), ("source_run_id", "training run")]
+    metrics = sorted({k[len(TAG):] for s in (ch, cp) for k in (s.get("tags") or {})
+                      if k.startswith(TAG + "metric.")})
+    rows = []
+    for key, label in keys + [(m, m.removeprefix("metric.")) for m in metrics]:
+        a, b = _tag(ch, key), _tag(cp, key)
+        if key == "go":
+            a, b = badge(a == "true", "go", "no-go"), badge(b == "true", "go", "no-go")
+        else:
+            a, b = escape(a if not key.startswith("metric.") else _f(a)), escape(
+                b if not key.startswith("metric.") else _f(b))
+        rows.append([f"{TD_L}>{escape(label)}</td>", f"{TD_L}>{a}</td>", f"{TD_L}>{b}</td>"])
+    return table(["", f"challenger v{ch.get('version')}", f"champion v{cp.get('version')}"], rows)
+
+
+def same_window(ch: dict, cp: dict) -> bool:
+    """True when both versions were scored on the same data and test window."""
+    a, b = _tag(ch, "test_window"), _tag(cp, "test_window")
+    return a != "—" and a == b
+
+
+# ---------------------------------------------------------------- demand
+def _groups(summary: dict) -> dict[tuple[str, str], dict]:
+    return {(str(g.get("by")), str(g.get("value"))): g
+            for g in lookup(summary, "test.groups") or [] if isinstance(g, dict)}
+
+
+def _fig_group_coverage(plt, ch: dict, cp: dict, level: float, path: Path) -> Path | None:
+    a, b = _groups(ch.get("summary") or {}), _groups(cp.get("summary") or {})
+    keys = sorted(set(a) | set(b))
+    if not keys:
+        return None
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(keys) + 1.6))
+    y = list(range(len(keys)))
+    for off, side, color, label in ((-0.15, a, GOOD, "challenger"), (0.15, b, GREY, "champion")):
+        ax.scatter([to_float(side.get(k, {}).get("coverage")) for k in keys],
+                   [i + off for i in y], color=color, label=label, zorder=3)
+    if math.isfinite(level):
+        ax.axvline(level, color=BAD, ls="--", lw=1, label=f"nominal {level:g}")
+    ax.set_yticks(y, [f"{by}={v}" for by, v in keys], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("test coverage of the interval")
+    ax.legend(loc="lower right", fontsize=8)
+    return save_figure(fig, plt, path)
+
+
+def _fig_pinball(plt, ch: dict, cp: dict, path: Path) -> Path | None:
+    pa = lookup(ch.get("summary") or {}, "test.model.pinball") or {}
+    pb = lookup(cp.get("summary") or {}, "test.model.pinball") or {}
+    qs = sorted(set(pa) | set(pb), key=to_float)
+    if not qs:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    x = range(len(qs))
+    ax.bar([i - 0.2 for i in x], [to_float(pa.get(q)) for q in qs], 0.4, color=GOOD,
+           label="challenger")
+    ax.bar([i + 0.2 for i in x], [to_float(pb.get(q)) for q in qs], 0.4, color=GREY,
+           label="champion")
+    ax.set_xticks(list(x), [f"q={q}" for q in qs])
+    ax.set_ylabel("test pinball loss (tokens)")
+    ax.legend(fontsize=8)
+    return save_figure(fig, plt, path)
+
+
+def _demand_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
+    sa, sb = ch.get("summary") or {}, cp.get("summary") or {}
+    if not (sa or sb):
+        return [section("Scores", "<p class='src'>no training summary.json found for either "
+                        "version: only the registered tags are shown.</p>")]
+    level = to_float(sa.get("interval", sb.get("interval")))
+    keys = [("n", "test rows"), ("mean_pinball", "mean pinball"), ("coverage", "coverage"),
+            ("coverage_raw", "coverage before conformal"), ("mean_width", "mean width"),
+            ("mae_p50", "MAE of p50")]
+    rows = [[f"{TD_L}>{escape(label)}</td>", _f(lookup(sa, f"test.model.{k}")),
+             _f(lookup(sb, f"test.model.{k}")),
+             _f(to_float(lookup(sa, f"test.model.{k}")) - to_float(lookup(sb, f"test.model.{k}")))]
+            for k, label in keys]
+    ga, gb = _groups(sa), _groups(sb)
+    grows = []
+    for k in sorted(set(ga) | set(gb)):
+        a, b = ga.get(k, {}), gb.get(k, {})
+        ca, cb = to_float(a.get("coverage")), to_float(b.get("coverage"))
+        grows.append([f"{TD_L}>{escape(k[0])}</td>", f"{TD_L}>{escape(k[1])}</td>",
+                      _f(a.get("n", b.get("n"))), _f(ca, 3), _f(cb, 3),
+                      _f(a.get("mean_pinball")), _f(b.get("mean_pinball"))])
+    plt = pyplot()
+    figs = out_dir / "compare_figures"
+    cov = _fig_group_coverage(plt, ch, cp, level, figs / "compare_group_coverage.png")
+    pin = _fig_pinball(plt, ch, cp, figs / "compare_pinball.png")
+    return [
+        section("Scores on the test window",
+                table(["", "challenger", "champion", "challenger − champion"], rows),
+                "<p class='src'>summary.json <code>test.model</code> of each version's training "
+                f"run; nominal interval {_f(level, 3)}.</p>",
+                embedded_figure(pin, "Pinball loss per quantile (lower is better).")),
+        section("Calibration and coverage by group",
+                table(["by", "value", "n", "coverage (challenger)", "coverage (champion)",
+                       "mean pinball (challenger)", "mean pinball (champion)"], grows)
+                if grows else "<p class='src'>no group scores in either summary.</p>",
+                embedded_figure(cov, "Test coverage per group; dashed: the nominal level.")),
+    ]
+
+
+# ---------------------------------------------------------------- router
+def _ci_text(t: dict, key: str) -> str:
+    ci = lookup(t, f"ci.{key}")
+    lo, hi = (list(ci) + [None, None])[:2] if isinstance(ci, list | tuple) else (None, None)
+    return f"{_f(t.get(key))} <span class='ci'>[{_f(lo)}, {_f(hi)}]</span>"
+
+
+def _router_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
+    ta = lookup(ch.get("summary") or {}, "test") or {}
+    tb = lookup(cp.get("summary") or {}, "test") or {}
+    if not (ta or tb):
+        return [section("Scores", "<p class='src'>no training summary.json found for either "
+                        "version: only the registered tags are shown.</p>")]
+    rows = []
+    for p in [p for p in dict.fromkeys([*ta, *tb]) if isinstance((ta.get(p) or tb.get(p)), dict)]:
+        a, b = ta.get(p) or {}, tb.get(p) or {}
+        rows.append([f"{TD_L}>{escape(p)}</td>", _ci_text(a, "quality"), _ci_text(b, "quality"),
+                     _ci_text(a, "cost"), _ci_text(b, "cost"),
+                     _f(a.get("cost_ratio_at_95")), _f(b.get("cost_ratio_at_95"))])
+    figs = []
+    for role, side in (("challenger", ch), ("champion", cp)):
+        drawn = router_figures(side.get("summary") or {}, out_dir / "compare_figures" / role)
+        figs.append(embedded_figure(drawn.get("curves"),
+                                    f"{role} v{side.get('version')}: cost/quality curves "
+                                    "(intervals: bootstrap over test prompts)"))
+    return [section("Policies on the test split",
+                    table(["policy", "quality (challenger)", "quality (champion)",
+                           "cost (challenger)", "cost (champion)", "cost ratio @95 (challenger)",
+                           "cost ratio @95 (champion)"], rows),
+                    "<p class='src'>summary.json <code>test</code> of each version's training "
+                    "run; [lo, hi]: 95% bootstrap intervals.</p>"),
+            section("Cost/quality curves", f"<div class='row'>{''.join(figs)}</div>")]
+
+
+def write_compare_report(name: str, challenger: dict, champion: dict, out_dir: Path) -> Path:
+    """Write out_dir/compare_report.html; each side is {version, tags, summary}."""
+    out_dir = Path(out_dir)
+    kind = _tag(challenger, "kind")
+    same = same_window(challenger, champion)
+    head = (f"<h1>{escape(name)}: challenger v{escape(challenger.get('version'))} vs champion "
+            f"v{escape(champion.get('version'))}</h1><p class='src'>same data and test window: "
+            f"{badge(same, 'yes', 'no — the scores below are not on the same rows')}</p>")
+    body = [head, section("Registered versions", _version_table(challenger, champion))]
+    body += (_demand_sections(challenger, champion, out_dir) if kind == "demand"
+             else _router_sections(challenger, champion, out_dir))
+    return write_page(out_dir / REPORT, page(f"{name} compare", body))
