@@ -183,7 +183,7 @@ def actual_total(row: Mapping[str, Any]) -> tuple[float | None, bool]:
 def replay_hints(ledger: pd.DataFrame, predictor: Any,
                  consumer_for: Callable[[Mapping[str, Any]], AdmissionConsumer] | None = None,
                  *, online: Any = None, latency: ModeledLatency | None = ModeledLatency(),
-                 ) -> pd.DataFrame:
+                 online_from_ms: int | None = None) -> pd.DataFrame:
     """Replay `ledger` (validated ledger-v1, `validate_ledger(...).valid`) through the runtime.
 
     predictor: a `replaylab.runtime.DemandPredictor` (or anything with
@@ -191,7 +191,11 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
     of a row (one shared AdmissionConsumer by default). online: the online
     recalibration of the replay (None: the predictor's config; False: off, the
     frozen hints in one batch; an `OnlineConfig`); latency: the modeled end of
-    rows without one (see the module docstring). Returns one row per input
+    rows without one (see the module docstring); online_from_ms: when the
+    artifact was deployed (e.g. the first dispatch of its test window): the
+    actuals of requests dispatched earlier are never fed back (they trained or
+    calibrated the model, so their residuals are in-sample); None: every
+    row's. Returns one row per input
     row, in dispatch order, with hint, ack and residual columns added; rows
     and columns are never dropped.
     """
@@ -211,7 +215,7 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
         hints = predictor.predict_batch(requests) if requests else []
         extra = None
     else:
-        hints, extra = _online_hints(live, rows, requests, latency)
+        hints, extra = _online_hints(live, rows, requests, latency, online_from_ms)
     out = []
     for row, req, hint in zip(rows, requests, hints, strict=True):
         consumer = consumer_for(row)
@@ -235,13 +239,15 @@ ONLINE_REPLAY_COLUMNS = ("online_drift", "feedback_at_ms", "feedback_modeled")
 
 
 def _online_hints(predictor: Any, rows: list[dict], requests: list[dict],
-                  latency: ModeledLatency | None) -> tuple[list[DemandHint], list[dict]]:
+                  latency: ModeledLatency | None, online_from_ms: int | None = None,
+                  ) -> tuple[list[DemandHint], list[dict]]:
     """Hint rows one by one in dispatch order, feeding back actuals of requests ENDED by then.
 
     pending: a heap of (end ms, row position, hint, actual, lower bound); before
     row i is hinted, every entry with end <= row i's dispatch is acknowledged
     (ties: an end at the very dispatch ms has ended). A request still running at
-    a dispatch contributes nothing to that hint.
+    a dispatch contributes nothing to that hint. Rows dispatched before
+    `online_from_ms` are hinted but never fed back.
     """
     pending: list[tuple[int, int, DemandHint, float, bool]] = []
     hints, extra = [], []
@@ -254,7 +260,8 @@ def _online_hints(predictor: Any, rows: list[dict], requests: list[dict],
         hints.append(hint)
         end, modeled = feedback_end_ms(row, latency)
         y, lower = actual_total(row)
-        fed = end is not None and y is not None and hint.correction_cell is not None
+        fed = end is not None and y is not None and hint.correction_cell is not None \
+            and (online_from_ms is None or now >= online_from_ms)
         if fed:
             heapq.heappush(pending, (end, i, hint, y, lower))
         extra.append({"online_drift": predictor.online_drift(hint.correction_cell)
