@@ -6,9 +6,11 @@
 Datasets: the real traces azure_conv and azure_code+conv (`replaylab.demand.real_traces`,
 the overrides of docs/results-demand.md), the embedded synthetic ledger as it is
 (`synthetic`) and with an injected mix shift halfway through its test window
-(`synthetic+shift`: `replaylab.sources.shift.inject_mix_shift`, category mix of the
-post-shift sessions reversed, seed 0; the model is the one trained on the
-UNSHIFTED ledger, so the shift is news to it).
+(`synthetic+mix`: `replaylab.sources.shift.inject_mix_shift`, the category mix of
+the post-shift sessions reversed, seed 0) and with a hidden verbose population
+from there on (`synthetic+latent`: `inject_latent_shift`, 30% of the sessions
+answer twice as long, seed 0); the model is the one trained on the UNSHIFTED
+ledger, so the shift is news to it.
 
 Each model is trained with the user command (`python -m training pipeline=demand
 data.ledger=... tracking=off`, seed 0); `--reuse` keeps a run folder that already
@@ -36,7 +38,7 @@ from replaylab.jsonsafe import json_safe
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = ("azure_conv", "azure_code+conv")
-NAMES = (*REAL, "synthetic", "synthetic+shift")
+NAMES = (*REAL, "synthetic", "synthetic+mix", "synthetic+latent")
 
 
 def train(ledger: Path | None, run_dir: Path, extra: list[str], reuse: bool) -> Path:
@@ -75,7 +77,7 @@ def ledger_of(name: str, out: Path, shared: Path, reuse: bool) -> tuple[pd.DataF
 def evaluate(name: str, out: Path, shared: Path, reuse: bool, online) -> dict:
     from replaylab.hints.online_eval import compare_online, deployment_start_ms, online_figure
     from replaylab.runtime.demand import DemandPredictor
-    from replaylab.sources.shift import inject_mix_shift
+    from replaylab.sources.shift import inject_latent_shift, inject_mix_shift
 
     print(f"[{name}]", flush=True)
     ledger, path, run = ledger_of(name, out, shared, reuse)
@@ -83,10 +85,11 @@ def evaluate(name: str, out: Path, shared: Path, reuse: bool, online) -> dict:
     if not predictor.loaded:
         raise RuntimeError(f"{name}: artifact did not load: {predictor.reason}")
     window = predictor.manifest["training"]["time_window"]
-    if name == "synthetic+shift":
-        test = window["test"]
-        ledger = inject_mix_shift(ledger, column="category",
-                                  at_ms=(test["first_ms"] + test["last_ms"]) // 2, seed=0)
+    halfway = (window["test"]["first_ms"] + window["test"]["last_ms"]) // 2
+    if name == "synthetic+mix":
+        ledger = inject_mix_shift(ledger, column="category", at_ms=halfway, seed=0)
+    elif name == "synthetic+latent":
+        ledger = inject_latent_shift(ledger, at_ms=halfway, share=0.3, scale=2.0, seed=0)
     t0 = time.perf_counter()
     cmp = compare_online(ledger, predictor, online=online,
                          online_from_ms=deployment_start_ms(predictor.manifest))

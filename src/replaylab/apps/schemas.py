@@ -194,7 +194,9 @@ def experiment_schemas() -> dict[str, type]:
         extra={"name": (Any, "???"), "slo": sections["slo"],
                "scenarios": (dict[str, schema_of(ScenarioConfig)], {})})
     out["residuals"] = _open("ResidualsSchema", name="residuals", group_columns=[], time_bucket_s=None,
-                             min_group_rows=30, artifact=None)
+                             min_group_rows=30, artifact=None, online={},
+                             online_from="test", coverage_window=500,
+                             coverage_band=[0.77, 0.83])
     return out
 
 

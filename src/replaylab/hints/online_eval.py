@@ -108,8 +108,9 @@ def compare_online(ledger: pd.DataFrame, predictor: Any, *, online_from_ms: int 
         if len(covers) else None)
     summary["blocks_where_frozen_covers"] = int(len(covers))
     summary["drift"] = _drift(scored, adaptive.attrs["online_state"])
-    if "mix_shift" in ledger.attrs:
-        summary["mix_shift"] = ledger.attrs["mix_shift"]
+    for kind in ("mix_shift", "latent_shift"):  # replaylab.sources.shift
+        if kind in ledger.attrs:
+            summary["shift"] = {"kind": kind, **ledger.attrs[kind]}
     return OnlineComparison(frozen, adaptive, scored, summary)
 
 
@@ -229,11 +230,11 @@ def online_figure(comparison: OnlineComparison, path: Path, *, title: str | None
         if m.any():
             ax[0].scatter(minutes[m], np.full(m.sum(), ax[0].get_ylim()[0]), marker="|",
                           color=color, s=40, label=f"drift flag: {state}")
-    shift = summ.get("mix_shift")
+    shift = summ.get("shift")
     if shift:
         for a in ax:
             a.axvline((shift["at_ms"] - t0) / 60000.0, color="C3", ls=":", lw=1.5)
-        ax[0].text((shift["at_ms"] - t0) / 60000.0, hi + 0.01, f" mix shift ({shift['column']})",
+        ax[0].text((shift["at_ms"] - t0) / 60000.0, hi + 0.01, f" {shift['kind'].replace('_', ' ')}",
                    color="C3", fontsize=8)
     ax[0].set_ylabel(f"coverage, rolling {w} requests")
     ax[0].legend(fontsize=8, loc="lower left")

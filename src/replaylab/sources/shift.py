@@ -117,3 +117,63 @@ def inject_mix_shift(ledger: pd.DataFrame, *, column: str, at_ms: int,
         "rows_after_shift_after": int(len(out) - len(keep)),
     }
     return out
+
+
+def inject_latent_shift(ledger: pd.DataFrame, *, at_ms: int, share: float = 0.3,
+                        scale: float = 2.0, ms_per_token: float = 40.0,
+                        seed: int = 0) -> pd.DataFrame:
+    """`ledger` with a hidden population of verbose sessions from `at_ms` on.
+
+    A mix shift the model cannot see in its features: from `at_ms`, a seeded
+    `share` of the sessions that start then answer `scale` times longer
+    (completion_tokens rounded; a row that now passes its `max_tokens` is cut
+    there and becomes `finish_reason = length`, a lower bound, as a serving
+    engine would). `duration_ms` and `ended_at` grow by `ms_per_token` per added
+    token (a decode step, the `ModeledLatency` default). Prompts, the request
+    count and every other column stay as they are: the visible mix is unchanged,
+    only the share of the latent type moves from 0 to `share` (later turns'
+    prompts would grow with their context in reality; they do not here).
+    `attrs["latent_shift"]` records it. Raises ValueError on bad arguments.
+    """
+    if not 0 < share <= 1 or not scale > 0 or ms_per_token < 0:
+        raise ValueError(f"inject_latent_shift: need 0 < share <= 1, scale > 0, "
+                         f"ms_per_token >= 0 (got {share}, {scale}, {ms_per_token})")
+    for c in (L.SESSION_ID, L.TIMESTAMP, L.COMPLETION_TOKENS):
+        if c not in ledger.columns:
+            raise ValueError(f"inject_latent_shift: the ledger has no column {c!r}")
+    out = ledger.copy()
+    ts = out[L.TIMESTAMP].astype("int64")
+    start = ts.groupby(out[L.SESSION_ID]).min()
+    post = np.asarray(sorted(start.index[start.to_numpy() >= at_ms]), dtype=object)
+    if len(post) == 0:
+        raise ValueError(f"inject_latent_shift: no session starts at or after at_ms={at_ms}")
+    rng = np.random.default_rng(seed)
+    verbose = post[rng.random(len(post)) < share]
+    rows = out[L.SESSION_ID].isin(set(verbose)).to_numpy() & out[L.COMPLETION_TOKENS].notna(
+        ).to_numpy()
+    old = out.loc[rows, L.COMPLETION_TOKENS].astype("float64").to_numpy()
+    new = np.rint(old * scale)
+    if L.MAX_TOKENS in out.columns:
+        cap = pd.to_numeric(out.loc[rows, L.MAX_TOKENS]).to_numpy(dtype="float64",
+                                                                  na_value=np.nan)
+        cut = np.isfinite(cap) & (new >= cap) & (old < cap)
+        new = np.where(np.isfinite(cap), np.minimum(new, cap), new)
+        if L.FINISH_REASON in out.columns:
+            idx = out.index[rows][cut]
+            out.loc[idx, L.FINISH_REASON] = "length"
+    else:
+        cut = np.zeros(len(new), dtype=bool)
+    out.loc[rows, L.COMPLETION_TOKENS] = new.astype("int64")
+    added = np.rint((new - old) * ms_per_token).astype("int64")
+    for c in (L.DURATION_MS, L.ENDED_AT):
+        if c in out.columns:
+            v = out.loc[rows, c]
+            out.loc[rows, c] = v.where(v.isna(), v + added)
+    for c in ledger.columns:
+        if out[c].dtype != ledger[c].dtype:
+            out[c] = out[c].astype(ledger[c].dtype)
+    out.attrs["latent_shift"] = {
+        "at_ms": int(at_ms), "share": float(share), "scale": float(scale), "seed": int(seed),
+        "sessions_after_shift": int(len(post)), "verbose_sessions": int(len(verbose)),
+        "rows_changed": int(rows.sum()), "rows_cut_at_cap": int(cut.sum())}
+    return out
