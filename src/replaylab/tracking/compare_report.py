@@ -57,7 +57,8 @@ def _version_table(ch: dict, cp: dict) -> str:
         else:
             a, b = escape(a if not key.startswith("metric.") else _f(a)), escape(
                 b if not key.startswith("metric.") else _f(b))
-        rows.append([f"{TD_L}>{escape(label)}</td>", f"{TD_L}>{a}</td>", f"{TD_L}>{b}</td>"])
+        wrap = f"{TD_L} style='word-break:break-all'>"  # hashes: break, never overflow
+        rows.append([f"{TD_L}>{escape(label)}</td>", f"{wrap}{a}</td>", f"{wrap}{b}</td>"])
     return table(["", f"challenger v{ch.get('version')}", f"champion v{cp.get('version')}"], rows)
 
 

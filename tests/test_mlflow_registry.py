@@ -1,0 +1,330 @@
+"""Integration: the Model Registry through a real `mlflow server` on loopback (docs/mlflow.md).
+
+Two tiny seeded demand runs on the same ledger (so the same test window) register
+versions at the end of `python -m training pipeline=demand`; two router-kind
+folders (a go and a no-go verdict, manifests built by the manifest module, no
+encoder) are registered with `python -m export register`. Then: the gate
+promotes and refuses, force needs and logs a reason, serving fetches by alias
+and picks up an alias change, and files altered in the artifact store are
+refused at fetch. The compare report and the MLflow UI model page are opened in
+headless Chromium; screenshots go to tests/artifacts/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from tests.conftest import REPO
+from tests.test_entrypoints import run_training
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+ARTIFACTS = REPO / "tests" / "artifacts"
+DEMAND, ROUTER = "replaylab-demand", "replaylab-router"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ink(png: bytes) -> float:
+    """Share of non-white pixels of a screenshot."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    return float(np.mean(img.min(axis=2) < 225))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """The pattern of tests/test_mlflow_server.py, once per module (the tests share it)."""
+    tmp = tmp_path_factory.mktemp("mlflow")
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    if not mlflow_bin.exists():
+        mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp}/server.db",
+         "--artifacts-destination", str(tmp / "artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("mlflow server did not start:\n"
+                                   + (tmp / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+        yield url, tmp / "artifacts"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # stop it by PID (and its gunicorn/uvicorn child)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
+def export(url: str, *args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = subprocess.run([sys.executable, "-m", "export", *args, f"tracking.uri={url}",
+                           "tracking.experiment=it-registry", f"hydra.run.dir={run_dir}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    s = run_dir / "summary.json"
+    return proc, (json.loads(s.read_text()) if s.is_file() else {})
+
+
+def client(url: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=url, registry_uri=url)
+
+
+def fake_router_run(folder: Path, go: bool, quality: float) -> Path:
+    """A finished run folder holding a router-kind artifact (a manifest over one config file)
+    and a summary with the test section the compare view reads."""
+    art = folder / "artifacts" / "router"
+    art.mkdir(parents=True)
+    (art / "router.json").write_text(json.dumps({"threshold": 0.5, "quality": quality}))
+    test = {p: {"quality": q, "cost": c, "ci": {"quality": [q - 0.03, q + 0.03],
+                                                 "cost": [c * 0.9, c * 1.1]}}
+            for p, q, c in (("learned", quality, 0.004), ("rules", 0.78, 0.006),
+                            ("cheap_only", 0.6, 0.0001), ("strong_only", 0.9, 0.012))}
+    m = build_manifest(art, kind="router", version="1.0.0", contracts={"outcomes": "1"},
+                       valid_days=30, features=[{"name": "text"}], outputs={}, calibration={},
+                       training={"go": go, "go_reasons": ["seeded test verdict"], "prompts": 400,
+                                 "test": test}, runtime={}, fallback={})
+    write_manifest(art, m)
+    (folder / "summary.json").write_text(json.dumps({"pipeline": "router", "test": test,
+                                                     "go": go}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def registry(server, tmp_path_factory):
+    """Demand v1 (60 trees) and v2 (20 trees) on one ledger; router v1 (go) and v2 (no-go)."""
+    url, store = server
+    tmp = tmp_path_factory.mktemp("runs")
+    runs = {}
+    for v, trees in ((1, 60), (2, 20)):
+        out = tmp / f"demand{v}"
+        run_training("pipeline=demand", f"hydra.run.dir={out}", "data.synthetic.n_sessions=600",
+                     f"demand.model.n_estimators={trees}", f"tracking.uri={url}",
+                     "tracking.experiment=it-registry")
+        runs[f"demand{v}"] = json.loads((out / "summary.json").read_text()) | {"dir": str(out)}
+    for v, go in ((1, True), (2, False)):
+        folder = fake_router_run(tmp / f"router{v}", go, 0.85 if go else 0.80)
+        proc, s = export(url, "register", f"run_dir={folder}", run_dir=tmp / f"reg-router{v}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs[f"router{v}"] = s | {"dir": str(folder)}
+    return url, store, runs, tmp
+
+
+def test_register_puts_verified_folders_in_the_registry_with_their_tags(registry):
+    url, _, runs, _ = registry
+    c = client(url)
+    assert [r["version"] for r in runs["demand1"]["registry"]] == [1]
+    assert [r["version"] for r in runs["demand2"]["registry"]] == [2]
+    for v in (1, 2):
+        s = runs[f"demand{v}"]
+        m = verify_manifest(Path(s["artifacts"]["demand"]))
+        mv = c.get_model_version(DEMAND, str(v))
+        t = mv.tags
+        assert t["replaylab.content_hash"] == m["content_hash"] == s["export"]["content_hash"]
+        assert t["replaylab.data_fingerprint"] == s["ledger_fingerprint"]
+        assert t["replaylab.projection_version"] == m["training"]["projection_version"]
+        assert float(t["replaylab.metric.test_mean_pinball"]) == pytest.approx(
+            s["test"]["model"]["mean_pinball"])
+        assert t["replaylab.go"] == "true" and "coverage" in t["replaylab.go_reasons"]
+        assert json.loads(t["replaylab.signature"])["inputs"]
+        assert mv.run_id == s["mlflow"]["run_id"]
+        run = c.get_run(mv.run_id)
+        assert run.data.tags[f"replaylab.registered.{DEMAND}"] == str(v)
+    # same ledger and split: the same test window, so the pinballs are comparable
+    w = {c.get_model_version(DEMAND, v).tags["replaylab.test_window"] for v in ("1", "2")}
+    assert len(w) == 1
+    r1, r2 = (c.get_model_version(ROUTER, v).tags for v in ("1", "2"))
+    assert (r1["replaylab.go"], r2["replaylab.go"]) == ("true", "false")
+    assert float(r1["replaylab.metric.learned.quality"]) == 0.85
+
+
+def test_promotion_gate_allows_refuses_and_records_every_decision(registry):
+    url, _, runs, tmp = registry
+    c = client(url)
+    p1, p2 = (runs[f"demand{v}"]["test"]["model"]["mean_pinball"] for v in (1, 2))
+    better, worse = ("1", "2") if p1 < p2 else ("2", "1")
+    proc, s = export(url, "promote", f"name={DEMAND}", f"version={better}", "alias=champion",
+                     run_dir=tmp / "promote-better")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert s["promotion"]["decision"] == "promoted"
+    assert c.get_model_version_by_alias(DEMAND, "champion").version == better
+    # the worse one on the same window is refused: exit 3, alias unmoved, a tagged run
+    proc, s = export(url, "promote", f"name={DEMAND}", f"version={worse}", "alias=champion",
+                     run_dir=tmp / "promote-worse")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert s["promotion"]["decision"] == "refused" and not s["promotion"]["gate_passed"]
+    assert any("pinball" in r for r in s["promotion"]["reasons"])
+    assert c.get_model_version_by_alias(DEMAND, "champion").version == better
+    run = c.get_run(s["mlflow"]["run_id"])
+    assert run.data.tags["registry.decision"] == "refused"
+    assert run.data.tags["registry.previous"] == better
+    names = {a.path for a in c.list_artifacts(run.info.run_id, "reports")}
+    assert "reports/compare_report.html" in names  # the compare view, logged with the decision
+    # the router gate reads the go/no-go verdict
+    proc, s = export(url, "promote", f"name={ROUTER}", "version=2", "alias=champion",
+                     run_dir=tmp / "promote-nogo")
+    assert proc.returncode == 3 and s["promotion"]["decision"] == "refused"
+    proc, s = export(url, "promote", f"name={ROUTER}", "version=1", "alias=champion",
+                     run_dir=tmp / "promote-go")
+    assert proc.returncode == 0 and s["promotion"]["decision"] == "promoted"
+    assert c.get_model_version_by_alias(ROUTER, "champion").version == "1"
+
+
+def test_force_needs_a_reason_and_logs_it(registry):
+    url, _, _, tmp = registry
+    c = client(url)
+    proc, _ = export(url, "promote", f"name={ROUTER}", "version=2", "alias=forced", "force=true",
+                     run_dir=tmp / "force-no-reason")
+    assert proc.returncode == 2 and "reason" in proc.stderr
+    proc, s = export(url, "promote", f"name={ROUTER}", "version=2", "alias=forced", "force=true",
+                     "reason='incident 42: reviewer approved'", run_dir=tmp / "force")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert s["promotion"]["decision"] == "forced" and not s["promotion"]["gate_passed"]
+    assert c.get_model_version_by_alias(ROUTER, "forced").version == "2"
+    tags = c.get_run(s["mlflow"]["run_id"]).data.tags
+    assert tags["registry.force"] == "true"
+    assert tags["registry.reason"] == "incident 42: reviewer approved"
+
+
+def test_fetch_by_alias_picks_up_an_alias_change(registry):
+    from replaylab.runtime import DemandPredictor
+
+    url, _, runs, tmp = registry
+    c = client(url)
+    c.set_registered_model_alias(DEMAND, "serving", "1")
+    out = tmp / "serve" / "demand"
+    proc, s = export(url, "fetch", f"name={DEMAND}", "alias=serving", f"out={out}",
+                     run_dir=tmp / "fetch1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    p = DemandPredictor.load(out)
+    assert p.loaded and p.manifest["content_hash"] == runs["demand1"]["export"]["content_hash"]
+    c.set_registered_model_alias(DEMAND, "serving", "2")
+    proc, s = export(url, "fetch", f"name={DEMAND}", "alias=serving", f"out={out}",
+                     run_dir=tmp / "fetch2")
+    assert proc.returncode == 0 and s["fetch"]["version"] == 2
+    p = DemandPredictor.load(out)
+    assert p.loaded and p.manifest["content_hash"] == runs["demand2"]["export"]["content_hash"]
+    row = {"prompt_tokens": 300, "max_tokens": 800, "category": "chat"}
+    original = DemandPredictor.load(Path(runs["demand2"]["artifacts"]["demand"]))
+    assert p.predict(row).hint_p50 == original.predict(row).hint_p50
+
+
+def test_files_altered_in_the_store_are_refused_at_fetch(registry):
+    from replaylab.runtime import DemandPredictor
+
+    url, store, runs, tmp = registry
+    c = client(url)
+    # a version of its own (re-registered from run 1's folder), so the other tests keep theirs
+    proc, s = export(url, "register", f"run_dir={runs['demand1']['dir']}",
+                     run_dir=tmp / "reg-tamper")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    version = str(s["registry"][0]["version"])
+    run_id = s["mlflow"]["run_id"]
+    stored = next(store.rglob(f"{run_id}/artifacts/demand_artifact/model.onnx"))
+    good = tmp / "serve-tamper" / "demand"
+    c.set_registered_model_alias(DEMAND, "tamper", version)
+    proc, _ = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={good}",
+                     run_dir=tmp / "fetch-before")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before = (good / "manifest.json").read_bytes()
+    data = bytearray(stored.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte, same size
+    stored.write_bytes(bytes(data))
+    proc, s = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={good}",
+                     run_dir=tmp / "fetch-after")
+    assert proc.returncode == 2 and "hash_mismatch" in proc.stderr
+    assert (good / "manifest.json").read_bytes() == before  # the old verified folder stays
+    assert DemandPredictor.load(good).loaded
+    fresh = tmp / "serve-fresh" / "demand"
+    proc, _ = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={fresh}",
+                     run_dir=tmp / "fetch-fresh")
+    assert proc.returncode == 2 and not fresh.exists()
+    assert not DemandPredictor.load(fresh).loaded  # nothing there: the runtime falls back
+    # and the gate will not move an alias onto it, not even forced
+    proc, s = export(url, "promote", f"name={DEMAND}", f"version={version}", "alias=champion2",
+                     "force=true", "reason=test", run_dir=tmp / "promote-tampered")
+    assert proc.returncode == 3 and not s["promotion"]["verified"]
+
+
+def test_runtime_imports_no_mlflow():
+    code = ("import sys, replaylab.runtime; "
+            "print(any(m == 'mlflow' or m.startswith('mlflow.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+@pytest.mark.timeout(300)
+def test_compare_report_and_model_page_in_chromium(registry):
+    from tests.test_demand_report import browse, page_stderr_problems
+
+    url, _, runs, tmp = registry
+    client(url).set_registered_model_alias(DEMAND, "compared", "1")
+    proc, s = export(url, "compare", f"name={DEMAND}", "version=2", "alias=compared",
+                     run_dir=tmp / "compare-demand")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (s["compare"]["challenger"], s["compare"]["champion"]) == (2, 1)
+    report = Path(s["reports"]["compare"])
+    text = report.read_text()
+    assert "Calibration and coverage by group" in text and "same data and test window" in text
+    p1, p2 = (runs[f"demand{v}"]["test"]["model"]["mean_pinball"] for v in (1, 2))
+    assert f"<td>{p2:.4g}</td><td>{p1:.4g}</td><td>{p2 - p1:.4g}</td>" in text  # each side's own
+    got = browse(report.resolve().as_uri())
+    assert got["console_errors"] == [] and got["exceptions"] == []
+    assert got["images"] and all(i["w"] > 0 for i in got["images"])
+    assert page_stderr_problems(got["stderr"], report.resolve().as_uri())[0] == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "compare_report.png").write_bytes(got["png"])
+    client(url).set_registered_model_alias(ROUTER, "compared", "1")
+    proc, s = export(url, "compare", f"name={ROUTER}", "version=2", "alias=compared",
+                     run_dir=tmp / "compare-router")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rtext = Path(s["reports"]["compare"]).read_text()
+    assert "Cost/quality curves" in rtext and "data:image/png;base64" in rtext
+    # the MLflow UI's model page (a single-page app: give its scripts time to render)
+    shot = tmp / "model_page.png"
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+             f"--user-data-dir={profile}", "--window-size=1400,1300",
+             "--virtual-time-budget=20000", f"--screenshot={shot}",
+             f"{url}/#/models/{DEMAND}"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    png = shot.read_bytes()
+    assert ink(png) > 0.02  # something was drawn, not a blank page
+    (ARTIFACTS / "mlflow_model_page.png").write_bytes(png)
