@@ -298,8 +298,8 @@ def _evaluate(tmp_path: Path, *overrides: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
-def _assert_figures(summary: dict) -> None:
-    assert set(summary["reports"]) == {"drift", "groups", "sizing"}
+def _assert_figures(summary: dict, extra: frozenset = frozenset()) -> None:
+    assert set(summary["reports"]) == {"drift", "groups", "sizing", *extra}
     for p in summary["reports"].values():
         assert Path(p).is_file() and Path(p).read_bytes()[:4] == b"\x89PNG"
     assert Path(summary["artifacts"]["by_group"]).is_file()
@@ -360,4 +360,13 @@ def test_entry_point_replays_an_unhinted_ledger_through_an_artifact(tmp_path):
     assert o["lower_bound"] > 0 and o["scored"] > 0
     assert 0.6 <= o["coverage"] <= 0.95  # the 0.8 interval, in-sample and out
     assert s["model"]["rows"] == len(ledger)  # no fallback: the artifact is fresh
-    _assert_figures(s)
+    on = s["online"]  # online recalibration is on by default: frozen scored beside adaptive
+    test_start = json.loads((art / "manifest.json").read_text())["training"]["time_window"][
+        "test"]["first_ms"]
+    assert on["online_from_ms"] == test_start
+    assert 0 < on["rows_scored"] < len(ledger)
+    for v in ("frozen", "adaptive"):
+        assert 0.5 <= on[v]["coverage"] <= 1.0 and on[v]["mean_width"] > 0
+    assert sum(on["drift"]["hints_by_state"].values()) == on["rows_scored"]
+    assert out["feedback_at_ms"].notna().any()  # the analysed replay is the adaptive one
+    _assert_figures(s, frozenset({"online"}))

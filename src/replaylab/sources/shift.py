@@ -175,5 +175,5 @@ def inject_latent_shift(ledger: pd.DataFrame, *, at_ms: int, share: float = 0.3,
     out.attrs["latent_shift"] = {
         "at_ms": int(at_ms), "share": float(share), "scale": float(scale), "seed": int(seed),
         "sessions_after_shift": int(len(post)), "verbose_sessions": int(len(verbose)),
-        "rows_changed": int(rows.sum()), "rows_cut_at_cap": int(cut.sum())}
+        "rows_verbose": int(rows.sum()), "rows_cut_at_cap": int(cut.sum())}
     return out
