@@ -116,34 +116,33 @@ def compare_online(ledger: pd.DataFrame, predictor: Any, *, online_from_ms: int 
 
 def _scored(frozen: pd.DataFrame, adaptive: pd.DataFrame, start: int,
             ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """The scored rows of both replays (same order: replay_hints sorts identically)."""
+    """The scored rows of both replays (same order: replay_hints sorts identically).
+
+    Per-row actuals, coverage and width are `row_residuals`'; a row is scored when
+    both replays gave it a model hint with both bounds and its actual is exact.
+    """
     if not (frozen[L.REQUEST_ID].to_numpy() == adaptive[L.REQUEST_ID].to_numpy()).all():
         raise AssertionError("the two replays are not in the same row order")
     t = frozen[L.TIMESTAMP].to_numpy(dtype="int64")
-    parts, capped = {}, {}
-    keep = t >= start
-    for name, f in (("frozen", frozen), ("adaptive", adaptive)):
-        r = row_residuals(f)
+    replays = {"frozen": frozen, "adaptive": adaptive}
+    res, model = {}, t >= start
+    for name, f in replays.items():
+        r = res[name] = row_residuals(f)
         fb = LEDGER_SCHEMA.column(f, L.HINT_FALLBACK).astype("boolean").fillna(False).to_numpy(
             dtype=bool)
-        lo = pd.to_numeric(f[L.HINT_LO]).to_numpy(dtype="float64", na_value=np.nan)
-        hi = pd.to_numeric(f[L.HINT_HI]).to_numpy(dtype="float64", na_value=np.nan)
-        ok = r["hinted"].to_numpy() & ~fb & np.isfinite(lo) & np.isfinite(hi)
-        keep &= ok
-        actual = r["actual_total"].to_numpy()
-        parts[name] = (actual, lo, hi)
-        capped[name] = ok & (t >= start) & r["lower_bound"].to_numpy() & np.isfinite(actual)
-    exact = row_residuals(frozen)["exact"].to_numpy()
-    rows = keep & exact
+        model &= r["hinted"].to_numpy() & ~fb & np.isfinite(r["width"].to_numpy())
+    rows = model & res["frozen"]["exact"].to_numpy()
     out = {"t_ms": t[rows]}
-    for name, (actual, lo, hi) in parts.items():
-        out[f"covered_{name}"] = ((actual >= lo) & (actual <= hi))[rows]
-        out[f"width_{name}"] = (hi - lo)[rows]
+    for name, r in res.items():
+        out[f"covered_{name}"] = r["covered"].to_numpy()[rows].astype(bool)
+        out[f"width_{name}"] = r["width"].to_numpy()[rows]
     drift = adaptive["online_drift"].to_numpy(dtype=object) if "online_drift" in adaptive else \
         np.full(len(adaptive), None, dtype=object)
     out["drift"] = drift[rows]
-    both = capped["frozen"] & capped["adaptive"]
-    cap = {name: (parts[name][2] >= parts[name][0])[both] for name in parts}
+    lower = model & res["frozen"]["lower_bound"].to_numpy() & \
+        np.isfinite(res["frozen"]["actual_total"].to_numpy())
+    cap = {name: (pd.to_numeric(f[L.HINT_HI]).to_numpy(dtype="float64", na_value=np.nan)
+                  >= res[name]["actual_total"].to_numpy())[lower] for name, f in replays.items()}
     return pd.DataFrame(out), cap
 
 
