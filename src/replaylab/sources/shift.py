@@ -60,7 +60,8 @@ def inject_mix_shift(ledger: pd.DataFrame, *, column: str, at_ms: int,
         if c not in ledger.columns:
             raise ValueError(f"inject_mix_shift: the ledger has no column {c!r}")
     ts = ledger[L.TIMESTAMP].astype("int64")
-    start = ts.groupby(ledger[L.SESSION_ID]).transform("min")
+    sess_start = ts.groupby(ledger[L.SESSION_ID]).min()
+    start = ledger[L.SESSION_ID].map(sess_start)  # each row's session start
     if not (start >= at_ms).any():
         raise ValueError(f"inject_mix_shift: no session starts at or after at_ms={at_ms}")
     if weights is None:
@@ -70,7 +71,6 @@ def inject_mix_shift(ledger: pd.DataFrame, *, column: str, at_ms: int,
         raise ValueError(f"inject_mix_shift: weights {weights} must be >= 0 and not all zero")
     first = (ledger.assign(_t=ts).sort_values(["_t", L.TURN_INDEX], kind="stable")
              .groupby(L.SESSION_ID)[column].first().fillna(_NONE).astype(str))
-    sess_start = ts.groupby(ledger[L.SESSION_ID]).min()
     post = sess_start.index[sess_start.to_numpy() >= at_ms]
     groups = {g: np.asarray(sorted(post[first.loc[post].to_numpy() == g]), dtype=object)
               for g in weights if weights[g] > 0}
