@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -68,3 +69,56 @@ def edit_golden(folder: Path, edit, name: str = "golden.json") -> Path:
     else:
         rebuild(folder)
     return folder
+
+
+@contextlib.contextmanager
+def mlflow_server_process(tmp: Path):
+    """A real `mlflow server` on a free loopback port (sqlite store and artifacts under tmp).
+
+    Yields (url, pid); the server (and its gunicorn/uvicorn child) is stopped by
+    process group on exit. MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false and one
+    worker: it starts in ~6 s on 2 cores.
+    """
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    mlflow_bin = Path(sys.executable).parent / "mlflow"
+    if not mlflow_bin.exists():
+        mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    log = open(tmp / "server.log", "w")
+    proc = subprocess.Popen(
+        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp}/server.db",
+         "--artifacts-destination", str(tmp / "artifacts")],
+        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError("mlflow server did not start:\n"
+                                   + (tmp / "server.log").read_text()[-2000:])
+            time.sleep(0.5)
+        yield url, proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

@@ -13,32 +13,20 @@ headless Chromium; screenshots go to tests/artifacts/.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_server_process
 from tests.test_entrypoints import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ARTIFACTS = REPO / "tests" / "artifacts"
 DEMAND, ROUTER = "replaylab-demand", "replaylab-router"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def ink(png: bytes) -> float:
@@ -54,41 +42,10 @@ def ink(png: bytes) -> float:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """The pattern of tests/test_mlflow_server.py, once per module (the tests share it)."""
+    """One server per module (the tests share it)."""
     tmp = tmp_path_factory.mktemp("mlflow")
-    mlflow_bin = Path(sys.executable).parent / "mlflow"
-    if not mlflow_bin.exists():
-        mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(tmp / "server.log", "w")
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp}/server.db",
-         "--artifacts-destination", str(tmp / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("mlflow server did not start:\n"
-                                   + (tmp / "server.log").read_text()[-2000:])
-            time.sleep(0.5)
+    with mlflow_server_process(tmp) as (url, _pid):
         yield url, tmp / "artifacts"
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # stop it by PID (and its gunicorn/uvicorn child)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
 
 
 def export(url: str, *args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:

@@ -3,65 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_server_process
 from tests.test_entrypoints import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    mlflow_bin = Path(sys.executable).parent / "mlflow"
-    if not mlflow_bin.exists():
-        mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
-    port = _free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(tmp_path / "server.log", "w")
-    proc = subprocess.Popen(
-        [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path}/server.db",
-         "--artifacts-destination", str(tmp_path / "artifacts")],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("mlflow server did not start:\n"
-                                   + (tmp_path / "server.log").read_text()[-2000:])
-            time.sleep(0.5)
-        yield url, proc.pid
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # stop it by PID (and its gunicorn/uvicorn child)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with mlflow_server_process(tmp_path) as (url, pid):
+        yield url, pid
 
 
 def test_training_run_logs_through_a_real_server(mlflow_server, tmp_path):
