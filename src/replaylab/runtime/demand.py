@@ -96,6 +96,19 @@ GOLDEN_EXACT = ("hint_fallback", "fallback_reason", "cell", "correction")
 GOLDEN_TOLERANCES = ("hint_abs", "hint_rel")  # the tolerances golden.json must carry
 
 
+@dataclass(frozen=True)
+class BatchQuantiles:
+    """`DemandPredictor.quantiles_batch`: total-token quantiles of a batch, (n, q) in the
+    artifact's level order, the exported interval (n,), and per row the fallback reason
+    (None: the model answered; else that row's values are NaN)."""
+
+    levels: tuple[float, ...]
+    total: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    fallback: list[str | None]
+
+
 class ArtifactError(Exception):
     """The artifact verified but this runtime cannot use it; `reason` is a short code."""
 
@@ -533,19 +546,33 @@ class DemandPredictor:
             return [self._fallback.hint(r, reason, age) for r in requests]
         return self._hints(requests, now_ms, age)
 
-    def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,
-               age: int | None, frozen: bool = False) -> list[DemandHint]:
-        """The model's hints for a batch (the caller has checked the model may answer).
+    def quantiles_batch(self, requests: Sequence[Mapping[str, Any]]) -> BatchQuantiles:
+        """Every quantile the model predicts and the exported interval, for offline scoring.
 
-        frozen: serve the exported corrections whatever the online state (golden vectors).
+        What `predict_batch` computes before it keeps p50 / p90 (the same feature
+        assembly, model call, clip and conformal band), for every quantile level of
+        the artifact, with the exported (frozen) corrections and no validity check:
+        the registry scores a champion artifact on a challenger's test rows with it
+        (`replaylab.artifacts.rescore`). Raises ArtifactError when no model is loaded.
         """
+        if self._spec is None or self._session is None:
+            raise ArtifactError(self.reason or "not_loaded", "no model to score with")
+        total, lo, hi, *_, bad = self._batch(requests, int(self._clock() * 1000), False)
+        reasons: list[str | None] = [bad.get(i) for i in range(len(requests))]
+        if bad:
+            rows = list(bad)
+            total[rows], lo[rows], hi[rows] = np.nan, np.nan, np.nan
+        return BatchQuantiles(self._spec.quantiles, total, lo, hi, reasons)
+
+    def _batch(self, requests: Sequence[Mapping[str, Any]], now_ms: int, adapt: bool):
+        """(total (n, q), lo, hi, frozen lo, frozen hi, corrections, cell keys, correction
+        versions, bad rows) of a batch; rows in `bad` (index -> fallback reason) hold garbage."""
         spec = self._spec
         n, nf = len(requests), len(spec.features)
         X = np.empty((n, nf), dtype="float64")
         prompt, cap, corr, corr0 = np.zeros(n), np.full(n, np.nan), np.zeros(n), np.zeros(n)
         keys: list[str | None] = [None] * n
         versions = [0] * n
-        adapt = self._online.enabled and not frozen
         bad: dict[int, str] = {}
         for i, r in enumerate(requests):
             prepared = self._prepare(r, now_ms, X[i])
@@ -562,6 +589,17 @@ class DemandPredictor:
         flo, fhi = conformal_band(total[:, 0], total[:, -1], prompt, corr0, clip, spec.scale)
         lo, hi = (flo, fhi) if not adapt or np.array_equal(corr, corr0) else \
             conformal_band(total[:, 0], total[:, -1], prompt, corr, clip, spec.scale)
+        return total, lo, hi, flo, fhi, corr, keys, versions, bad
+
+    def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,
+               age: int | None, frozen: bool = False) -> list[DemandHint]:
+        """The model's hints for a batch (the caller has checked the model may answer).
+
+        frozen: serve the exported corrections whatever the online state (golden vectors).
+        """
+        spec = self._spec
+        adapt = self._online.enabled and not frozen
+        total, lo, hi, flo, fhi, corr, keys, versions, bad = self._batch(requests, now_ms, adapt)
         out = []
         for i, r in enumerate(requests):
             if i in bad:
