@@ -42,7 +42,7 @@ from replaylab.artifacts.manifest import build_manifest, staged_folder, write_ma
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.ledger import LEDGER_VERSION
-from replaylab.demand.model import request_cap
+from replaylab.demand.model import base_band, request_cap
 from replaylab.hints.replay import plain_value
 from replaylab.projection.features import (
     CALENDAR_COLUMNS,
@@ -125,14 +125,17 @@ def _sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
             "unit": "total tokens (prompt_tokens + completion_tokens)",
             "post_processing": "raw (n, q) -> sort per row -> inverse scale -> + prompt_tokens "
                                "-> clip to [prompt, prompt + max_tokens]; interval: "
-                               "conformal_band(lowest, highest quantile, correction of the "
-                               "request's cell) (replaylab.runtime.demand_math)",
+                               "conformal_band(lowest, highest quantile before the clip "
+                               "(calibration.base_band), correction of the request's cell), "
+                               "then the same clip (replaylab.runtime.demand_math)",
         },
         "calibration": {
             "method": "group_cqr", "level": float(cq.level), "scale": cq.scale,
             "group_columns": list(cq.group_columns), "min_group_size": int(cq.min_group_size),
             "missing_value": "<none>", "n_calibration": int(cq.n_calibration_),
             "global_correction": _json_float(cq.global_correction_),
+            # the band the corrections were fitted on (replaylab.runtime.demand_math)
+            "base_band": getattr(model, "base_band_", "clipped"),
             "corrections": {k: _json_float(v) for k, v in sorted(cq.corrections_.items())},
             "cell_sizes": dict(sorted(cq.cell_sizes_.items())),
         },
@@ -211,9 +214,9 @@ def _lightgbm_parity(run: Any, frame: pd.DataFrame, expected: list[dict]) -> dic
     Raises DemandExportError when a hint differs beyond GOLDEN_TOLERANCES.
     """
     model, cq = run.model, run.calibrator
-    q = model.predict_quantiles(frame)
+    q, band_lo, band_hi = base_band(model, frame)
     cap = request_cap(frame) if model.clip_to_cap else None
-    lo, hi = cq.predict_interval(frame, q[:, 0], q[:, -1], cap)
+    lo, hi = cq.predict_interval(frame, band_lo, band_hi, cap)
     qs = [float(x) for x in model.quantiles]
     ref = np.column_stack([q[:, qs.index(0.5)], q[:, qs.index(0.9)], lo, hi])
     got = np.array([[e[k] for k in GOLDEN_HINTS] for e in expected], dtype="float64")

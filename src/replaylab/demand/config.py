@@ -15,6 +15,8 @@ from replaylab.config import fail_field as _fail
 from replaylab.config import from_mapping
 
 SCALES = ("log1p", "linear")
+CENSORING_METHODS = ("auto", "none", "realized", "pinball")
+CENSORED_CLASSES = ("length", "cancelled", "failed")  # labels.LOWER_BOUND_CLASSES
 
 
 def _names(cls: str, name: str, value: object) -> tuple[str, ...]:
@@ -91,6 +93,49 @@ class QuantileModelConfig:
 
 
 @dataclass(frozen=True)
+class CensoringConfig:
+    """How rows whose observed total is only a lower bound enter training.
+
+    method: "none": dropped (the label rows alone; biased low near the cap);
+        "realized": the observed total taken as the label (a hint cannot exceed
+        prompt + cap anyway, `clip_to_cap`); "pinball": a censored pinball loss,
+        under-prediction of the bound penalised and over-prediction free,
+        boosted for `rounds` more rounds from the native model; "auto" (default):
+        each variant is fitted and the one chosen on the CALIBRATION split
+        (`replaylab.demand.censoring.select_censoring`), "none" unless another
+        raises the capped rows' hi >= observed without raising the uncensored
+        mean pinball more than `max_pinball_increase` (relative).
+    classes: lower-bound classes used (docs/demand-target.md); a cancellation
+        says little about the demand the user wanted, so only `length` by default.
+    rounds: boosting rounds of the censored-pinball stage (learning rate of `model`).
+    min_rows: censored train rows needed to fit a variant, and censored
+        calibration rows needed for "auto" to judge one; fewer: "none", said why.
+    """
+
+    method: str = "auto"
+    classes: tuple[str, ...] = ("length",)
+    rounds: int = 100
+    min_rows: int = 20
+    max_pinball_increase: float = 0.01
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.method not in CENSORING_METHODS:
+            _fail(name, "method", self.method, f"must be one of {', '.join(CENSORING_METHODS)}")
+        classes = _names(name, "classes", self.classes)
+        if not classes or any(c not in CENSORED_CLASSES for c in classes):
+            _fail(name, "classes", self.classes,
+                  f"must be a non-empty subset of {', '.join(CENSORED_CLASSES)}")
+        object.__setattr__(self, "classes", classes)
+        for f in ("rounds", "min_rows"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                _fail(name, f, v, "must be an integer >= 1")
+        if not 0.0 <= float(self.max_pinball_increase) < 1.0:
+            _fail(name, "max_pinball_increase", self.max_pinball_increase, "must be in [0, 1)")
+
+
+@dataclass(frozen=True)
 class DemandConfig:
     """What the demand pipeline predicts, how it is calibrated and evaluated.
 
@@ -118,6 +163,7 @@ class DemandConfig:
         uses the global correction. Empty: one global correction.
     min_train_rows, min_calibration_rows: usable labels needed in those splits, else
         a DemandDataError says why nothing was trained.
+    censoring: how lower-bound rows enter training (`CensoringConfig`).
     """
 
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -135,14 +181,16 @@ class DemandConfig:
     min_calibration_rows: int = 30
     seed: int = 0
     model: QuantileModelConfig = field(default_factory=QuantileModelConfig)
+    censoring: CensoringConfig = field(default_factory=CensoringConfig)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        if isinstance(self.model, Mapping):  # YAML / Hydra give a mapping
-            object.__setattr__(self, "model", from_mapping(
-                QuantileModelConfig, dict(self.model), "demand.model"))
-        elif not isinstance(self.model, QuantileModelConfig):
-            _fail(name, "model", self.model, "must be a QuantileModelConfig or a mapping")
+        for f, kind in (("model", QuantileModelConfig), ("censoring", CensoringConfig)):
+            value = getattr(self, f)
+            if isinstance(value, Mapping):  # YAML / Hydra give a mapping
+                object.__setattr__(self, f, from_mapping(kind, dict(value), f"demand.{f}"))
+            elif not isinstance(value, kind):
+                _fail(name, f, value, f"must be a {kind.__name__} or a mapping")
         qs = tuple(float(q) for q in self.quantiles)
         if (not qs or any(not 0.0 < q < 1.0 for q in qs) or list(qs) != sorted(set(qs))
                 or 0.5 not in qs or qs[0] >= 0.5 or qs[-1] <= 0.5):

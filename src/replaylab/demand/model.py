@@ -14,6 +14,11 @@ unseen for the conformal guarantee); with `refit_full_train` the booster is then
 refit on all of train with the best number of rounds. With a Dask client the
 boosters train on its cluster (`replaylab.demand.distributed`, lightgbm.dask);
 the fitted boosters are local either way.
+
+Rows whose total is only a lower bound (`censored` in `fit`) enter as the
+`censoring` variant says (`replaylab.demand.censoring`): dropped, taken as
+labels, or boosted further with the censored pinball loss (local, after the
+native stage, which trains on the label rows alone).
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ import pandas as pd
 from sklearn.metrics import mean_pinball_loss
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.demand.censoring import NONE, PINBALL, REALIZED, VARIANTS, censored_pinball_objective
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
-from replaylab.runtime.demand_math import forward, raw_to_total
+from replaylab.runtime.demand_math import forward, raw_to_total, total_and_band
 
 _NON_FEATURES = ("split",)  # columns a pipeline may add to a projection frame
 
@@ -39,11 +45,27 @@ def request_cap(features: pd.DataFrame) -> np.ndarray:
     return features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
 
 
+def base_band(predictor: object, features: pd.DataFrame
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(quantiles (n, q), base band lo, hi) of any demand predictor, for conformal calibration.
+
+    The model's band is taken before its cap clip (`predict_with_band`); a
+    baseline's (which does not clip), or a model fitted before the band moved
+    (no `base_band_`), is its lowest and highest quantile.
+    """
+    if getattr(predictor, "base_band_", None) == "unclipped":
+        return predictor.predict_with_band(features)  # type: ignore[attr-defined]
+    q = predictor.predict_quantiles(features)  # type: ignore[attr-defined]
+    return q, q[:, 0], q[:, -1]
+
+
 class QuantileDemandModel:
     """Quantile LightGBM of total demand; sklearn-style (`fit` -> self, state ends in `_`).
 
     quantiles: ascending levels; config: LightGBM hyperparameters; scale: "log1p"
-    or "linear" (see the module docstring); clip_to_cap: clip to prompt + max_tokens.
+    or "linear" (see the module docstring); clip_to_cap: clip to prompt + max_tokens;
+    censoring: none | realized | pinball, how `fit`'s censored rows enter;
+    censored_rounds: boosting rounds of the pinball stage.
     `features` is a projection frame: its feature columns (`feature_columns`)
     are the inputs; session_id and timestamp cut the early-stopping tail.
     """
@@ -52,12 +74,15 @@ class QuantileDemandModel:
 
     def __init__(self, quantiles: Sequence[float] = (0.1, 0.5, 0.9),
                  config: QuantileModelConfig | None = None, scale: str = "log1p",
-                 clip_to_cap: bool = True, seed: int = 0) -> None:
+                 clip_to_cap: bool = True, seed: int = 0, censoring: str = NONE,
+                 censored_rounds: int = 100) -> None:
         self.quantiles = quantiles
         self.config = config
         self.scale = scale
         self.clip_to_cap = clip_to_cap
         self.seed = seed
+        self.censoring = censoring
+        self.censored_rounds = censored_rounds
 
     # ------------------------------------------------------------------ design matrix
     def _design(self, features: pd.DataFrame) -> pd.DataFrame:
@@ -103,9 +128,14 @@ class QuantileDemandModel:
         return tail
 
     def fit(self, features: pd.DataFrame, y: np.ndarray,
-            callbacks: Sequence[Callable] = (), *, client: object = None) -> QuantileDemandModel:
-        """Fit one booster per quantile on labelled rows: features (n, *), y total (n,).
+            callbacks: Sequence[Callable] = (), *, client: object = None,
+            censored: np.ndarray | None = None) -> QuantileDemandModel:
+        """Fit one booster per quantile: features (n, *), y total (n,).
 
+        censored: bool (n,), True where y is only a lower bound (the observed
+        total of a request cut at its cap); None: every row is a label. Used per
+        `censoring`: none drops them, realized fits them as labels, pinball fits
+        the label rows natively, then all rows with the censored pinball loss.
         callbacks: extra LightGBM callbacks for the early-stopped fits (e.g. pruning).
         client: a `dask.distributed.Client`: the boosters are trained on its
         cluster through lightgbm.dask (`replaylab.demand.distributed`; callbacks
@@ -115,10 +145,22 @@ class QuantileDemandModel:
         qs = check_quantiles(self.quantiles)
         if self.scale not in ("log1p", "linear"):
             raise ValueError(f"scale={self.scale!r}: must be log1p or linear")
+        if self.censoring not in VARIANTS:
+            raise ValueError(f"censoring={self.censoring!r}: must be one of {', '.join(VARIANTS)}")
         if client is not None and callbacks:
             raise ValueError("callbacks are not supported with a Dask client "
                              "(they would run in the worker processes)")
         self.config_ = self.config or QuantileModelConfig()
+        y = np.asarray(y, dtype="float64")
+        cens = (np.zeros(len(y), dtype=bool) if censored is None
+                else np.asarray(censored, dtype=bool))
+        if cens.shape != y.shape:
+            raise ValueError(f"censored has shape {cens.shape}, y {y.shape}")
+        self.censored_rows_ = int(cens.sum()) if self.censoring != NONE else 0
+        self.base_band_ = "unclipped"  # what `predict_with_band` returns (demand_math)
+        all_features, all_y = features, y
+        if self.censoring != REALIZED and cens.any():  # native stage: label rows alone
+            features, y = features[~cens], y[~cens]
         target = forward(output_labels(features, y), self.scale)
         self._learn_vocabulary(features)
         X = self._design(features)
@@ -134,9 +176,31 @@ class QuantileDemandModel:
         self.compute_ = "local" if client is None else "dask"
         self.n_features_in_ = len(self.feature_names_)
         self.validation_pinball_ = (
-            self._pinball(features[tail], np.asarray(y, dtype="float64")[tail],
-                          np.column_stack(tail_raw)) if tail.any() else None)
+            self._pinball(features[tail], y[tail], np.column_stack(tail_raw))
+            if tail.any() else None)
+        if self.censoring == PINBALL and cens.any():
+            self._boost_censored(all_features, all_y, cens, qs)
         return self
+
+    def _boost_censored(self, features: pd.DataFrame, y: np.ndarray, censored: np.ndarray,
+                        qs: Sequence[float]) -> None:
+        """Add `censored_rounds` trees per booster with the censored pinball loss, all rows."""
+        cfg = self.config_
+        X = self._design(features)
+        target = forward(output_labels(features, y), self.scale)
+        data = lgb.Dataset(X, target, free_raw_data=False,
+                           params={"max_bin": int(cfg.max_bin), "verbosity": -1})
+        boosters, rounds = [], []
+        for booster, k, q in zip(self.boosters_, self.best_iterations_, qs, strict=True):
+            # only the trees predict uses (an early-stopped booster holds more)
+            native = lgb.Booster(model_str=booster.model_to_string(num_iteration=k))
+            params = {**cfg.lightgbm_params(q, self.seed), "metric": "None",
+                      "objective": censored_pinball_objective(q, censored)}
+            params.pop("alpha")
+            boosters.append(lgb.train(params, data, num_boost_round=int(self.censored_rounds),
+                                      init_model=native))
+            rounds.append(int(k) + int(self.censored_rounds))
+        self.boosters_, self.best_iterations_ = boosters, rounds
 
     def _fit_local(self, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
                    qs: Sequence[float], callbacks: Sequence[Callable],
@@ -183,10 +247,24 @@ class QuantileDemandModel:
     # ------------------------------------------------------------------ predict
     def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
         """Total-demand quantiles (n, q): non-crossing, within [prompt, prompt + cap]."""
+        return self._to_total(features, self._raw(features))
+
+    def predict_with_band(self, features: pd.DataFrame
+                          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(quantiles (n, q) as `predict_quantiles`, base band lo (n,), hi (n,)).
+
+        The base band conformal calibration widens: the lowest and highest
+        quantile before the cap clip (`demand_math.total_and_band`); the
+        calibrated interval is clipped after the correction.
+        """
+        cap = request_cap(features) if self.clip_to_cap else None
+        return total_and_band(self._raw(features), prompt_tokens(features), cap, self.scale,
+                              clipped_band=False)
+
+    def _raw(self, features: pd.DataFrame) -> np.ndarray:
         X = self._design(features)
-        raw = np.column_stack([b.predict(X, num_iteration=k)
-                               for b, k in zip(self.boosters_, self.best_iterations_, strict=True)])
-        return self._to_total(features, raw)
+        return np.column_stack([b.predict(X, num_iteration=k)
+                                for b, k in zip(self.boosters_, self.best_iterations_, strict=True)])
 
     def _to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
         return raw_to_total(raw, prompt_tokens(features),

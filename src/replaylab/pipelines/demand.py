@@ -5,7 +5,9 @@ splits them (time-ordered, session-grouped, embargoed), fits every predictor on
 train labels, calibrates each one's interval on the calibration split, scores
 all of them on the same test rows, writes `predictions_test.parquet` and
 returns the summary plus a `DemandRun` holding the fitted objects (for export).
-The rules for censored, cancelled and absent-usage rows: docs/demand-target.md.
+The rules for censored, cancelled and absent-usage rows: docs/demand-target.md;
+how the model trains on rows cut at their cap (`demand.censoring`, chosen on the
+calibration split by default): `replaylab.demand.censoring`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import pandas as pd
 from replaylab import __version__
 from replaylab.contracts import Ledger as L
 from replaylab.demand.baselines import bucket_keys, make_baselines
+from replaylab.demand.censoring import NONE, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
@@ -40,7 +43,7 @@ from replaylab.demand.metrics import (
     pinball_losses,
     quantile_key,
 )
-from replaylab.demand.model import QuantileDemandModel, request_cap
+from replaylab.demand.model import QuantileDemandModel, base_band, request_cap
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
@@ -89,6 +92,8 @@ class _Scored:
 
     calib_q: np.ndarray  # (n_cal, q) raw quantiles, calibration rows with labels
     test_q: np.ndarray  # (n_test, q) raw quantiles, every test row
+    calib_band: tuple[np.ndarray, np.ndarray]  # the base band conformal widens (`base_band`)
+    test_band: tuple[np.ndarray, np.ndarray]
     calibrator: GroupConformal
     test_lo: np.ndarray
     test_hi: np.ndarray
@@ -102,12 +107,12 @@ def _fit_and_score(predictors: dict[str, Any], data: _Data, cfg: DemandConfig,
     for name, predictor in predictors.items():
         if name != MODEL:  # the model is fitted by the caller (callbacks, timings)
             predictor.fit(data.frame("train"), data.y("train"))
-        calib_q = predictor.predict_quantiles(calib)
+        calib_q, *calib_band = base_band(predictor, calib)
         cq = GroupConformal(cfg.interval, cfg.group_columns, cfg.min_group_size, cfg.scale).fit(
-            calib, calib_q[:, 0], calib_q[:, -1], data.y("calibration"))
-        test_q = predictor.predict_quantiles(test)
-        lo, hi = cq.predict_interval(test, test_q[:, 0], test_q[:, -1], cap_test)
-        out[name] = _Scored(calib_q, test_q, cq, lo, hi)
+            calib, *calib_band, data.y("calibration"))
+        test_q, *test_band = base_band(predictor, test)
+        lo, hi = cq.predict_interval(test, *test_band, cap_test)
+        out[name] = _Scored(calib_q, test_q, tuple(calib_band), tuple(test_band), cq, lo, hi)
     return out
 
 
@@ -212,8 +217,8 @@ def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
     lb = labels.lower_bound[tm]
     reliability = reliability_curve(
         demand.reliability_levels, data.frame("calibration"),
-        (m.calib_q[:, 0], m.calib_q[:, -1]), data.y("calibration"),
-        test[usable], (m.test_q[usable, 0], m.test_q[usable, -1]), y[usable],
+        m.calib_band, data.y("calibration"),
+        test[usable], (m.test_band[0][usable], m.test_band[1][usable]), y[usable],
         None if cap_test is None else cap_test[usable],
         demand.group_columns, demand.min_group_size, demand.scale)
     baselines = {k: v for k, v in tests.items() if k != MODEL}
@@ -315,6 +320,89 @@ def select_golden_rows(test: pd.DataFrame, total_q: np.ndarray, cap: np.ndarray 
     return test.iloc[picked][keep].reset_index(drop=True)
 
 
+def _censored_rows(data: _Data, split: str, demand: DemandConfig) -> np.ndarray:
+    """Rows of `split` whose observed total is a lower bound of a class training may use."""
+    lab = data.labels
+    return ((data.splits == split) & np.isin(lab.label_class, demand.censoring.classes)
+            & np.isfinite(lab.y_total))
+
+
+def _fit_model(data: _Data, demand: DemandConfig, method: str,
+               client: object = None) -> QuantileDemandModel:
+    """The quantile model on train: label rows, plus censored rows unless method is none."""
+    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale, demand.clip_to_cap,
+                                demand.seed, censoring=method,
+                                censored_rounds=demand.censoring.rounds)
+    if method == NONE:
+        return model.fit(data.frame("train"), data.y("train"), client=client)
+    censored = _censored_rows(data, "train", demand)
+    rows = data.masks["train"] | censored
+    return model.fit(data.features[rows], data.labels.y_total[rows], client=client,
+                     censored=censored[rows])
+
+
+def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandConfig,
+                       split: str, calibrator: GroupConformal) -> dict:
+    """Uncensored pinball / coverage / width and censored rows' hi >= observed on `split`."""
+    lab = data.labels
+    rows = lab.usable & (data.splits == split)
+    q, *band = base_band(model, data.features[rows])
+    cap = request_cap(data.features[rows]) if demand.clip_to_cap else None
+    lo, hi = calibrator.predict_interval(data.features[rows], *band, cap)
+    y = lab.y_total[rows]
+    out = {"n": int(rows.sum()),
+           "mean_pinball": float(np.mean(list(pinball_losses(y, q, demand.quantiles).values()))),
+           "coverage": float(np.mean((y >= lo) & (y <= hi))),
+           "mean_width": float(np.mean(hi - lo))}
+    cens = _censored_rows(data, split, demand)
+    out["capped_n"] = int(cens.sum())
+    out["capped_hi_ge_obs"] = None
+    if cens.any():
+        f = data.features[cens]
+        _, *band = base_band(model, f)
+        _, hic = calibrator.predict_interval(f, *band,
+                                             request_cap(f) if demand.clip_to_cap else None)
+        out["capped_hi_ge_obs"] = float(np.mean(hic >= lab.y_total[cens]))
+    return out
+
+
+def _choose_censoring(data: _Data, demand: DemandConfig, client: object = None
+                      ) -> tuple[QuantileDemandModel, dict]:
+    """The model to keep and the summary's `censoring` section.
+
+    `auto` fits every variant and picks on the calibration split
+    (`select_censoring`); the test figures of each are reported, never used.
+    """
+    cfg = demand.censoring
+    n_train = int(_censored_rows(data, "train", demand).sum())
+    section: dict[str, Any] = {"configured": cfg.method, "classes": list(cfg.classes),
+                               "train_censored_rows": n_train,
+                               "calibration_censored_rows":
+                                   int(_censored_rows(data, "calibration", demand).sum())}
+    if n_train < cfg.min_rows:
+        section.update(method=NONE, reason=f"{n_train} censored train rows < "
+                       f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
+        return _fit_model(data, demand, NONE, client), section
+    if cfg.method != "auto":
+        section.update(method=cfg.method, reason="configured")
+        return _fit_model(data, demand, cfg.method, client), section
+    calib = data.frame("calibration")
+    models, candidates = {}, {}
+    for method in VARIANTS:
+        model = _fit_model(data, demand, method, client)
+        _, *band = base_band(model, calib)
+        cq = GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
+                            demand.scale).fit(calib, *band, data.y("calibration"))
+        models[method] = model
+        candidates[method] = {
+            "calibration": _censoring_figures(model, data, demand, "calibration", cq),
+            "test_report_only": _censoring_figures(model, data, demand, "test", cq)}
+    method, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
+                                      cfg.min_rows, cfg.max_pinball_increase)
+    section.update(method=method, reason=reason, candidates=candidates)
+    return models[method], section
+
+
 def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,
                         client: object = None) -> float:
     """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
@@ -361,9 +449,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
         demand = dataclasses.replace(demand, model=best)
         timings["hpo"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
-                                demand.clip_to_cap, demand.seed)
-    model.fit(data.frame("train"), data.y("train"), client=client)
+    model, censoring = _choose_censoring(data, demand, client)
     timings["model_fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     baselines = make_baselines(demand.quantiles, demand.default_max_tokens,
@@ -400,6 +486,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
         "quantiles": list(demand.quantiles),
         "demand_config": demand.to_dict(),
         "model": _model_facts(model, demand),
+        "censoring": censoring,
         "hpo": hpo_facts or {"trials_run": 0},
         "calibration": {
             "rows": int(data.masks["calibration"].sum()), "level": demand.interval,

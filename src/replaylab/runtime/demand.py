@@ -71,8 +71,8 @@ from replaylab.runtime.demand_math import (
     SCALES,
     conformal_band,
     conformal_band_row,
-    raw_to_total,
-    raw_to_total_row,
+    total_and_band,
+    total_and_band_row,
 )
 from replaylab.runtime.hints import HINT_VERSION, DemandHint
 from replaylab.runtime.online import GLOBAL_CELL, OnlineConfig, OnlineConformal
@@ -234,6 +234,9 @@ class _Spec:
     valid_until_ms: int
     fallback: FallbackBaseline
     plan: tuple = ()  # (name, op, category index, first-turn value) per feature, in order
+    # the conformal base band is the quantiles after the cap clip (artifacts before
+    # `calibration.base_band: unclipped`) or before it (demand_math.total_and_band)
+    clipped_band: bool = True
 
     @staticmethod
     def from_manifest(m: dict) -> _Spec:
@@ -279,9 +282,12 @@ class _Spec:
         until = datetime.fromisoformat(m["valid_until"]).astimezone(UTC)
         version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
         plan = tuple((f.name, _op(f), f.index, f.first_turn) for f in feats)
+        band = cal.get("base_band", "clipped")
+        if band not in ("clipped", "unclipped"):
+            raise ArtifactError("outputs", f"calibration.base_band {band!r}")
         return _Spec(tuple(feats), qs, i50, i90, scale, bool(out.get("clip_to_cap", True)),
                      level, groups, corr, glob, version, int(created.timestamp() * 1000),
-                     int(until.timestamp() * 1000), fallback, plan)
+                     int(until.timestamp() * 1000), fallback, plan, band == "clipped")
 
 
 class DemandPredictor:
@@ -530,10 +536,10 @@ class DemandPredictor:
         prompt, cap, q0, key = prepared
         q, version = self._online.current(key) if self._online.enabled else (q0, 0)
         raw = self._session.run(None, {"X": X})[0][0].tolist()
-        total = raw_to_total_row(raw, prompt, cap, spec.scale)
-        flo, fhi = conformal_band_row(total[0], total[-1], prompt, q0, cap, spec.scale)
-        lo, hi = (flo, fhi) if q == q0 else conformal_band_row(total[0], total[-1], prompt, q,
-                                                               cap, spec.scale)
+        total, blo, bhi = total_and_band_row(raw, prompt, cap, spec.scale, spec.clipped_band)
+        flo, fhi = conformal_band_row(blo, bhi, prompt, q0, cap, spec.scale)
+        lo, hi = (flo, fhi) if q == q0 else conformal_band_row(blo, bhi, prompt, q, cap,
+                                                               spec.scale)
         return DemandHint(HINT_VERSION, spec.version, total[spec.i50], total[spec.i90], lo, hi,
                           spec.level, age, False, None, _request_id(request), key, q, version,
                           flo, fhi)
@@ -585,10 +591,10 @@ class DemandPredictor:
             X[list(bad)] = 0.0  # keep the batch shape; these rows' outputs are discarded
         raw = self._session.run(None, {"X": X})[0]
         clip = cap if spec.clip_to_cap else None
-        total = raw_to_total(raw, prompt, clip, spec.scale)
-        flo, fhi = conformal_band(total[:, 0], total[:, -1], prompt, corr0, clip, spec.scale)
+        total, blo, bhi = total_and_band(raw, prompt, clip, spec.scale, spec.clipped_band)
+        flo, fhi = conformal_band(blo, bhi, prompt, corr0, clip, spec.scale)
         lo, hi = (flo, fhi) if not adapt or np.array_equal(corr, corr0) else \
-            conformal_band(total[:, 0], total[:, -1], prompt, corr, clip, spec.scale)
+            conformal_band(blo, bhi, prompt, corr, clip, spec.scale)
         return total, lo, hi, flo, fhi, corr, keys, versions, bad
 
     def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,

@@ -7,6 +7,12 @@ exported artifact cannot drift from the model it was exported from:
 - `forward` / `inverse`: output tokens <-> the model scale (log1p or linear);
 - `raw_to_total`: raw booster scores (n, q) -> non-crossing total-token
   quantiles: sort each row, inverse scale, + prompt, clip to [prompt, prompt + cap];
+- `total_and_band`: the clipped quantiles and the base band conformal
+  calibration widens: the lowest and highest quantile BEFORE the cap clip
+  (`clipped_band=False`, artifacts with `calibration.base_band: unclipped`) or
+  after it (older artifacts). Clipping after the correction never changes an
+  uncensored row's coverage (its total cannot exceed prompt + cap), and a band
+  the model puts above the cap is not pulled under it by a narrowing correction;
 - `conformal_band`: the group-conformal (CQR) interval from the base band and a
   per-row correction Q: [p + g^-1(g(lo - p) - Q), p + g^-1(g(hi - p) + Q)],
   an inside-out interval collapsed to its midpoint, then clipped like the quantiles.
@@ -52,6 +58,15 @@ def raw_to_total(raw: np.ndarray, prompt: np.ndarray, cap: np.ndarray | None,
     return clip_total(total, prompt, cap)
 
 
+def total_and_band(raw: np.ndarray, prompt: np.ndarray, cap: np.ndarray | None, scale: str,
+                   clipped_band: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(clipped quantiles (n, q), base band lo (n,), hi (n,)) of raw scores (n, q)."""
+    unclipped = raw_to_total(raw, prompt, None, scale)
+    total = clip_total(unclipped, prompt, cap)
+    band = total if clipped_band else unclipped
+    return total, band[:, 0], band[:, -1]
+
+
 def conformal_band(lo: np.ndarray, hi: np.ndarray, prompt: np.ndarray, q: np.ndarray,
                    cap: np.ndarray | None, scale: str) -> tuple[np.ndarray, np.ndarray]:
     """Calibrated (lo, hi) totals (n,) each from the base band (lo, hi) and corrections q (n,)."""
@@ -85,6 +100,15 @@ def _clip1(x: float, prompt: float, cap: float) -> float:
 def raw_to_total_row(raw: list[float], prompt: float, cap: float, scale: str) -> list[float]:
     """`raw_to_total` of one row: raw (q,) -> totals (q,); cap NaN = no upper bound."""
     return [_clip1(prompt + _inv1(v, scale), prompt, cap) for v in sorted(raw)]
+
+
+def total_and_band_row(raw: list[float], prompt: float, cap: float, scale: str,
+                       clipped_band: bool) -> tuple[list[float], float, float]:
+    """`total_and_band` of one row: (clipped quantiles (q,), base band lo, hi)."""
+    unclipped = [prompt + _inv1(v, scale) for v in sorted(raw)]
+    total = [_clip1(x, prompt, cap) for x in unclipped]
+    band = total if clipped_band else unclipped
+    return total, band[0], band[-1]
 
 
 def conformal_band_row(lo: float, hi: float, prompt: float, q: float, cap: float,
