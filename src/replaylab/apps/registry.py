@@ -9,6 +9,18 @@ why it is not an `mlflow.pyfunc` model.
 
 Verification is the manifest's (`replaylab.artifacts.manifest.verify_manifest`),
 before a version is registered, before an alias moves, and after every fetch.
+
+Large files (the router's MiniLM encoder) are stored once per content: a file of
+at least `export.registry.blob_min_bytes` goes to a content-addressed location
+(`sha256/<2 hex>/<sha256>` in the one run of the experiment
+`export.registry.blob_experiment`), uploaded only when that key is not there yet;
+the version's folder then holds `blobs.json` in its place, and every download
+puts the files back and verifies the whole folder against its manifest.
+
+A demand challenger is scored against the champion on its own test rows
+(`replaylab.artifacts.rescore`) when it is registered at the end of
+`pipeline=demand` and by `compare ... ledger=PATH`; the gate reads those scores
+(tags `replaylab.vs.v<champion>.*`).
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -35,6 +48,9 @@ from replaylab.config import ConfigError
 KINDS = ("demand", "router")
 ARTIFACT_PATH = {"demand": "demand_artifact", "router": "router_artifact"}  # in the run
 TAG = "replaylab."  # prefix of every tag this module writes
+BLOBS = "blobs.json"  # in a logged folder: its large files, stored once per sha256
+BLOB_STORE_TAG = TAG + "blob_store"
+TAG_MAX = 4000  # model version tag values: MLflow keeps 5000 characters
 
 
 class FetchRefused(Exception):
@@ -156,8 +172,9 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
     if kind not in KINDS:
         raise ConfigError(f"{folder}: kind {kind!r} is not registered (one of {KINDS})")
     path = logged_at or ARTIFACT_PATH[kind]
+    blobs = {"uploaded": 0, "reused": 0, "bytes_uploaded": 0}
     if logged_at is None:
-        c.log_artifacts(run_id, str(folder), artifact_path=path)
+        blobs = log_folder(c, cfg, run_id, folder, path, manifest)
     try:
         c.create_registered_model(name, description=f"replaylab {kind} artifact folders "
                                   "(manifest-verified; docs/mlflow.md)")
@@ -167,13 +184,104 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
     tags = version_tags(manifest, cfg.export.registry)
     tags[TAG + "signature"] = json.dumps(signature(manifest))
     tags[TAG + "registered_by_run"] = run_id
+    tags[TAG + "blobs"] = f"uploaded {blobs['uploaded']}, reused {blobs['reused']}"
     run = c.get_run(run_id)
     source = f"{run.info.artifact_uri.rstrip('/')}/{path}"
     mv = c.create_model_version(name, source, run_id=run_id, tags=tags,
                                 description=f"{kind} {manifest['version']} "
                                             f"{manifest['content_hash'][:19]}")
     return {"name": name, "version": int(mv.version), "content_hash": manifest["content_hash"],
-            "go": tags[TAG + "go"], "artifact_path": path}
+            "go": tags[TAG + "go"], "artifact_path": path, "blobs": blobs}
+
+
+# ---------------------------------------------------------------- large files, once
+def blob_store_run(c: Any, cfg: DictConfig) -> str:
+    """The run holding the content-addressed large files (created on first use)."""
+    name = str(cfg.export.registry.get("blob_experiment") or "replaylab-artifact-store")
+    exp = c.get_experiment_by_name(name)
+    exp_id = exp.experiment_id if exp is not None else c.create_experiment(name)
+    found = c.search_runs([exp_id], filter_string=f"tags.`{BLOB_STORE_TAG}` = 'true'",
+                          order_by=["attributes.start_time ASC"], max_results=1)
+    if found:
+        return found[0].info.run_id
+    run = c.create_run(exp_id, run_name="artifact-store", tags={BLOB_STORE_TAG: "true"})
+    c.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def blob_key(sha256: str) -> str:
+    return f"sha256/{sha256[:2]}/{sha256}"
+
+
+def log_folder(c: Any, cfg: DictConfig, run_id: str, folder: Path, path: str,
+               manifest: dict) -> dict:
+    """Log a verified folder under `path` of run `run_id`; files of at least
+    `blob_min_bytes` are uploaded to the blob store only when their sha256 is not
+    there yet, and listed in the logged folder's blobs.json instead."""
+    limit = int(cfg.export.registry.get("blob_min_bytes") or 0)
+    big = [e for e in manifest["files"] if limit > 0 and int(e["size"]) >= limit]
+    out = {"uploaded": 0, "reused": 0, "bytes_uploaded": 0}
+    if not big:
+        c.log_artifacts(run_id, str(folder), artifact_path=path)
+        return out
+    store = blob_store_run(c, cfg)
+    # a temporary sibling: hard links stay on the folder's file system (no copy of the encoder)
+    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.log-") as tmp:
+        stage, upload = Path(tmp) / "folder", Path(tmp) / "upload"
+        shutil.copytree(folder, stage, copy_function=_link_or_copy)
+        upload.mkdir()
+        entries = []
+        for e in big:
+            key = blob_key(e["sha256"])
+            present = {f.path for f in c.list_artifacts(store, key.rsplit("/", 1)[0])}
+            if key in present:
+                out["reused"] += 1
+            else:
+                blob = upload / e["sha256"]
+                _link_or_copy(str(folder / e["path"]), str(blob))
+                c.log_artifact(store, str(blob), artifact_path=key.rsplit("/", 1)[0])
+                blob.unlink()
+                out["uploaded"] += 1
+                out["bytes_uploaded"] += int(e["size"])
+            (stage / e["path"]).unlink()
+            entries.append({"path": e["path"], "sha256": e["sha256"], "size": int(e["size"]),
+                            "run_id": store, "artifact": key})
+        (stage / BLOBS).write_text(json.dumps({"files": entries}, indent=1))
+        c.log_artifacts(run_id, str(stage), artifact_path=path)
+    return out
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def reassemble(folder: Path, cfg: DictConfig) -> None:
+    """Put a downloaded folder's stored-once files (blobs.json) back in place; the caller
+    verifies the folder against its manifest afterwards (a bad blob fails there)."""
+    import mlflow
+
+    listing = folder / BLOBS
+    if not listing.is_file():
+        return
+    root = folder.resolve()
+    for e in json.loads(listing.read_text()).get("files", []):
+        target = (folder / str(e["path"])).resolve()
+        if not target.is_relative_to(root) or target == root:
+            raise ManifestError("path", f"{BLOBS}: {e['path']!r} leaves the folder")
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            try:
+                got = mlflow.artifacts.download_artifacts(
+                    run_id=str(e["run_id"]), artifact_path=str(e["artifact"]), dst_path=tmp,
+                    tracking_uri=str(cfg.tracking.uri))
+            except Exception as exc:  # MlflowException / OSError: the stored file is gone
+                raise ManifestError("missing_file", f"{e['path']!r}: stored file "
+                                    f"{e['artifact']} cannot be downloaded: {exc}") from None
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(got, target)
+    listing.unlink()
 
 
 def register_outcome(run: Any, summary: dict, cfg: DictConfig) -> list[dict]:
@@ -190,8 +298,23 @@ def register_outcome(run: Any, summary: dict, cfg: DictConfig) -> list[dict]:
         if not folder or not Path(folder).is_dir():
             continue
         already = ARTIFACT_PATH[kind] if kind == "demand" else None  # log_outcome logged it
-        out.append(register_folder(c, run.info.run_id, Path(folder), model_name(cfg, kind), cfg,
-                                   logged_at=already))
+        r = register_folder(c, run.info.run_id, Path(folder), model_name(cfg, kind), cfg,
+                            logged_at=already)
+        if kind == "demand" and all(Path(str(arts.get(k) or "")).is_file()
+                                    for k in ("features", "predictions_test")):
+            from replaylab.artifacts.rescore import RescoreError, run_test_rows
+
+            mv = c.get_model_version(r["name"], str(r["version"]))
+            try:
+                rows = run_test_rows(arts["features"], arts["predictions_test"])
+                doc = rescore_against(c, cfg, r["name"], mv, Path(folder), rows, "run folder")
+            except RescoreError as e:
+                doc = {"champion": {"version": None}, "error": str(e)}
+            if doc is not None:
+                r["rescore"] = {"champion": doc["champion"]["version"],
+                                **({"error": doc["error"]} if "error" in doc
+                                   else doc["comparison"])}
+        out.append(r)
     for r in out:
         import mlflow
 
@@ -209,6 +332,10 @@ def registered_artifacts(cfg: DictConfig, run_dir: Path) -> dict:
              if (source / "artifacts" / k / "manifest.json").is_file()}
     if not found:
         raise FileNotFoundError(f"{source}/artifacts/: no demand/ or router/ artifact folder")
+    for k, f in (("features", "features.parquet"), ("predictions_test",
+                                                    "predictions_test.parquet")):
+        if "demand" in found and (source / f).is_file():  # the test rows, for the re-score
+            found[k] = str(source / f)
     if source.joinpath("summary.json").is_file():  # the run's summary, for the compare view
         import mlflow
 
@@ -224,8 +351,10 @@ def download_version(c: Any, cfg: DictConfig, name: str, version: int | str,
     import mlflow
 
     mv = c.get_model_version(name, str(version))
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(into),
-                                                    tracking_uri=str(cfg.tracking.uri)))
+    folder = Path(mlflow.artifacts.download_artifacts(artifact_uri=mv.source, dst_path=str(into),
+                                                      tracking_uri=str(cfg.tracking.uri)))
+    reassemble(folder, cfg)
+    return folder
 
 
 def verified_version(c: Any, cfg: DictConfig, name: str, version: int | str,
@@ -259,9 +388,166 @@ def _float_tag(mv: Any, key: str) -> float:
         return math.nan
 
 
+# ---------------------------------------------------------------- champion on the challenger's rows
+def vs_prefix(champion_version: int | str) -> str:
+    """Tag prefix of the scores of a version against champion version N (`replaylab.vs.vN.`)."""
+    return f"{TAG}vs.v{champion_version}."
+
+
+def rescore_json(name: str, version: int | str, champion_version: int | str) -> str:
+    return f"rescore/{name}-v{version}-vs-v{champion_version}.json"
+
+
+def load_scorer(folder: Path, cfg: DictConfig) -> Any:
+    """The runtime's DemandPredictor of a verified folder (online recalibration off)."""
+    from replaylab.runtime import DemandPredictor
+
+    p = DemandPredictor.load(folder, hmac_key=hmac_key(cfg.export.get("hmac_key_env")),
+                             online=False)
+    if not p.loaded:
+        raise ManifestError(p.reason or "not_loaded", f"{folder}: the runtime refuses it")
+    return p
+
+
+def _group_text(groups: list[dict]) -> str:
+    return "; ".join(f"{g['by']}={g['value']}: {g['coverage']:.3f} (n={g['n']})"
+                     for g in groups)[:TAG_MAX]
+
+
+def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, rows: Any,
+                    source: str, alias: str | None = None) -> dict | None:
+    """Score the version `alias` points at (default `export.registry.rescore_alias`) and
+    the challenger `mv` (its verified folder) on the challenger's test `rows`, with the
+    same code (`replaylab.artifacts.rescore`); record the scores on `mv` (tags
+    `replaylab.vs.v<champion>.*`), as metrics and a JSON file of the open run. None: no
+    other champion. A champion that does not verify or load is recorded as an error."""
+    import mlflow
+
+    from replaylab.artifacts.rescore import compare_scores, score_artifact
+    from replaylab.runtime.demand import ArtifactError
+
+    alias = alias or cfg.export.registry.get("rescore_alias")
+    champion = alias_version(c, name, str(alias)) if alias else None
+    if champion is None or str(champion.version) == str(mv.version):
+        return None
+    prefix = vs_prefix(champion.version)
+    doc: dict[str, Any] = {
+        "challenger": {"name": name, "version": int(mv.version),
+                       "content_hash": mv.tags.get(TAG + "content_hash")},
+        "champion": {"version": int(champion.version), "alias": str(alias),
+                     "content_hash": champion.tags.get(TAG + "content_hash")},
+        "rows_source": source, "rows": int(len(rows.y)), "labelled_rows": int(rows.usable.sum())}
+    try:
+        manifest = verify_manifest(folder, hmac_key=hmac_key(cfg.export.get("hmac_key_env")))
+        groups = tuple((manifest.get("calibration") or {}).get("group_columns") or ())
+        with tempfile.TemporaryDirectory() as tmp:
+            _, cm, champion_folder = verified_version(c, cfg, name, champion.version, Path(tmp))
+            doc["champion_fit_overlap"] = fit_overlap(cm, rows)
+            doc["scores"] = {"challenger": score_artifact(load_scorer(folder, cfg), rows, groups),
+                             "champion": score_artifact(load_scorer(champion_folder, cfg), rows,
+                                                        groups)}
+    except (ManifestError, ArtifactError) as e:
+        doc["error"] = f"champion v{champion.version} not scored: {e}"
+        c.set_model_version_tag(name, mv.version, prefix + "error", doc["error"][:TAG_MAX])
+        return doc
+    cmp = doc["comparison"] = compare_scores(doc["scores"]["challenger"],
+                                             doc["scores"]["champion"])
+    run = mlflow.active_run()
+    tags = {"champion_content_hash": str(doc["champion"]["content_hash"]),
+            "rows": str(cmp["challenger"]["scored_rows"]), "rows_source": source,
+            "same_rows": str(cmp["challenger"]["scored_rows"]
+                             == cmp["champion"]["scored_rows"]).lower(),
+            "levels": ",".join(cmp["levels"]),
+            "challenger_better": str(cmp["challenger_better"]).lower(),
+            "champion.coverage_by_group": _group_text(doc["scores"]["champion"]["groups"]),
+            "challenger.coverage_by_group": _group_text(doc["scores"]["challenger"]["groups"]),
+            "champion_fit_overlap": str(doc["champion_fit_overlap"]).lower(),
+            "scored_in_run": run.info.run_id if run is not None else "",
+            "scores_json": rescore_json(name, mv.version, champion.version)}
+    for role in ("challenger", "champion"):
+        for k in ("mean_pinball", "coverage", "mean_width"):
+            tags[f"{role}.{k}"] = repr(float(cmp[role][k]))
+    for k, v in tags.items():
+        c.set_model_version_tag(name, mv.version, prefix + k, v)
+    if run is not None:
+        mlflow.log_text(json.dumps(doc, indent=1, default=str), tags["scores_json"])
+        metrics = {f"rescore.vs_v{champion.version}.{role}.{k}": float(cmp[role][k])
+                   for role in ("challenger", "champion")
+                   for k in ("mean_pinball", "coverage", "mean_width")}
+        for g in doc["scores"]["champion"]["groups"]:
+            key = "".join(ch if ch.isalnum() or ch in "_-." else "_"
+                          for ch in f"{g['by']}.{g['value']}")
+            metrics[f"rescore.vs_v{champion.version}.champion.coverage.{key}"] = g["coverage"]
+        mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+    return doc
+
+
+def fit_overlap(manifest: dict, rows: Any) -> bool:
+    """True when the time window a version was fitted and calibrated on overlaps the
+    rows' dispatch times: its scores there may be optimistic (it may have seen them)."""
+    from replaylab.contracts import Ledger as L
+
+    window = (manifest.get("training") or {}).get("time_window") or {}
+    t = rows.frame[L.TIMESTAMP].to_numpy(dtype="int64")  # epoch ms, as the pipeline records
+    if not len(t):
+        return False
+    lo, hi = int(t.min()), int(t.max())
+    return any(int(w["first_ms"]) <= hi and int(w["last_ms"]) >= lo
+               for s, w in window.items() if s in ("train", "calibration") and w)
+
+
+def recorded_rescore(c: Any, mv: Any, champion: Any, into: Path) -> dict | None:
+    """The scores of `mv` against `champion` recorded earlier (its JSON file), or None."""
+    prefix = vs_prefix(champion.version)
+    run_id, path = mv.tags.get(prefix + "scored_in_run"), mv.tags.get(prefix + "scores_json")
+    if not (run_id and path) or mv.tags.get(prefix + "champion_content_hash") != \
+            champion.tags.get(TAG + "content_hash"):
+        return None
+    try:
+        return json.loads(Path(c.download_artifacts(run_id, path, str(into))).read_text())
+    except Exception:  # MlflowException / OSError: the run or its file is gone
+        return None
+
+
+def challenger_ledger_rows(c: Any, cfg: DictConfig, mv: Any, ledger: str) -> Any:
+    """The challenger's test rows re-derived from `ledger` with its training run's own
+    projection, split and label configs (config/resolved.yaml); ConfigError when the
+    ledger is not the one it was trained on (another fingerprint)."""
+    from omegaconf import OmegaConf
+
+    from replaylab.apps.inputs import plain
+    from replaylab.artifacts.rescore import ledger_test_rows
+    from replaylab.config import from_mapping
+    from replaylab.contracts.ledger import read_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+
+    train_run = mv.tags.get(TAG + "source_run_id") or mv.run_id
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = c.download_artifacts(train_run, "config/resolved.yaml", tmp)
+        except Exception as e:  # MlflowException / OSError
+            raise FileNotFoundError(f"v{mv.version}: its training run {train_run} has no "
+                                    f"config/resolved.yaml here ({e})") from None
+        tcfg = OmegaConf.load(local)
+    projection = from_mapping(ProjectionConfig, plain(tcfg.projection), "projection")
+    split = from_mapping(SplitConfig, plain(tcfg.split), "split")
+    rows = ledger_test_rows(read_ledger(ledger).valid, projection, split,
+                            bool(tcfg.demand.get("failed_is_censored", True)))
+    want = mv.tags.get(TAG + "data_fingerprint")
+    if rows.fingerprint != want:
+        raise ConfigError(f"ledger={ledger}: fingerprint {rows.fingerprint}, but v{mv.version} "
+                          f"was trained on {want}: not its ledger")
+    return rows
+
+
 # ---------------------------------------------------------------- promotion
 def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
-    """(passed, reasons) of the promotion gate for version `mv` against `champion`."""
+    """(passed, reasons) of the promotion gate for version `mv` against `champion`.
+
+    Demand pinball: the scores of the champion re-scored on the challenger's own test
+    rows (`replaylab.vs.v<champion>.*`, same code for both) when recorded; else the
+    recorded pinballs, only when both carry the same test window id; else refused.
+    """
     kind, reasons = mv.tags.get(TAG + "kind"), []
     go = mv.tags.get(TAG + "go") == "true"
     reasons.append(f"go={str(go).lower()}: {mv.tags.get(TAG + 'go_reasons', '')}")
@@ -270,16 +556,38 @@ def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
     if champion is None or champion.version == mv.version:
         reasons.append("no other champion: pinball not compared")
         return True, reasons
-    if champion.tags.get(TAG + "test_window") != mv.tags.get(TAG + "test_window"):
-        reasons.append(f"champion v{champion.version} was scored on another test window "
+    prefix, t = vs_prefix(champion.version), mv.tags
+    if t.get(prefix + "challenger_better") is not None and \
+            t.get(prefix + "champion_content_hash") == champion.tags.get(TAG + "content_hash"):
+        new, old = _float_tag(mv, f"vs.v{champion.version}.challenger.mean_pinball"), \
+            _float_tag(mv, f"vs.v{champion.version}.champion.mean_pinball")
+        same = t.get(prefix + "same_rows") == "true"
+        ok = same and t.get(prefix + "challenger_better") == "true"
+        reasons.append(f"champion v{champion.version} re-scored on this version's "
+                       f"{t.get(prefix + 'rows')} test rows ({t.get(prefix + 'rows_source')}, "
+                       f"quantiles {t.get(prefix + 'levels')}): mean pinball {new:.4g} "
+                       f"{'<' if new < old else '>='} champion's {old:.4g}; coverage "
+                       f"{_float_tag(mv, f'vs.v{champion.version}.challenger.coverage'):.3f} vs "
+                       f"{_float_tag(mv, f'vs.v{champion.version}.champion.coverage'):.3f}"
+                       + ("" if same else "; the champion did not answer every row: refused")
+                       + ("; warning: the champion was fitted on a time window overlapping "
+                          "these rows (its score may be optimistic)"
+                          if t.get(prefix + "champion_fit_overlap") == "true" else ""))
+        return ok, reasons
+    if champion.tags.get(TAG + "test_window") != t.get(TAG + "test_window"):
+        reasons.append(f"champion v{champion.version} was never scored on this version's test "
+                       f"rows and was tested on another window "
                        f"({champion.tags.get(TAG + 'test_window')} vs "
-                       f"{mv.tags.get(TAG + 'test_window')}): pinball not comparable")
+                       f"{t.get(TAG + 'test_window')}): pinball not comparable. Score it there: "
+                       f"python -m export compare name={mv.name} version={mv.version} "
+                       f"alias=<its alias> ledger=<this version's ledger>")
         return False, reasons
     new, old = _float_tag(mv, "metric.test_mean_pinball"), _float_tag(
         champion, "metric.test_mean_pinball")
     ok = math.isfinite(new) and math.isfinite(old) and new < old
     reasons.append(f"test mean pinball {new:.4g} {'<' if ok else '>='} champion "
-                   f"v{champion.version}'s {old:.4g} on the same test window")
+                   f"v{champion.version}'s {old:.4g} on the same test window (recorded "
+                   "scores; the champion was not re-scored on these rows)")
     return ok, reasons
 
 
@@ -396,8 +704,9 @@ def run_summary(c: Any, mv: Any, into: Path) -> dict:
 
 
 def compare_versions(c: Any, cfg: DictConfig, name: str, challenger: Any, champion: Any,
-                     run_dir: Path) -> dict:
-    """Write the compare report of two versions into run_dir; {"compare": path}."""
+                     run_dir: Path, rescore: dict | None = None) -> dict:
+    """Write the compare report of two versions into run_dir; {"compare": path}. rescore:
+    the champion re-scored on the challenger's rows (default: the one recorded, if any)."""
     from replaylab.tracking.compare_report import write_compare_report
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -405,21 +714,40 @@ def compare_versions(c: Any, cfg: DictConfig, name: str, challenger: Any, champi
         for role, mv in (("challenger", challenger), ("champion", champion)):
             sides[role] = {"version": int(mv.version), "tags": dict(mv.tags),
                            "summary": run_summary(c, mv, Path(tmp) / role)}
-        path = write_compare_report(name, sides["challenger"], sides["champion"], run_dir)
+        if rescore is None:
+            rescore = recorded_rescore(c, challenger, champion, Path(tmp) / "rescore")
+        path = write_compare_report(name, sides["challenger"], sides["champion"], run_dir,
+                                    rescore=rescore)
     return {"compare": str(path)}
 
 
 def compare(cfg: DictConfig, run_dir: Path) -> dict:
-    """The job of `python -m export compare name=... version=N [alias=champion]`."""
+    """The job of `python -m export compare name=... version=N [alias=champion]
+    [ledger=PATH]`: with the challenger's ledger, the champion is first scored on the
+    challenger's test rows (recorded on the version: the gate reads it)."""
     if not (cfg.name and cfg.version):
         raise ConfigError("compare needs name=<registered model> version=N [alias=champion]")
     c = client(cfg)
-    name = str(cfg.name)
-    champion = alias_version(c, name, str(cfg.alias or "champion"))
+    name, alias = str(cfg.name), str(cfg.alias or "champion")
+    champion = alias_version(c, name, alias)
     if champion is None:
-        raise FileNotFoundError(f"{name}@{cfg.alias or 'champion'}: no such alias to compare with")
+        raise FileNotFoundError(f"{name}@{alias}: no such alias to compare with")
     mv = c.get_model_version(name, str(cfg.version))
-    reports = compare_versions(c, cfg, name, mv, champion, run_dir)
+    rescore = None
+    if cfg.get("ledger"):
+        if mv.tags.get(TAG + "kind") != "demand":
+            raise ConfigError("ledger= re-scores a demand champion; the router is compared on "
+                              "its recorded test curves (docs/mlflow.md)")
+        rows = challenger_ledger_rows(c, cfg, mv, str(cfg.ledger))
+        with tempfile.TemporaryDirectory() as tmp:
+            _, _, folder = verified_version(c, cfg, name, mv.version, Path(tmp))
+            rescore = rescore_against(c, cfg, name, mv, folder, rows, f"ledger {cfg.ledger}",
+                                      alias=alias)
+        if rescore is not None and "error" in rescore:
+            raise ManifestError("champion", rescore["error"])
+        mv = c.get_model_version(name, str(cfg.version))  # with the scores' tags
+    reports = compare_versions(c, cfg, name, mv, champion, run_dir, rescore=rescore)
     return {"pipeline": "export", "action": "compare", "reports": reports, "artifacts": {},
             "compare": {"name": name, "challenger": int(mv.version),
-                        "champion": int(champion.version)}}
+                        "champion": int(champion.version),
+                        "rescore": None if rescore is None else rescore.get("comparison")}}

@@ -154,7 +154,10 @@ def group_schemas() -> dict[str, type]:
         "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None,
                         register=True, registry={"names": {"demand": "replaylab-demand",
                                                            "router": "replaylab-router"},
-                                                 "coverage_band": 0.05, "coverage_z": 1.96}),
+                                                 "coverage_band": 0.05, "coverage_z": 1.96,
+                                                 "rescore_alias": "champion",
+                                                 "blob_min_bytes": 1048576,
+                                                 "blob_experiment": "replaylab-artifact-store"}),
         "paths": _open("PathsSchema", shared_dir="???"),
         "source": _open("SourceSchema", name="???", path=None, options={}),
     }

@@ -2,10 +2,14 @@
 
 Inputs are plain dicts (the registered version's tags and its training run's
 summary.json), so this module never talks to MLflow; `replaylab.apps.registry`
-fetches them and logs the page. Demand: headline metrics, pinball by quantile,
-calibration and coverage by group. Router: quality and cost of every policy with
-their bootstrap intervals, and each side's cost/quality curves drawn by the
-router report's own figure code (`router_figures`).
+fetches them and logs the page. Demand: first, when recorded, both artifacts
+scored on the challenger's own test rows by the same code
+(`replaylab.artifacts.rescore`: pinball, coverage and width, coverage by group),
+the numbers the promotion gate reads; then each side's own training-run scores
+(headline metrics, pinball by quantile, calibration and coverage by group).
+Router: quality and cost of every policy with their bootstrap intervals, and each
+side's cost/quality curves drawn by the router report's own figure code
+(`router_figures`), each on its own test split.
 """
 
 from __future__ import annotations
@@ -111,6 +115,62 @@ def _fig_pinball(plt, ch: dict, cp: dict, path: Path) -> Path | None:
     return save_figure(fig, plt, path)
 
 
+def _rescore_section(rescore: dict, ch: dict, cp: dict, out_dir: Path) -> str:
+    """Both artifacts on the challenger's test rows (the gate's numbers)."""
+    title = "Champion re-scored on the challenger's test rows"
+    if "error" in rescore:
+        return section(title, f"<p class='src'>{escape(rescore['error'])}</p>")
+    cmp, scores = rescore.get("comparison") or {}, rescore.get("scores") or {}
+    a, b = (scores.get(r) or {} for r in ROLES)
+    ma, mb = a.get("model") or {}, b.get("model") or {}
+    better = bool(cmp.get("challenger_better"))
+    rows = [[f"{TD_L}>mean pinball (quantiles {escape(', '.join(cmp.get('levels') or []))})</td>",
+             _f(lookup(cmp, "challenger.mean_pinball")), _f(lookup(cmp, "champion.mean_pinball")),
+             _f(cmp.get("delta_mean_pinball"))]]
+    for q in cmp.get("levels") or []:
+        pa, pb = to_float((ma.get("pinball") or {}).get(q)), to_float((mb.get("pinball") or {}).get(q))
+        rows.append([f"{TD_L}>pinball q={escape(q)}</td>", _f(pa), _f(pb), _f(pa - pb)])
+    for k, label in (("coverage", "coverage"), ("coverage_raw", "coverage before conformal"),
+                     ("mean_width", "mean width"), ("mae_p50", "MAE of p50"), ("n", "rows scored")):
+        va, vb = to_float(ma.get(k)), to_float(mb.get(k))
+        rows.append([f"{TD_L}>{escape(label)}</td>", _f(va), _f(vb), _f(va - vb)])
+    ga = {(g["by"], g["value"]): g for g in a.get("groups") or []}
+    gb = {(g["by"], g["value"]): g for g in b.get("groups") or []}
+    grows = [[f"{TD_L}>{escape(k[0])}</td>", f"{TD_L}>{escape(k[1])}</td>",
+              _f((ga.get(k) or gb.get(k) or {}).get("n")),
+              _f((ga.get(k) or {}).get("coverage"), 3), _f((gb.get(k) or {}).get("coverage"), 3),
+              _f((ga.get(k) or {}).get("mean_pinball")), _f((gb.get(k) or {}).get("mean_pinball"))]
+             for k in sorted(set(ga) | set(gb))]
+    level = to_float(ma.get("interval", (ch.get("summary") or {}).get("interval")))
+    if not math.isfinite(level):
+        level = to_float(_tag(ch, "interval"))
+    fig = _fig_group_coverage(pyplot(), {"summary": {"test": {"groups": list(ga.values())}}},
+                              {"summary": {"test": {"groups": list(gb.values())}}}, level,
+                              out_dir / "compare_figures" / "rescore_group_coverage.png")
+    fallback = {r: (scores.get(r) or {}).get("fallback") or {} for r in ROLES}
+    return section(
+        title,
+        f"<p class='src'>Both artifacts, each through the serving runtime "
+        f"(<code>DemandPredictor.quantiles_batch</code>, online recalibration off), scored by "
+        f"the pipeline's metric code on the challenger v{escape(ch.get('version'))}'s "
+        f"{escape(rescore.get('labelled_rows'))} labelled test rows "
+        f"(of {escape(rescore.get('rows'))}; from the {escape(rescore.get('rows_source'))}). "
+        f"Champion: v{escape(lookup(rescore, 'champion.version'))} "
+        f"(<code>{escape(str(lookup(rescore, 'champion.content_hash'))[:19])}</code>). "
+        f"Rows a model did not answer: {escape(fallback)}.</p>"
+        + ("<p class='src'><b>Warning:</b> the champion was fitted on a time window that "
+           "overlaps these rows: it may have seen them, its score may be optimistic.</p>"
+           if rescore.get("champion_fit_overlap") else "") +
+        f"<p class='src'>challenger's mean pinball below the champion's on these rows: "
+        f"{badge(better, 'yes', 'no')}</p>",
+        table(["", "challenger", "champion", "challenger − champion"], rows),
+        table(["by", "value", "n", "coverage (challenger)", "coverage (champion)",
+               "mean pinball (challenger)", "mean pinball (champion)"], grows)
+        if grows else "<p class='src'>no group columns.</p>",
+        embedded_figure(fig, "Coverage per group on the challenger's test rows; dashed: the "
+                             "nominal level."))
+
+
 def _demand_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
     sa, sb = ch.get("summary") or {}, cp.get("summary") or {}
     if not (sa or sb):
@@ -137,7 +197,7 @@ def _demand_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
     cov = _fig_group_coverage(plt, ch, cp, level, figs / "compare_group_coverage.png")
     pin = _fig_pinball(plt, ch, cp, figs / "compare_pinball.png")
     return [
-        section("Scores on the test window",
+        section("Scores on each version's own test window",
                 table(["", "challenger", "champion", "challenger − champion"], rows),
                 "<p class='src'>summary.json <code>test.model</code> of each version's training "
                 f"run; nominal interval {_f(level, 3)}.</p>",
@@ -184,15 +244,24 @@ def _router_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
             section("Cost/quality curves", f"<div class='row'>{''.join(figs)}</div>")]
 
 
-def write_compare_report(name: str, challenger: dict, champion: dict, out_dir: Path) -> Path:
-    """Write out_dir/compare_report.html; each side is {version, tags, summary}."""
+def write_compare_report(name: str, challenger: dict, champion: dict, out_dir: Path,
+                         rescore: dict | None = None) -> Path:
+    """Write out_dir/compare_report.html; each side is {version, tags, summary}; rescore:
+    both artifacts scored on the challenger's test rows (registry.rescore_against)."""
     out_dir = Path(out_dir)
     kind = _tag(challenger, "kind")
     same = same_window(challenger, champion)
+    rescored = rescore is not None and "error" not in rescore
     head = (f"<h1>{escape(name)}: challenger v{escape(challenger.get('version'))} vs champion "
             f"v{escape(champion.get('version'))}</h1><p class='src'>same data and test window: "
-            f"{badge(same, 'yes', 'no — the scores below are not on the same rows')}</p>")
+            f"{badge(same, 'yes', 'no — the training-run scores are not on the same rows')}")
+    if kind == "demand":
+        head += (" · champion scored on the challenger's test rows: "
+                 f"{badge(rescored, 'yes', 'no')}")
+    head += "</p>"
     body = [head, section("Registered versions", _version_table(challenger, champion))]
+    if kind == "demand" and rescore is not None:
+        body.append(_rescore_section(rescore, challenger, champion, out_dir))
     body += (_demand_sections(challenger, champion, out_dir) if kind == "demand"
              else _router_sections(challenger, champion, out_dir))
     return write_page(out_dir / REPORT, page(f"{name} compare", body))
