@@ -27,8 +27,9 @@ Paths timed, one text per call, one intra-op thread each (torch.set_num_threads(
 - `cache_hit_fp32` (prompt mix only): `CachedEncoder` with every prompt cached;
 - the static tier (issue 15), in its own interleaved loop and in microseconds:
   `route_static` (`Router.route` of a static-tier artifact built here: model2vec
-  distillation of MiniLM, the same 400 prompts), `static_tokenize`,
-  `static_encode` (tokenize + lookup + pool) and `static_head` (`NumpyHead`).
+  distillation of MiniLM, the same 400 prompts), `static_tokenize` (`ids_array`),
+  `static_pool` (lookup + sum + normalize of the text's ids), `static_encode`
+  (tokenize + pool) and `static_head` (`NumpyHead.proba_row`, the route's call).
   Headline keys `route_{fp32,int8,static}_{p50,p99}_us` (wall, 128 tokens).
 
 All paths are interleaved call by call (the order rotates each call), so that
@@ -379,9 +380,11 @@ def main() -> None:
                 raise RuntimeError(f"static router did not load: {rs.reason}")
             senc, shead = rs.encoder, rs.head
             vec = senc.encode_one(fixed[0])
-            static_paths = {"route_static": rs.route, "static_tokenize": senc.tokenizer.ids,
+            ids_of = {t: senc.tokenizer.ids_array(t) for t in set(fixed + texts)}
+            static_paths = {"route_static": rs.route, "static_tokenize": senc.tokenizer.ids_array,
+                            "static_pool": lambda t: senc.pool(ids_of[t]),
                             "static_encode": senc.encode_one,
-                            "static_head": lambda _t: shead.proba_one(vec, 0, float(MAX_TOKENS))}
+                            "static_head": lambda _t: shead.proba_row(vec, 0, float(MAX_TOKENS))}
             static_info["fixed_prompt_static_tokens"] = len(senc.tokenizer.ids(fixed[0]))
             static_128 = time_static(static_paths, fixed * max(args.fixed_calls, 1000))
             static_mix = time_static(static_paths, texts)

@@ -115,6 +115,79 @@ def test_truncation_then_unk_dropped(hf_tokenizer, charmap):
         tok.ids("lone \ud800 surrogate")
 
 
+def test_chunk_and_word_caches_change_no_id(hf_tokenizer, charmap, prompts, monkeypatch):
+    """Cached ids == first-time ids == HF's, on texts whose chunks repeat across texts, with the
+    caches bounded to a few entries (cleared while a text is tokenized) or unbounded."""
+    import replaylab.runtime.static_encoder as se
+
+    vocab = [t for t, _ in sorted(hf_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    texts = prompts[:150] + list(EDGE_CASE_TEXTS) + _random_texts(300, seed=4)
+    texts += [" ".join(t.split()[::-1]) for t in texts[:100]]  # the same chunks, other texts
+    want = [e.ids for e in hf_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    for limit in (None, 7):
+        if limit is not None:
+            monkeypatch.setattr(se, "WORD_CACHE", limit)
+            monkeypatch.setattr(se, "WORDPIECE_CACHE", limit)
+        tok = CharmapTokenizer(charmap, vocab, unk_token="[UNK]", drop_unk=False)
+        for _ in range(2):  # first pass mostly misses, second mostly hits
+            assert [tok.ids(t) for t in texts] == want
+            sizes = tok.cache_sizes()
+            if limit is None:
+                assert sizes["chunks"] > 1000 and sizes["words"] > 1000
+            else:
+                assert 0 < sizes["chunks"] <= limit and 0 < sizes["words"] <= limit
+
+
+def test_split_fast_path_is_the_ascii_whitespace_split(table_tokenizer):
+    """Without tab/newline/CR the text is split on " " alone (empty chunks for runs of
+    spaces): the same ids as the regex over all four ASCII whitespace characters."""
+    rng = np.random.default_rng(5)
+    for text in _random_texts(200, seed=6):
+        spaced = "".join(c if rng.random() > 0.3 else "  " for c in text).replace("\t", " ")
+        spaced = spaced.replace("\n", " ").replace("\r", " ")
+        mixed = "".join(" \t\n\r"[int(rng.integers(4))] if c == " " else c for c in spaced)
+        assert table_tokenizer.ids(spaced) == table_tokenizer.ids(mixed)
+        assert table_tokenizer.ids(" " + spaced + "  ") == table_tokenizer.ids(spaced)
+
+
+def test_unk_filter_survives_a_misaligned_byte_match():
+    """The [UNK] test searches the id bytes: a match across two ids must drop nothing."""
+    vocab = [f"t{i}" for i in range(300)]
+    vocab[1] = "[UNK]"
+    tok = CharmapTokenizer("# replaylab charmap 1\n20\tw\t20\n", vocab, unk_token="[UNK]")
+    # 256 = bytes 00 01 00 ..: with a next id whose low byte is 0, offset 1 reads 01 00 .. 00
+    pair, unk = (np.array(v, dtype=np.intp).tobytes() for v in ([256, 256], [1]))
+    assert pair.find(unk) == 1
+    assert tok.ids("t256 t256") == [256, 256]
+    assert tok.ids("t256 zzz t256 t7") == [256, 256, 7]   # a real [UNK] is dropped
+    assert tok.ids_array("zzz").dtype == np.intp and tok.ids("zzz") == []
+    keep = CharmapTokenizer("# replaylab charmap 1\n20\tw\t20\n", vocab, unk_token="[UNK]",
+                            drop_unk=False, max_tokens=2)
+    assert keep.ids("zzz t5 t6") == [1, 5]
+
+
+def test_pool_is_the_specs_sequential_float64_sum():
+    """Step 6 of the spec: rows added in token order, column by column, in float64 (what
+    another language's loop gives), then s / sqrt(s . s) rounded to float32."""
+    from replaylab.runtime.static_encoder import StaticSentenceEncoder
+
+    rng = np.random.default_rng(7)
+    table = rng.normal(size=(500, 32)).astype(np.float32)
+    table[3] *= 1e6  # magnitudes far apart: a reordered sum would round differently
+    enc = StaticSentenceEncoder(None, table, {"encoder_id": "t", "normalize": True})
+    plain = StaticSentenceEncoder(None, table, {"encoder_id": "t", "normalize": False})
+    for n in (1, 2, 3, 17, 128, 512):
+        ids = np.concatenate(([3], rng.integers(0, 500, n - 1))).astype(np.intp)
+        s = [0.0] * 32
+        for i in ids:
+            s = [a + float(b) for a, b in zip(s, table[i], strict=True)]
+        s = np.array(s)
+        assert np.array_equal(enc.token_sum(ids), s)  # a pairwise sum misses at n >= 128
+        assert np.array_equal(enc.pool(ids), (s / math.sqrt(s @ s)).astype(np.float32))
+        assert np.array_equal(plain.pool(list(ids)), (s / n).astype(np.float32))
+    assert not enc.pool(np.empty(0, dtype=np.intp)).any()
+
+
 def test_check_bert_pipeline_refuses_other_tokenizers():
     check_bert_pipeline({"normalizer": {"type": "BertNormalizer"},
                          "pre_tokenizer": {"type": "BertPreTokenizer"},
@@ -196,6 +269,8 @@ def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
     assert np.abs(p_np - spec).max() <= 1e-12  # folding at load is exact up to rounding
     one = numpy_head.predict_proba(E[:1], {k2: v[:1] for k2, v in meta.items()})
     assert np.array_equal(one[0], p_np[0])  # a row's answer does not depend on its batch
+    scorer = numpy_head.scorer  # the serving call: the same floats as a list
+    assert scorer.proba_row(E[0], int(codes[0]), meta["prompt_tokens"][0]) == p_np[0].tolist()
 
 
 # ----------------------------------------------------------------------------- slow: export

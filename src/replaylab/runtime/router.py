@@ -91,6 +91,8 @@ class Router:
         self._encoder = None
         self._head = None
         self._config: dict = {}
+        self._static = False  # the head is a NumpyHead: `route` takes the one-row path
+        self._chars_per_token = 4.0
         self.golden: GoldenCheck | None = None
         self.golden_status = "unchecked"  # passed | absent | unchecked
         self.requested_variant: str | None = None
@@ -230,6 +232,11 @@ class Router:
             r.reason = "onnx_load"
             return r
         r.manifest, r._encoder, r._head, r._config = m, enc, head, config
+        r._static = isinstance(head, NumpyHead)
+        cpt = (config.get("prompt_tokens") or {}).get("chars_per_token")
+        # a missing or non-positive value: NaN, whose ceil raises in `route`, so the rules
+        # answer (as any query the model fails on)
+        r._chars_per_token = float(cpt) if isinstance(cpt, int | float) and cpt > 0 else math.nan
         r.variant_reason = enc.variant_reason
         r.candidates = tuple(config["candidates"])
         r.threshold = float(config["threshold"])
@@ -286,19 +293,19 @@ class Router:
         with the per-row decision in plain floats (`routing.choose_one`)."""
         if not self.loaded:
             return self.route_batch([text], [category], [prompt_tokens])[0]
+        head = self._head
         try:
-            if isinstance(self._head, NumpyHead):  # static tier: no batch arrays at all
-                row = self._head.proba_one(self._encoder.encode_one(text),
-                                           self._head.code(category),
-                                           self._prompt_tokens(text, prompt_tokens))
+            if self._static:  # static tier: no batch arrays at all
+                row = head.proba_row(self._encoder.encode_one(text), head.code(category),
+                                     float(prompt_tokens) if prompt_tokens is not None else
+                                     float(math.ceil(len(text) / self._chars_per_token)))
             else:
-                row = self._scores([text], [category], [prompt_tokens])[0]
+                row = self._scores([text], [category], [prompt_tokens])[0].tolist()
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
             return self._by_rules(text, category, prompt_tokens)
         k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
-        return RouteDecision(self.candidates[k],
-                             dict(zip(self.candidates, row.tolist(), strict=True)),
-                             self.threshold, self.version, variant=self.variant)
+        return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
+                             self.threshold, self.version, variant=self._encoder.variant)
 
     def route_batch(self, texts: Sequence[str], categories: Sequence[str | None] | None = None,
                     prompt_tokens: Sequence[float | None] | None = None) -> list[RouteDecision]:
@@ -322,11 +329,6 @@ class Router:
                               {c: float(v) for c, v in zip(self.candidates, row, strict=True)},
                               self.threshold, self.version, variant=self.variant)
                 for k, row in zip(chosen, prob, strict=True)]
-
-    def _prompt_tokens(self, text: str, tokens: float | None) -> float:
-        if tokens is not None:
-            return float(tokens)
-        return float(math.ceil(len(text) / float(self._config["prompt_tokens"]["chars_per_token"])))
 
     def _scores(self, texts: Sequence[str], categories: list, tokens: list) -> np.ndarray:
         emb = (self._encoder.encode_one(texts[0])[None, :] if len(texts) == 1
@@ -433,6 +435,10 @@ class NumpyHead:
             self.bs = np.repeat(self.bs, len(self.vocabulary) + 1, axis=0)
         self.ts = a * wide_t                                             # (K,)
         self.n_candidates = len(a)
+        # the success layer's tail per row in Python floats (K is small): the same float64
+        # operations as the arrays above, without ~5 numpy calls of ~1 µs on K numbers
+        self._bs_rows = [tuple(r) for r in self.bs.tolist()]
+        self._ts = tuple(self.ts.tolist())
 
     def code(self, category: Any) -> int:
         other = len(self._code)
@@ -441,8 +447,9 @@ class NumpyHead:
     def codes(self, categories: Sequence[Any]) -> np.ndarray:
         return np.array([self.code(c) for c in categories], dtype=np.int64)
 
-    def proba_one(self, embedding: np.ndarray, code: int, prompt_tokens: float) -> np.ndarray:
-        """(d,) embedding, category code, prompt tokens (NaN: the training mean) -> (K,)."""
+    def proba_row(self, embedding: np.ndarray, code: int, prompt_tokens: float) -> list[float]:
+        """(d,) embedding, category code, prompt tokens (NaN: the training mean) -> K floats
+        (the serving hot path; `proba_one` is the same as an array)."""
         t = float(prompt_tokens)
         x = 0.0 if t != t else (math.log1p(max(t, 0.0)) - self.tok_mean) / self.tok_scale
         h = self.w0 @ embedding.astype(np.float64)
@@ -454,11 +461,14 @@ class NumpyHead:
             h = w @ h
             h += b
             np.maximum(h, 0.0, out=h)
-        z = self.ws @ h
-        z += self.bs[code]
-        if x:
-            z += x * self.ts
-        return 1.0 / (1.0 + np.exp(-z))
+        exp = math.exp  # libm's exp (the Rust crate's); np.exp may differ in the last bit
+        return [1.0 / (1.0 + exp(-((z + b) + x * u)))
+                for z, b, u in zip((self.ws @ h).tolist(), self._bs_rows[code], self._ts,
+                                   strict=True)]
+
+    def proba_one(self, embedding: np.ndarray, code: int, prompt_tokens: float) -> np.ndarray:
+        """(d,) embedding, category code, prompt tokens (NaN: the training mean) -> (K,)."""
+        return np.array(self.proba_row(embedding, code, prompt_tokens), dtype=np.float64)
 
     def proba(self, embedding: np.ndarray, categories: Sequence[Any],
               prompt_tokens: np.ndarray) -> np.ndarray:
