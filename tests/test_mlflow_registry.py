@@ -1,13 +1,18 @@
 """Integration: the Model Registry through a real `mlflow server` on loopback (docs/mlflow.md).
 
 Two tiny seeded demand runs on the same ledger (so the same test window) register
-versions at the end of `python -m training pipeline=demand`; two router-kind
-folders (a go and a no-go verdict, manifests built by the manifest module, no
-encoder) are registered with `python -m export register`. Then: the gate
-promotes and refuses, force needs and logs a reason, serving fetches by alias
-and picks up an alias change, and files altered in the artifact store are
-refused at fetch. The compare report and the MLflow UI model page are opened in
-headless Chromium; screenshots go to tests/artifacts/.
+versions at the end of `python -m training pipeline=demand`, the second scored
+against the first (the champion then) on its own test rows; a third on another
+ledger registers without that score. Two router-kind folders (a go and a no-go
+verdict, manifests built by the manifest module, one same stand-in encoder file
+over the store-once size) are registered with `python -m export register`.
+Then: the gate promotes and refuses, reads the champion's scores on the
+challenger's rows, refuses another window until `compare ledger=` scored it
+there; force needs and logs a reason; serving fetches by alias and picks up an
+alias change; files altered in the artifact store are refused at fetch; the
+encoder is uploaded once and both versions reassemble and verify. Both compare
+reports and the MLflow UI model and version pages are opened in headless
+Chromium; screenshots go to tests/artifacts/.
 """
 
 from __future__ import annotations
@@ -62,12 +67,25 @@ def client(url: str):
     return MlflowClient(tracking_uri=url, registry_uri=url)
 
 
+ENCODER_BYTES = 1_300_000  # over export.registry.blob_min_bytes (1 MiB): stored once
+
+
+def encoder_bytes() -> bytes:
+    """A stand-in encoder file, the same for every router folder (seeded)."""
+    import numpy as np
+
+    return np.random.default_rng(17).integers(0, 256, ENCODER_BYTES, dtype=np.uint8).tobytes()
+
+
 def fake_router_run(folder: Path, go: bool, quality: float) -> Path:
-    """A finished run folder holding a router-kind artifact (a manifest over one config file)
-    and a summary with the test section the compare view reads."""
+    """A finished run folder holding a router-kind artifact (a manifest over its config
+    file and a stand-in encoder/) and a summary with the test section the compare view
+    reads (each policy's quality and cost with intervals, and curves)."""
     art = folder / "artifacts" / "router"
-    art.mkdir(parents=True)
+    (art / "encoder").mkdir(parents=True)
     (art / "router.json").write_text(json.dumps({"threshold": 0.5, "quality": quality}))
+    (art / "encoder" / "encoder.onnx").write_bytes(encoder_bytes())
+    (art / "encoder" / "tokenizer.json").write_text(json.dumps({"vocab": ["a", "b"]}))
     test = {p: {"quality": q, "cost": c, "ci": {"quality": [q - 0.03, q + 0.03],
                                                  "cost": [c * 0.9, c * 1.1]}}
             for p, q, c in (("learned", quality, 0.004), ("rules", 0.78, 0.006),
@@ -84,16 +102,21 @@ def fake_router_run(folder: Path, go: bool, quality: float) -> Path:
 
 @pytest.fixture(scope="module")
 def registry(server, tmp_path_factory):
-    """Demand v1 (60 trees) and v2 (20 trees) on one ledger; router v1 (go) and v2 (no-go)."""
+    """Demand v1 (60 trees) and v2 (20 trees) on one ledger, v2 registered while v1 is the
+    champion (so scored against it); v3 on another ledger (800 sessions), not scored;
+    router v1 (go) and v2 (no-go)."""
     url, store = server
     tmp = tmp_path_factory.mktemp("runs")
     runs = {}
-    for v, trees in ((1, 60), (2, 20)):
+    for v, sessions, trees, extra in ((1, 600, 60, ()), (2, 600, 20, ()),
+                                      (3, 800, 60, ("export.registry.rescore_alias=null",))):
         out = tmp / f"demand{v}"
-        run_training("pipeline=demand", f"hydra.run.dir={out}", "data.synthetic.n_sessions=600",
-                     f"demand.model.n_estimators={trees}", f"tracking.uri={url}",
-                     "tracking.experiment=it-registry")
+        run_training("pipeline=demand", f"hydra.run.dir={out}",
+                     f"data.synthetic.n_sessions={sessions}", f"demand.model.n_estimators={trees}",
+                     f"tracking.uri={url}", "tracking.experiment=it-registry", *extra)
         runs[f"demand{v}"] = json.loads((out / "summary.json").read_text()) | {"dir": str(out)}
+        if v == 1:  # setup, not the gate: the champion v2 is registered against
+            client(url).set_registered_model_alias(DEMAND, "champion", "1")
     for v, go in ((1, True), (2, False)):
         folder = fake_router_run(tmp / f"router{v}", go, 0.85 if go else 0.80)
         proc, s = export(url, "register", f"run_dir={folder}", run_dir=tmp / f"reg-router{v}")
@@ -107,7 +130,8 @@ def test_register_puts_verified_folders_in_the_registry_with_their_tags(registry
     c = client(url)
     assert [r["version"] for r in runs["demand1"]["registry"]] == [1]
     assert [r["version"] for r in runs["demand2"]["registry"]] == [2]
-    for v in (1, 2):
+    assert [r["version"] for r in runs["demand3"]["registry"]] == [3]
+    for v in (1, 2, 3):
         s = runs[f"demand{v}"]
         m = verify_manifest(Path(s["artifacts"]["demand"]))
         mv = c.get_model_version(DEMAND, str(v))
@@ -125,9 +149,101 @@ def test_register_puts_verified_folders_in_the_registry_with_their_tags(registry
     # same ledger and split: the same test window, so the pinballs are comparable
     w = {c.get_model_version(DEMAND, v).tags["replaylab.test_window"] for v in ("1", "2")}
     assert len(w) == 1
+    assert c.get_model_version(DEMAND, "3").tags["replaylab.test_window"] not in w
     r1, r2 = (c.get_model_version(ROUTER, v).tags for v in ("1", "2"))
     assert (r1["replaylab.go"], r2["replaylab.go"]) == ("true", "false")
     assert float(r1["replaylab.metric.learned.quality"]) == 0.85
+
+
+def test_champion_is_scored_on_the_challengers_test_rows_at_registration(registry):
+    """v2 was registered while v1 was the champion: v1's artifact, fetched and verified,
+    was scored on v2's test rows by the runtime and the pipeline's metric code. Same
+    ledger and split, so those are v1's own test rows: the scores must be v1's pipeline
+    scores (and v2's re-scored figures v2's), group by group."""
+    url, _, runs, tmp = registry
+    c = client(url)
+    s1, s2 = runs["demand1"], runs["demand2"]
+    t = c.get_model_version(DEMAND, "2").tags
+    v = "replaylab.vs.v1."
+    assert t[v + "champion_content_hash"] == s1["export"]["content_hash"]
+    assert t[v + "rows"] == str(s2["test"]["labelled_rows"]) and t[v + "same_rows"] == "true"
+    assert t[v + "levels"] == "0.1,0.5,0.9" and t[v + "rows_source"] == "run folder"
+    assert float(t[v + "champion.mean_pinball"]) == pytest.approx(
+        s1["test"]["model"]["mean_pinball"], rel=1e-6)
+    assert float(t[v + "challenger.mean_pinball"]) == pytest.approx(
+        s2["test"]["model"]["mean_pinball"], rel=1e-6)
+    assert float(t[v + "champion.coverage"]) == pytest.approx(s1["test"]["model"]["coverage"])
+    better = s2["test"]["model"]["mean_pinball"] < s1["test"]["model"]["mean_pinball"]
+    assert t[v + "challenger_better"] == str(better).lower()
+    assert s2["registry"][0]["rescore"]["challenger_better"] == better
+    for g in s1["test"]["groups"]:  # coverage by group, in the tag
+        assert f"{g['by']}={g['value']}: {g['coverage']:.3f} (n={g['n']})" in \
+            t[v + "champion.coverage_by_group"]
+    # the full scores: a JSON file and metrics of the training run that registered v2
+    run_id = s2["mlflow"]["run_id"]
+    assert t[v + "scored_in_run"] == run_id
+    doc = json.loads(Path(c.download_artifacts(run_id, t[v + "scores_json"],
+                                               str(tmp))).read_text())
+    got = {(g["by"], g["value"]): g for g in doc["scores"]["champion"]["groups"]}
+    for g in s1["test"]["groups"]:
+        assert got[(g["by"], g["value"])]["coverage"] == pytest.approx(g["coverage"])
+        assert got[(g["by"], g["value"])]["mean_pinball"] == pytest.approx(g["mean_pinball"],
+                                                                          rel=1e-6)
+    metrics = c.get_run(run_id).data.metrics
+    assert metrics["rescore.vs_v1.champion.mean_pinball"] == pytest.approx(
+        s1["test"]["model"]["mean_pinball"], rel=1e-6)
+    # v1 (the champion when it was registered) and v3 (rescore_alias=null) carry none
+    assert not any(".vs." in k for k in c.get_model_version(DEMAND, "1").tags)
+    assert not any(".vs." in k for k in c.get_model_version(DEMAND, "3").tags)
+
+
+def test_another_window_is_refused_until_compare_scores_the_champion_there(registry):
+    from replaylab.artifacts.rescore import run_test_rows, score_artifact
+    from replaylab.runtime import DemandPredictor
+
+    url, _, runs, tmp = registry
+    c = client(url)
+    c.set_registered_model_alias(DEMAND, "window", "1")
+    s1, s3 = runs["demand1"], runs["demand3"]
+    proc, s = export(url, "promote", f"name={DEMAND}", "version=3", "alias=window",
+                     run_dir=tmp / "window-refused")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    why = " ".join(s["promotion"]["reasons"])
+    assert "never scored on this version's test rows" in why and "another window" in why
+    assert "ledger=" in why  # it says how to score it
+    # the wrong ledger is refused (a bad input: exit 2), nothing recorded
+    proc, _ = export(url, "compare", f"name={DEMAND}", "version=3", "alias=window",
+                     f"ledger={s1['artifacts']['ledger']}", run_dir=tmp / "window-wrong")
+    assert proc.returncode == 2 and "not its ledger" in proc.stderr
+    assert not any(".vs." in k for k in c.get_model_version(DEMAND, "3").tags)
+    # its own ledger: v1 is scored on v3's test rows (re-derived from the ledger)
+    proc, s = export(url, "compare", f"name={DEMAND}", "version=3", "alias=window",
+                     f"ledger={s3['artifacts']['ledger']}", run_dir=tmp / "window-compare")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cmp = s["compare"]["rescore"]
+    assert cmp["rows"] == s3["test"]["rows"] and cmp["challenger"]["scored_rows"] == \
+        s3["test"]["labelled_rows"]
+    assert cmp["challenger"]["mean_pinball"] == pytest.approx(
+        s3["test"]["model"]["mean_pinball"], rel=1e-6)
+    # the same numbers as scoring v1's own folder on v3's run-folder rows here
+    rows = run_test_rows(Path(s3["dir"]) / "features.parquet",
+                         Path(s3["dir"]) / "predictions_test.parquet")
+    direct = score_artifact(DemandPredictor.load(Path(s1["artifacts"]["demand"]), online=False),
+                            rows, ("selected_model", "category", "slo_class"))
+    assert cmp["champion"]["mean_pinball"] == pytest.approx(direct["model"]["mean_pinball"],
+                                                            rel=1e-9)
+    assert direct["model"]["mean_pinball"] != pytest.approx(s1["test"]["model"]["mean_pinball"])
+    text = Path(s["reports"]["compare"]).read_text()
+    assert "<h2>Champion re-scored on the challenger's test rows</h2>" in text
+    t = c.get_model_version(DEMAND, "3").tags
+    assert t["replaylab.vs.v1.rows_source"].startswith("ledger ")
+    # now the gate decides on those scores
+    proc, s = export(url, "promote", f"name={DEMAND}", "version=3", "alias=window",
+                     run_dir=tmp / "window-decided")
+    why = " ".join(s["promotion"]["reasons"])
+    assert "re-scored on this version's" in why, why
+    passed = cmp["challenger"]["mean_pinball"] < cmp["champion"]["mean_pinball"]
+    assert s["promotion"]["gate_passed"] == passed and proc.returncode == (0 if passed else 3)
 
 
 def test_promotion_gate_allows_refuses_and_records_every_decision(registry):
@@ -238,6 +354,46 @@ def test_files_altered_in_the_store_are_refused_at_fetch(registry):
     assert proc.returncode == 3 and not s["promotion"]["verified"]
 
 
+def test_router_encoder_is_stored_once_and_both_versions_reassemble(registry):
+    """Router v1 and v2 share one encoder file over blob_min_bytes: v1 uploads it to the
+    content-addressed store, v2 finds its sha256 there and uploads nothing; each fetch
+    puts it back and verifies the whole folder; an altered stored copy is refused."""
+    import hashlib
+
+    url, store, runs, tmp = registry
+    c = client(url)
+    b1, b2 = (runs[f"router{v}"]["registry"][0]["blobs"] for v in (1, 2))
+    assert (b1["uploaded"], b1["reused"], b1["bytes_uploaded"]) == (1, 0, ENCODER_BYTES)
+    assert (b2["uploaded"], b2["reused"], b2["bytes_uploaded"]) == (0, 1, 0)
+    sha = hashlib.sha256(encoder_bytes()).hexdigest()
+    copies = [f for f in store.rglob("*") if f.is_file() and f.stat().st_size == ENCODER_BYTES]
+    assert [f.name for f in copies] == [sha]  # one copy in the whole store, named by content
+    assert not list(store.rglob("router_artifact/encoder/encoder.onnx"))
+    assert len(list(store.rglob("router_artifact/blobs.json"))) == 2
+    assert c.get_model_version(ROUTER, "2").tags["replaylab.blobs"] == "uploaded 0, reused 1"
+    for v in ("1", "2"):
+        out = tmp / f"serve-router{v}" / "router"
+        proc, s = export(url, "fetch", f"name={ROUTER}", f"version={v}", f"out={out}",
+                         run_dir=tmp / f"fetch-router{v}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        m = verify_manifest(out, required_kind="router")
+        assert m["content_hash"] == c.get_model_version(ROUTER, v).tags["replaylab.content_hash"]
+        assert (out / "encoder" / "encoder.onnx").read_bytes() == encoder_bytes()
+        assert not (out / "blobs.json").exists()
+    # the one stored copy altered in place: every version using it is refused at fetch
+    blob, good = copies[0], copies[0].read_bytes()
+    data = bytearray(good)
+    data[len(data) // 3] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    try:
+        bad = tmp / "serve-router-bad" / "router"
+        proc, _ = export(url, "fetch", f"name={ROUTER}", "version=2", f"out={bad}",
+                         run_dir=tmp / "fetch-router-bad")
+        assert proc.returncode == 2 and "hash_mismatch" in proc.stderr and not bad.exists()
+    finally:
+        blob.write_bytes(good)
+
+
 def test_runtime_imports_no_mlflow():
     code = ("import sys, replaylab.runtime; "
             "print(any(m == 'mlflow' or m.startswith('mlflow.') for m in sys.modules))")
@@ -265,23 +421,38 @@ def test_compare_report_and_model_page_in_chromium(registry):
     assert got["console_errors"] == [] and got["exceptions"] == []
     assert got["images"] and all(i["w"] > 0 for i in got["images"])
     assert page_stderr_problems(got["stderr"], report.resolve().as_uri())[0] == []
+    # v2 was scored against v1 at registration: the report shows the recorded scores
+    assert "champion scored on the challenger's test rows: <span class='ok'>yes</span>" in text
+    assert "alt='rescore_group_coverage'" in text
+    assert len(got["images"]) >= 3  # re-scored coverage by group, pinball, own coverage
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    (ARTIFACTS / "compare_report.png").write_bytes(got["png"])
+    (ARTIFACTS / "compare_report_demand.png").write_bytes(got["png"])
     client(url).set_registered_model_alias(ROUTER, "compared", "1")
     proc, s = export(url, "compare", f"name={ROUTER}", "version=2", "alias=compared",
                      run_dir=tmp / "compare-router")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rtext = Path(s["reports"]["compare"]).read_text()
+    rreport = Path(s["reports"]["compare"])
+    rtext = rreport.read_text()
     assert "Cost/quality curves" in rtext and "data:image/png;base64" in rtext
-    # the MLflow UI's model page (a single-page app: give its scripts time to render)
-    shot = tmp / "model_page.png"
-    with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-             f"--user-data-dir={profile}", "--window-size=1400,1300",
-             "--virtual-time-budget=20000", f"--screenshot={shot}",
-             f"{url}/#/models/{DEMAND}"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
-    png = shot.read_bytes()
-    assert ink(png) > 0.02  # something was drawn, not a blank page
-    (ARTIFACTS / "mlflow_model_page.png").write_bytes(png)
+    assert "<td>0.85 <span class='ci'>[0.82, 0.88]</span></td>" in rtext  # v1's learned quality
+    got = browse(rreport.resolve().as_uri())
+    assert got["console_errors"] == [] and got["exceptions"] == []
+    assert len(got["images"]) == 2 and all(i["w"] > 0 for i in got["images"])  # both curves
+    assert page_stderr_problems(got["stderr"], rreport.resolve().as_uri())[0] == []
+    assert ink(got["png"]) > 0.02
+    (ARTIFACTS / "compare_report_router.png").write_bytes(got["png"])
+    # the MLflow UI's model page and a version page with its tags (a single-page app: give
+    # its scripts time to render)
+    for page, shot_name in ((f"#/models/{DEMAND}", "mlflow_model_page.png"),
+                            (f"#/models/{DEMAND}/versions/2", "mlflow_model_version.png")):
+        shot = tmp / shot_name
+        with tempfile.TemporaryDirectory() as profile:
+            done = subprocess.run(
+                ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                 f"--user-data-dir={profile}", "--window-size=1400,1300",
+                 "--virtual-time-budget=20000", f"--screenshot={shot}", f"{url}/{page}"],
+                capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+        png = shot.read_bytes()
+        assert ink(png) > 0.02  # something was drawn, not a blank page
+        (ARTIFACTS / shot_name).write_bytes(png)
