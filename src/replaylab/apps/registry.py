@@ -428,8 +428,9 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
 
     alias = alias or cfg.export.registry.get("rescore_alias")
     champion = alias_version(c, name, str(alias)) if alias else None
-    if champion is None or str(champion.version) == str(mv.version):
-        return None
+    if champion is None or str(champion.version) == str(mv.version) or \
+            champion.tags.get(TAG + "content_hash") == mv.tags.get(TAG + "content_hash"):
+        return None  # no other champion, or the very same artifact
     prefix = vs_prefix(champion.version)
     doc: dict[str, Any] = {
         "challenger": {"name": name, "version": int(mv.version),
@@ -460,12 +461,11 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
             "levels": ",".join(cmp["levels"]),
             "challenger_better": str(cmp["challenger_better"]).lower(),
             "champion.coverage_by_group": _group_text(doc["scores"]["champion"]["groups"]),
-            "challenger.coverage_by_group": _group_text(doc["scores"]["challenger"]["groups"]),
             "champion_fit_overlap": str(doc["champion_fit_overlap"]).lower(),
             "scored_in_run": run.info.run_id if run is not None else "",
             "scores_json": rescore_json(name, mv.version, champion.version)}
-    for role in ("challenger", "champion"):
-        for k in ("mean_pinball", "coverage", "mean_width"):
+    for role in ("challenger", "champion"):  # the rest: the JSON file and the run's metrics
+        for k in ("mean_pinball", "coverage"):
             tags[f"{role}.{k}"] = repr(float(cmp[role][k]))
     for k, v in tags.items():
         c.set_model_version_tag(name, mv.version, prefix + k, v)

@@ -147,7 +147,7 @@ def _rescore_section(rescore: dict, ch: dict, cp: dict, out_dir: Path) -> str:
     fig = _fig_group_coverage(pyplot(), {"summary": {"test": {"groups": list(ga.values())}}},
                               {"summary": {"test": {"groups": list(gb.values())}}}, level,
                               out_dir / "compare_figures" / "rescore_group_coverage.png")
-    fallback = {r: (scores.get(r) or {}).get("fallback") or {} for r in ROLES}
+    fallback = {r: sum(((scores.get(r) or {}).get("fallback") or {}).values()) for r in ROLES}
     return section(
         title,
         f"<p class='src'>Both artifacts, each through the serving runtime "
@@ -157,7 +157,8 @@ def _rescore_section(rescore: dict, ch: dict, cp: dict, out_dir: Path) -> str:
         f"(of {escape(rescore.get('rows'))}; from the {escape(rescore.get('rows_source'))}). "
         f"Champion: v{escape(lookup(rescore, 'champion.version'))} "
         f"(<code>{escape(str(lookup(rescore, 'champion.content_hash'))[:19])}</code>). "
-        f"Rows a model did not answer: {escape(fallback)}.</p>"
+        f"Labelled rows a model did not answer (left out): "
+        f"{escape(', '.join(f'{r} {n}' for r, n in fallback.items() if n) or 'none')}.</p>"
         + ("<p class='src'><b>Warning:</b> the champion was fitted on a time window that "
            "overlaps these rows: it may have seen them, its score may be optimistic.</p>"
            if rescore.get("champion_fit_overlap") else "") +
