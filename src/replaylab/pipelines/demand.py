@@ -343,7 +343,13 @@ def _fit_model(data: _Data, demand: DemandConfig, method: str,
 
 def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandConfig,
                        split: str, calibrator: GroupConformal) -> dict:
-    """Uncensored pinball / coverage / width and censored rows' hi >= observed on `split`."""
+    """Figures of one censoring variant on `split`.
+
+    Label rows: mean pinball, coverage, width. Censored rows: share with hi >=
+    observed. Both: `consumption_mean_pinball`, the pinball against what each
+    request consumed (a request cut at its cap used prompt + cap): the quantity
+    admission budgets for, which the label rows alone understate.
+    """
     lab = data.labels
     rows = lab.usable & (data.splits == split)
     q, *band = base_band(model, data.features[rows])
@@ -356,13 +362,17 @@ def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandCo
            "mean_width": float(np.mean(hi - lo))}
     cens = _censored_rows(data, split, demand)
     out["capped_n"] = int(cens.sum())
-    out["capped_hi_ge_obs"] = None
+    out["capped_hi_ge_obs"] = out["consumption_mean_pinball"] = None
     if cens.any():
         f = data.features[cens]
-        _, *band = base_band(model, f)
+        qc, *band = base_band(model, f)
         _, hic = calibrator.predict_interval(f, *band,
                                              request_cap(f) if demand.clip_to_cap else None)
         out["capped_hi_ge_obs"] = float(np.mean(hic >= lab.y_total[cens]))
+        # what the requests consumed (a cut request used prompt + cap): all rows
+        both = np.concatenate([y, lab.y_total[cens]])
+        out["consumption_mean_pinball"] = float(np.mean(list(pinball_losses(
+            both, np.vstack([q, qc]), demand.quantiles).values())))
     return out
 
 

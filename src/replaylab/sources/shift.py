@@ -177,3 +177,57 @@ def inject_latent_shift(ledger: pd.DataFrame, *, at_ms: int, share: float = 0.3,
         "sessions_after_shift": int(len(post)), "verbose_sessions": int(len(verbose)),
         "rows_verbose": int(rows.sum()), "rows_cut_at_cap": int(cut.sum())}
     return out
+
+
+def inject_caps(ledger: pd.DataFrame, *, caps: tuple[int, ...] = (256, 512, 1024, 2048),
+                seed: int = 0) -> pd.DataFrame:
+    """`ledger` as if each session's client had set a `max_tokens` cap (seeded).
+
+    The public traces record what was generated, never a cap. To measure
+    censoring-aware training on real length distributions, each session draws
+    one cap from `caps` (uniformly, seeded; a client keeps its cap); a request
+    whose completion reaches it is cut there and becomes `finish_reason =
+    length`, as a serving engine would end it, and ends `ms_per_token` earlier
+    per token not generated. Other rows keep their finish_reason (null when the
+    column was absent). The true (uncut) completion is kept in
+    `attrs["caps"]["true_completion"]` (request_id -> tokens) for evaluation only.
+    Raises ValueError on bad arguments.
+    """
+    if not caps or any(int(c) != c or c < 1 for c in caps):
+        raise ValueError(f"inject_caps: need caps of integers >= 1 (got {caps})")
+    for c in (L.SESSION_ID, L.COMPLETION_TOKENS):
+        if c not in ledger.columns:
+            raise ValueError(f"inject_caps: the ledger has no column {c!r}")
+    out = ledger.copy()
+    sessions = np.asarray(sorted(out[L.SESSION_ID].astype(str).unique()), dtype=object)
+    rng = np.random.default_rng(seed)
+    by_session = dict(zip(sessions, rng.choice(np.asarray(caps, dtype="int64"), len(sessions)),
+                          strict=True))
+    cap = out[L.SESSION_ID].astype(str).map(by_session).to_numpy(dtype="int64")
+    old = pd.to_numeric(out[L.COMPLETION_TOKENS]).to_numpy(dtype="float64", na_value=np.nan)
+    cut = np.isfinite(old) & (old >= cap)
+    out[L.MAX_TOKENS] = pd.array(cap, dtype="Int64")
+    finish = (out[L.FINISH_REASON].astype(object) if L.FINISH_REASON in out.columns
+              else pd.Series(None, index=out.index, dtype=object))
+    finish[cut] = "length"
+    out[L.FINISH_REASON] = finish
+    true = dict(zip(out.loc[cut, L.REQUEST_ID].astype(str), old[cut].astype("int64").tolist(),
+                    strict=True))
+    new = np.where(cut, cap, old)
+    out[L.COMPLETION_TOKENS] = pd.array(np.where(np.isfinite(new), new, np.nan),
+                                        dtype="Float64").astype("Int64")
+    kept = np.where(cut, cap / np.where(cut, old, 1.0), 1.0)[cut]  # share of the answer kept
+    if L.DURATION_MS in out.columns:
+        d = pd.to_numeric(out.loc[cut, L.DURATION_MS]).astype("float64")
+        out.loc[cut, L.DURATION_MS] = np.floor(d * kept).where(d.notna())
+    if L.ENDED_AT in out.columns:
+        start = out.loc[cut, L.TIMESTAMP].astype("int64")
+        span = pd.to_numeric(out.loc[cut, L.ENDED_AT]).astype("float64") - start
+        out.loc[cut, L.ENDED_AT] = (start + np.floor(span * kept)).where(span.notna())
+    for c in ledger.columns:
+        if c in out.columns and out[c].dtype != ledger[c].dtype:
+            out[c] = out[c].astype(ledger[c].dtype)
+    out.attrs["caps"] = {"caps": [int(c) for c in caps], "seed": int(seed),
+                         "sessions": int(len(sessions)), "rows_cut_at_cap": int(cut.sum()),
+                         "true_completion": true}
+    return out
