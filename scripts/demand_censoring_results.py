@@ -60,14 +60,15 @@ def run(name: str, seed: int, out: Path, shared: Path, reuse: bool) -> dict:
 def table(rows: list[dict]) -> str:
     head = ("| dataset | seed | chosen | capped rows (cal / test) | test hi >= observed: none / "
             "realized / pinball | test uncensored pinball vs none: realized / pinball | "
-            "width vs none: realized / pinball |")
-    lines = [head, "|" + "---|" * 7]
+            "width vs none: realized / pinball | consumption pinball vs none: realized / "
+            "pinball |")
+    lines = [head, "|" + "---|" * 8]
     for r in rows:
         c = r["censoring"]
         cand = c.get("candidates")
         if not cand:
             lines.append(f"| {r['dataset']} | {r['seed']} | {c['method']} | "
-                         f"{c['calibration_censored_rows']} / - | - | - | - |")
+                         f"{c['calibration_censored_rows']} / - | - | - | - | - |")
             continue
         t = {k: v["test_report_only"] for k, v in cand.items()}
 
@@ -78,7 +79,9 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {r['dataset']} | {r['seed']} | {c['method']} | "
                      f"{cand['none']['calibration']['capped_n']} / {t['none']['capped_n']} | {hit} | "
                      f"{rel('realized', 'mean_pinball')} / {rel('pinball', 'mean_pinball')} | "
-                     f"{rel('realized', 'mean_width')} / {rel('pinball', 'mean_width')} |")
+                     f"{rel('realized', 'mean_width')} / {rel('pinball', 'mean_width')} | "
+                     f"{rel('realized', 'consumption_mean_pinball')} / "
+                     f"{rel('pinball', 'consumption_mean_pinball')} |")
     return "\n".join(lines)
 
 

@@ -235,6 +235,13 @@ def test_auto_reports_every_variant_and_chooses_on_calibration(auto_run):
         pytest.approx(chosen["capped_hi_ge_obs"])
     # the unclipped base band alone lifts capped rows off zero (0 of 49 before it)
     assert c["candidates"][NONE]["test_report_only"]["capped_hi_ge_obs"] > 0.0
+    # the report shows the choice and one row per candidate and split
+    from pathlib import Path
+
+    html = Path(summary["reports"]["html"]).read_text()
+    section = html[html.index("Censoring-aware training"):]
+    assert f"Trained: <b>{c['method']}</b>" in section
+    assert section.count("<td class='l'>test</td>") == 3
 
 
 @pytest.mark.slow

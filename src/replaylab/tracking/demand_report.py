@@ -265,6 +265,39 @@ def _counts_section(pred, summary, n_eval, src) -> str:
     return out
 
 
+def _censoring_section(summary) -> str:
+    """Which censoring variant was trained, why, and every candidate's figures."""
+    c = summary.get("censoring")
+    if not c:
+        return "<p class='src'>summary.json has no <code>censoring</code> section.</p>"
+    out = (f"<p>Trained: <b>{escape(str(c.get('method')))}</b> (configured "
+           f"<code>{escape(str(c.get('configured')))}</code>, classes "
+           f"{escape(', '.join(c.get('classes') or []))}; cut rows in train "
+           f"{fmt_metric(c.get('train_censored_rows'), 'int')}, calibration "
+           f"{fmt_metric(c.get('calibration_censored_rows'), 'int')}). "
+           f"{escape(str(c.get('reason')))}</p>")
+    cands = c.get("candidates") or {}
+    rows = []
+    for name, figs in cands.items():
+        for split in ("calibration", "test_report_only"):
+            f = figs.get(split) or {}
+            rows.append([f"<td class='l'>{escape(name)}{' ✓' if name == c.get('method') else ''}"
+                         "</td>", f"<td class='l'>{escape(split.replace('_report_only', ''))}</td>",
+                         fmt_metric(f.get("mean_pinball")), fmt_metric(f.get("coverage"), "cov"),
+                         fmt_metric(f.get("mean_width")), fmt_metric(f.get("capped_n"), "int"),
+                         fmt_metric(f.get("capped_hi_ge_obs"), "cov"),
+                         fmt_metric(f.get("consumption_mean_pinball"))])
+    if rows:
+        out += ("<p class='src'>summary.json <code>censoring.candidates</code>: the choice uses "
+                "the calibration rows only; test figures are reported, never used to choose. "
+                "Pinball, coverage and width on label rows; capped: rows cut at their cap, share "
+                "with hi ≥ observed; consumption pinball: label and cut rows against what they "
+                "consumed (docs/demand-target.md).</p>"
+                + table(["variant", "split", "mean pinball", "coverage", "mean width",
+                         "capped rows", "capped hi ≥ obs", "consumption pinball"], rows))
+    return out
+
+
 def _versions_section(summary, pred, n_eval) -> str:
     facts = {
         "ledger fingerprint": summary.get("ledger_fingerprint"),
@@ -358,5 +391,6 @@ def write_demand_report(predictions: pd.DataFrame, summary: dict, out_dir: Path)
         parts += _scored_sections(predictions, summary, figs, mask, scores, src)
     parts += [section("Censored, cancelled and absent usage",
                       _counts_section(predictions, summary, n_eval, src)),
+              section("Censoring-aware training", _censoring_section(summary)),
               section("Data and versions", _versions_section(summary, predictions, n_eval))]
     return write_page(out_dir / "demand_report.html", page("Demand model report", parts))
