@@ -39,7 +39,7 @@ from replaylab.demand.real_traces.datasets import (
     split_windows,
     training_command,
 )
-from replaylab.demand.real_traces.markdown import results_markdown
+from replaylab.demand.real_traces.markdown import keep_other_results, results_markdown
 from replaylab.demand.real_traces.scoring import (
     assess_run,
     paired_session_bootstrap,
@@ -165,9 +165,10 @@ def main() -> None:
         print(table.to_string())
     if args.write_doc:
         rel = args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out
-        args.write_doc.write_text(results_markdown(
-            saved["results"], saved["defaults"], saved["provenance"], saved["command"],
-            str(rel)))
+        text = results_markdown(saved["results"], saved["defaults"], saved["provenance"],
+                                saved["command"], str(rel))
+        before = args.write_doc.read_text() if args.write_doc.is_file() else ""
+        args.write_doc.write_text(keep_other_results(before, text))
         print(f"wrote {args.write_doc}")
 
 

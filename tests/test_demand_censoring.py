@@ -149,10 +149,10 @@ def latent():
     return f, prompt + out, censored, prompt + latent_out
 
 
-def _fit(f, y, censored, method):
+def _fit(f, y, censored, method, rounds=60):
     cfg = QuantileModelConfig(n_estimators=150, num_threads=1, early_stopping_rounds=0,
                               refit_full_train=False)
-    return QuantileDemandModel(QS, cfg, seed=0, censoring=method, censored_rounds=60).fit(
+    return QuantileDemandModel(QS, cfg, seed=0, censoring=method, censored_rounds=rounds).fit(
         f, y, censored=censored)
 
 
@@ -193,6 +193,19 @@ def test_pinball_variant_keeps_every_tree_and_exports_exactly(latent):
     assert np.max(np.abs(got - want)) < 1e-12
 
 
+def test_fewer_censored_rounds_of_one_fit_are_the_model_fitted_with_fewer(latent):
+    f, y, censored, _ = latent
+    m60 = _fit(f[:2000], y[:2000], censored[:2000], PINBALL)
+    m20 = _fit(f[:2000], y[:2000], censored[:2000], PINBALL, rounds=20)
+    cut = m60.with_censored_rounds(20)
+    assert cut.best_iterations_ == m20.best_iterations_ and cut.censored_rounds_ == 20
+    assert np.allclose(cut.predict_quantiles(f[2000:3000]), m20.predict_quantiles(f[2000:3000]),
+                       rtol=0, atol=1e-9)
+    assert m60.best_iterations_ == [k + 60 for k in m20.native_iterations_]  # m60 untouched
+    with pytest.raises(ValueError, match="rounds"):
+        m60.with_censored_rounds(61)
+
+
 def test_none_drops_censored_rows_and_realized_keeps_them(latent):
     f, y, censored, _ = latent
     none = _fit(f[:2000], y[:2000], censored[:2000], NONE)
@@ -222,15 +235,17 @@ def test_auto_reports_every_variant_and_chooses_on_calibration(auto_run):
     summary, run = auto_run
     c = summary["censoring"]
     assert c["configured"] == "auto" and c["classes"] == ["length"]
-    assert set(c["candidates"]) == {NONE, REALIZED, PINBALL}
+    assert set(c["candidates"]) == {NONE, REALIZED, "pinball@10", "pinball@30", "pinball@100"}
     cal = {k: v["calibration"] for k, v in c["candidates"].items()}
-    assert (c["method"], c["reason"]) == select_censoring(cal, 20, 0.01)
-    assert run.model.censoring == c["method"]
+    assert (c["candidate"], c["reason"]) == select_censoring(cal, 20, 0.01)
+    assert run.model.censoring == c["method"] == c["candidate"].split("@")[0]
+    if c["method"] == PINBALL:
+        assert c["candidate"] == f"pinball@{c['pinball_rounds']}"
     for v in c["candidates"].values():
         assert v["calibration"]["capped_n"] == c["calibration_censored_rows"] > 0
         assert 0.7 < v["test_report_only"]["coverage"] < 0.9
     # the test section's lower-bound figures are the chosen model's
-    chosen = c["candidates"][c["method"]]["test_report_only"]
+    chosen = c["candidates"][c["candidate"]]["test_report_only"]
     assert summary["test"]["censored"]["by_reason"]["length"]["hi_at_least_observed"] == \
         pytest.approx(chosen["capped_hi_ge_obs"])
     # the unclipped base band alone lifts capped rows off zero (0 of 49 before it)
@@ -241,7 +256,7 @@ def test_auto_reports_every_variant_and_chooses_on_calibration(auto_run):
     html = Path(summary["reports"]["html"]).read_text()
     section = html[html.index("Censoring-aware training"):]
     assert f"Trained: <b>{c['method']}</b>" in section
-    assert section.count("<td class='l'>test</td>") == 3
+    assert section.count("<td class='l'>test</td>") == 5
 
 
 @pytest.mark.slow

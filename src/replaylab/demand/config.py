@@ -100,21 +100,24 @@ class CensoringConfig:
         "realized": the observed total taken as the label (a hint cannot exceed
         prompt + cap anyway, `clip_to_cap`); "pinball": a censored pinball loss,
         under-prediction of the bound penalised and over-prediction free,
-        boosted for `rounds` more rounds from the native model; "auto" (default):
-        each variant is fitted and the one chosen on the CALIBRATION split
+        boosted for the largest of `rounds` more rounds from the native model;
+        "auto" (default): each variant is fitted (pinball judged at every count of
+        `rounds`: the trees are appended, so the first r of them are the r-round
+        model) and the one chosen on the CALIBRATION split
         (`replaylab.demand.censoring.select_censoring`), "none" unless another
         raises the capped rows' hi >= observed without raising the uncensored
         mean pinball more than `max_pinball_increase` (relative).
     classes: lower-bound classes used (docs/demand-target.md); a cancellation
         says little about the demand the user wanted, so only `length` by default.
-    rounds: boosting rounds of the censored-pinball stage (learning rate of `model`).
+    rounds: boosting round counts of the censored-pinball stage, ascending (learning
+        rate of `model`); more rounds move the quantiles further toward the bounds.
     min_rows: censored train rows needed to fit a variant, and censored
         calibration rows needed for "auto" to judge one; fewer: "none", said why.
     """
 
     method: str = "auto"
     classes: tuple[str, ...] = ("length",)
-    rounds: int = 100
+    rounds: tuple[int, ...] = (10, 30, 100)
     min_rows: int = 20
     max_pinball_increase: float = 0.01
 
@@ -127,10 +130,17 @@ class CensoringConfig:
             _fail(name, "classes", self.classes,
                   f"must be a non-empty subset of {', '.join(CENSORED_CLASSES)}")
         object.__setattr__(self, "classes", classes)
-        for f in ("rounds", "min_rows"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                _fail(name, f, v, "must be an integer >= 1")
+        v = self.min_rows
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            _fail(name, "min_rows", v, "must be an integer >= 1")
+        try:
+            rounds = tuple(int(r) for r in self.rounds)  # type: ignore[union-attr]
+        except (TypeError, ValueError):
+            rounds = ()
+        if (not rounds or any(r < 1 for r in rounds) or list(rounds) != sorted(set(rounds))
+                or any(isinstance(r, bool) or int(r) != r for r in self.rounds)):
+            _fail(name, "rounds", self.rounds, "must be ascending distinct integers >= 1")
+        object.__setattr__(self, "rounds", rounds)
         if not 0.0 <= float(self.max_pinball_increase) < 1.0:
             _fail(name, "max_pinball_increase", self.max_pinball_increase, "must be in [0, 1)")
 

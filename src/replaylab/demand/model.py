@@ -23,6 +23,7 @@ native stage, which trains on the label rows alone).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 
 import lightgbm as lgb
@@ -65,7 +66,8 @@ class QuantileDemandModel:
     quantiles: ascending levels; config: LightGBM hyperparameters; scale: "log1p"
     or "linear" (see the module docstring); clip_to_cap: clip to prompt + max_tokens;
     censoring: none | realized | pinball, how `fit`'s censored rows enter;
-    censored_rounds: boosting rounds of the pinball stage.
+    censored_rounds: boosting rounds of the pinball stage (`with_censored_rounds`
+    serves fewer of them).
     `features` is a projection frame: its feature columns (`feature_columns`)
     are the inputs; session_id and timestamp cut the early-stopping tail.
     """
@@ -200,7 +202,25 @@ class QuantileDemandModel:
             boosters.append(lgb.train(params, data, num_boost_round=int(self.censored_rounds),
                                       init_model=native))
             rounds.append(int(k) + int(self.censored_rounds))
+        self.native_iterations_ = list(self.best_iterations_)
         self.boosters_, self.best_iterations_ = boosters, rounds
+        self.censored_rounds_ = int(self.censored_rounds)
+
+    def with_censored_rounds(self, rounds: int) -> QuantileDemandModel:
+        """This pinball-fitted model using only the first `rounds` censored trees per booster.
+
+        A shallow copy (the boosters are shared); predict and the export use
+        `best_iterations_` trees, so the copy is the `rounds`-round model exactly.
+        """
+        if getattr(self, "censored_rounds_", None) is None:
+            raise ValueError("with_censored_rounds: the model has no censored pinball stage")
+        if not 0 <= int(rounds) <= int(self.censored_rounds):
+            raise ValueError(f"with_censored_rounds: rounds={rounds} outside "
+                             f"0..{self.censored_rounds} (the rounds trained)")
+        out = copy.copy(self)
+        out.best_iterations_ = [k + int(rounds) for k in self.native_iterations_]
+        out.censored_rounds_ = int(rounds)
+        return out
 
     def _fit_local(self, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
                    qs: Sequence[float], callbacks: Sequence[Callable],

@@ -26,7 +26,7 @@ import pandas as pd
 from replaylab import __version__
 from replaylab.contracts import Ledger as L
 from replaylab.demand.baselines import bucket_keys, make_baselines
-from replaylab.demand.censoring import NONE, VARIANTS, select_censoring
+from replaylab.demand.censoring import NONE, PINBALL, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
@@ -332,7 +332,7 @@ def _fit_model(data: _Data, demand: DemandConfig, method: str,
     """The quantile model on train: label rows, plus censored rows unless method is none."""
     model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale, demand.clip_to_cap,
                                 demand.seed, censoring=method,
-                                censored_rounds=demand.censoring.rounds)
+                                censored_rounds=demand.censoring.rounds[-1])
     if method == NONE:
         return model.fit(data.frame("train"), data.y("train"), client=client)
     censored = _censored_rows(data, "train", demand)
@@ -390,27 +390,36 @@ def _choose_censoring(data: _Data, demand: DemandConfig, client: object = None
                                "calibration_censored_rows":
                                    int(_censored_rows(data, "calibration", demand).sum())}
     if n_train < cfg.min_rows:
-        section.update(method=NONE, reason=f"{n_train} censored train rows < "
+        section.update(method=NONE, candidate=NONE, reason=f"{n_train} censored train rows < "
                        f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
         return _fit_model(data, demand, NONE, client), section
     if cfg.method != "auto":
-        section.update(method=cfg.method, reason="configured")
+        section.update(method=cfg.method, candidate=cfg.method, reason="configured")
+        if cfg.method == PINBALL:
+            section["pinball_rounds"] = cfg.rounds[-1]
         return _fit_model(data, demand, cfg.method, client), section
     calib = data.frame("calibration")
     models, candidates = {}, {}
     for method in VARIANTS:
         model = _fit_model(data, demand, method, client)
-        _, *band = base_band(model, calib)
-        cq = GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
-                            demand.scale).fit(calib, *band, data.y("calibration"))
-        models[method] = model
-        candidates[method] = {
-            "calibration": _censoring_figures(model, data, demand, "calibration", cq),
-            "test_report_only": _censoring_figures(model, data, demand, "test", cq)}
-    method, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
+        # the pinball stage's trees are appended: its first r trees are the r-round model
+        for name, m in ({f"{PINBALL}@{r}": model.with_censored_rounds(r) for r in cfg.rounds}
+                        if method == PINBALL else {method: model}).items():
+            _, *band = base_band(m, calib)
+            cq = GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
+                                demand.scale).fit(calib, *band, data.y("calibration"))
+            models[name] = m
+            candidates[name] = {
+                "calibration": _censoring_figures(m, data, demand, "calibration", cq),
+                "test_report_only": _censoring_figures(m, data, demand, "test", cq)}
+    chosen, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
                                       cfg.min_rows, cfg.max_pinball_increase)
-    section.update(method=method, reason=reason, candidates=candidates)
-    return models[method], section
+    model = models[chosen]
+    section.update(method=model.censoring, candidate=chosen, reason=reason,
+                   candidates=candidates)
+    if model.censoring == PINBALL:
+        section["pinball_rounds"] = model.censored_rounds_
+    return model, section
 
 
 def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,

@@ -270,18 +270,19 @@ def _censoring_section(summary) -> str:
     c = summary.get("censoring")
     if not c:
         return "<p class='src'>summary.json has no <code>censoring</code> section.</p>"
-    out = (f"<p>Trained: <b>{escape(str(c.get('method')))}</b> (configured "
+    rounds = f", {c['pinball_rounds']} censored rounds" if c.get("pinball_rounds") else ""
+    out = (f"<p>Trained: <b>{escape(str(c.get('method')))}</b>{escape(rounds)} (configured "
            f"<code>{escape(str(c.get('configured')))}</code>, classes "
            f"{escape(', '.join(c.get('classes') or []))}; cut rows in train "
            f"{fmt_metric(c.get('train_censored_rows'), 'int')}, calibration "
            f"{fmt_metric(c.get('calibration_censored_rows'), 'int')}). "
            f"{escape(str(c.get('reason')))}</p>")
     cands = c.get("candidates") or {}
-    rows = []
+    rows, chosen = [], c.get("candidate", c.get("method"))
     for name, figs in cands.items():
         for split in ("calibration", "test_report_only"):
             f = figs.get(split) or {}
-            rows.append([f"<td class='l'>{escape(name)}{' ✓' if name == c.get('method') else ''}"
+            rows.append([f"<td class='l'>{escape(name)}{' ✓' if name == chosen else ''}"
                          "</td>", f"<td class='l'>{escape(split.replace('_report_only', ''))}</td>",
                          fmt_metric(f.get("mean_pinball")), fmt_metric(f.get("coverage"), "cov"),
                          fmt_metric(f.get("mean_width")), fmt_metric(f.get("capped_n"), "int"),

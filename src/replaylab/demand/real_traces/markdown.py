@@ -299,3 +299,21 @@ DOC_TAIL: list[str] = [
     "all), `compute=dask`, and the BurstGPT v1 slice (no sessions, and 17 of its 400 rows "
     "failed).",
 ]
+
+
+KEPT_BEGIN = "<!-- other results: written by their own scripts, kept by --write-doc -->"
+KEPT_END = "<!-- end of other results -->"
+
+
+def keep_other_results(old: str, new: str) -> str:
+    """`new` with the block between KEPT_BEGIN and KEPT_END of `old` put back before Caveats.
+
+    Sections of docs/results-demand.md that other scripts measure (online
+    recalibration, censoring-aware training) live between the two markers, so
+    re-rendering the real-trace tables does not drop them.
+    """
+    if KEPT_BEGIN not in old or KEPT_END not in old:
+        return new
+    block = old[old.index(KEPT_BEGIN):old.index(KEPT_END) + len(KEPT_END)]
+    at = new.find(DOC_TAIL[0])
+    return new + "\n" + block + "\n" if at < 0 else new[:at] + block + "\n\n" + new[at:]
