@@ -394,6 +394,73 @@ def test_router_encoder_is_stored_once_and_both_versions_reassemble(registry):
         blob.write_bytes(good)
 
 
+REAL = "replaylab-router-real"
+
+
+@pytest.fixture(scope="module")
+def real_routers(server, tmp_path_factory):
+    """Two real `pipeline=router` runs (MiniLM, the shipped GSM8K outcomes, seeds 0 and 3:
+    other test prompts) registered under their own name; v1 is the champion when v2 is
+    registered, so v2's run scores both routers on v2's test prompts."""
+    url, store = server
+    tmp = tmp_path_factory.mktemp("real-routers")
+    runs = {}
+    for v, seed in ((1, 0), (2, 3)):
+        out = tmp / f"router{v}"
+        run_training("pipeline=router", f"hydra.run.dir={out}", f"seed={seed}",
+                     f"export.registry.names.router={REAL}", f"tracking.uri={url}",
+                     "tracking.experiment=it-registry")
+        runs[v] = json.loads((out / "summary.json").read_text()) | {"dir": str(out)}
+        if v == 1:
+            client(url).set_registered_model_alias(REAL, "champion", "1")
+    return url, store, runs, tmp
+
+
+def test_real_router_champion_is_scored_on_the_challengers_prompts(real_routers):
+    from tests.test_demand_report import browse, page_stderr_problems
+
+    url, store, runs, tmp = real_routers
+    c = client(url)
+    r1, r2 = runs[1]["registry"][0], runs[2]["registry"][0]
+    # the MiniLM encoder files: uploaded by the first registration only
+    assert r1["blobs"]["uploaded"] >= 1 and r1["blobs"]["bytes_uploaded"] > 50_000_000
+    assert r2["blobs"] == {"uploaded": 0, "reused": r1["blobs"]["uploaded"],
+                           "bytes_uploaded": 0}
+    t = c.get_model_version(REAL, "2").tags
+    v = "replaylab.vs.v1."
+    assert t[v + "champion_content_hash"] == c.get_model_version(REAL, "1").tags[
+        "replaylab.content_hash"]
+    learned = runs[2]["test"]["learned"]
+    assert int(t[v + "rows"]) == r2["rescore"]["rows"] > 0
+    # re-scored through the runtime, the challenger reproduces its pipeline test scores
+    for k in ("quality", "cost", "cost_ratio_at_95"):
+        assert float(t[v + f"challenger.{k}"]) == pytest.approx(learned[k], rel=1e-9), k
+    assert json.loads(t[v + "challenger.quality_ci"]) == pytest.approx(learned["ci"]["quality"])
+    # another split seed: another test window (the anchors' test scores differ)
+    assert t["replaylab.test_window"] != c.get_model_version(REAL, "1").tags[
+        "replaylab.test_window"]
+    champ_q = float(t[v + "champion.quality"])
+    assert 0 < champ_q <= 1 and champ_q != pytest.approx(runs[1]["test"]["learned"]["quality"])
+    doc = json.loads(Path(c.download_artifacts(t[v + "scored_in_run"], t[v + "scores_json"],
+                                               str(tmp))).read_text())
+    for role in ("challenger", "champion"):
+        curve = doc["scores"][role]["curve"]
+        assert len(curve["cost"]) == len(curve["quality"]) > 2
+    proc, s = export(url, "compare", f"name={REAL}", "version=2", "alias=champion",
+                     run_dir=tmp / "compare-real")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = Path(s["reports"]["compare"])
+    text = report.read_text()
+    assert "<h2>Champion re-scored on the challenger's test prompts</h2>" in text
+    assert "alt='rescore_router_curves'" in text
+    got = browse(report.resolve().as_uri())
+    assert got["console_errors"] == [] and got["exceptions"] == []
+    assert len(got["images"]) >= 3 and all(i["w"] > 0 for i in got["images"])
+    assert page_stderr_problems(got["stderr"], report.resolve().as_uri())[0] == []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "compare_report_router_real.png").write_bytes(got["png"])
+
+
 def test_runtime_imports_no_mlflow():
     code = ("import sys, replaylab.runtime; "
             "print(any(m == 'mlflow' or m.startswith('mlflow.') for m in sys.modules))")

@@ -64,6 +64,10 @@ def test_window(manifest: dict) -> str:
     t = manifest.get("training") or {}
     body = {"data": data_fingerprint(manifest), "window": (t.get("time_window") or {}).get("test"),
             "n_test": (t.get("labels") or {}).get("test")}
+    if manifest.get("kind") == "router":
+        # a router manifest keeps no split seed or prompt ids; the single-candidate anchors'
+        # test scores are functions of the test prompts alone: another split, another id
+        body["anchors"] = {p: (t.get("test") or {}).get(p) for p in ("cheap_only", "strong_only")}
     return hashlib.sha256(canonical_json(body)).hexdigest()[:16]
 
 
@@ -314,6 +318,13 @@ def register_outcome(run: Any, summary: dict, cfg: DictConfig) -> list[dict]:
                 r["rescore"] = {"champion": doc["champion"]["version"],
                                 **({"error": doc["error"]} if "error" in doc
                                    else doc["comparison"])}
+        if kind == "router" and cfg.get("router") is not None and cfg.get("data") is not None:
+            mv = c.get_model_version(r["name"], str(r["version"]))
+            doc = rescore_router_against(c, cfg, r["name"], mv, Path(folder))
+            if doc is not None:
+                r["rescore"] = {"champion": doc["champion"]["version"],
+                                **({"error": doc["error"]} if "error" in doc
+                                   else doc["comparison"])}
         out.append(r)
     for r in out:
         import mlflow
@@ -467,18 +478,97 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
     for role in ("challenger", "champion"):  # the rest: the JSON file and the run's metrics
         for k in ("mean_pinball", "coverage"):
             tags[f"{role}.{k}"] = repr(float(cmp[role][k]))
+    metrics = {f"rescore.vs_v{champion.version}.{role}.{k}": float(cmp[role][k])
+               for role in ("challenger", "champion")
+               for k in ("mean_pinball", "coverage", "mean_width")}
+    for g in doc["scores"]["champion"]["groups"]:
+        key = "".join(ch if ch.isalnum() or ch in "_-." else "_"
+                      for ch in f"{g['by']}.{g['value']}")
+        metrics[f"rescore.vs_v{champion.version}.champion.coverage.{key}"] = g["coverage"]
+    record_rescore(c, name, mv, prefix, tags, doc, metrics)
+    return doc
+
+
+def record_rescore(c: Any, name: str, mv: Any, prefix: str, tags: dict[str, str], doc: dict,
+                   metrics: dict[str, float]) -> None:
+    """Tags on the version, the full document and metrics in the open run."""
+    import mlflow
+
     for k, v in tags.items():
         c.set_model_version_tag(name, mv.version, prefix + k, v)
-    if run is not None:
+    if mlflow.active_run() is not None:
         mlflow.log_text(json.dumps(doc, indent=1, default=str), tags["scores_json"])
-        metrics = {f"rescore.vs_v{champion.version}.{role}.{k}": float(cmp[role][k])
-                   for role in ("challenger", "champion")
-                   for k in ("mean_pinball", "coverage", "mean_width")}
-        for g in doc["scores"]["champion"]["groups"]:
-            key = "".join(ch if ch.isalnum() or ch in "_-." else "_"
-                          for ch in f"{g['by']}.{g['value']}")
-            metrics[f"rescore.vs_v{champion.version}.champion.coverage.{key}"] = g["coverage"]
-        mlflow.log_metrics({k: v for k, v in metrics.items() if math.isfinite(v)})
+        mlflow.log_metrics({k: v for k, v in metrics.items()
+                            if isinstance(v, int | float) and math.isfinite(v)})
+
+
+def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path,
+                           ) -> dict | None:
+    """At the end of pipeline=router: the router `export.registry.rescore_alias` points at
+    and the challenger `mv` (its verified folder), both through the serving runtime, on
+    the challenger's test prompts (rebuilt from the run's outcomes table and config),
+    scored by the pipeline's policy metrics (`replaylab.router.rescore`); recorded as
+    `replaylab.vs.v<champion>.*` tags, metrics and a JSON file (with both curves)."""
+    import mlflow
+
+    from replaylab.apps.inputs import plain
+    from replaylab.apps.router import load_outcomes
+    from replaylab.pipelines.router import test_prompts
+    from replaylab.router.pipeline_config import router_config
+    from replaylab.router.rescore import RouterRescoreError, score_router
+    from replaylab.runtime import Router
+
+    alias = cfg.export.registry.get("rescore_alias")
+    champion = alias_version(c, name, str(alias)) if alias else None
+    if champion is None or str(champion.version) == str(mv.version) or \
+            champion.tags.get(TAG + "content_hash") == mv.tags.get(TAG + "content_hash"):
+        return None
+    prefix = vs_prefix(champion.version)
+    values = plain(cfg.router)
+    values.pop("encoder", None)
+    rcfg = router_config(values)
+    outcomes, origin = load_outcomes(cfg)
+    matrix, texts, meta = test_prompts(outcomes, rcfg)
+    key = hmac_key(cfg.export.get("hmac_key_env"))
+    doc: dict[str, Any] = {
+        "kind": "router",
+        "challenger": {"name": name, "version": int(mv.version),
+                       "content_hash": mv.tags.get(TAG + "content_hash")},
+        "champion": {"version": int(champion.version), "alias": str(alias),
+                     "content_hash": champion.tags.get(TAG + "content_hash")},
+        "rows_source": f"outcomes {origin}", "rows": len(texts)}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            _, _, champion_folder = verified_version(c, cfg, name, champion.version, Path(tmp))
+            doc["scores"] = {}
+            for role, f in (("challenger", folder), ("champion", champion_folder)):
+                router = Router.load(f, hmac_key=key)
+                if not router.loaded:
+                    raise ManifestError(router.reason or "not_loaded",
+                                        f"{role}: the runtime refuses it")
+                doc["scores"][role] = score_router(router, matrix, texts, meta,
+                                                   rcfg.labels.evaluation)
+    except (ManifestError, RouterRescoreError) as e:
+        doc["error"] = f"champion v{champion.version} not scored: {e}"
+        c.set_model_version_tag(name, mv.version, prefix + "error", doc["error"][:TAG_MAX])
+        return doc
+    pa, pb = (doc["scores"][r]["policy"] for r in ("challenger", "champion"))
+    doc["comparison"] = {"rows": len(texts), **{
+        role: {k: pol[k] for k in ("quality", "cost", "strong_share", "cost_ratio_at_95")}
+        | {"quality_ci": pol["ci"]["quality"], "cost_ci": pol["ci"]["cost"]}
+        for role, pol in (("challenger", pa), ("champion", pb))}}
+    run = mlflow.active_run()
+    tags = {"champion_content_hash": str(doc["champion"]["content_hash"]),
+            "rows": str(len(texts)), "rows_source": doc["rows_source"][:TAG_MAX],
+            "scored_in_run": run.info.run_id if run is not None else "",
+            "scores_json": rescore_json(name, mv.version, champion.version)}
+    metrics = {}
+    for role, pol in (("challenger", pa), ("champion", pb)):
+        for k in ("quality", "cost", "cost_ratio_at_95"):
+            tags[f"{role}.{k}"] = repr(float(pol[k])) if pol[k] is not None else "nan"
+            metrics[f"rescore.vs_v{champion.version}.{role}.{k}"] = pol[k]
+        tags[f"{role}.quality_ci"] = json.dumps(pol["ci"]["quality"])
+    record_rescore(c, name, mv, prefix, tags, doc, metrics)
     return doc
 
 

@@ -124,6 +124,16 @@ def _split(n: int, shares: Sequence[float], seed: int) -> np.ndarray:
     return out
 
 
+def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
+                 ) -> tuple[OutcomeMatrix, list[str], dict[str, np.ndarray]]:
+    """The test split `train_router` scores (the same matrix and seeded split): its full
+    outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
+    another router artifact on the same prompts (`replaylab.router.rescore`)."""
+    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    te = m.take(_split(m.n_prompts, cfg.split, cfg.seed) == "test")
+    return te, _texts(outcomes, te.prompt_ids), _meta(te)
+
+
 def _meta(m: OutcomeMatrix) -> dict[str, np.ndarray]:
     return {"category": m.meta[O.TASK].astype(str).to_numpy(),
             "prompt_tokens": m.meta[Label.PROMPT_LENGTH].to_numpy(float)}

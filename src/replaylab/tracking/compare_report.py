@@ -7,7 +7,9 @@ scored on the challenger's own test rows by the same code
 (`replaylab.artifacts.rescore`: pinball, coverage and width, coverage by group),
 the numbers the promotion gate reads; then each side's own training-run scores
 (headline metrics, pinball by quantile, calibration and coverage by group).
-Router: quality and cost of every policy with their bootstrap intervals, and each
+Router: first, when recorded, both routers on the challenger's test prompts
+(quality and cost with intervals, cost ratio at 95%, both curves on one figure);
+then quality and cost of every policy with their bootstrap intervals, and each
 side's cost/quality curves drawn by the router report's own figure code
 (`router_figures`), each on its own test split.
 """
@@ -218,6 +220,60 @@ def _ci_text(t: dict, key: str) -> str:
     return f"{_f(t.get(key))} <span class='ci'>[{_f(lo)}, {_f(hi)}]</span>"
 
 
+def _fig_rescored_curves(plt, rescore: dict, path: Path) -> Path | None:
+    scores = rescore.get("scores") or {}
+    if not all((scores.get(r) or {}).get("curve") for r in ROLES):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for role, color in (("challenger", GOOD), ("champion", GREY)):
+        s = scores[role]
+        cur, pol = s["curve"], s["policy"]
+        ax.plot(cur["cost"], cur["quality"], color=color, lw=1.5, label=f"{role} (threshold sweep)")
+        ci = pol.get("ci") or {}
+        q, c = to_float(pol.get("quality")), to_float(pol.get("cost"))
+        qlo, qhi = (list(ci.get("quality") or []) + [None, None])[:2]
+        clo, chi = (list(ci.get("cost") or []) + [None, None])[:2]
+        ax.errorbar([c], [q], yerr=[[q - to_float(qlo)], [to_float(qhi) - q]],
+                    xerr=[[c - to_float(clo)], [to_float(chi) - c]], fmt="o", color=color,
+                    capsize=3, label=f"{role} operating point (95% CI)")
+    ax.set_xlabel("cost per prompt")
+    ax.set_ylabel("quality (mean score)")
+    ax.legend(fontsize=7, loc="lower right")
+    return save_figure(fig, plt, path)
+
+
+def _router_rescore_section(rescore: dict, ch: dict, out_dir: Path) -> str:
+    """Both routers on the challenger's test prompts."""
+    title = "Champion re-scored on the challenger's test prompts"
+    if "error" in rescore:
+        return section(title, f"<p class='src'>{escape(rescore['error'])}</p>")
+    scores = rescore.get("scores") or {}
+    a, b = ((scores.get(r) or {}).get("policy") or {} for r in ROLES)
+    rows = []
+    for k, label in (("quality", "quality"), ("cost", "cost per prompt"),
+                     ("strong_share", "strong-call share"),
+                     ("cost_ratio_at_95", "cost ratio @95% of strong quality"),
+                     ("apgr", "APGR")):
+        cell = (_ci_text(a, k), _ci_text(b, k)) if k in ("quality", "cost") else \
+            (_f(a.get(k)), _f(b.get(k)))
+        rows.append([f"{TD_L}>{escape(label)}</td>", *cell,
+                     _f(to_float(a.get(k)) - to_float(b.get(k)))])
+    fig = _fig_rescored_curves(pyplot(), rescore,
+                               out_dir / "compare_figures" / "rescore_router_curves.png")
+    return section(
+        title,
+        f"<p class='src'>Both routers through the serving runtime "
+        f"(<code>Router.route_batch</code>: each its own encoder, head and threshold) on the "
+        f"challenger v{escape(ch.get('version'))}'s {escape(rescore.get('rows'))} test "
+        f"prompts (rebuilt from {escape(rescore.get('rows_source'))}), scored by the "
+        f"pipeline's <code>policy_summary</code>; [lo, hi]: 95% bootstrap intervals over "
+        f"prompts. Champion: v{escape(lookup(rescore, 'champion.version'))} "
+        f"(<code>{escape(str(lookup(rescore, 'champion.content_hash'))[:19])}</code>).</p>",
+        table(["", "challenger", "champion", "challenger − champion"], rows),
+        embedded_figure(fig, "Cost/quality of each router on the same test prompts: the "
+                             "threshold sweep of its P(success) and its operating point."))
+
+
 def _router_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
     ta = lookup(ch.get("summary") or {}, "test") or {}
     tb = lookup(cp.get("summary") or {}, "test") or {}
@@ -256,13 +312,12 @@ def write_compare_report(name: str, challenger: dict, champion: dict, out_dir: P
     head = (f"<h1>{escape(name)}: challenger v{escape(challenger.get('version'))} vs champion "
             f"v{escape(champion.get('version'))}</h1><p class='src'>same data and test window: "
             f"{badge(same, 'yes', 'no — the training-run scores are not on the same rows')}")
-    if kind == "demand":
-        head += (" · champion scored on the challenger's test rows: "
-                 f"{badge(rescored, 'yes', 'no')}")
-    head += "</p>"
+    head += (" · champion scored on the challenger's test "
+             f"{'rows' if kind == 'demand' else 'prompts'}: {badge(rescored, 'yes', 'no')}</p>")
     body = [head, section("Registered versions", _version_table(challenger, champion))]
-    if kind == "demand" and rescore is not None:
-        body.append(_rescore_section(rescore, challenger, champion, out_dir))
+    if rescore is not None:
+        body.append(_rescore_section(rescore, challenger, champion, out_dir) if kind == "demand"
+                    else _router_rescore_section(rescore, challenger, out_dir))
     body += (_demand_sections(challenger, champion, out_dir) if kind == "demand"
              else _router_sections(challenger, champion, out_dir))
     return write_page(out_dir / REPORT, page(f"{name} compare", body))
