@@ -58,8 +58,10 @@ def run(name: str, seed: int, out: Path, shared: Path, reuse: bool) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| dataset | seed | chosen | capped rows (cal / test) | test hi >= observed: none / "
-            "realized / pinball | test uncensored pinball vs none: realized / pinball | "
+    """One row per (dataset, seed): the choice, and none / realized / the chosen pinball
+    round count (or the largest when pinball was not chosen) on the test rows."""
+    head = ("| dataset | seed | chosen (calibration) | cut rows cal / test | test capped hi >= obs: "
+            "none / realized / pinball | test label-row pinball vs none: realized / pinball | "
             "width vs none: realized / pinball | consumption pinball vs none: realized / "
             "pinball |")
     lines = [head, "|" + "---|" * 8]
@@ -67,17 +69,21 @@ def table(rows: list[dict]) -> str:
         c = r["censoring"]
         cand = c.get("candidates")
         if not cand:
-            lines.append(f"| {r['dataset']} | {r['seed']} | {c['method']} | "
+            lines.append(f"| {r['dataset']} | {r['seed']} | {c['method']} ({c['reason']}) | "
                          f"{c['calibration_censored_rows']} / - | - | - | - | - |")
             continue
-        t = {k: v["test_report_only"] for k, v in cand.items()}
+        pin = c["candidate"] if c["candidate"].startswith("pinball") else \
+            max((k for k in cand if k.startswith("pinball")), key=lambda k: int(k.split("@")[1]))
+        t = {"none": cand["none"]["test_report_only"],
+             "realized": cand["realized"]["test_report_only"], "pinball": cand[pin]["test_report_only"]}
 
         def rel(k: str, f: str, t: dict = t) -> str:
             return f"{t[k][f] / t['none'][f] - 1:+.1%}"
 
         hit = " / ".join(f"{t[k]['capped_hi_ge_obs']:.3f}" for k in ("none", "realized", "pinball"))
-        lines.append(f"| {r['dataset']} | {r['seed']} | {c['method']} | "
-                     f"{cand['none']['calibration']['capped_n']} / {t['none']['capped_n']} | {hit} | "
+        lines.append(f"| {r['dataset']} | {r['seed']} | {c['candidate']} | "
+                     f"{cand['none']['calibration']['capped_n']} / {t['none']['capped_n']} | "
+                     f"{hit} ({pin}) | "
                      f"{rel('realized', 'mean_pinball')} / {rel('pinball', 'mean_pinball')} | "
                      f"{rel('realized', 'mean_width')} / {rel('pinball', 'mean_width')} | "
                      f"{rel('realized', 'consumption_mean_pinball')} / "

@@ -82,6 +82,9 @@ def test_select_takes_the_largest_capped_gain_within_the_pinball_limit():
     assert select_censoring(cands, 20, 0.01)[0] == PINBALL
     assert select_censoring(cands, 20, 0.005)[0] == REALIZED
     assert select_censoring(cands, 20, 0.0)[0] == NONE
+    # a gain below min_capped_gain is noise, not a win
+    assert select_censoring(cands, 20, 0.01, min_capped_gain=0.4)[0] == PINBALL
+    assert select_censoring(cands, 20, 0.01, min_capped_gain=0.6)[0] == NONE
 
 
 def test_censoring_config_names_the_bad_field():
@@ -237,7 +240,7 @@ def test_auto_reports_every_variant_and_chooses_on_calibration(auto_run):
     assert c["configured"] == "auto" and c["classes"] == ["length"]
     assert set(c["candidates"]) == {NONE, REALIZED, "pinball@10", "pinball@30", "pinball@100"}
     cal = {k: v["calibration"] for k, v in c["candidates"].items()}
-    assert (c["candidate"], c["reason"]) == select_censoring(cal, 20, 0.01)
+    assert (c["candidate"], c["reason"]) == select_censoring(cal, 20, 0.01, 0.05)
     assert run.model.censoring == c["method"] == c["candidate"].split("@")[0]
     if c["method"] == PINBALL:
         assert c["candidate"] == f"pinball@{c['pinball_rounds']}"

@@ -20,7 +20,8 @@ trees to it (`init_model`): the booster keeps every tree, so the exact ONNX
 export and its parity hold unchanged.
 
 `select_censoring` is the `auto` rule, on the calibration split: keep `none`
-unless a variant raises the capped rows' hi >= observed without raising the
+unless a variant raises the capped rows' hi >= observed by at least
+`min_capped_gain` (a few rows' worth is noise, not a win) without raising the
 uncensored mean pinball by more than `max_pinball_increase` (relative).
 """
 
@@ -74,7 +75,8 @@ def censored_pinball_loss(y: np.ndarray, q: np.ndarray, censored: np.ndarray,
 
 
 def select_censoring(candidates: Mapping[str, Mapping], min_rows: int,
-                     max_pinball_increase: float) -> tuple[str, str]:
+                     max_pinball_increase: float, min_capped_gain: float = 0.0
+                     ) -> tuple[str, str]:
     """The `auto` choice: (variant, one-line reason).
 
     candidates: variant -> calibration figures {"mean_pinball": uncensored rows,
@@ -93,14 +95,15 @@ def select_censoring(candidates: Mapping[str, Mapping], min_rows: int,
             continue
         gain = float(c["capped_hi_ge_obs"]) - float(base["capped_hi_ge_obs"])
         worse = float(c["mean_pinball"]) / float(base["mean_pinball"]) - 1.0
-        ok = gain > 0 and float(c["mean_pinball"]) <= limit
+        ok = gain > 0 and gain >= min_capped_gain and float(c["mean_pinball"]) <= limit
         judged.append(f"{name} capped {gain:+.3f}, pinball {worse:+.2%}"
                       + (" (eligible)" if ok else ""))
         if ok:
             eligible.append(name)
     if not eligible:
-        return NONE, ("no variant raises the capped rows' hi >= observed within a "
-                      f"{max_pinball_increase:.0%} pinball increase: " + "; ".join(judged))
+        return NONE, (f"no variant raises the capped rows' hi >= observed by {min_capped_gain:g}"
+                      f" or more within a {max_pinball_increase:.0%} pinball increase: "
+                      + "; ".join(judged))
     best = max(eligible, key=lambda k: (float(candidates[k]["capped_hi_ge_obs"]),
                                         -float(candidates[k]["mean_pinball"])))
     return best, f"{best} chosen on {n} censored calibration rows: " + "; ".join(judged)

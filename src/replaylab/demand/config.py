@@ -105,8 +105,9 @@ class CensoringConfig:
         `rounds`: the trees are appended, so the first r of them are the r-round
         model) and the one chosen on the CALIBRATION split
         (`replaylab.demand.censoring.select_censoring`), "none" unless another
-        raises the capped rows' hi >= observed without raising the uncensored
-        mean pinball more than `max_pinball_increase` (relative).
+        raises the capped rows' hi >= observed by at least `min_capped_gain`
+        (absolute share) without raising the uncensored mean pinball more than
+        `max_pinball_increase` (relative).
     classes: lower-bound classes used (docs/demand-target.md); a cancellation
         says little about the demand the user wanted, so only `length` by default.
     rounds: boosting round counts of the censored-pinball stage, ascending (learning
@@ -120,6 +121,7 @@ class CensoringConfig:
     rounds: tuple[int, ...] = (10, 30, 100)
     min_rows: int = 20
     max_pinball_increase: float = 0.01
+    min_capped_gain: float = 0.05
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -141,8 +143,9 @@ class CensoringConfig:
                 or any(isinstance(r, bool) or int(r) != r for r in self.rounds)):
             _fail(name, "rounds", self.rounds, "must be ascending distinct integers >= 1")
         object.__setattr__(self, "rounds", rounds)
-        if not 0.0 <= float(self.max_pinball_increase) < 1.0:
-            _fail(name, "max_pinball_increase", self.max_pinball_increase, "must be in [0, 1)")
+        for f in ("max_pinball_increase", "min_capped_gain"):
+            if not 0.0 <= float(getattr(self, f)) < 1.0:
+                _fail(name, f, getattr(self, f), "must be in [0, 1)")
 
 
 @dataclass(frozen=True)

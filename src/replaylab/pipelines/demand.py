@@ -413,7 +413,8 @@ def _choose_censoring(data: _Data, demand: DemandConfig, client: object = None
                 "calibration": _censoring_figures(m, data, demand, "calibration", cq),
                 "test_report_only": _censoring_figures(m, data, demand, "test", cq)}
     chosen, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
-                                      cfg.min_rows, cfg.max_pinball_increase)
+                                      cfg.min_rows, cfg.max_pinball_increase,
+                                      cfg.min_capped_gain)
     model = models[chosen]
     section.update(method=model.censoring, candidate=chosen, reason=reason,
                    candidates=candidates)
