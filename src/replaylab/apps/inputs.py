@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from replaylab.config import from_mapping
+from replaylab.config import ConfigError, from_mapping
 
 
 def plain(node: Any) -> dict:
@@ -43,3 +44,32 @@ def ledger_input(cfg: DictConfig):
     synthetic = from_mapping(SyntheticLedgerConfig, generator, "data.synthetic")
     return from_mapping(LedgerInput, {"path": data["ledger"], "synthetic": synthetic,
                                       "defect_rate": defect_rate, "seed": cfg.seed}, "data")
+
+
+def default_outcomes() -> Path:
+    """The shipped RouteLLM GSM8K outcomes (Apache-2.0), a package resource of replaylab.data."""
+    from importlib.resources import files
+
+    return Path(str(files("replaylab.data") / "routellm_gsm8k" / "gsm8k_responses.csv"))
+
+
+def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
+    """(outcomes-v1 frame, where it came from)."""
+    from replaylab.contracts import read_outcomes
+    from replaylab.sources.registry import SOURCES, import_source
+
+    path, source = cfg.data.get("outcomes"), cfg.data.get("outcomes_source")
+    if path is None and source is None:
+        path, source = default_outcomes(), "routellm_gsm8k"
+    if source is not None:
+        if source not in SOURCES or SOURCES[source].contract != "outcomes":
+            names = sorted(k for k, v in SOURCES.items() if v.contract == "outcomes")
+            raise ConfigError(f"data.outcomes_source={source!r}: choose one of {names}")
+        if path is not None and not Path(path).exists():
+            raise FileNotFoundError(f"data.outcomes={path}: no such file or folder")
+        _, frame = import_source(source, None if path is None else str(path))
+        return frame, f"{source}:{path}"
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"data.outcomes={path}: no such file")
+    result = read_outcomes(path)
+    return result.valid, str(path)

@@ -511,8 +511,7 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
     `replaylab.vs.v<champion>.*` tags, metrics and a JSON file (with both curves)."""
     import mlflow
 
-    from replaylab.apps.inputs import plain
-    from replaylab.apps.router import load_outcomes
+    from replaylab.apps.inputs import load_outcomes, plain
     from replaylab.pipelines.router import test_prompts
     from replaylab.router.pipeline_config import router_config
     from replaylab.router.rescore import RouterRescoreError, score_router

@@ -19,41 +19,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from replaylab.apps.inputs import plain
+from replaylab.apps.inputs import default_outcomes, load_outcomes, plain  # noqa: F401
 from replaylab.apps.provenance import git_commit, hmac_key
 from replaylab.apps.recording import active_run_id
 from replaylab.config import ConfigError
 
 log = logging.getLogger("replaylab")
-
-
-def default_outcomes() -> Path:
-    """The shipped RouteLLM GSM8K outcomes (Apache-2.0), a package resource of replaylab.data."""
-    from importlib.resources import files
-
-    return Path(str(files("replaylab.data") / "routellm_gsm8k" / "gsm8k_responses.csv"))
-
-
-def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
-    """(outcomes-v1 frame, where it came from)."""
-    from replaylab.contracts import read_outcomes
-    from replaylab.sources.registry import SOURCES, import_source
-
-    path, source = cfg.data.get("outcomes"), cfg.data.get("outcomes_source")
-    if path is None and source is None:
-        path, source = default_outcomes(), "routellm_gsm8k"
-    if source is not None:
-        if source not in SOURCES or SOURCES[source].contract != "outcomes":
-            names = sorted(k for k, v in SOURCES.items() if v.contract == "outcomes")
-            raise ConfigError(f"data.outcomes_source={source!r}: choose one of {names}")
-        if path is not None and not Path(path).exists():
-            raise FileNotFoundError(f"data.outcomes={path}: no such file or folder")
-        _, frame = import_source(source, None if path is None else str(path))
-        return frame, f"{source}:{path}"
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"data.outcomes={path}: no such file")
-    result = read_outcomes(path)
-    return result.valid, str(path)
 
 
 def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
