@@ -87,6 +87,15 @@ def test_select_takes_the_largest_capped_gain_within_the_pinball_limit():
     assert select_censoring(cands, 20, 0.01, min_capped_gain=0.6)[0] == NONE
 
 
+def test_select_needs_the_pinball_limit_on_both_halves_of_the_window():
+    base = {**_cand(10.0, 0.1), "halves_mean_pinball": [12.0, 8.0]}
+    drift = {**_cand(10.0, 0.9), "halves_mean_pinball": [11.6, 8.4]}  # later half +5%
+    steady = {**_cand(10.05, 0.6), "halves_mean_pinball": [12.05, 8.05]}
+    method, reason = select_censoring({NONE: base, REALIZED: drift, PINBALL: steady}, 20, 0.01)
+    assert method == PINBALL and "+5.00%" in reason
+    assert select_censoring({NONE: base, REALIZED: drift}, 20, 0.01)[0] == NONE
+
+
 def test_censoring_config_names_the_bad_field():
     with pytest.raises(ConfigError, match="method"):
         from_mapping(DemandConfig, {"censoring": {"method": "tobit"}}, "demand")

@@ -81,22 +81,30 @@ def select_censoring(candidates: Mapping[str, Mapping], min_rows: int,
 
     candidates: variant -> calibration figures {"mean_pinball": uncensored rows,
     "capped_n": censored rows, "capped_hi_ge_obs": share of them with hi >=
-    observed (None when capped_n is 0)}; must hold "none".
+    observed (None when capped_n is 0), optionally "halves_mean_pinball": the
+    uncensored mean pinball on the earlier and later half of the split}; must
+    hold "none". The pinball limit holds on the whole split and on each half:
+    under drift a variant that is free on the whole window can still cost on its
+    later part, the part closest to what it will serve.
     """
     base = candidates[NONE]
     n = int(base["capped_n"])
     if n < min_rows:
         return NONE, (f"{n} censored calibration rows < censoring.min_rows={min_rows}: "
                       "too few to judge a variant")
-    limit = float(base["mean_pinball"]) * (1.0 + float(max_pinball_increase))
     judged, eligible = [], []
     for name, c in candidates.items():
         if name == NONE:
             continue
         gain = float(c["capped_hi_ge_obs"]) - float(base["capped_hi_ge_obs"])
         worse = float(c["mean_pinball"]) / float(base["mean_pinball"]) - 1.0
-        ok = gain > 0 and gain >= min_capped_gain and float(c["mean_pinball"]) <= limit
+        halves = [float(a) / float(b) - 1.0 for a, b in
+                  zip(c.get("halves_mean_pinball") or [], base.get("halves_mean_pinball") or [],
+                      strict=False)]
+        ok = (gain > 0 and gain >= min_capped_gain
+              and max([worse, *halves]) <= float(max_pinball_increase) + 1e-12)
         judged.append(f"{name} capped {gain:+.3f}, pinball {worse:+.2%}"
+                      + (f" (halves {', '.join(f'{h:+.2%}' for h in halves)})" if halves else "")
                       + (" (eligible)" if ok else ""))
         if ok:
             eligible.append(name)

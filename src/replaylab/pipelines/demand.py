@@ -349,6 +349,8 @@ def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandCo
     observed. Both: `consumption_mean_pinball`, the pinball against what each
     request consumed (a request cut at its cap used prompt + cap): the quantity
     admission budgets for, which the label rows alone understate.
+    `halves_mean_pinball`: the label rows' mean pinball on the earlier and the
+    later half of the split by dispatch time (a choice must hold in both).
     """
     lab = data.labels
     rows = lab.usable & (data.splits == split)
@@ -356,8 +358,15 @@ def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandCo
     cap = request_cap(data.features[rows]) if demand.clip_to_cap else None
     lo, hi = calibrator.predict_interval(data.features[rows], *band, cap)
     y = lab.y_total[rows]
-    out = {"n": int(rows.sum()),
-           "mean_pinball": float(np.mean(list(pinball_losses(y, q, demand.quantiles).values()))),
+
+    def mean_pinball(sel: np.ndarray) -> float:
+        return float(np.mean(list(pinball_losses(y[sel], q[sel], demand.quantiles).values())))
+
+    t = data.features.loc[rows, L.TIMESTAMP].to_numpy(dtype="int64")
+    later = t > np.median(t)
+    out = {"n": int(rows.sum()), "mean_pinball": mean_pinball(np.ones(len(y), dtype=bool)),
+           "halves_mean_pinball": [mean_pinball(~later), mean_pinball(later)]
+           if later.any() and (~later).any() else None,
            "coverage": float(np.mean((y >= lo) & (y <= hi))),
            "mean_width": float(np.mean(hi - lo))}
     cens = _censored_rows(data, split, demand)
