@@ -73,7 +73,8 @@ def conformal_band(lo: np.ndarray, hi: np.ndarray, prompt: np.ndarray, q: np.nda
     glo = forward(np.asarray(lo, float) - prompt, scale) - q
     ghi = forward(np.asarray(hi, float) - prompt, scale) + q
     inside_out = glo > ghi
-    mid = (glo + ghi) / 2.0
+    with np.errstate(invalid="ignore"):  # -inf + inf where a cell is unbounded: not inside out
+        mid = (glo + ghi) / 2.0
     glo, ghi = np.where(inside_out, mid, glo), np.where(inside_out, mid, ghi)
     band = prompt[:, None] + inverse(np.column_stack([glo, ghi]), scale)
     band = clip_total(band, prompt, cap)
