@@ -27,6 +27,11 @@ def pinball_losses(y: np.ndarray, quantiles_pred: np.ndarray,
             for j, q in enumerate(quantiles)}
 
 
+def mean_pinball(y: np.ndarray, quantiles_pred: np.ndarray, quantiles: Sequence[float]) -> float:
+    """Mean over the levels of `pinball_losses`."""
+    return float(np.mean(list(pinball_losses(y, quantiles_pred, quantiles).values())))
+
+
 def coverage(y: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> float:
     """Share of rows with lo <= y <= hi."""
     return float(np.mean((y >= lo) & (y <= hi)))

@@ -40,6 +40,7 @@ from replaylab.demand.labels import (
 from replaylab.demand.metrics import (
     interval_metrics,
     lower_bound_metrics,
+    mean_pinball,
     pinball_losses,
     quantile_key,
 )
@@ -127,9 +128,8 @@ def _group_rows(test: pd.DataFrame, usable: np.ndarray, y: np.ndarray,
         for value in sorted(set(values[usable].tolist())):
             sel = usable & (values == value)
             pin = pinball_losses(y[sel], m.test_q[sel], cfg.quantiles)
-            base = {name: float(np.mean(list(pinball_losses(
-                y[sel], s.test_q[sel], cfg.quantiles).values())))
-                for name, s in scored.items() if name != MODEL}
+            base = {name: mean_pinball(y[sel], s.test_q[sel], cfg.quantiles)
+                    for name, s in scored.items() if name != MODEL}
             best = min(base, key=base.get)
             rows.append({
                 "by": by, "value": str(value), "n": int(sel.sum()),
@@ -352,36 +352,35 @@ def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandCo
     `halves_mean_pinball`: the label rows' mean pinball on the earlier and the
     later half of the split by dispatch time (a choice must hold in both).
     """
-    lab = data.labels
+    lab, qs = data.labels, demand.quantiles
+
+    def interval(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        f = data.features[rows]
+        q, *band = base_band(model, f)
+        return (q, *calibrator.predict_interval(
+            f, *band, request_cap(f) if demand.clip_to_cap else None))
+
     rows = lab.usable & (data.splits == split)
-    q, *band = base_band(model, data.features[rows])
-    cap = request_cap(data.features[rows]) if demand.clip_to_cap else None
-    lo, hi = calibrator.predict_interval(data.features[rows], *band, cap)
+    q, lo, hi = interval(rows)
     y = lab.y_total[rows]
-
-    def mean_pinball(sel: np.ndarray) -> float:
-        return float(np.mean(list(pinball_losses(y[sel], q[sel], demand.quantiles).values())))
-
+    m = interval_metrics(y, q, lo, hi, qs)
     t = data.features.loc[rows, L.TIMESTAMP].to_numpy(dtype="int64")
     later = t > np.median(t)
-    out = {"n": int(rows.sum()), "mean_pinball": mean_pinball(np.ones(len(y), dtype=bool)),
-           "halves_mean_pinball": [mean_pinball(~later), mean_pinball(later)]
+    out = {"n": m["n"], "mean_pinball": m["mean_pinball"],
+           "halves_mean_pinball": [mean_pinball(y[~later], q[~later], qs),
+                                   mean_pinball(y[later], q[later], qs)]
            if later.any() and (~later).any() else None,
-           "coverage": float(np.mean((y >= lo) & (y <= hi))),
-           "mean_width": float(np.mean(hi - lo))}
+           "coverage": m["coverage"], "mean_width": m["mean_width"]}
     cens = _censored_rows(data, split, demand)
     out["capped_n"] = int(cens.sum())
     out["capped_hi_ge_obs"] = out["consumption_mean_pinball"] = None
     if cens.any():
-        f = data.features[cens]
-        qc, *band = base_band(model, f)
-        _, hic = calibrator.predict_interval(f, *band,
-                                             request_cap(f) if demand.clip_to_cap else None)
-        out["capped_hi_ge_obs"] = float(np.mean(hic >= lab.y_total[cens]))
+        qc, _, hic = interval(cens)
+        out["capped_hi_ge_obs"] = lower_bound_metrics(
+            lab.y_total[cens], hic, lab.label_class[cens])["hi_at_least_observed"]
         # what the requests consumed (a cut request used prompt + cap): all rows
-        both = np.concatenate([y, lab.y_total[cens]])
-        out["consumption_mean_pinball"] = float(np.mean(list(pinball_losses(
-            both, np.vstack([q, qc]), demand.quantiles).values())))
+        out["consumption_mean_pinball"] = mean_pinball(
+            np.concatenate([y, lab.y_total[cens]]), np.vstack([q, qc]), qs)
     return out
 
 

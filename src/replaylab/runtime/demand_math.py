@@ -98,11 +98,6 @@ def _clip1(x: float, prompt: float, cap: float) -> float:
     return min(max(x, prompt), hi)
 
 
-def raw_to_total_row(raw: list[float], prompt: float, cap: float, scale: str) -> list[float]:
-    """`raw_to_total` of one row: raw (q,) -> totals (q,); cap NaN = no upper bound."""
-    return [_clip1(prompt + _inv1(v, scale), prompt, cap) for v in sorted(raw)]
-
-
 def total_and_band_row(raw: list[float], prompt: float, cap: float, scale: str,
                        clipped_band: bool) -> tuple[list[float], float, float]:
     """`total_and_band` of one row: (clipped quantiles (q,), base band lo, hi)."""

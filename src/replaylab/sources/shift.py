@@ -187,9 +187,10 @@ def inject_caps(ledger: pd.DataFrame, *, caps: tuple[int, ...] = (256, 512, 1024
     censoring-aware training on real length distributions, each session draws
     one cap from `caps` (uniformly, seeded; a client keeps its cap); a request
     whose completion reaches it is cut there and becomes `finish_reason =
-    length`, as a serving engine would end it, and ends `ms_per_token` earlier
-    per token not generated. Other rows keep their finish_reason (null when the
-    column was absent). The true (uncut) completion is kept in
+    length`, as a serving engine would end it, and its duration shrinks in
+    proportion (cap / completion; the ledger does not split prefill from decode,
+    so this keeps ended_at >= timestamp). Other rows keep their finish_reason
+    (null when the column was absent). The true (uncut) completion is kept in
     `attrs["caps"]["true_completion"]` (request_id -> tokens) for evaluation only.
     Raises ValueError on bad arguments.
     """
@@ -213,10 +214,8 @@ def inject_caps(ledger: pd.DataFrame, *, caps: tuple[int, ...] = (256, 512, 1024
     out[L.FINISH_REASON] = finish
     true = dict(zip(out.loc[cut, L.REQUEST_ID].astype(str), old[cut].astype("int64").tolist(),
                     strict=True))
-    new = np.where(cut, cap, old)
-    out[L.COMPLETION_TOKENS] = pd.array(np.where(np.isfinite(new), new, np.nan),
-                                        dtype="Float64").astype("Int64")
-    kept = np.where(cut, cap / np.where(cut, old, 1.0), 1.0)[cut]  # share of the answer kept
+    out[L.COMPLETION_TOKENS] = pd.array(np.where(cut, cap, old), dtype="Float64").astype("Int64")
+    kept = cap[cut] / old[cut]  # share of the answer kept
     if L.DURATION_MS in out.columns:
         d = pd.to_numeric(out.loc[cut, L.DURATION_MS]).astype("float64")
         out.loc[cut, L.DURATION_MS] = np.floor(d * kept).where(d.notna())
@@ -225,7 +224,7 @@ def inject_caps(ledger: pd.DataFrame, *, caps: tuple[int, ...] = (256, 512, 1024
         span = pd.to_numeric(out.loc[cut, L.ENDED_AT]).astype("float64") - start
         out.loc[cut, L.ENDED_AT] = (start + np.floor(span * kept)).where(span.notna())
     for c in ledger.columns:
-        if c in out.columns and out[c].dtype != ledger[c].dtype:
+        if out[c].dtype != ledger[c].dtype:
             out[c] = out[c].astype(ledger[c].dtype)
     out.attrs["caps"] = {"caps": [int(c) for c in caps], "seed": int(seed),
                          "sessions": int(len(sessions)), "rows_cut_at_cap": int(cut.sum()),
