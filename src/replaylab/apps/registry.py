@@ -40,6 +40,7 @@ from replaylab.apps.provenance import hmac_key
 from replaylab.artifacts.manifest import (
     ManifestError,
     canonical_json,
+    link_or_copy,
     staged_folder,
     verify_manifest,
 )
@@ -232,7 +233,7 @@ def log_folder(c: Any, cfg: DictConfig, run_id: str, folder: Path, path: str,
     # a temporary sibling: hard links stay on the folder's file system (no copy of the encoder)
     with tempfile.TemporaryDirectory(dir=folder.parent, prefix=f".{folder.name}.log-") as tmp:
         stage, upload = Path(tmp) / "folder", Path(tmp) / "upload"
-        shutil.copytree(folder, stage, copy_function=_link_or_copy)
+        shutil.copytree(folder, stage, copy_function=link_or_copy)
         upload.mkdir()
         entries = []
         for e in big:
@@ -242,7 +243,7 @@ def log_folder(c: Any, cfg: DictConfig, run_id: str, folder: Path, path: str,
                 out["reused"] += 1
             else:
                 blob = upload / e["sha256"]
-                _link_or_copy(str(folder / e["path"]), str(blob))
+                link_or_copy(folder / e["path"], blob)
                 c.log_artifact(store, str(blob), artifact_path=key.rsplit("/", 1)[0])
                 blob.unlink()
                 out["uploaded"] += 1
@@ -253,13 +254,6 @@ def log_folder(c: Any, cfg: DictConfig, run_id: str, folder: Path, path: str,
         (stage / BLOBS).write_text(json.dumps({"files": entries}, indent=1))
         c.log_artifacts(run_id, str(stage), artifact_path=path)
     return out
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def reassemble(folder: Path, cfg: DictConfig) -> None:

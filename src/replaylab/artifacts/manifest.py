@@ -345,6 +345,19 @@ def publish_folder(tmp: Path, out_dir: Path, *, overwrite: bool = True) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def link_or_copy(src: str | Path, dst: str | Path) -> None:
+    """Hard-link `src` to `dst` (same filesystem: no bytes copied), else copy it.
+
+    Artifact files are written once and never edited in place, so a link is a
+    safe copy; `dst`'s folder is created. Usable as `shutil.copytree`'s copy_function.
+    """
+    Path(dst).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
 @contextmanager
 def staged_folder(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
     """A temporary sibling folder of `out_dir` to write an artifact into.

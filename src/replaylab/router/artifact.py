@@ -34,8 +34,6 @@ renamed into place (atomic, as the demand export).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,7 @@ from replaylab import __version__
 from replaylab.artifacts.golden import golden_document, write_golden
 from replaylab.artifacts.manifest import (
     build_manifest,
+    link_or_copy,
     staged_folder,
     verify_manifest,
     write_manifest,
@@ -70,14 +69,6 @@ ENCODER_DIR = "encoder"
 GOLDEN_TOLERANCES = {"fp32_prob_abs": 1e-4, "int8_prob_abs": 0.02, "static_prob_abs": 1e-5,
                      "stable_decision_agreement": 1.0}
 TIERS = ("minilm", "static")
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def router_config_json(run: Any, tier: str = "minilm") -> dict:
@@ -147,8 +138,8 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
         (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run, tier), indent=1,
                                                   sort_keys=True) + "\n")
         for entry in enc_manifest["files"]:
-            _link_or_copy(encoder_dir / entry["path"], tmp / ENCODER_DIR / entry["path"])
-        _link_or_copy(encoder_dir / "manifest.json", tmp / ENCODER_DIR / "manifest.json")
+            link_or_copy(encoder_dir / entry["path"], tmp / ENCODER_DIR / entry["path"])
+        link_or_copy(encoder_dir / "manifest.json", tmp / ENCODER_DIR / "manifest.json")
 
         def publish() -> dict:
             manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
