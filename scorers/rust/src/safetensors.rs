@@ -23,8 +23,29 @@ impl Tensor {
     }
 }
 
-/// Every tensor of a safetensors file; any dtype other than F32 is refused.
-pub fn read(data: &[u8], what: &str) -> Result<BTreeMap<String, Tensor>, Error> {
+/// A tensor of any dtype: its header entry and its little-endian bytes (the demand
+/// trees' F64 / I32 / U8 arrays are read through this; `read` keeps to F32).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RawTensor<'a> {
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub bytes: &'a [u8],
+}
+
+/// The byte width of a safetensors dtype (None: unknown).
+pub fn dtype_size(dtype: &str) -> Option<usize> {
+    match dtype {
+        "F64" | "I64" | "U64" => Some(8),
+        "F32" | "I32" | "U32" => Some(4),
+        "F16" | "BF16" | "I16" | "U16" => Some(2),
+        "I8" | "U8" | "BOOL" => Some(1),
+        _ => None,
+    }
+}
+
+/// Every tensor of a safetensors file as raw bytes, and its `__metadata__` (string values).
+pub fn read_raw<'a>(data: &'a [u8], what: &str)
+                    -> Result<(BTreeMap<String, RawTensor<'a>>, BTreeMap<String, String>), Error> {
     let bad = |m: String| Error::new("safetensors", format!("{what}: {m}"));
     if data.len() < 8 {
         return Err(bad("file shorter than its 8-byte header length".into()));
@@ -38,14 +59,17 @@ pub fn read(data: &[u8], what: &str) -> Result<BTreeMap<String, Tensor>, Error> 
     let entries = header.as_object().ok_or_else(|| bad("header is not a JSON object".into()))?;
     let body = &data[8 + n..];
     let mut out = BTreeMap::new();
+    let mut meta = BTreeMap::new();
     for (name, spec) in entries {
         if name == "__metadata__" {
+            for (k, v) in spec.as_object().ok_or_else(|| bad("__metadata__ is not an object".into()))? {
+                let v = v.as_str().ok_or_else(|| bad(format!("__metadata__.{k} is not a string")))?;
+                meta.insert(k.clone(), v.to_string());
+            }
             continue;
         }
-        let dtype = spec.get("dtype").and_then(Json::as_str);
-        if dtype != Some("F32") {
-            return Err(bad(format!("tensor {name:?}: dtype {dtype:?}, only F32 is read")));
-        }
+        let dtype = spec.get("dtype").and_then(Json::as_str).unwrap_or("");
+        let size = dtype_size(dtype).ok_or_else(|| bad(format!("tensor {name:?}: unknown dtype {dtype:?}")))?;
         let shape: Option<Vec<usize>> = spec.get("shape").and_then(Json::as_array).and_then(|a| {
             a.iter().map(|x| x.as_i64().and_then(|v| usize::try_from(v).ok())).collect()
         });
@@ -60,14 +84,23 @@ pub fn read(data: &[u8], what: &str) -> Result<BTreeMap<String, Tensor>, Error> 
         }
         let count = shape.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
         let (begin, end) = (offs[0], offs[1]);
-        if begin > end || end > body.len() || count.and_then(|c| c.checked_mul(4)) != Some(end - begin) {
-            return Err(bad(format!("tensor {name:?}: offsets {begin}..{end} do not hold {shape:?} F32")));
+        if begin > end || end > body.len() || count.and_then(|c| c.checked_mul(size)) != Some(end - begin) {
+            return Err(bad(format!("tensor {name:?}: offsets {begin}..{end} do not hold {shape:?} {dtype}")));
         }
-        let data = body[begin..end]
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        out.insert(name.clone(), Tensor { shape, data });
+        out.insert(name.clone(), RawTensor { dtype: dtype.to_string(), shape, bytes: &body[begin..end] });
+    }
+    Ok((out, meta))
+}
+
+/// Every tensor of a safetensors file; any dtype other than F32 is refused.
+pub fn read(data: &[u8], what: &str) -> Result<BTreeMap<String, Tensor>, Error> {
+    let mut out = BTreeMap::new();
+    for (name, t) in read_raw(data, what)?.0 {
+        if t.dtype != "F32" {
+            return Err(Error::new("safetensors", format!("{what}: tensor {name:?}: dtype {:?}, only F32 is read", t.dtype)));
+        }
+        let data = t.bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        out.insert(name, Tensor { shape: t.shape, data });
     }
     Ok(out)
 }
