@@ -156,7 +156,7 @@ def test_manifest_describes_the_model(synthetic):
     assert t["headline"]["test_mean_pinball"] == summary["test"]["model"]["mean_pinball"]
     assert m["runtime"]["ai_onnx_ml_opset"] == 5 and "onnxruntime" in m["runtime"]["packages"]
     assert m["fallback"] == {**m["fallback"], "name": "max_tokens_cap", "default_max_tokens": 4096}
-    assert [f["path"] for f in m["files"]] == ["golden.json", "model.onnx"]
+    assert [f["path"] for f in m["files"]] == ["golden.json", "model.onnx", "trees.safetensors"]
     assert m["contracts"]["ledger"] == "1" and m["contracts"]["hint"] == ["1"]
 
 

@@ -3,9 +3,15 @@
 `export_demand(run, summary, out_dir, ...)` writes
 
     out_dir/model.onnx      every quantile booster, exact (double) TreeEnsemble
+    out_dir/trees.safetensors  the same trees as flat LightGBM node arrays, for engines
+                            without onnxruntime (replaylab.artifacts.demand_flat,
+                            docs/demand-scorer-spec.md)
     out_dir/golden.json     golden vectors: ~32 test-split requests and the hints
                             the runtime computes for them here, with tolerances
-                            (replaylab.artifacts.golden; checked again at load)
+                            (replaylab.artifacts.golden; checked again at load);
+                            each case also holds the feature vector (`features`,
+                            null = NaN) and LightGBM's raw scores (`raw`) for a
+                            non-Python engine's checks
     out_dir/manifest.json   schema 1 (docs/artifacts.md): features, outputs,
                             conformal corrections per cell, training facts,
                             runtime requirements, fallback baseline, file hashes
@@ -14,7 +20,8 @@ The golden hints come from `replaylab.runtime.DemandPredictor` itself, run on
 the staged model.onnx and manifest sections, so the loader compares like with
 like; before they are written they are checked against the LightGBM model and
 its conformal calibrator on the same rows (the export's parity check: a miss
-raises DemandExportError and publishes nothing).
+raises DemandExportError and publishes nothing), and the flat trees must give
+LightGBM's raw scores on them bit for bit.
 
 Everything is written into a temporary sibling folder first and renamed into
 place only once the manifest is written and synced, so an interrupted export
@@ -37,6 +44,13 @@ import numpy as np
 import pandas as pd
 
 from replaylab import __version__
+from replaylab.artifacts.demand_flat import (
+    TREES_FILE,
+    flat_predict,
+    flat_trees,
+    schema_matrix,
+    trees_bytes,
+)
 from replaylab.artifacts.golden import golden_document, max_abs_diff, write_golden
 from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
@@ -62,7 +76,9 @@ _FIRST_TURN_ZERO = (*HISTORY_COUNTS, "hist_turns_censored")
 # tree read differently (a threshold or a leaf rounded, a branch flipped) moves a hint
 # by a leaf value, typically 1e-4 relative or more. 1e-6 relative and 0.01 token sit between the
 # two with orders of magnitude to spare either side; both bounds must hold.
-GOLDEN_TOLERANCES = {"hint_abs": 0.01, "hint_rel": 1e-6}
+# raw_abs: the per-quantile raw scores of an engine walking trees.safetensors (summed in
+# file order, docs/demand-scorer-spec.md) against LightGBM's: 0, bit for bit.
+GOLDEN_TOLERANCES = {"hint_abs": 0.01, "hint_rel": 1e-6, "raw_abs": 0.0}
 UNSEEN_CATEGORY = "golden-unseen-category"  # a value no vocabulary holds
 
 
@@ -231,19 +247,41 @@ def _lightgbm_parity(run: Any, frame: pd.DataFrame, expected: list[dict]) -> dic
     return figures
 
 
-def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes) -> dict:
+def _flat_parity(run: Any, frame: pd.DataFrame, features: list[dict],
+                 trees: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(feature rows, raw scores) of the golden frame; the flat walk must equal LightGBM exactly."""
+    model = run.model
+    X = schema_matrix(frame, features)
+    ref = np.column_stack([b.predict(X, num_iteration=int(k), raw_score=True)
+                           for b, k in zip(model.boosters_, model.best_iterations_, strict=True)])
+    got = flat_predict(trees, X, ref.shape[1])
+    if not np.array_equal(got, ref):
+        raise DemandExportError(f"the flat trees differ from LightGBM's raw scores on the golden "
+                                f"rows (max {max_abs_diff(got, ref):.3g})")
+    return X, ref
+
+
+def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes,
+                  trees: dict[str, np.ndarray] | None = None) -> dict:
     """golden.json of a demand artifact: the runtime's hints for `rows`, checked against LightGBM.
 
     manifest: the manifest built so far (its sections are what the loader will
-    read); model: the staged model.onnx bytes. The hints are computed at the
-    manifest's `created_at`, so an artifact exported already expired still has
-    golden vectors.
+    read); model: the staged model.onnx bytes; trees: the flat arrays (default:
+    those of run.model). The hints are computed at the manifest's `created_at`,
+    so an artifact exported already expired still has golden vectors. Each
+    case's `expected` also gets the feature row (`features`, NaN -> null) and
+    LightGBM's raw scores (`raw`, the artifact's quantile order, before sorting).
     """
     created = datetime.fromisoformat(manifest["created_at"]).timestamp()
     predictor = DemandPredictor.from_manifest(manifest, model, clock=lambda: created)
     requests, frame = golden_inputs(rows, manifest["features"])
     expected = predictor.golden_expected(requests)
     parity = _lightgbm_parity(run, frame, expected)
+    X, raw = _flat_parity(run, frame, manifest["features"],
+                          flat_trees(run.model) if trees is None else trees)
+    for e, x, q in zip(expected, X.tolist(), raw.tolist(), strict=True):
+        e["features"] = [None if math.isnan(v) else v for v in x]
+        e["raw"] = q
     cases = [{"input": r, "expected": e} for r, e in zip(requests, expected, strict=True)]
     return golden_document(KIND, cases, GOLDEN_TOLERANCES,
                            reference="replaylab.runtime.DemandPredictor on the staged "
@@ -274,17 +312,23 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
                                 "or give golden_rows= (test rows of its features.parquet)")
     created = created or datetime.now(UTC)  # one creation time for both manifest builds
     graph = demand_model_to_onnx(run.model).SerializeToString()
+    trees = flat_trees(run.model)
+    flat = trees_bytes(trees, len(sections["features"]), sections["outputs"]["quantiles"])
     with staged_folder(out_dir) as tmp:
         model_path = tmp / MODEL_FILE
         with model_path.open("wb") as f:
             f.write(graph)
             f.flush()
             os.fsync(f.fileno())
+        with (tmp / TREES_FILE).open("wb") as f:
+            f.write(flat)
+            f.flush()
+            os.fsync(f.fileno())
         if _after_model_written is not None:  # test hook: interrupt an export midway
             _after_model_written(tmp)
         draft = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
                                created=created, **sections)
-        golden = write_golden(tmp, demand_golden(run, rows, draft, graph))
+        golden = write_golden(tmp, demand_golden(run, rows, draft, graph, trees))
         with golden.open("rb") as f:  # durable before the manifest names it, like model.onnx
             os.fsync(f.fileno())
         manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
