@@ -150,6 +150,24 @@ def test_split_fast_path_is_the_ascii_whitespace_split(table_tokenizer):
         assert table_tokenizer.ids(" " + spaced + "  ") == table_tokenizer.ids(spaced)
 
 
+def test_ascii_fast_path_is_the_table_path(hf_tokenizer, charmap):
+    """A printable-ASCII chunk is normalized by str.lower (and an alphanumeric one is one
+    word) only because the table says so: the same ids as the table path, which serves a
+    table where it does not hold (here one that maps "q" to "k")."""
+    vocab = [t for t, _ in sorted(hf_tokenizer.get_vocab().items(), key=lambda kv: kv[1])]
+    fast = CharmapTokenizer(charmap, vocab, unk_token="[UNK]", drop_unk=False)
+    slow = CharmapTokenizer(charmap, vocab, unk_token="[UNK]", drop_unk=False)
+    assert fast.ascii_lower
+    slow.ascii_lower = False
+    rng = np.random.default_rng(8)
+    texts = ["".join(chr(int(c)) for c in rng.integers(0x20, 0x7F, int(rng.integers(1, 40))))
+             for _ in range(400)] + ["Q42 quiz", "ABC123,DEF", "x\x0by", "Hello\x7fWorld"]
+    want = [e.ids for e in hf_tokenizer.encode_batch(texts, add_special_tokens=False)]
+    assert [fast.ids(t) for t in texts] == [slow.ids(t) for t in texts] == want
+    odd = CharmapTokenizer(charmap + "71\to\t6B\n", vocab, unk_token="[UNK]", drop_unk=False)
+    assert not odd.ascii_lower and odd.ids("quiz") == slow.ids("kuiz")
+
+
 def test_unk_filter_survives_a_misaligned_byte_match():
     """The [UNK] test searches the id bytes: a match across two ids must drop nothing."""
     vocab = [f"t{i}" for i in range(300)]

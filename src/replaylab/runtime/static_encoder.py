@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import string
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -155,17 +156,18 @@ def parse_charmap(text: str) -> tuple[dict[int, str | None], list[int], list[int
 
 
 class _ChunkIds(dict):
-    """raw chunk -> its ids as native `intp` bytes; a missing chunk is computed and kept.
+    """key -> its ids as native `intp` bytes; a missing key is computed and kept.
 
-    A dict subclass whose `__missing__` computes: `map(cache.__getitem__, chunks)` then
-    runs in C for every hit (~30 ns a chunk, against ~150 ns for `get` + a Python
-    branch + list extend), and `b"".join` of the hits is the id array's buffer.
+    A dict subclass whose `__missing__` computes: `map(cache.__getitem__, keys)` then
+    runs in C for every hit (~30 ns a key, against ~150 ns for `get` + a Python
+    branch + list extend), and `b"".join` of the hits is the id array's buffer. Used
+    for raw chunks and for normalized words.
     """
 
     __slots__ = ("compute",)
 
-    def __missing__(self, chunk: str) -> bytes:
-        return self.compute(chunk)
+    def __missing__(self, key: str) -> bytes:
+        return self.compute(key)
 
 
 class CharmapTokenizer:
@@ -194,10 +196,21 @@ class CharmapTokenizer:
         self._words = re.compile(f"[{p}]|[^{w}{p}]+" if p else f"[^{w}]+")
         self._cache = _ChunkIds()
         self._cache.compute = self._miss
-        self._pieces: dict[str, bytes] = {}
+        self._pieces = _ChunkIds()
+        self._pieces.compute = self._word
         self._lock = threading.Lock()
-        self._unk = np.array([self.unk_id], dtype=np.intp).tobytes()
+        # each id's native intp bytes: a word's ids are a join of these (no numpy per word)
+        self._id_bytes = tuple(i.tobytes() for i in np.arange(len(vocab), dtype=np.intp))
+        self._unk = self._id_bytes[self.unk_id]
         self._cut = None if max_tokens is None else int(max_tokens) * ID_BYTES
+        # a printable-ASCII chunk normalizes by `str.lower` when the table says so for every
+        # printable ASCII character (BERT's: only A-Z change), and is one word when it is
+        # alphanumeric (lowercase letters and digits are class `o`): checked here, else the
+        # table path serves every chunk
+        alnum = string.ascii_lowercase + string.digits
+        self.ascii_lower = all(self.table.get(c, chr(c)) == chr(c).lower()
+                                for c in range(0x20, 0x7F)) and \
+            self._words.findall(alnum) == [alnum]
 
     def _wordpiece(self, word: str) -> list[int]:
         # Why by hand: HF WordPiece's greedy longest match, 12 lines; no pure-Python
@@ -226,16 +239,24 @@ class CharmapTokenizer:
                     cache.clear()
         cache[key] = value
 
-    def _word(self, word: str) -> bytes:
-        ids = self._pieces.get(word)
-        if ids is None:
-            ids = np.array(self._wordpiece(word), dtype=np.intp).tobytes()
-            self._keep(self._pieces, word, ids, WORDPIECE_CACHE)
+    def _word(self, word: str) -> bytes:  # a normalized word missing from `_pieces`
+        ids = b"".join(map(self._id_bytes.__getitem__, self._wordpiece(word)))
+        self._keep(self._pieces, word, ids, WORDPIECE_CACHE)
         return ids
 
-    def _miss(self, chunk: str) -> bytes:
-        ids = b"".join(map(self._word, self._words.findall(chunk.translate(self.table))))
-        self._keep(self._cache, chunk, ids, WORD_CACHE)
+    def _miss(self, chunk: str) -> bytes:  # a raw chunk missing from `_cache`
+        if self.ascii_lower and chunk.isascii() and chunk.isprintable():
+            norm = chunk.lower()  # = chunk.translate(self.table) here (checked at init)
+            ids = (self._pieces[norm] if norm.isalnum() else
+                   b"".join(map(self._pieces.__getitem__, self._words.findall(norm))))
+        else:
+            ids = b"".join(map(self._pieces.__getitem__,
+                               self._words.findall(chunk.translate(self.table))))
+        if len(self._cache) >= WORD_CACHE:
+            with self._lock:
+                if len(self._cache) >= WORD_CACHE:
+                    self._cache.clear()
+        self._cache[chunk] = ids
         return ids
 
     def ids_array(self, text: str) -> np.ndarray:
@@ -283,7 +304,9 @@ class StaticSentenceEncoder:
     def __init__(self, tokenizer: CharmapTokenizer, table: np.ndarray, config: dict) -> None:
         self.tokenizer = tokenizer
         self.config = config
-        self.table = np.ascontiguousarray(table, dtype=np.float64)  # widened once (exact)
+        # kept in float32 as in the file (half the memory and cache traffic of a float64
+        # copy: 30 MB, and 1 kB a token row); `token_sum` widens each row exactly
+        self.table = np.ascontiguousarray(table, dtype=np.float32)
         self.encoder_id = str(config["encoder_id"])
         self.dimension = int(table.shape[1])
         self.normalize = bool(config.get("normalize", True))
@@ -303,10 +326,11 @@ class StaticSentenceEncoder:
     def token_sum(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """(d,) float64 s of step 5: the token rows added in token order, column by column."""
         # a sum over axis 0 of a C-ordered (n, d) array adds the rows in order, column by
-        # column: the float64 sum of the spec, the bits of a plain loop in another
-        # language (a test checks it). take of an intp array: ~6 µs at 128 tokens, 4 µs
-        # less than of a list (converted first); take(out=) is slower still
-        return self.table.take(ids, axis=0).sum(axis=0)
+        # column, and dtype=float64 widens each float32 row exactly before it is added
+        # (numpy casts in buffers of whole rows): the float64 sum of the spec, the bits
+        # of a plain loop in another language (a test checks it, also against the
+        # float64 table). take of an intp array, not a list (converted first)
+        return np.add.reduce(self.table.take(ids, axis=0), axis=0, dtype=np.float64)
 
     def pool(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Token ids -> (d,) float32 (module doc, steps 5-6)."""
