@@ -5,7 +5,14 @@
 //! content hashes, validity), reads the static encoder (charmap.tsv, vocab.txt,
 //! embeddings.safetensors) and the head (head.safetensors); `Router::route(text,
 //! category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
+//!
+//! `Demand::load(dir, now)` verifies a demand artifact and reads its flat trees
+//! (trees.safetensors); `Demand::hint(request, now_ms)` answers a pre-dispatch demand
+//! hint (docs/demand-scorer-spec.md).
 
+pub mod demand;
+pub mod demand_golden;
+pub mod demand_trees;
 pub mod encoder;
 pub mod error;
 pub mod golden;
@@ -19,5 +26,6 @@ pub mod sha256;
 pub mod timefmt;
 pub mod tokenizer;
 
+pub use demand::{Demand, Hint};
 pub use error::Error;
 pub use router::{Decision, Router};

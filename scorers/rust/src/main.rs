@@ -10,6 +10,15 @@
 //!       load once, time N routes (inputs cycled; default: the golden queries) inside
 //!       the process (wall clock, one thread, each call: tokenize, embed, head, decide);
 //!       prints one JSON object with p50/p90/p99 in microseconds (--samples: every call's).
+//!   replaylab-route demand ARTIFACT_DIR [--no-golden] [--explain] [--now-ms MS]
+//!       a demand artifact (docs/demand-scorer-spec.md): JSON lines on stdin (request
+//!       objects, the Python runtime's fields) -> JSON lines on stdout (the hint; with
+//!       --explain also the feature row and raw scores). --now-ms: the clock for requests
+//!       without `timestamp` (default: now). Golden vectors checked first unless --no-golden.
+//!   replaylab-route demand-golden ARTIFACT_DIR
+//!       check the demand golden vectors; prints a JSON summary; exit 0 when they hold, else 1.
+//!   replaylab-route demand-bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl]
+//!       load once, time N hints (inputs cycled; default: the golden requests), as `bench`.
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
 //!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
 //!   replaylab-route safetensors FILE (a check aid) its F32 tensors as JSON {name: {shape, data}}
@@ -25,9 +34,9 @@ use std::time::Instant;
 
 use replaylab_scorer::golden::{self, Query};
 use replaylab_scorer::json::{self, py_float_repr, write_str, Json, Number};
-use replaylab_scorer::{sha256, timefmt, Error, Router};
+use replaylab_scorer::{demand_golden, sha256, timefmt, Demand, Error, Router};
 
-const USAGE: &str = "usage: replaylab-route route|golden|bench ARTIFACT_DIR [options] (see docs/scorer-spec.md)";
+const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] (see docs/scorer-spec.md, docs/demand-scorer-spec.md)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,6 +84,17 @@ fn run(args: &[String]) -> Result<u8, Error> {
             Ok(if ok { 0 } else { 1 })
         }
         Some("bench") => bench(args),
+        Some("demand") => demand(args),
+        Some("demand-golden") => {
+            let d = load_demand(args)?;
+            let (ok, summary) = demand_golden::check(&d)?;
+            emit(&json::canonical(&summary).expect("finite"));
+            if !ok {
+                eprintln!("demand golden vectors missed: see the summary");
+            }
+            Ok(if ok { 0 } else { 1 })
+        }
+        Some("demand-bench") => demand_bench(args),
         Some("canon") => {
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s).map_err(|e| Error::new("io", e.to_string()))?;
@@ -230,6 +250,99 @@ fn bench(args: &[String]) -> Result<u8, Error> {
         // every call's time in call order (for pooling across runs)
         s.insert("samples_us".to_string(), Json::Arr(raw.iter().map(|&x| f(x)).collect()));
     }
+    emit(&json::canonical(&Json::Obj(s)).expect("finite"));
+    Ok(0)
+}
+
+fn load_demand(args: &[String]) -> Result<Demand, Error> {
+    let dir = args.get(1).filter(|a| !a.starts_with("--")).ok_or_else(|| usage("no ARTIFACT_DIR"))?;
+    Demand::load(Path::new(dir), timefmt::now())
+}
+
+fn read_jsonl(f: &str) -> Result<Vec<Json>, Error> {
+    let file = std::fs::File::open(f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?;
+        if !line.trim().is_empty() {
+            out.push(json::parse(&line).map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?);
+        }
+    }
+    Ok(out)
+}
+
+fn demand(args: &[String]) -> Result<u8, Error> {
+    let d = load_demand(args)?;
+    if !args.iter().any(|a| a == "--no-golden") {
+        let (ok, summary) = demand_golden::check(&d)?;
+        if !ok {
+            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
+                                                             json::canonical(&summary).expect("finite"))));
+        }
+    }
+    let explain = args.iter().any(|a| a == "--explain");
+    let fixed: Option<i64> = opt(args, "--now-ms")?.map(|s| s.parse()).transpose()
+        .map_err(|_| usage("--now-ms must be an integer"))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| Error::new("bad_input", format!("stdin line {}: {e}", n + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("stdin line {}: not JSON: {e}", n + 1)))?;
+        let now_ms = fixed.unwrap_or_else(|| (timefmt::now() * 1000.0) as i64);
+        let mut s = demand_golden::hint_line(&d.hint(&v, now_ms), explain);
+        s.push('\n');
+        out.write_all(s.as_bytes()).and_then(|_| out.flush()).map_err(|e| Error::new("io", e.to_string()))?;
+    }
+    Ok(0)
+}
+
+fn demand_bench(args: &[String]) -> Result<u8, Error> {
+    let n: usize = opt(args, "--n")?.map_or(Ok(1000), |s| s.parse()).map_err(|_| usage("--n must be an integer"))?;
+    let warmup: usize = opt(args, "--warmup")?.map_or(Ok(20), |s| s.parse()).map_err(|_| usage("--warmup must be an integer"))?;
+    let t0 = Instant::now();
+    let d = load_demand(args)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let requests = match opt(args, "--inputs")? {
+        None => demand_golden::golden_requests(&d)?,
+        Some(f) => read_jsonl(&f)?,
+    };
+    if requests.is_empty() || n == 0 {
+        return Err(usage("no inputs to time (or --n 0)"));
+    }
+    let now_ms = d.created_ms;
+    for i in 0..warmup {
+        std::hint::black_box(d.hint(&requests[i % requests.len()], now_ms));
+    }
+    let mut us = Vec::with_capacity(n);
+    let mut fallbacks = 0usize;
+    for i in 0..n {
+        let r = &requests[i % requests.len()];
+        let t = Instant::now();
+        let h = d.hint(std::hint::black_box(r), now_ms);
+        us.push(t.elapsed().as_secs_f64() * 1e6);
+        fallbacks += std::hint::black_box(h).fallback as usize;
+    }
+    let mean = us.iter().sum::<f64>() / n as f64;
+    us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let r1 = |x: f64| (x * 100.0).round() / 100.0;
+    let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
+    let i = |x: usize| Json::Num(Number { value: x as f64, int: Some(x.to_string()) });
+    let mut s = BTreeMap::new();
+    s.insert("calls".to_string(), i(n));
+    s.insert("inputs".to_string(), i(requests.len()));
+    s.insert("fallbacks".to_string(), i(fallbacks));
+    s.insert("trees".to_string(), i(d.trees.n_trees()));
+    s.insert("p50_us".to_string(), f(percentile(&us, 50.0)));
+    s.insert("p90_us".to_string(), f(percentile(&us, 90.0)));
+    s.insert("p99_us".to_string(), f(percentile(&us, 99.0)));
+    s.insert("mean_us".to_string(), f(mean));
+    s.insert("max_us".to_string(), f(*us.last().expect("n > 0")));
+    s.insert("load_ms".to_string(), f(load_ms));
+    s.insert("threads".to_string(), i(1));
+    s.insert("version".to_string(), Json::Str(d.version.clone()));
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
     Ok(0)
 }

@@ -43,9 +43,11 @@ pub fn dtype_size(dtype: &str) -> Option<usize> {
     }
 }
 
-/// Every tensor of a safetensors file as raw bytes, and its `__metadata__` (string values).
-pub fn read_raw<'a>(data: &'a [u8], what: &str)
-                    -> Result<(BTreeMap<String, RawTensor<'a>>, BTreeMap<String, String>), Error> {
+/// A file's tensors by name and its `__metadata__` (string values).
+pub type RawFile<'a> = (BTreeMap<String, RawTensor<'a>>, BTreeMap<String, String>);
+
+/// Every tensor of a safetensors file as raw bytes, and its `__metadata__`.
+pub fn read_raw<'a>(data: &'a [u8], what: &str) -> Result<RawFile<'a>, Error> {
     let bad = |m: String| Error::new("safetensors", format!("{what}: {m}"));
     if data.len() < 8 {
         return Err(bad("file shorter than its 8-byte header length".into()));

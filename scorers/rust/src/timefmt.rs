@@ -4,7 +4,7 @@
 
 use crate::error::Error;
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     // Howard Hinnant's algorithm: days since 1970-01-01 of a proleptic Gregorian date
     let y = if m <= 2 { y - 1 } else { y };
     let era = if y >= 0 { y } else { y - 399 } / 400;
