@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use crate::demand::{Demand, Hint};
+use crate::demand_trees::Trees;
 use crate::error::Error;
 use crate::json::{self, py_float_repr, write_str, Json, Number};
 
@@ -35,8 +36,9 @@ fn push_opt_str(s: &mut String, x: Option<&str>) {
 }
 
 /// One hint as a JSON object on one line (Python float reprs; NaN / None -> null).
-/// explain: also the feature row and the raw scores.
-pub fn hint_line(h: &Hint, explain: bool) -> String {
+/// explain: also the feature row, the raw scores and each tree's leaf (its index within
+/// the tree, as LightGBM's `pred_leaf`; empty when the row could not be encoded).
+pub fn hint_line(h: &Hint, explain: Option<&Trees>) -> String {
     let mut s = String::with_capacity(320);
     s.push_str("{\"request_id\":");
     push_opt_str(&mut s, h.request_id.as_deref());
@@ -60,7 +62,17 @@ pub fn hint_line(h: &Hint, explain: bool) -> String {
     push_opt_str(&mut s, h.correction_cell.as_deref());
     s.push_str(",\"correction\":");
     push_f(&mut s, h.correction.unwrap_or(f64::NAN));
-    if explain {
+    if let Some(trees) = explain {
+        s.push_str(",\"leaves\":[");
+        if !h.features.is_empty() {
+            for t in 0..trees.n_trees() {
+                if t > 0 {
+                    s.push(',');
+                }
+                s.push_str(&trees.leaf_index[trees.leaf(t, &h.features)].to_string());
+            }
+        }
+        s.push(']');
         for (k, v) in [("features", &h.features), ("raw", &h.raw)] {
             s.push_str(",\"");
             s.push_str(k);

@@ -33,6 +33,8 @@ pub struct Trees {
     pub cat_offset: Vec<usize>,
     pub cat_values: Vec<i32>,
     pub leaf_value: Vec<f64>,
+    /// each leaf's index within its tree (LightGBM's `leaf_index`, `pred_leaf=True`)
+    pub leaf_index: Vec<i32>,
     pub n_outputs: usize,
     pub n_features: usize,
 }
@@ -85,6 +87,10 @@ impl Trees {
         let left = i32s(&t, "node_left")?;
         let right = i32s(&t, "node_right")?;
         let leaf_value = f64s(&t, "leaf_value")?;
+        let leaf_index = i32s(&t, "leaf_index")?;
+        if leaf_index.len() != leaf_value.len() {
+            return Err(bad("leaf_index and leaf_value differ in length".into()));
+        }
         let cat_values = i32s(&t, "cat_values")?;
         let cat_offset = indexes(i32s(&t, "node_cat_offset")?, cat_values.len() + 1, "node_cat_offset")?;
         let tree_root = i32s(&t, "tree_root")?;
@@ -127,7 +133,7 @@ impl Trees {
             return Err(bad(format!("tree_root {r} outside the arrays")));
         }
         Ok(Trees { tree_output, tree_root, feature, threshold, decision, left, right, cat_offset,
-                   cat_values, leaf_value, n_outputs, n_features })
+                   cat_values, leaf_value, leaf_index, n_outputs, n_features })
     }
 
     pub fn n_trees(&self) -> usize {
@@ -184,6 +190,7 @@ mod tests {
         Trees { tree_output: vec![0], tree_root: vec![0], feature: vec![0], threshold: vec![threshold],
                 decision: vec![decision], left: vec![!0], right: vec![!1],
                 cat_offset: vec![0, cats.len()], cat_values: cats.to_vec(), leaf_value: vec![1.0, 2.0],
+                leaf_index: vec![0, 1],
                 n_outputs: 1, n_features: 1 }
     }
 

@@ -280,7 +280,7 @@ fn demand(args: &[String]) -> Result<u8, Error> {
                                                              json::canonical(&summary).expect("finite"))));
         }
     }
-    let explain = args.iter().any(|a| a == "--explain");
+    let explain = args.iter().any(|a| a == "--explain").then_some(&d.trees);
     let fixed: Option<i64> = opt(args, "--now-ms")?.map(|s| s.parse()).transpose()
         .map_err(|_| usage("--now-ms must be an integer"))?;
     let stdout = std::io::stdout();

@@ -14,6 +14,8 @@ arrays (docs/demand-scorer-spec.md is the byte-level specification):
     node_cat_offset I32 (N+1,)  categories of node i: cat_values[offset[i]:offset[i+1]]
     cat_values      I32 (M,)    category codes that go left, ascending (LightGBM's `a||b||c`)
     leaf_value      F64 (L,)    leaf outputs, exact
+    leaf_index      I32 (L,)    the leaf's index within its tree (LightGBM's `leaf_index`,
+                                what `booster.predict(..., pred_leaf=True)` reports)
 
 The trees of quantile j are its booster's first `best_iterations_[j]` trees, in
 booster order; raw[j] = 0.0 + leaf(t0) + leaf(t1) + ... in file order is the
@@ -54,6 +56,7 @@ class _Flat:
         self.right: list[int] = []
         self.cats: list[list[int]] = []
         self.leaves: list[float] = []
+        self.leaf_index: list[int] = []
 
     def child(self, sub: dict) -> int:
         """Emit a dumped subtree; its reference (node index, or ~leaf index)."""
@@ -61,6 +64,7 @@ class _Flat:
             if "leaf_coeff" in sub or "leaf_features" in sub:
                 raise FlatTreesError("linear trees (linear_tree=true) are not supported")
             self.leaves.append(float(sub["leaf_value"]))
+            self.leaf_index.append(int(sub.get("leaf_index", 0)))  # a one-leaf tree has none: 0
             return ~(len(self.leaves) - 1)
         i = len(self.feature)
         missing = sub.get("missing_type", "None")
@@ -111,6 +115,7 @@ def flat_trees(model: Any) -> dict[str, np.ndarray]:
         "node_cat_offset": offset.astype(i32),
         "cat_values": np.asarray([c for cs in flat.cats for c in cs], i32),
         "leaf_value": np.asarray(flat.leaves, np.float64),
+        "leaf_index": np.asarray(flat.leaf_index, i32),
     }
 
 
