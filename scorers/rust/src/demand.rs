@@ -24,7 +24,10 @@ pub const HISTORY: [&str; 8] = ["hist_turns_dispatched", "hist_turns_ended", "hi
                                 "hist_turns_censored", "hist_completion_mean", "hist_completion_ewma",
                                 "hist_last_completion", "hist_ms_since_last_end"];
 const NONE_CELL: &str = "<none>";
-const GLOBAL_CELL: &str = "*";
+/// the online-correction key of a request served the global correction (runtime.online)
+const GLOBAL_CELL: &str = "<global>";
+/// the cell key when the artifact has no group columns (runtime.demand `_cell`)
+const NO_GROUPS_CELL: &str = "*";
 const MS_PER_HOUR: i128 = 3_600_000;
 const MS_PER_DAY: i128 = 86_400_000;
 
@@ -82,7 +85,7 @@ pub struct Hint {
     pub model_version: String,
     pub request_id: Option<String>,
     /// the request's conformal cell key (`a|b|c`, missing -> `<none>`) and the correction
-    /// it gets (None: unbounded); the served correction's key is `cell` or `*` (global)
+    /// it gets (None: unbounded); the served correction's key is `cell` or `<global>`
     pub cell: Option<String>,
     pub correction: Option<f64>,
     pub correction_cell: Option<String>,
@@ -383,7 +386,7 @@ impl Demand {
     /// `_cell`: the conformal cell key ('a|b|c', missing -> '<none>'; no columns: '*').
     fn cell(&self, r: &BTreeMap<String, Json>) -> Result<String, BadRequest> {
         if self.group_columns.is_empty() {
-            return Ok(GLOBAL_CELL.to_string());
+            return Ok(NO_GROUPS_CELL.to_string());
         }
         let mut parts = Vec::with_capacity(self.group_columns.len());
         for c in &self.group_columns {
