@@ -17,8 +17,9 @@
 //!       without `timestamp` (default: now). Golden vectors checked first unless --no-golden.
 //!   replaylab-route demand-golden ARTIFACT_DIR
 //!       check the demand golden vectors; prints a JSON summary; exit 0 when they hold, else 1.
-//!   replaylab-route demand-bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl]
-//!       load once, time N hints (inputs cycled; default: the golden requests), as `bench`.
+//!   replaylab-route demand-bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl] [--samples]
+//!       load once, time N hints (inputs cycled; default: the golden requests), as `bench`:
+//!       each call is one `Demand::hint` on a parsed request (no JSON I/O timed).
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
 //!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
 //!   replaylab-route safetensors FILE (a check aid) its F32 tensors as JSON {name: {shape, data}}
@@ -326,6 +327,7 @@ fn demand_bench(args: &[String]) -> Result<u8, Error> {
         fallbacks += std::hint::black_box(h).fallback as usize;
     }
     let mean = us.iter().sum::<f64>() / n as f64;
+    let raw = us.clone();
     us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
     let r1 = |x: f64| (x * 100.0).round() / 100.0;
     let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
@@ -335,6 +337,10 @@ fn demand_bench(args: &[String]) -> Result<u8, Error> {
     s.insert("inputs".to_string(), i(requests.len()));
     s.insert("fallbacks".to_string(), i(fallbacks));
     s.insert("trees".to_string(), i(d.trees.n_trees()));
+    if args.iter().any(|a| a == "--samples") {
+        // every call's time in call order (for pooling across runs)
+        s.insert("samples_us".to_string(), Json::Arr(raw.iter().map(|&x| f(x)).collect()));
+    }
     s.insert("p50_us".to_string(), f(percentile(&us, 50.0)));
     s.insert("p90_us".to_string(), f(percentile(&us, 90.0)));
     s.insert("p99_us".to_string(), f(percentile(&us, 99.0)));
