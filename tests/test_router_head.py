@@ -273,3 +273,48 @@ def test_wide_part_starts_at_the_shrunk_category_success() -> None:
     assert HeadConfig(wide=False).wide is False
     with pytest.raises(ValueError, match="prior_strength"):
         HeadConfig(prior_strength=-1.0)
+
+
+def graded(n: int, seed: int) -> dict:
+    """Candidate 0 succeeds with a smooth p(x) = sigmoid(2 x_0), candidate 1 with 0.8; one
+    logged action per prompt at random (few labels per prompt: one head's noise shows)."""
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(n, 16)).astype(np.float32)
+    p = np.c_[1.0 / (1.0 + np.exp(-2.0 * emb[:, 0])), np.full(n, 0.8)]
+    meta = {"category": rng.choice(["a", "b", "c"], n).astype(object),
+            "prompt_tokens": rng.integers(5, 200, n).astype(float)}
+    act = rng.integers(0, 2, n)
+    rows = TrainingRows(np.arange(n), act, (rng.random(n) < p[np.arange(n), act]).astype(float),
+                        np.ones(n), rng.lognormal(-8, 0.1, n))
+    return {"emb": emb, "meta": meta, "p": p, "rows": rows}
+
+
+def test_distilled_head_is_closer_to_the_truth_than_one_head() -> None:
+    from replaylab.router.head import member_seed
+
+    train, held = graded(600, 0), graded(600, 1)
+    cfg = HeadConfig(hidden=(32, 16))
+    err = {1: [], 5: []}
+    for seed in (0, 1, 2):
+        for m in err:
+            h = SuccessHead(HeadConfig(hidden=(32, 16), teachers=m), seed=seed).fit(
+                train["emb"], train["meta"], train["rows"], 2)
+            prob = h.predict_proba(held["emb"], held["meta"])
+            err[m].append(float(np.mean((prob[:, 0] - held["p"][:, 0]) ** 2)))
+    # held-out Brier distance to the true success curve: the student of 5 beats one head
+    assert np.mean(err[5]) < 0.85 * np.mean(err[1]), err
+    one = SuccessHead(cfg, seed=3).fit(train["emb"], train["meta"], train["rows"], 2)
+    five = SuccessHead(HeadConfig(hidden=(32, 16), teachers=5), seed=3).fit(
+        train["emb"], train["meta"], train["rows"], 2)
+    rep = five.report()
+    assert [t["seed"] for t in rep["teachers"]] == [member_seed(3, j) for j in range(5)]
+    assert rep["teachers"][0]["seed"] == 3 and len({t["seed"] for t in rep["teachers"]}) == 5
+    # teacher 0 is the single head (same seed, same rows): its fit is the one above
+    assert rep["teachers"][0]["best_val_loss"] == pytest.approx(one.report()["best_val_loss"])
+    assert rep["rows_per_candidate"] == one.report()["rows_per_candidate"]  # the observed rows
+    assert five.has_cost_ and np.isfinite(five.predict_cost(held["emb"], held["meta"])).all()
+    assert one.report()["teachers"] is None
+    model = head_to_onnx(five)  # one head of the usual shape: the same export
+    assert parity(five, model, held["emb"], held["meta"])["success_prob_max_abs"] <= 1e-5
+    with pytest.raises(ValueError, match="teachers"):
+        HeadConfig(teachers=0)

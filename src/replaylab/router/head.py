@@ -37,6 +37,22 @@ global state is left as it was) and uses `num_threads` threads (restored after).
 A fraction `category_dropout` of training rows see the `other` category so that
 slot learns the category-free prediction a new task will get.
 
+Distillation (`teachers` = M > 1): early stopping ends a fit after a few epochs
+(on MMLU's subjects after one or two), so one head's per-prompt part is mostly the
+noise of its initialisation and batch order. The M teachers are fitted as above
+with seeds `member_seed(seed, j)` (teacher 0 is the single head of `teachers` = 1);
+the served head is then fitted, the same way, on soft rows: every seen training
+prompt x every candidate, reward sigmoid(mean_j s_j) (the teachers' mean logit),
+weight 1, cost the teachers' mean predicted cost. It is one head of the usual
+shape, so the artifact, its ONNX and safetensors forms and every scorer are
+unchanged; training costs M + 1 fits. Why distil rather than serve the bag: the
+static tier's route is a ~100 us budget, M heads would be M times its head. Chosen
+on the calibration split (docs/router.md, step 6): over GSM8K, MMLU and LLMRouter
+at replay 0.25 (both tiers) and 1.0 (MiniLM), 3 seeds each, the mean calibration
+cost_ratio_at_95 was 0.457 with 5 teachers, 0.463 for the bag served as is and
+0.464 for one head (Hinton, Vinyals & Dean, "Distilling the Knowledge in a Neural
+Network", 2015; Breiman, "Bagging Predictors", 1996).
+
 Calibration (`calibrate`, on a calibration split, never the training rows):
 Platt scaling per candidate (Platt 1999; Niculescu-Mizil & Caruana, ICML 2005)
 is the default: two numbers per candidate, monotone, stable on the small
@@ -52,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -82,6 +99,9 @@ class HeadConfig:
     max_weight: clip of the row weights (null: none). val_share: validation slice
     (of prompts) for early stopping; patience: epochs without improvement.
     cost_loss_weight: lambda of the cost term. calibration: method of `calibrate`.
+    teachers: 1 fits the head on the rows; M > 1 fits M heads (seeds `member_seed`)
+    on the rows and then the served head on their mean logit for every seen prompt and
+    candidate (distillation: the module docstring, "Distillation").
     """
 
     hidden: tuple[int, ...] = (256, 128)
@@ -101,6 +121,7 @@ class HeadConfig:
     num_threads: int = 1
     wide: bool = True
     prior_strength: float = 5.0
+    teachers: int = 1
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -109,7 +130,7 @@ class HeadConfig:
             _fail(name, "hidden", self.hidden, "must be a non-empty list of integers >= 1")
         object.__setattr__(self, "hidden", tuple(int(h) for h in hidden))
         for f in ("category_dim", "min_category_count", "batch_size", "max_epochs", "patience",
-                  "num_threads"):
+                  "num_threads", "teachers"):
             if not _is_int(getattr(self, f)) or getattr(self, f) < 1:
                 _fail(name, f, getattr(self, f), "must be an integer >= 1")
         ranges = {"dropout": (0.0, 1.0), "category_dropout": (0.0, 1.0), "val_share": (1e-9, 0.5),
@@ -234,12 +255,41 @@ class SuccessHead:
             n_candidates: int | None = None) -> SuccessHead:
         cfg = self.config or HeadConfig()
         emb = _embedding(embedding)
-        n, d = emb.shape
+        n = emb.shape[0]
         category, tokens = meta_arrays(meta, n)
         k = int(n_candidates) if n_candidates is not None else int(rows.action.max()) + 1
         if rows.row.max() >= n or rows.action.max() >= k:
             raise ValueError(f"rows index prompts < {n} and actions < {k}; got "
                              f"{rows.row.max()} and {rows.action.max()}")
+        if cfg.teachers == 1:
+            self._fit_rows(emb, category, tokens, rows, k)
+            self.teachers_ = None
+            return self
+        one = dataclasses.replace(cfg, teachers=1)
+        meta_arrays_ = {"category": category, "prompt_tokens": tokens}
+        teachers = [SuccessHead(one, seed=member_seed(self.seed, j)).fit(emb, meta_arrays_, rows, k)
+                    for j in range(cfg.teachers)]
+        seen = np.unique(rows.row)
+        logit = np.mean([t.predict_logits(emb[seen], _take(meta_arrays_, seen))
+                         for t in teachers], axis=0)
+        cost = None
+        if teachers[0].has_cost_:
+            cost = np.mean([t.predict_cost(emb[seen], _take(meta_arrays_, seen))
+                            for t in teachers], axis=0).ravel()
+        soft = TrainingRows(np.repeat(seen, k), np.tile(np.arange(k), len(seen)),
+                            (1.0 / (1.0 + np.exp(-logit))).ravel(), np.ones(len(seen) * k), cost)
+        self._fit_rows(emb, category, tokens, soft, k)
+        self.rows_per_candidate_ = np.bincount(rows.action, minlength=k).tolist()
+        self.teachers_ = [{"seed": t.seed, "epochs": len(t.history_["train"]),
+                           "best_epoch": t.best_epoch_,
+                           "best_val_loss": float(min(t.history_["val"]))} for t in teachers]
+        return self
+
+    def _fit_rows(self, emb: np.ndarray, category: np.ndarray, tokens: np.ndarray,
+                  rows: TrainingRows, k: int) -> None:
+        """One head on `rows` (the body of `fit` for `teachers` = 1)."""
+        cfg = self.config or HeadConfig()
+        d = emb.shape[1]
         seen = np.unique(rows.row)
         self.encoder_ = MetaEncoder(cfg.min_category_count).fit(category[seen], tokens[seen])
         codes = self.encoder_.codes(category)
@@ -270,7 +320,6 @@ class SuccessHead:
         self.n_parameters_ = sum(p.numel() for p in net.parameters() if p.requires_grad)
         self.calibration_ = {"method": "none"}
         self.isotonic_: list[Any] | None = None
-        return self
 
     def calibrate(self, embedding: np.ndarray, meta: Any, rows: TrainingRows,
                   method: str | None = None, min_rows: int = 20) -> SuccessHead:
@@ -352,7 +401,19 @@ class SuccessHead:
                 "rows_per_candidate": self.rows_per_candidate_, "has_cost": self.has_cost_,
                 "epochs": len(self.history_["train"]), "best_epoch": self.best_epoch_,
                 "best_val_loss": float(min(self.history_["val"])),
-                "calibration": copy.deepcopy(self.calibration_)}
+                "calibration": copy.deepcopy(self.calibration_),
+                "teachers": copy.deepcopy(getattr(self, "teachers_", None))}
+
+
+def member_seed(seed: int, j: int) -> int:
+    """Seed of teacher j of a head seeded `seed` (j = 0: `seed` itself)."""
+    if j == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), int(j)]).generate_state(1)[0] >> 1)
+
+
+def _take(meta: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {name: values[idx] for name, values in meta.items()}
 
 
 def _clip_weights(rows: TrainingRows, max_weight: float | None, keep_cost: bool) -> TrainingRows:
