@@ -356,9 +356,10 @@ impl Demand {
         for f in &self.features {
             let v = match &f.op {
                 Op::Numeric => number(r.get(&f.name), f64::NAN)?,
-                Op::Category(index) => match r.get(&f.name).map(py_str).transpose()?.flatten() {
-                    None => f64::NAN,
-                    Some(s) => index.get(&s).map_or(f64::NAN, |&c| c as f64),
+                Op::Category(index) => match r.get(&f.name) {
+                    None | Some(Json::Null) => f64::NAN,
+                    Some(Json::Str(s)) => index.get(s.as_str()).map_or(f64::NAN, |&c| c as f64), // no copy
+                    Some(v) => py_str(v)?.and_then(|s| index.get(&s).map(|&c| c as f64)).unwrap_or(f64::NAN),
                 },
                 Op::History(first, is_count, is_censored) => match r.get(&f.name) {
                     Some(v) => number(Some(v), f64::NAN)?,
@@ -388,11 +389,18 @@ impl Demand {
         if self.group_columns.is_empty() {
             return Ok(NO_GROUPS_CELL.to_string());
         }
-        let mut parts = Vec::with_capacity(self.group_columns.len());
-        for c in &self.group_columns {
-            parts.push(r.get(c).map(py_str).transpose()?.flatten().unwrap_or_else(|| NONE_CELL.to_string()));
+        let mut key = String::with_capacity(64);
+        for (i, c) in self.group_columns.iter().enumerate() {
+            if i > 0 {
+                key.push('|');
+            }
+            match r.get(c) {
+                None | Some(Json::Null) => key.push_str(NONE_CELL),
+                Some(Json::Str(s)) => key.push_str(s),
+                Some(v) => key.push_str(py_str(v)?.as_deref().unwrap_or(NONE_CELL)),
+            }
         }
-        Ok(parts.join("|"))
+        Ok(key)
     }
 
     /// The documented conservative baseline (`FallbackBaseline.hint`).
