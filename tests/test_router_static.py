@@ -235,10 +235,14 @@ def test_choose_one_is_choose_by_threshold(rule):
     prob = rng.random((3000, 4))
     prob[:500, 1] = prob[:500, 2]            # ties for the best
     prob[500:800] = np.round(prob[500:800], 1)  # many equal values
-    for t in (-0.2, 0.0, 0.1, 0.5, 0.9):
-        want = choose_by_threshold(prob, t, fallback=2, rule=rule)
-        got = np.array([choose_one(p, t, fallback=2, rule=rule) for p in prob])
-        assert np.array_equal(want, got)
+    prob[800:900, 0] = prob[800:900, 1]      # ties in the first two columns (K = 2 below)
+    for cols in (prob, prob[:, :2], prob[:, :3]):
+        for t in (-0.2, 0.0, 0.1, 0.5, 0.9):
+            want = choose_by_threshold(cols, t, fallback=1, rule=rule)
+            got = np.array([choose_one(p, t, fallback=1, rule=rule) for p in cols])
+            assert np.array_equal(want, got)
+            assert np.array_equal(want, [choose_one(p.tolist(), t, fallback=1, rule=rule)
+                                         for p in cols])
 
 
 def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarray:

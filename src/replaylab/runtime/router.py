@@ -291,9 +291,9 @@ class Router:
               prompt_tokens: float | None = None) -> RouteDecision:
         """Route one query (see the module docstring); the same answer as `route_batch`
         with the per-row decision in plain floats (`routing.choose_one`)."""
-        if not self.loaded:
-            return self.route_batch([text], [category], [prompt_tokens])[0]
         head = self._head
+        if head is None:  # not loaded
+            return self.route_batch([text], [category], [prompt_tokens])[0]
         try:
             if self._static:  # static tier: no batch arrays at all
                 row = head.proba_row(self._encoder.encode_one(text), head.code(category),

@@ -337,12 +337,14 @@ class StaticSentenceEncoder:
         n = len(ids)
         if not n:
             return np.zeros(self.dimension, dtype=np.float32)
-        x = self.token_sum(ids)
+        x = np.add.reduce(self.table.take(ids, axis=0), axis=0, dtype=np.float64)  # token_sum
         if not self.normalize:
             return (x / n).astype(np.float32)
         # the mean's 1/n cancels in the normalization: s / ||s|| (one rounding fewer)
-        norm = math.sqrt(x @ x)
-        return (x / norm).astype(np.float32) if norm > 0.0 else x.astype(np.float32)
+        norm = math.sqrt(np.dot(x, x))
+        if norm > 0.0:
+            x /= norm
+        return x.astype(np.float32)
 
     def encode_one(self, text: str) -> np.ndarray:
         return self.pool(self.tokenizer.ids_array(text))
