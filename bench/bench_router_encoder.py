@@ -33,6 +33,8 @@ Paths timed, one text per call, one intra-op thread each (torch.set_num_threads(
   `cold_cache_128_tokens`: `route_static` right after 64 MB were written (the
   caches evicted, as when another process ran on the core in between).
   Headline keys `route_{fp32,int8,static}_{p50,p99}_us` (wall, 128 tokens).
+  `--static-only` times this section alone (seconds, no MiniLM export, ONNX or torch),
+  `--static-router DIR` on a given static-tier artifact instead of one built here.
 
 All paths are interleaved call by call (the order rotates each call), so that
 load from other processes on this shared machine falls on every path alike.
@@ -270,10 +272,17 @@ def main() -> None:
     ap.add_argument("--encoder", default=None, help="an exported encoder folder (else export)")
     ap.add_argument("--router", default=None, help="a router artifact folder (else build one)")
     ap.add_argument("--no-fused", action="store_true", help="skip the bert-fused graphs")
+    ap.add_argument("--static-only", action="store_true",
+                    help="time the static tier alone (no MiniLM export, ONNX or torch)")
+    ap.add_argument("--static-router", default=None,
+                    help="a static-tier router artifact folder (else build one)")
     ap.add_argument("--json", action="store_true", help="(accepted for bench/run_all.py)")
     args = ap.parse_args()
     calls = args.calls or min(max(args.rows, 500), 1000)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # entry point: the library never reads env
+    if args.static_only:
+        static_only(args, calls)
+        return
 
     import torch
 
@@ -381,32 +390,7 @@ def main() -> None:
             by_length[str(n_tokens)] = time_interleaved(
                 {name: encoders[name].encode_one for name in ("onnx_fp32", "onnx_int8")}, cut)
 
-        # the static tier (issue 15): its own interleaved loop, in microseconds
-        static_info: dict = {}
-        static_128: dict = {}
-        static_mix: dict = {}
-        static_cold: dict = {}
-        try:
-            t0 = time.perf_counter()
-            static_art, distill_s = build_static_router(prompts, tmp / "static")
-            static_info.update(build_seconds=round(time.perf_counter() - t0, 1),
-                               distill_export_seconds=round(distill_s, 1))
-            rs = Router.load(static_art)
-            if not rs.loaded:
-                raise RuntimeError(f"static router did not load: {rs.reason}")
-            senc, shead = rs.encoder, rs.head
-            vec = senc.encode_one(fixed[0])
-            ids_of = {t: senc.tokenizer.ids_array(t) for t in set(fixed + texts)}
-            static_paths = {"route_static": rs.route, "static_tokenize": senc.tokenizer.ids_array,
-                            "static_pool": lambda t: senc.pool(ids_of[t]),
-                            "static_encode": senc.encode_one,
-                            "static_head": lambda _t: shead.proba_row(vec, 0, float(MAX_TOKENS))}
-            static_info["fixed_prompt_static_tokens"] = len(senc.tokenizer.ids(fixed[0]))
-            static_128 = time_static(static_paths, fixed * max(args.fixed_calls, 1000))
-            static_mix = time_static(static_paths, texts)
-            static_cold = time_cold(rs.route, fixed[0])
-        except Exception as exc:  # noqa: BLE001 - the MiniLM figures stand without it
-            static_info["error"] = f"{type(exc).__name__}: {exc}"[:500]
+        static = static_section(prompts, texts, fixed, args.fixed_calls, tmp, args.static_router)
 
     best = min((n for n in at_128 if n.startswith(("onnx_", "route_"))),
                key=lambda n: at_128[n]["cpu"]["p99_ms"])
@@ -430,20 +414,94 @@ def main() -> None:
         "speedup_vs_sentence_transformers": {"fixed_128_tokens": ratios(at_128),
                                              "gsm8k_mix": ratios(mix)},
         "fixed_shorter": by_length,
-        "static": {"router": static_info, "fixed_128_tokens": static_128, "gsm8k_mix": static_mix,
-                   "cold_cache_128_tokens": static_cold,
-                   "target_p99_us": STATIC_TARGET_P99_S * 1e6},
+        "static": static,
     }
     # the headline latencies of both tiers, one key each (wall, one thread, 128 tokens)
     for name in ("route_fp32", "route_int8"):
         if name in at_128:
             for q in ("p50", "p99"):
                 out[f"{name}_{q}_us"] = round(at_128[name]["wall"][f"{q}_ms"] * 1e3, 1)
-    if "route_static" in static_128:
-        for q in ("p50", "p99"):
-            out[f"route_static_{q}_us"] = static_128["route_static"]["wall"][f"{q}_us"]
-            out[f"route_static_mix_{q}_us"] = static_mix["route_static"]["wall"][f"{q}_us"]
-        out["static_target_met"] = bool(out["route_static_p99_us"] < STATIC_TARGET_P99_S * 1e6)
+    out.update(static_headline(static))
+    print(json.dumps(out))
+
+
+def static_section(prompts: list[str], texts: list[str], fixed: list[str], fixed_calls: int,
+                   tmp: Path, router: str | None = None) -> dict:
+    """The static tier (issue 15): its own interleaved loop, in microseconds, on the same
+    128-token text (`fixed`) and prompt mix (`texts`); the artifact built here unless
+    `router` names one."""
+    from replaylab.runtime import Router
+
+    info: dict = {}
+    at_128: dict = {}
+    mix: dict = {}
+    cold: dict = {}
+    try:
+        t0 = time.perf_counter()
+        if router:
+            art = Path(router)
+            info["artifact"] = "given"
+        else:
+            art, distill_s = build_static_router(prompts, tmp / "static")
+            info.update(build_seconds=round(time.perf_counter() - t0, 1),
+                        distill_export_seconds=round(distill_s, 1))
+        rs = Router.load(art)
+        if not rs.loaded:
+            raise RuntimeError(f"static router did not load: {rs.reason}")
+        senc, shead = rs.encoder, rs.head
+        vec = senc.encode_one(fixed[0])
+        ids_of = {t: senc.tokenizer.ids_array(t) for t in set(fixed + texts)}
+        paths = {"route_static": rs.route, "static_tokenize": senc.tokenizer.ids_array,
+                 "static_pool": lambda t: senc.pool(ids_of[t]),
+                 "static_encode": senc.encode_one,
+                 "static_head": lambda _t: shead.proba_row(vec, 0, float(MAX_TOKENS))}
+        info["fixed_prompt_static_tokens"] = len(senc.tokenizer.ids(fixed[0]))
+        at_128 = time_static(paths, fixed * max(fixed_calls, 1000))
+        mix = time_static(paths, texts)
+        cold = time_cold(rs.route, fixed[0])
+    except Exception as exc:  # noqa: BLE001 - the MiniLM figures stand without it
+        info["error"] = f"{type(exc).__name__}: {exc}"[:500]
+    return {"router": info, "fixed_128_tokens": at_128, "gsm8k_mix": mix,
+            "cold_cache_128_tokens": cold, "target_p99_us": STATIC_TARGET_P99_S * 1e6}
+
+
+def static_headline(static: dict) -> dict:
+    """route_static_{p50,p99}_us (128 tokens), route_static_mix_*, static_target_met."""
+    at_128, mix = static["fixed_128_tokens"], static["gsm8k_mix"]
+    if "route_static" not in at_128:
+        return {}
+    out = {}
+    for q in ("p50", "p99"):
+        out[f"route_static_{q}_us"] = at_128["route_static"]["wall"][f"{q}_us"]
+        out[f"route_static_mix_{q}_us"] = mix["route_static"]["wall"][f"{q}_us"]
+    out["static_target_met"] = bool(out["route_static_p99_us"] < STATIC_TARGET_P99_S * 1e6)
+    return out
+
+
+def static_only(args: argparse.Namespace, calls: int) -> None:
+    """--static-only: the static tier's section alone (no MiniLM export, ONNX or torch);
+    the 128-token text and the prompt mix cut with MiniLM's tokenizer as in `main`."""
+    from tokenizers import Tokenizer
+
+    from replaylab.router.encoder import minilm_path
+
+    tokenizer = Tokenizer.from_file(str(minilm_path() / "tokenizer.json"))
+    tokenizer.no_truncation()
+    prompts = load_prompts()
+    texts = truncate_to_tokens(tokenizer, prompts, MAX_TOKENS)
+    while len(texts) < calls:
+        texts += texts
+    texts = texts[:calls]
+    fixed = truncate_to_tokens(tokenizer, [" ".join(prompts[:40])], MAX_TOKENS)
+    assert len(tokenizer.encode(fixed[0]).ids) == MAX_TOKENS
+    with tempfile.TemporaryDirectory() as tmp_name:
+        static = static_section(prompts, texts, fixed, args.fixed_calls, Path(tmp_name),
+                                args.static_router)
+    out = {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "machine": {"cpu": platform.processor() or platform.machine(),
+                       "cpus_affinity": len(os.sched_getaffinity(0)),
+                       "loadavg_1m": round(os.getloadavg()[0], 2)},
+           "static_only": True, "static": static} | static_headline(static)
     print(json.dumps(out))
 
 
