@@ -232,16 +232,17 @@ class CharmapTokenizer:
             start = end
         return ids
 
-    def _keep(self, cache: dict, key: str, value: bytes, limit: int) -> None:
-        if len(cache) >= limit:
-            with self._lock:
-                if len(cache) >= limit:
-                    cache.clear()
-        cache[key] = value
-
     def _word(self, word: str) -> bytes:  # a normalized word missing from `_pieces`
-        ids = b"".join(map(self._id_bytes.__getitem__, self._wordpiece(word)))
-        self._keep(self._pieces, word, ids, WORDPIECE_CACHE)
+        whole = self.vocab.get(word) if len(word) <= self.max_word else None
+        if whole is not None:  # _wordpiece's first try: the whole word is a token
+            ids = self._id_bytes[whole]
+        else:
+            ids = b"".join(map(self._id_bytes.__getitem__, self._wordpiece(word)))
+        if len(self._pieces) >= WORDPIECE_CACHE:
+            with self._lock:
+                if len(self._pieces) >= WORDPIECE_CACHE:
+                    self._pieces.clear()
+        self._pieces[word] = ids
         return ids
 
     def _miss(self, chunk: str) -> bytes:  # a raw chunk missing from `_cache`
