@@ -51,6 +51,15 @@ fn main() -> ExitCode {
 }
 
 /// One line on stdout; a closed pipe (`| head`) is not an error worth a panic.
+/// A golden check's summary on stdout; exit status 0 when it held, else 1 (said on stderr).
+fn emit_check((ok, summary): (bool, Json), what: &str) -> u8 {
+    emit(&json::canonical(&summary).expect("finite"));
+    if !ok {
+        eprintln!("{what} missed: see the summary");
+    }
+    if ok { 0 } else { 1 }
+}
+
 fn emit(line: &str) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(line.as_bytes()).and_then(|_| out.write_all(b"\n")).and_then(|_| out.flush());
@@ -75,25 +84,11 @@ fn opt(args: &[String], name: &str) -> Result<Option<String>, Error> {
 fn run(args: &[String]) -> Result<u8, Error> {
     match args.first().map(String::as_str) {
         Some("route") => route(args),
-        Some("golden") => {
-            let router = load(args)?;
-            let (ok, summary) = golden::check(&router)?;
-            emit(&json::canonical(&summary).expect("finite"));
-            if !ok {
-                eprintln!("golden vectors missed: see the summary");
-            }
-            Ok(if ok { 0 } else { 1 })
-        }
+        Some("golden") => Ok(emit_check(golden::check(&load(args)?)?, "golden vectors")),
         Some("bench") => bench(args),
         Some("demand") => demand(args),
         Some("demand-golden") => {
-            let d = load_demand(args)?;
-            let (ok, summary) = demand_golden::check(&d)?;
-            emit(&json::canonical(&summary).expect("finite"));
-            if !ok {
-                eprintln!("demand golden vectors missed: see the summary");
-            }
-            Ok(if ok { 0 } else { 1 })
+            Ok(emit_check(demand_golden::check(&load_demand(args)?)?, "demand golden vectors"))
         }
         Some("demand-bench") => demand_bench(args),
         Some("canon") => {
