@@ -186,66 +186,77 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
-fn bench(args: &[String]) -> Result<u8, Error> {
+/// `--n` timed calls (default 1000) after `--warmup` untimed ones (default 20).
+fn bench_counts(args: &[String]) -> Result<(usize, usize), Error> {
     let n: usize = opt(args, "--n")?.map_or(Ok(1000), |s| s.parse()).map_err(|_| usage("--n must be an integer"))?;
     let warmup: usize = opt(args, "--warmup")?.map_or(Ok(20), |s| s.parse()).map_err(|_| usage("--warmup must be an integer"))?;
-    let t0 = Instant::now();
-    let router = load(args)?;
-    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let queries: Vec<Query> = match opt(args, "--inputs")? {
-        None => golden::golden_queries(&router)?,
-        Some(f) => {
-            let file = std::fs::File::open(&f).map_err(|e| Error::new("missing_file", format!("{f}: {e}")))?;
-            let mut qs = Vec::new();
-            for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
-                let line = line.map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?;
-                if line.trim().is_empty() {
-                    continue;
-                }
-                let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("{f} line {}: {e}", i + 1)))?;
-                qs.push(golden::query(&v)?);
-            }
-            qs
-        }
-    };
-    if queries.is_empty() || n == 0 {
-        return Err(usage("no inputs to time (or --n 0)"));
-    }
+    Ok((n, warmup))
+}
+
+/// Times `call(i)` for i in 0..n (after `warmup` untimed calls) in microseconds. Returns
+/// the summary both bench subcommands print (calls, inputs, p50/p90/p99/mean/max rounded
+/// to `decimals`, load_ms, threads, version, and with `--samples` every call's time in
+/// call order, for pooling across runs) and the sum of `tally` over the timed calls' results
+/// (read and dropped after the clock stops).
+#[allow(clippy::too_many_arguments)]
+fn time_calls<T>(args: &[String], n: usize, warmup: usize, inputs: usize, decimals: i32, load_ms: f64,
+                 version: &str, call: impl Fn(usize) -> T, tally: impl Fn(T) -> usize)
+                 -> (BTreeMap<String, Json>, usize) {
     for i in 0..warmup {
-        let q = &queries[i % queries.len()];
-        std::hint::black_box(router.route(&q.text, q.category.as_deref(), q.prompt_tokens));
+        std::hint::black_box(call(i));
     }
     let mut us = Vec::with_capacity(n);
-    let mut tokens = 0usize;
+    let mut total = 0usize;
     for i in 0..n {
-        let q = &queries[i % queries.len()];
         let t = Instant::now();
-        let d = router.route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens);
+        let r = call(i);
         us.push(t.elapsed().as_secs_f64() * 1e6);
-        tokens += std::hint::black_box(d).token_ids.len();
+        total += tally(std::hint::black_box(r));
     }
     let mean = us.iter().sum::<f64>() / n as f64;
     let raw = us.clone();
     us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    let r1 = |x: f64| (x * 10.0).round() / 10.0;
-    let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
-    let i = |x: usize| Json::Num(Number { value: x as f64, int: Some(x.to_string()) });
+    let scale = 10f64.powi(decimals);
+    let f = |x: f64| Json::Num(Number { value: (x * scale).round() / scale, int: None });
     let mut s = BTreeMap::new();
-    s.insert("calls".to_string(), i(n));
-    s.insert("inputs".to_string(), i(queries.len()));
-    s.insert("tokens_mean".to_string(), f(tokens as f64 / n as f64));
+    s.insert("calls".to_string(), count(n));
+    s.insert("inputs".to_string(), count(inputs));
     s.insert("p50_us".to_string(), f(percentile(&us, 50.0)));
     s.insert("p90_us".to_string(), f(percentile(&us, 90.0)));
     s.insert("p99_us".to_string(), f(percentile(&us, 99.0)));
     s.insert("mean_us".to_string(), f(mean));
     s.insert("max_us".to_string(), f(*us.last().expect("n > 0")));
     s.insert("load_ms".to_string(), f(load_ms));
-    s.insert("threads".to_string(), i(1));
-    s.insert("version".to_string(), Json::Str(router.version.clone()));
+    s.insert("threads".to_string(), count(1));
+    s.insert("version".to_string(), Json::Str(version.to_string()));
     if args.iter().any(|a| a == "--samples") {
-        // every call's time in call order (for pooling across runs)
         s.insert("samples_us".to_string(), Json::Arr(raw.iter().map(|&x| f(x)).collect()));
     }
+    (s, total)
+}
+
+fn count(x: usize) -> Json {
+    Json::Num(Number { value: x as f64, int: Some(x.to_string()) })
+}
+
+fn bench(args: &[String]) -> Result<u8, Error> {
+    let (n, warmup) = bench_counts(args)?;
+    let t0 = Instant::now();
+    let router = load(args)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let queries: Vec<Query> = match opt(args, "--inputs")? {
+        None => golden::golden_queries(&router)?,
+        Some(f) => read_jsonl(&f)?.iter().map(golden::query).collect::<Result<_, _>>()?,
+    };
+    if queries.is_empty() || n == 0 {
+        return Err(usage("no inputs to time (or --n 0)"));
+    }
+    let (mut s, tokens) = time_calls(args, n, warmup, queries.len(), 1, load_ms, &router.version, |i| {
+        let q = &queries[i % queries.len()];
+        router.route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens)
+    }, |d| d.token_ids.len());
+    let mean_tokens = tokens as f64 / n as f64;
+    s.insert("tokens_mean".to_string(), Json::Num(Number { value: (mean_tokens * 10.0).round() / 10.0, int: None }));
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
     Ok(0)
 }
@@ -296,8 +307,7 @@ fn demand(args: &[String]) -> Result<u8, Error> {
 }
 
 fn demand_bench(args: &[String]) -> Result<u8, Error> {
-    let n: usize = opt(args, "--n")?.map_or(Ok(1000), |s| s.parse()).map_err(|_| usage("--n must be an integer"))?;
-    let warmup: usize = opt(args, "--warmup")?.map_or(Ok(20), |s| s.parse()).map_err(|_| usage("--warmup must be an integer"))?;
+    let (n, warmup) = bench_counts(args)?;
     let t0 = Instant::now();
     let d = load_demand(args)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -309,41 +319,11 @@ fn demand_bench(args: &[String]) -> Result<u8, Error> {
         return Err(usage("no inputs to time (or --n 0)"));
     }
     let now_ms = d.created_ms;
-    for i in 0..warmup {
-        std::hint::black_box(d.hint(&requests[i % requests.len()], now_ms));
-    }
-    let mut us = Vec::with_capacity(n);
-    let mut fallbacks = 0usize;
-    for i in 0..n {
-        let r = &requests[i % requests.len()];
-        let t = Instant::now();
-        let h = d.hint(std::hint::black_box(r), now_ms);
-        us.push(t.elapsed().as_secs_f64() * 1e6);
-        fallbacks += std::hint::black_box(h).fallback as usize;
-    }
-    let mean = us.iter().sum::<f64>() / n as f64;
-    let raw = us.clone();
-    us.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    let r1 = |x: f64| (x * 100.0).round() / 100.0;
-    let f = |x: f64| Json::Num(Number { value: r1(x), int: None });
-    let i = |x: usize| Json::Num(Number { value: x as f64, int: Some(x.to_string()) });
-    let mut s = BTreeMap::new();
-    s.insert("calls".to_string(), i(n));
-    s.insert("inputs".to_string(), i(requests.len()));
-    s.insert("fallbacks".to_string(), i(fallbacks));
-    s.insert("trees".to_string(), i(d.trees.n_trees()));
-    if args.iter().any(|a| a == "--samples") {
-        // every call's time in call order (for pooling across runs)
-        s.insert("samples_us".to_string(), Json::Arr(raw.iter().map(|&x| f(x)).collect()));
-    }
-    s.insert("p50_us".to_string(), f(percentile(&us, 50.0)));
-    s.insert("p90_us".to_string(), f(percentile(&us, 90.0)));
-    s.insert("p99_us".to_string(), f(percentile(&us, 99.0)));
-    s.insert("mean_us".to_string(), f(mean));
-    s.insert("max_us".to_string(), f(*us.last().expect("n > 0")));
-    s.insert("load_ms".to_string(), f(load_ms));
-    s.insert("threads".to_string(), i(1));
-    s.insert("version".to_string(), Json::Str(d.version.clone()));
+    let (mut s, fallbacks) = time_calls(args, n, warmup, requests.len(), 2, load_ms, &d.version, |i| {
+        d.hint(std::hint::black_box(&requests[i % requests.len()]), now_ms)
+    }, |h| h.fallback as usize);
+    s.insert("fallbacks".to_string(), count(fallbacks));
+    s.insert("trees".to_string(), count(d.trees.n_trees()));
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
     Ok(0)
 }
