@@ -4,33 +4,19 @@
 //! Without it these tests print that they did not check anything and pass (the unit
 //! tests still run).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use replaylab_scorer::json::{self, Json};
 use replaylab_scorer::{demand_golden, timefmt, Demand};
 
-fn artifact() -> Option<PathBuf> {
-    match std::env::var_os("REPLAYLAB_DEMAND_ARTIFACT") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("REPLAYLAB_DEMAND_ARTIFACT not set: the demand golden-vector tests checked nothing");
-            None
-        }
-    }
-}
+mod common;
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), dst.join(e.file_name())).unwrap();
-    }
+fn artifact() -> Option<PathBuf> {
+    common::artifact("REPLAYLAB_DEMAND_ARTIFACT", "demand golden-vector")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("replaylab-demand-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
+    common::scratch("replaylab-demand", name)
 }
 
 #[test]
@@ -55,7 +41,7 @@ fn a_tampered_artifact_is_refused() {
     let Some(dir) = artifact() else { return };
     for (i, file) in ["trees.safetensors", "golden.json", "model.onnx"].iter().enumerate() {
         let bad = scratch(&format!("tamper{i}"));
-        copy_dir(&dir, &bad);
+        common::copy_dir(&dir, &bad);
         let p = bad.join(file);
         let mut data = std::fs::read(&p).unwrap();
         let last = data.len() - 2;
@@ -66,7 +52,7 @@ fn a_tampered_artifact_is_refused() {
         std::fs::remove_dir_all(&bad).unwrap();
     }
     let bad = scratch("manifest");
-    copy_dir(&dir, &bad);
+    common::copy_dir(&dir, &bad);
     let p = bad.join("manifest.json");
     let text = std::fs::read_to_string(&p).unwrap().replacen("\"scale\":\"log1p\"", "\"scale\":\"linear\"", 1);
     std::fs::write(&p, text).unwrap();

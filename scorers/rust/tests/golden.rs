@@ -3,37 +3,18 @@
 //! router.encoder.tier=static` writes one to <run>/artifacts/router). Without it these
 //! tests print that they did not check anything and pass (the unit tests still run).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use replaylab_scorer::{golden, timefmt, Router};
 
-fn artifact() -> Option<PathBuf> {
-    match std::env::var_os("REPLAYLAB_ROUTER_ARTIFACT") {
-        Some(p) => Some(PathBuf::from(p)),
-        None => {
-            eprintln!("REPLAYLAB_ROUTER_ARTIFACT not set: the golden-vector tests checked nothing");
-            None
-        }
-    }
-}
+mod common;
 
-fn copy_dir(src: &Path, dst: &Path) {
-    std::fs::create_dir_all(dst).unwrap();
-    for e in std::fs::read_dir(src).unwrap() {
-        let e = e.unwrap();
-        let to = dst.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &to);
-        } else {
-            std::fs::copy(e.path(), &to).unwrap();
-        }
-    }
+fn artifact() -> Option<PathBuf> {
+    common::artifact("REPLAYLAB_ROUTER_ARTIFACT", "golden-vector")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("replaylab-scorer-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
+    common::scratch("replaylab-scorer", name)
 }
 
 #[test]
@@ -62,7 +43,7 @@ fn a_tampered_artifact_is_refused() {
                                     ("router.json", "hash_mismatch")];
     for (i, (file, reason)) in cases.iter().enumerate() {
         let bad = scratch(&format!("tamper{i}"));
-        copy_dir(&dir, &bad);
+        common::copy_dir(&dir, &bad);
         let p = bad.join(file);
         let mut data = std::fs::read(&p).unwrap();
         let last = data.len() - 2;
@@ -74,7 +55,7 @@ fn a_tampered_artifact_is_refused() {
     }
     // an edited manifest body: content_hash
     let bad = scratch("manifest");
-    copy_dir(&dir, &bad);
+    common::copy_dir(&dir, &bad);
     let p = bad.join("manifest.json");
     let text = std::fs::read_to_string(&p).unwrap().replacen("\"kind\":\"embedding\"", "\"kind\":\"embeddinG\"", 1);
     std::fs::write(&p, text).unwrap();
