@@ -48,19 +48,9 @@ from pathlib import Path  # noqa: E402
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench_rust_scorer import BINARY, WARMUP, build, find_cargo  # noqa: E402
+from bench_rust_scorer import BINARY, WARMUP, build, find_cargo, rust_block, stats_us  # noqa: E402
 
 HINTS = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
-
-
-def stats_us(us) -> dict:
-    """Percentiles of per-call times in microseconds (2 decimals: the Rust hint is ~2 us)."""
-    import numpy as np
-
-    a = np.asarray(us, dtype=np.float64)
-    return {f"p{q}_us": round(float(np.percentile(a, q)), 2) for q in (50, 90, 99)} | {
-        "mean_us": round(float(a.mean()), 2), "max_us": round(float(a.max()), 1),
-        "calls": int(a.size)}
 
 
 def setup(sessions: int, tmp: Path):
@@ -85,15 +75,6 @@ def setup(sessions: int, tmp: Path):
                 for rec in feats[keep].to_dict("records")]
     # through JSON once, so both sides read the very same values
     return art, [json.loads(json.dumps(r)) for r in requests]
-
-
-def rust_block(art: Path, inputs: Path, n: int) -> dict:
-    proc = subprocess.run([str(BINARY), "demand-bench", str(art), "--n", str(n), "--inputs",
-                           str(inputs), "--warmup", str(WARMUP), "--samples"],
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"replaylab-route demand-bench failed: {proc.stderr.strip()[-500:]}")
-    return json.loads(proc.stdout)
 
 
 def python_block(predictor, requests: list[dict]) -> list[float]:
@@ -167,7 +148,7 @@ def main() -> None:
         now_s = datetime.fromisoformat(manifest["created_at"]).timestamp() + 3600.0
         rust_us, py_us, rust_runs = [], [], []
         for _ in range(args.rounds):
-            block = rust_block(art, inputs, args.calls)
+            block = rust_block(art, inputs, args.calls, command="demand-bench")
             rust_runs.append(block)
             rust_us += block.pop("samples_us")
             py_us += python_block(predictor, timed)
@@ -175,9 +156,10 @@ def main() -> None:
         hot_inputs = Path(d) / "hot.jsonl"
         hot = [timed[i % 32] for i in range(args.calls)]
         hot_inputs.write_text("".join(json.dumps(r) + "\n" for r in timed[:32]))
-        hot_rust = stats_us(rust_block(art, hot_inputs, args.calls).pop("samples_us"))
-        hot_py = stats_us(python_block(predictor, hot))
-    rust, py = stats_us(rust_us), stats_us(py_us)
+        hot_rust = stats_us(rust_block(art, hot_inputs, args.calls, command="demand-bench")
+                            .pop("samples_us"), decimals=2)
+        hot_py = stats_us(python_block(predictor, hot), decimals=2)
+    rust, py = stats_us(rust_us, decimals=2), stats_us(py_us, decimals=2)
     rust["load_ms"] = round(min(b["load_ms"] for b in rust_runs), 2)
     py["load_ms"] = round(py_load_ms, 1)
     out = {

@@ -86,21 +86,23 @@ def gsm8k_queries(n: int, seed: int = 0) -> list[dict]:
     return [{"text": t, "category": "gsm8k", "prompt_tokens": None} for t in texts[:n]]
 
 
-def stats_us(us) -> dict:
+def stats_us(us, decimals: int = 1) -> dict:
+    """Percentiles and mean of per-call times in microseconds (`decimals`; max to 0.1)."""
     import numpy as np
 
     a = np.asarray(us, dtype=np.float64)
-    return {f"p{q}_us": round(float(np.percentile(a, q)), 1) for q in (50, 90, 99)} | {
-        "mean_us": round(float(a.mean()), 1), "max_us": round(float(a.max()), 1),
+    return {f"p{q}_us": round(float(np.percentile(a, q)), decimals) for q in (50, 90, 99)} | {
+        "mean_us": round(float(a.mean()), decimals), "max_us": round(float(a.max()), 1),
         "calls": int(a.size)}
 
 
-def rust_block(art: Path, inputs: Path, n: int) -> dict:
-    proc = subprocess.run([str(BINARY), "bench", str(art), "--n", str(n), "--inputs",
+def rust_block(art: Path, inputs: Path, n: int, command: str = "bench") -> dict:
+    """One in-process timing block of `replaylab-route COMMAND` (bench | demand-bench)."""
+    proc = subprocess.run([str(BINARY), command, str(art), "--n", str(n), "--inputs",
                            str(inputs), "--warmup", str(WARMUP), "--samples"],
                           capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        raise RuntimeError(f"replaylab-route bench failed: {proc.stderr.strip()[-500:]}")
+        raise RuntimeError(f"replaylab-route {command} failed: {proc.stderr.strip()[-500:]}")
     return json.loads(proc.stdout)
 
 
