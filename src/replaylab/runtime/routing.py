@@ -78,9 +78,6 @@ def choose_one(prob: Sequence[float], threshold: float, *, fallback: int = -1,
     p = [float(x) for x in prob]
     k = len(p)
     t = float(threshold)
-    if k == 2 and rule == "margin":  # the general branch below with best, second = a, b
-        a, b = p  # or b, a: q = (a - b, b - a) either way (a tie gives 0, 0)
-        return 0 if a - b >= t else 1 if b - a >= t else int(fallback) % 2
     if rule == "margin" and k >= 2:
         # best and second best values (a tie for the best: second = best)
         best = max(p)
