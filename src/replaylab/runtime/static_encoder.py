@@ -238,11 +238,7 @@ class CharmapTokenizer:
             ids = self._id_bytes[whole]
         else:
             ids = b"".join(map(self._id_bytes.__getitem__, self._wordpiece(word)))
-        if len(self._pieces) >= WORDPIECE_CACHE:
-            with self._lock:
-                if len(self._pieces) >= WORDPIECE_CACHE:
-                    self._pieces.clear()
-        self._pieces[word] = ids
+        self._keep(self._pieces, word, ids, WORDPIECE_CACHE)
         return ids
 
     def _miss(self, chunk: str) -> bytes:  # a raw chunk missing from `_cache`
@@ -253,12 +249,16 @@ class CharmapTokenizer:
         else:
             ids = b"".join(map(self._pieces.__getitem__,
                                self._words.findall(chunk.translate(self.table))))
-        if len(self._cache) >= WORD_CACHE:
-            with self._lock:
-                if len(self._cache) >= WORD_CACHE:
-                    self._cache.clear()
-        self._cache[chunk] = ids
+        self._keep(self._cache, chunk, ids, WORD_CACHE)
         return ids
+
+    def _keep(self, cache: dict, key: str, value: bytes, limit: int) -> None:
+        # a bounded cache: emptied (under the lock, once) when it reaches `limit`
+        if len(cache) >= limit:
+            with self._lock:
+                if len(cache) >= limit:
+                    cache.clear()
+        cache[key] = value
 
     def ids_array(self, text: str) -> np.ndarray:
         """Token ids of one text as a read-only (n,) intp array (truncated, [UNK] dropped
@@ -338,7 +338,7 @@ class StaticSentenceEncoder:
         n = len(ids)
         if not n:
             return np.zeros(self.dimension, dtype=np.float32)
-        x = np.add.reduce(self.table.take(ids, axis=0), axis=0, dtype=np.float64)  # token_sum
+        x = self.token_sum(ids)
         if not self.normalize:
             return (x / n).astype(np.float32)
         # the mean's 1/n cancels in the normalization: s / ||s|| (one rounding fewer)
