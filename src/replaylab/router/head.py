@@ -266,16 +266,15 @@ class SuccessHead:
             self.teachers_ = None
             return self
         one = dataclasses.replace(cfg, teachers=1)
-        meta_arrays_ = {"category": category, "prompt_tokens": tokens}
-        teachers = [SuccessHead(one, seed=member_seed(self.seed, j)).fit(emb, meta_arrays_, rows, k)
+        inputs = {"category": category, "prompt_tokens": tokens}
+        teachers = [SuccessHead(one, seed=member_seed(self.seed, j)).fit(emb, inputs, rows, k)
                     for j in range(cfg.teachers)]
         seen = np.unique(rows.row)
-        logit = np.mean([t.predict_logits(emb[seen], _take(meta_arrays_, seen))
-                         for t in teachers], axis=0)
+        e_seen, m_seen = emb[seen], {name: v[seen] for name, v in inputs.items()}
+        logit = np.mean([t.predict_logits(e_seen, m_seen) for t in teachers], axis=0)
         cost = None
         if teachers[0].has_cost_:
-            cost = np.mean([t.predict_cost(emb[seen], _take(meta_arrays_, seen))
-                            for t in teachers], axis=0).ravel()
+            cost = np.mean([t.predict_cost(e_seen, m_seen) for t in teachers], axis=0).ravel()
         soft = TrainingRows(np.repeat(seen, k), np.tile(np.arange(k), len(seen)),
                             (1.0 / (1.0 + np.exp(-logit))).ravel(), np.ones(len(seen) * k), cost)
         self._fit_rows(emb, category, tokens, soft, k)
@@ -411,9 +410,6 @@ def member_seed(seed: int, j: int) -> int:
         return int(seed)
     return int(np.random.SeedSequence([int(seed), int(j)]).generate_state(1)[0] >> 1)
 
-
-def _take(meta: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
-    return {name: values[idx] for name, values in meta.items()}
 
 
 def _clip_weights(rows: TrainingRows, max_weight: float | None, keep_cost: bool) -> TrainingRows:
