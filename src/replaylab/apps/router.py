@@ -130,6 +130,19 @@ def encoder_verdicts(folder: Path, encoder: Any) -> dict:
             "requested_variant": encoder.requested_variant, "variant_reason": encoder.variant_reason}
 
 
+def prepare_encoder(enc: dict, texts: list[str]) -> tuple[Path, Any, str]:
+    """The cached encoder export of `router.encoder.tier`, loaded as serving loads it."""
+    tier = encoder_tier(enc)
+    if tier == "static":
+        from replaylab.runtime.static_encoder import load_static_encoder
+
+        folder = static_encoder_folder(enc, texts)
+        return folder, load_static_encoder(folder), tier
+    folder = encoder_folder(enc, texts)
+    return folder, serving_encoder(folder, str(enc.get("variant", "fp32")),
+                                   int(enc.get("threads", 1))), tier
+
+
 def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.router import train_router
     from replaylab.router.embed_cache import cached_embed
@@ -138,22 +151,18 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     values = plain(cfg.router)
     enc = values.pop("encoder")
     rcfg = router_config(values)
+    if cfg.data.get("ledger"):
+        return router_from_receipts(cfg, run_dir, rcfg, enc)
+    if cfg.data.get("replays"):
+        raise ConfigError("data.replays is read with data.ledger (a receipts ledger): "
+                          "without a ledger, pass the replays as data.outcomes")
     outcomes, origin = load_outcomes(cfg)
     from replaylab.router.replay import outcome_matrix
 
     # fail fast, before the encoder export: a table the router cannot use is an input error
     outcome_matrix(outcomes, rcfg.labels.cost, candidates=rcfg.candidates)
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
-    tier = encoder_tier(enc)
-    if tier == "static":
-        from replaylab.runtime.static_encoder import load_static_encoder
-
-        folder = static_encoder_folder(enc, texts)
-        encoder = load_static_encoder(folder)
-    else:
-        folder = encoder_folder(enc, texts)
-        encoder = serving_encoder(folder, str(enc.get("variant", "fp32")),
-                                  int(enc.get("threads", 1)))
+    folder, encoder, tier = prepare_encoder(enc, texts)
     embed, cache = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
     summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info,
                                 head_scorer="numpy" if tier == "static" else "onnx")
@@ -166,14 +175,102 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,
-                       encoder_dir: Path) -> None:
+                       encoder_dir: Path, receipts: bool = False) -> None:
     """The go/no-go report and the router artifact."""
     from replaylab.router.artifact import export_router
-    from replaylab.tracking.router_report import write_router_report
 
-    summary["reports"] = {"html": str(write_router_report(summary, run_dir))}
+    if receipts:
+        from replaylab.tracking.receipts_report import write_receipts_report as write_report
+    else:
+        from replaylab.tracking.router_report import write_router_report as write_report
+    summary["reports"] = {"html": str(write_report(summary, run_dir))}
     path = export_router(run, encoder_dir, run_dir / "artifacts" / "router",
                          version=str(cfg.export.version), valid_days=float(cfg.export.valid_days),
                          hmac_key=hmac_key(cfg.export.get("hmac_key_env")),
                          training={"mlflow_run_id": active_run_id(), "git_commit": git_commit()})
     summary["artifacts"]["router"] = str(path)
+
+
+# parity texts for an encoder export when the ledger carries embeddings only
+PARITY_FALLBACK = ["What is the capital of France?", "Write a Python function that reverses a list.",
+                   "Summarize the following meeting notes in three bullet points.",
+                   "Solve for x: 3x + 7 = 22.", ""]
+
+
+def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -> dict:
+    """pipeline=router data.ledger=FILE: train on the receipts, judge on the latest sessions,
+    export, and check the exported artifact's decisions (as the runtime loads it) are the
+    ones that were judged (pipelines/router_receipts.py)."""
+    from replaylab.contracts import read_ledger, read_outcomes, write_quarantine
+    from replaylab.pipelines.router_receipts import train_router_receipts
+    from replaylab.router.embed_cache import cached_embed
+    from replaylab.router.receipts import ReceiptsError
+
+    path = str(cfg.data.ledger)
+    if not Path(path).exists():
+        raise FileNotFoundError(f"data.ledger={path}: no such file")
+    checked = read_ledger(path)
+    replays, replay_file = None, None
+    if cfg.data.get("replays"):
+        rpath = str(cfg.data.replays)
+        if not Path(rpath).is_file():
+            raise FileNotFoundError(f"data.replays={rpath}: no such file")
+        got = read_outcomes(rpath)
+        replays, replay_file = got.valid, got.summary()
+    texts = [t for t in checked.valid.get("prompt_text", []) if isinstance(t, str)][:500]
+    folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
+    embed, cache = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
+    try:
+        summary, run = train_router_receipts(
+            checked, replays, rcfg, run_dir, embed, encoder.encoder_id, progress=log.info,
+            head_scorer="numpy" if tier == "static" else "onnx")
+    except ReceiptsError as exc:
+        raise ConfigError(str(exc)) from exc
+    q = write_quarantine(checked, run_dir / "quarantine" / "ledger.jsonl")
+    summary["data"] = {"ledger": path, "replays": None if replay_file is None
+                       else str(cfg.data.replays)}
+    if replay_file is not None:
+        summary["replays"]["file"] = replay_file
+    if q is not None:
+        summary["artifacts"]["quarantine"] = str(q)
+    summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
+                          "variant": encoder.variant, "cache_hits": cache.hits,
+                          "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
+    _report_and_export(cfg, run, summary, run_dir, folder, receipts=True)
+    summary["served_check"] = served_check(Path(summary["artifacts"]["router"]), run,
+                                           key=hmac_key(cfg.export.get("hmac_key_env")))
+    if summary["served_check"]["agreement"] < 1.0:  # a bug, never a data problem
+        raise RuntimeError("the exported router does not make the test decisions that were "
+                           f"judged: {summary['served_check']}")
+    log.info("router (receipts): %s", summary["go_reason"])
+    return summary
+
+
+def served_check(folder: Path, run: Any, key: bytes | None = None, end_to_end: int = 200) -> dict:
+    """The exported artifact, loaded by `replaylab.runtime.Router`, on the test decisions:
+    its head and threshold on the same embeddings must choose what was judged (agreement
+    1.0), and routed end to end (tokenizer + encoder + head) on up to `end_to_end` test
+    texts, the share of identical choices (encoder rounding may move a near-threshold one)."""
+    import numpy as np
+
+    from replaylab.runtime import Router
+    from replaylab.runtime.routing import choose_by_threshold
+
+    router = Router.load(folder, hmac_key=key)
+    if not router.loaded:
+        return {"loaded": False, "reason": router.reason, "agreement": 0.0}
+    meta = run.test_meta
+    prob = router.head.proba(run.test_embeddings, list(meta["category"]), meta["prompt_tokens"])
+    got = choose_by_threshold(prob, router.threshold, fallback=router.fallback_index,
+                              rule=router.rule)
+    out = {"loaded": True, "n": int(len(got)),
+           "agreement": float((got == run.test_choice).mean()) if len(got) else 1.0}
+    idx = [i for i, t in enumerate(run.test_texts) if t is not None][:end_to_end]
+    if idx:
+        names = [router.route(run.test_texts[i], meta["category"][i],
+                              None if not np.isfinite(meta["prompt_tokens"][i])
+                              else float(meta["prompt_tokens"][i])).candidate for i in idx]
+        want = [run.candidates[int(run.test_choice[i])] for i in idx]
+        out["end_to_end"] = {"n": len(idx), "agreement": float(np.mean(
+            [a == b for a, b in zip(names, want, strict=True)]))}
+    return out

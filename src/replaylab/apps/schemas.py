@@ -138,7 +138,7 @@ def group_schemas() -> dict[str, type]:
         _field("ledger", Any, None), _field("aggregates", Any, None),
         ("synthetic", synthetic, dataclasses.field(default_factory=synthetic)),
         _field("write_ledger", Any, True), _field("outcomes", Any, None),
-        _field("outcomes_source", Any, None)])
+        _field("outcomes_source", Any, None), _field("replays", Any, None)])
     _SCHEMAS.add(data)
     return {
         "router": router,

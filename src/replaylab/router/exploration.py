@@ -37,7 +37,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import LEDGER_SCHEMA, LEDGER_VERSION, has_values, validate_ledger
+from replaylab.contracts import (
+    LEDGER_SCHEMA,
+    LEDGER_VERSION,
+    ValidationResult,
+    has_values,
+    validate_ledger,
+)
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.enums import LifecycleState, OutcomeStatus, RebindReason, RoutingSource
@@ -255,7 +261,7 @@ def _require(frame: pd.DataFrame) -> None:
                          f"{L.BINDING_ID}")
 
 
-def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
+def bandit_rows(ledger: pd.DataFrame, *, validated: bool = False) -> pd.DataFrame:
     """Receipts ledger (ledger-v1 with routing columns) -> one bandit row per binding.
 
     The ledger is validated (quarantined rows are counted in
@@ -265,9 +271,11 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
     prompt_id / task / prompt_tokens / prompt_embedding / embedding_model when
     present; never prompt_text. A binding opened by the logging policy (every
     binding but escalations) must carry its propensity in (0, 1] on its first
-    turn: a missing one is refused with the count and examples.
+    turn: a missing one is refused with the count and examples. validated: `ledger` is
+    already the valid part of `validate_ledger` (not validated again; counts as read).
     """
-    checked = validate_ledger(ledger, source="bandit_rows")
+    checked = (ValidationResult("ledger", ledger, ledger.iloc[:0], len(ledger)) if validated
+               else validate_ledger(ledger, source="bandit_rows"))
     frame = checked.valid
     _require(frame)
     frame = frame.sort_values([L.SESSION_ID, L.TURN_INDEX], kind="stable")
@@ -319,3 +327,44 @@ def bandit_rows(ledger: pd.DataFrame) -> pd.DataFrame:
         "context_key": O.PROMPT_ID if has_pid else L.REQUEST_ID,
     }
     return out
+
+
+def deployment_ledger(sim: ReceiptsSimulation, texts: dict[str, str]) -> pd.DataFrame:
+    """The simulated receipts as a deployment would write them: `category` (the task),
+    `prompt_text` on opening turns only, and no `prompt_id` / `task` columns (a deployment
+    knows no benchmark ids; replays join on the opening turn's request_id). texts:
+    prompt_id -> text of the matrix's prompts."""
+    led = sim.ledger.copy()
+    opening = led[L.TURN_INDEX].to_numpy() == 0
+    led[L.CATEGORY] = led[O.TASK].astype(str)
+    led[L.PROMPT_TEXT] = np.where(opening, led[O.PROMPT_ID].map(texts).to_numpy(dtype=object),
+                                  None)
+    return led.drop(columns=[O.PROMPT_ID, O.TASK])
+
+
+def replay_outcomes(sim: ReceiptsSimulation, matrix: OutcomeMatrix, texts: dict[str, str],
+                    share: float, seed: int, sessions: np.ndarray | None = None) -> pd.DataFrame:
+    """Offline replays of a seeded `share` of the logged opening prompts against every
+    candidate not logged for them, as outcomes-v1 rows (`prompt_id` = the opening turn's
+    request_id, the receipts-mode join key; the text and task as the user's replay
+    harness would record them). sessions: restrict to these session ids."""
+    led = sim.ledger
+    first = led[led[L.TURN_INDEX] == 0]
+    if sessions is not None:
+        first = first[first[L.SESSION_ID].isin(set(map(str, sessions)))]
+    rng = np.random.default_rng(seed)
+    pick = first.iloc[np.sort(rng.choice(len(first), size=int(round(share * len(first))),
+                                         replace=False))] if len(first) else first
+    row_of = pd.Series(np.arange(matrix.n_prompts), index=matrix.prompt_ids)
+    out = []
+    for rid, pid, logged in zip(pick[L.REQUEST_ID], pick[O.PROMPT_ID], pick[L.SELECTED_MODEL],
+                                strict=True):
+        i = int(row_of[pid])
+        for k, cand in enumerate(matrix.candidates):
+            if cand == logged:
+                continue
+            out.append({O.VERSION: "1", O.PROMPT_ID: str(rid), O.PROMPT_TEXT: texts.get(pid, ""),
+                        O.TASK: str(matrix.meta[O.TASK].iat[i]), O.CANDIDATE: cand, O.SCORE: float(matrix.score[i, k]),
+                        O.SUCCESS: bool(matrix.success[i, k]), O.COST: float(matrix.cost[i, k])})
+    return pd.DataFrame(out, columns=[O.VERSION, O.PROMPT_ID, O.PROMPT_TEXT, O.TASK, O.CANDIDATE,
+                                      O.SCORE, O.SUCCESS, O.COST])

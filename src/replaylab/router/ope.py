@@ -189,3 +189,57 @@ def ope_estimates(b: LoggedDecisions, target: np.ndarray, q_hat: RewardModel | N
                ess=float(w.sum() ** 2 / (w ** 2).sum()) if (w > 0).any() else 0.0,
                support=float((w > 0).mean()) if b.n else float("nan"))
     return out
+
+
+def paired_difference(b: LoggedDecisions, target: np.ndarray, q_hat: np.ndarray | None = None,
+                      config: RouterEvalConfig | None = None, estimator: str = "dr") -> dict:
+    """V(target) - V(logging), paired on the same logged rows, with a session-bootstrap CI.
+
+    The logging policy's value is its on-policy mean reward (1/n) sum_i r_i, so the
+    difference is the mean of the per-row terms t_i - r_i, with t_i the IPS term w_i r_i
+    or (estimator="dr", q_hat needed) the DR term; every replicate resamples sessions,
+    keeping each row's two terms together. Returns {"estimate", "ci", "estimator"}.
+    """
+    config = config or RouterEvalConfig()
+    if estimator not in ("ips", "dr"):
+        raise ValueError(f"paired_difference: estimator={estimator!r}: ips or dr")
+    if estimator == "dr" and q_hat is None:
+        raise ValueError("paired_difference: estimator='dr' needs q_hat")
+    terms = _terms(b, _check_target(target, b), q_hat if estimator == "dr" else None,
+                   config.max_weight)
+    d = (terms["dr"] if estimator == "dr" else terms["wr"]) - b.reward
+    reps = [(c @ d) / c.sum(axis=1) for c in session_bootstrap(b.session, config.n_boot,
+                                                               config.seed)]
+    lo, hi = percentile_interval(np.concatenate(reps) if reps else np.zeros(0), config.level)
+    return {"estimate": float(d.mean()) if b.n else float("nan"), "ci": [float(lo), float(hi)],
+            "estimator": estimator}
+
+
+def on_policy_value(b: LoggedDecisions, config: RouterEvalConfig | None = None) -> dict:
+    """The logging policy's own value: mean logged reward, session-bootstrap CI."""
+    config = config or RouterEvalConfig()
+    reps = [(c @ b.reward) / c.sum(axis=1) for c in session_bootstrap(b.session, config.n_boot,
+                                                                      config.seed)]
+    lo, hi = percentile_interval(np.concatenate(reps) if reps else np.zeros(0), config.level)
+    return {"estimate": float(b.reward.mean()) if b.n else float("nan"),
+            "ci": [float(lo), float(hi)]}
+
+
+def point_values(b: LoggedDecisions, targets: np.ndarray, q_hat: np.ndarray,
+                 max_weight: float | None = None) -> dict[str, np.ndarray]:
+    """IPS, SNIPS and DR point estimates of T deterministic policies at once.
+
+    targets: (T, n) chosen column per policy and row (e.g. a threshold sweep); q_hat:
+    (n, K). Returns {"ips", "snips", "dr"}: (T,) each; no bootstrap (a sweep's curve)."""
+    choice = np.asarray(targets, dtype=np.int64)
+    q = np.asarray(q_hat, float)
+    match = choice == b.action[None, :]                                   # (T, n)
+    w = match / b.propensity[None, :]
+    if max_weight is not None:
+        w = np.minimum(w, max_weight)
+    wr = w * b.reward[None, :]
+    dm = np.take_along_axis(q, choice.T, axis=1).T                       # (T, n) q(x, pi(x))
+    resid = b.reward - q[np.arange(b.n), b.action]                         # (n,)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"ips": wr.mean(axis=1), "snips": wr.sum(axis=1) / w.sum(axis=1),
+                "dr": (dm + w * resid[None, :]).mean(axis=1)}

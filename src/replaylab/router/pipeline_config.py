@@ -10,6 +10,8 @@ from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.router.config import RouterLabelsConfig
 from replaylab.router.head import HeadConfig
 from replaylab.router.policy import PolicyConfig
+from replaylab.router.receipts import ReceiptsConfig
+from replaylab.router.replay_plan import ReplayPlanConfig
 
 GO_BASELINES = ("rules", "rules_equal")  # summary["test"] keys the gate may compare against
 
@@ -61,7 +63,8 @@ class RouterPipelineConfig:
     candidates: cheapest first (the strongest last); split: train / calibration /
     test shares of the prompts (seeded, by prompt); labels: exploration, replay,
     rules, costs, evaluation (router/config.py); head, policy: the learned
-    router and its threshold rule; knn_neighbors, lgbm_estimators: baselines.
+    router and its threshold rule; receipts, replay_plan: receipts mode (`data.ledger`:
+    time split, checks, the replay plan; pipelines/router_receipts.py); knn_neighbors, lgbm_estimators: baselines.
     """
 
     candidates: tuple[str, ...] = ()
@@ -70,6 +73,8 @@ class RouterPipelineConfig:
     head: HeadConfig = field(default_factory=HeadConfig)
     policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(escalate=False))
     go: GoConfig = field(default_factory=GoConfig)
+    receipts: ReceiptsConfig = field(default_factory=ReceiptsConfig)
+    replay_plan: ReplayPlanConfig = field(default_factory=ReplayPlanConfig)
     knn_neighbors: int = 25
     lgbm_estimators: int = 200
     seed: int = 0
@@ -95,7 +100,9 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
                                             "evaluation") if k in values}),
            "head": (HeadConfig, values.pop("head", {}) or {}),
            "policy": (PolicyConfig, {"escalate": False, **(values.pop("policy", {}) or {})}),
-           "go": (GoConfig, values.pop("go", {}) or {})}
+           "go": (GoConfig, values.pop("go", {}) or {}),
+           "receipts": (ReceiptsConfig, values.pop("receipts", {}) or {}),
+           "replay_plan": (ReplayPlanConfig, values.pop("replay_plan", {}) or {})}
     built = {}
     for key, (cls, raw) in sub.items():
         if cls is RouterLabelsConfig:

@@ -135,9 +135,13 @@ def _priced(frame: pd.DataFrame, cost: RouterCostConfig) -> pd.Series:
 _OPTIONAL = (O.COST, O.CURRENCY, O.PROMPT_TOKENS, O.COMPLETION_TOKENS)
 
 
-def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig,
-                  where: str) -> tuple[pd.Series, pd.Series]:
-    """Per-row USD and how it was obtained (measured | priced_tokens | per_call_config)."""
+def resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig, where: str, *,
+                 strict: bool = True) -> tuple[pd.Series, pd.Series]:
+    """Per-row USD and how it was obtained (measured | priced_tokens | per_call_config).
+
+    Absent optional columns read as null. strict: a call that cannot be priced is a
+    ConfigError naming the fix; else its cost is NaN and its source `unpriced`."""
+    frame = frame.assign(**{c: OUTCOMES_SCHEMA.column(frame, c) for c in _OPTIONAL})
     usd = pd.to_numeric(frame[O.COST], errors="coerce").astype("float64")
     how = pd.Series(np.where(usd.notna(), "measured", ""), index=frame.index, dtype=object)
     priced = _priced(frame, cost)
@@ -146,6 +150,8 @@ def _resolve_cost(frame: pd.DataFrame, cost: RouterCostConfig,
     per_call = frame[O.CANDIDATE].map(cost.call_cost_usd).astype("float64")
     use = usd.isna() & per_call.notna()
     usd, how = usd.where(~use, per_call), how.where(~use, "per_call_config")
+    if usd.isna().any() and not strict:
+        return usd, how.where(usd.notna(), "unpriced")
     if usd.isna().any():
         cands = sorted(frame.loc[usd.isna(), O.CANDIDATE].unique())
         raise ConfigError(
@@ -194,7 +200,7 @@ def outcome_matrix(outcomes: pd.DataFrame, cost: RouterCostConfig | None = None,
                           f"present in column {O.CANDIDATE} (absent: {unknown})")
     valid = valid[valid[O.CANDIDATE].isin(cands)]
     valid = valid.assign(**{c: OUTCOMES_SCHEMA.column(valid, c) for c in _OPTIONAL})
-    usd, how = _resolve_cost(valid, cost, where)
+    usd, how = resolve_cost(valid, cost, where)
     valid[O.COST] = usd.to_numpy()
     order = pd.Index(pd.unique(valid[O.PROMPT_ID]), name=O.PROMPT_ID)
 

@@ -85,6 +85,27 @@ class ScenarioRules:
                            "fitted_tasks": sum(v == "fitted" for v in self.task_source_.values())}
         return self
 
+    @classmethod
+    def from_choices(cls, candidates: tuple[str, ...], task_candidate: dict[str, str],
+                     default_candidate: str, note: str, n: int,
+                     config: RouterRulesConfig | None = None) -> ScenarioRules:
+        """Rules given as choices (e.g. the logging policy observed in a receipts ledger),
+        fitted state set without an outcome table; `describe()` carries `note`."""
+        bad = sorted({default_candidate, *task_candidate.values()} - set(candidates))
+        if bad:
+            raise ValueError(f"ScenarioRules.from_choices: {bad} are not candidates {candidates}")
+        base = config or RouterRulesConfig()
+        rules = cls(RouterRulesConfig(**{**{f: getattr(base, f) for f in (
+            "quality_tolerance", "min_task_prompts", "chars_per_token")},
+            "long_prompt_tokens": None, "long_prompt_candidate": None}))
+        rules.candidates_ = tuple(candidates)
+        rules.default_candidate_, rules.default_source_ = default_candidate, "observed"
+        rules.task_candidate_ = dict(task_candidate)
+        rules.task_source_ = {t: "observed" for t in task_candidate}
+        rules.fitted_on_ = {"prompts": int(n), "tasks": len(task_candidate), "fitted_tasks": 0}
+        rules.note_ = note
+        return rules
+
     def _check_fitted(self) -> None:
         if not hasattr(self, "default_candidate_"):
             raise RuntimeError("ScenarioRules is not fitted: call fit(train_matrix) first")
@@ -123,7 +144,7 @@ class ScenarioRules:
         self._check_fitted()
         cfg = self.config
         fitted = [t for t, s in self.task_source_.items() if s == "fitted"]
-        note = ("configured by hand" if not fitted and self.default_source_ == "configured"
+        note = getattr(self, "note_", None) or ("configured by hand" if not fitted and self.default_source_ == "configured"
                 else f"choices fitted on the training split ({self.fitted_on_['prompts']} prompts): "
                      f"{len(fitted)} task rule(s)"
                      + (" and the default" if self.default_source_ == "fitted" else ""))

@@ -1,0 +1,467 @@
+"""The router from your own receipts: a ledger in, a router and an honest go/no-go out.
+
+`train_router_receipts(checked, replays, cfg, out_dir, embed, encoder_id)`:
+
+1. the validated receipts ledger becomes one opening decision per session
+   (`router.receipts.receipts_table`: checks, refusals, counts), split by opening
+   time into train / calibration / test (the latest sessions) with an embargo;
+   optional offline replays (outcomes-v1) join train and calibration openings;
+2. the head learns each candidate's success from the IPS-weighted train decisions
+   (weights 1 / propensity, clipped at `head.max_weight`) plus the train replays,
+   Platt-calibrated on the calibration decisions and replays;
+3. the threshold is chosen on CALIBRATION from logged data alone: the cheapest
+   point of the sweep whose doubly robust (DR) quality estimate reaches the logging
+   policy's own calibration quality (the reward model is the head, fitted on train);
+4. TEST (the latest sessions, never seen before) judges the router as served: its
+   decisions are the served graph's (`DeployedHead`, the bytes the artifact ships;
+   the entry point re-checks them through the loaded artifact). IPS, SNIPS and DR
+   of its opening quality, DR of its cost per opening call and of the session cost,
+   each with a session-bootstrap interval; the logging policy's own figures; and the
+   paired differences learned - logging;
+5. GO only if the paired quality difference's lower bound is >= -`go.quality_margin`
+   (non-inferiority) and the paired cost difference's upper bound is < 0; else NO-GO
+   with the reason and the explored sessions a decision would need;
+6. `replay_plan.jsonl`: the replays of recent openings that would teach the head most.
+
+No simulator runs here: every figure comes from the files.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts import ValidationResult
+from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.router import RouterRun
+from replaylab.router.config import RouterEvalConfig
+from replaylab.router.head import SuccessHead
+from replaylab.router.head_onnx import DeployedHead
+from replaylab.router.inputs import TrainingRows, ips_weights
+from replaylab.router.metrics import default_thresholds
+from replaylab.router.ope import (
+    LoggedDecisions,
+    on_policy_value,
+    ope_estimates,
+    paired_difference,
+    point_values,
+    policy_matrix,
+)
+from replaylab.router.pipeline_config import RouterPipelineConfig
+from replaylab.router.receipts import (
+    OPENING_REQUEST,
+    ReceiptsError,
+    ReceiptsTable,
+    logging_rules,
+    receipts_table,
+    replay_rows,
+)
+from replaylab.router.replay import Label
+from replaylab.router.replay_plan import replay_plan, write_replay_plan
+from replaylab.router.rules import ScenarioRules
+from replaylab.runtime.routing import choose_by_threshold, routing_scores
+
+# a figure with fewer effective samples than this is flagged (its interval rests on few rows)
+LOW_ESS = 50.0
+
+
+@dataclass
+class ReceiptsRun(RouterRun):
+    """A RouterRun (what export needs) plus the test decisions it was judged on, so the
+    entry point can check them against the exported artifact as the runtime loads it.
+
+    test_choice: (n,) served column per test decision; test_embeddings (n, d), test_meta,
+    test_texts: the inputs those decisions were made from (texts None where the ledger
+    gave an embedding)."""
+
+    test_choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    test_embeddings: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
+    test_meta: dict = field(default_factory=dict)
+    test_texts: list = field(default_factory=list)
+
+
+def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
+    have = [i for i, t in enumerate(table.texts) if t is not None]
+    out = None if table.embeddings is None else table.embeddings.copy()
+    if have:
+        e = np.asarray(embed([table.texts[i] for i in have]), dtype=np.float32)
+        if out is None:
+            out = np.full((len(table.texts), e.shape[1]), np.nan, dtype=np.float32)
+        if out.shape[1] != e.shape[1]:
+            raise ReceiptsError(f"data.ledger: prompt_embedding width {out.shape[1]} differs "
+                                f"from the encoder's {e.shape[1]}")
+        out[have] = e
+    assert out is not None and np.isfinite(out).all()
+    return out
+
+
+def _meta(d: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {"category": d["category"].to_numpy(dtype=object),
+            "prompt_tokens": d["prompt_tokens"].to_numpy(float)}
+
+
+def _rows(dec: pd.DataFrame, rep: pd.DataFrame, local: pd.Series,
+          max_weight: float | None) -> TrainingRows:
+    """Decisions (IPS weights) + replays (weight 1) of one split, rows local to it."""
+    prop = np.concatenate([dec[Label.PROPENSITY].to_numpy(float), np.full(len(rep), np.nan)])
+    return TrainingRows(
+        row=np.concatenate([local.reindex(dec.index).to_numpy(np.int64),
+                            local.reindex(rep["row"]).to_numpy(np.int64)]),
+        action=np.concatenate([dec["action"].to_numpy(np.int64), rep["action"].to_numpy(np.int64)]),
+        reward=np.concatenate([dec[Label.REWARD].to_numpy(float), rep[Label.REWARD].to_numpy(float)]),
+        weight=ips_weights(prop, max_weight),
+        cost=np.concatenate([pd.to_numeric(dec[Label.COST], errors="coerce").to_numpy(float),
+                             rep[Label.COST].to_numpy(float)]))
+
+
+def _logged(d: pd.DataFrame, candidates: tuple[str, ...], reward: str) -> LoggedDecisions:
+    r = pd.to_numeric(d[reward], errors="coerce").to_numpy(float)
+    return LoggedDecisions(candidates, d["action"].to_numpy(np.int64), r,
+                           d[Label.PROPENSITY].to_numpy(float),
+                           pd.factorize(d[Label.SESSION_ID])[0],
+                           d[OPENING_REQUEST].to_numpy())
+
+
+def _mean_by_action(values: np.ndarray, action: np.ndarray, k: int) -> np.ndarray:
+    """(K,) mean of finite values per action; an action without any: the overall mean."""
+    ok = np.isfinite(values)
+    overall = float(values[ok].mean()) if ok.any() else 0.0
+    out = np.full(k, overall)
+    for a in range(k):
+        m = ok & (action == a)
+        if m.any():
+            out[a] = float(values[m].mean())
+    return out
+
+
+def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
+    """Column whose constant policy has the best DR quality (ties: the cheaper)."""
+    k = q.shape[1]
+    const = np.repeat(np.arange(k)[:, None], b.n, axis=1)  # (K, n)
+    v = point_values(b, const, q)["dr"]
+    return int(np.lexsort((np.arange(k), cost, -np.round(v, 12)))[0])
+
+
+def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecisions,
+                     q_cost: np.ndarray, target: float, rule: str, top: int,
+                     n_thresholds: int) -> dict:
+    """The cheapest threshold whose DR quality on these logged rows reaches `target`.
+
+    prob: (n, K) the served head on the rows; b_q, b_c: the same rows' logged quality and
+    cost; q_cost: (n, K) the cost model. Ties go to the higher quality; when no point
+    reaches the target, the point of best DR quality (`met` False)."""
+    t = default_thresholds(routing_scores(prob, rule), n_thresholds)
+    choice = np.stack([choose_by_threshold(prob, float(x), fallback=top, rule=rule) for x in t])
+    quality = point_values(b_q, choice, prob)["dr"]
+    cost = point_values(b_c, choice, q_cost)["dr"]
+    ok = quality >= target - 1e-12
+    if ok.any():
+        idx = np.flatnonzero(ok)
+        best = int(idx[np.lexsort((-quality[idx], cost[idx]))[0]])
+    else:
+        best = int(np.lexsort((cost, -quality))[0])
+    return {"threshold": float(t[best]), "met": bool(ok.any()), "target_quality": float(target),
+            "dr_quality": float(quality[best]), "dr_cost": float(cost[best]),
+            "curve": pd.DataFrame({"threshold": t, "dr_quality": quality, "dr_cost": cost,
+                                   "strong_share": (choice == top).mean(axis=1)})}
+
+
+def _clip(ci: list[float], lo: float, hi: float) -> list[float]:
+    return [float(min(max(v, lo), hi)) for v in ci]
+
+
+def _interval(est: dict, key: str, lo: float, hi: float, tag: str) -> dict:
+    return {"estimate": float(est[key]),
+            "ci": _clip([est[f"{key}-lo-{tag}"], est[f"{key}-hi-{tag}"]], lo, hi)}
+
+
+def _sessions_needed(diff: dict, bound: float, n_explored: int, side: str) -> float | None:
+    """Explored test sessions at which the interval would clear `bound`, if the estimate
+    held and the half-width shrank as 1/sqrt(n); None when the estimate is on the wrong
+    side of the bound (more data would not decide for GO at this estimate)."""
+    est, (lo, hi) = diff["estimate"], diff["ci"]
+    half = (hi - lo) / 2.0
+    room = est - bound if side == "lower" else bound - est
+    if room <= 0 or not math.isfinite(half) or n_explored <= 0:
+        return None
+    return float(n_explored * (half / room) ** 2)
+
+
+def gate(ope: dict, margin: float, n_explored: int, explored_rate: float,
+         sessions_per_day: float) -> dict:
+    """GO iff quality diff CI lower >= -margin and cost diff CI upper < 0 (module doc)."""
+    dq, dc = ope["diff"]["quality"], ope["diff"]["cost"]
+    reasons = []
+    if dq["ci"][0] < -margin:
+        reasons.append(f"quality vs logging {dq['estimate']:+.4f}, CI lower {dq['ci'][0]:+.4f} "
+                       f"< -{margin:g}")
+    if dc["ci"][1] >= 0:
+        reasons.append(f"cost vs logging {dc['estimate']:+.4g} USD/call, CI upper "
+                       f"{dc['ci'][1]:+.4g} >= 0 (no significant saving)")
+    go = not reasons
+    need_q = _sessions_needed(dq, -margin, n_explored, "lower") if dq["ci"][0] < -margin else 0.0
+    need_c = _sessions_needed(dc, 0.0, n_explored, "upper") if dc["ci"][1] >= 0 else 0.0
+    needed = None if need_q is None or need_c is None else max(need_q, need_c)
+    if go:
+        reason = (f"GO: quality vs logging {dq['estimate']:+.4f} (CI lower {dq['ci'][0]:+.4f} "
+                  f">= -{margin:g}), cost {dc['estimate']:+.4g} USD/call (CI upper "
+                  f"{dc['ci'][1]:+.4g} < 0)")
+    else:
+        more = ("more explored sessions would not decide it at these estimates"
+                if needed is None else
+                f"~{max(needed - n_explored, 0):.0f} more explored test sessions "
+                f"(~{max(needed - n_explored, 0) / max(explored_rate, 1e-9):.0f} sessions, "
+                f"~{max(needed - n_explored, 0) / max(explored_rate, 1e-9) / sessions_per_day:.1f}"
+                " days at the planned traffic) would be needed if the estimates held")
+        reason = "NO-GO: " + "; ".join(reasons) + f"; {more}"
+    return {"go": go, "go_reason": reason, "go_reasons": [reason],
+            "go_detail": {"rule": f"GO iff paired quality difference CI lower >= -{margin:g} "
+                                  "(non-inferiority) and paired cost difference CI upper < 0",
+                          "quality_margin": margin, "explored_test_sessions": n_explored,
+                          "explored_sessions_needed": needed,
+                          "days_needed": (None if needed is None else
+                                          max(needed - n_explored, 0) / max(explored_rate, 1e-9)
+                                          / sessions_per_day)}}
+
+
+def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: tuple[str, ...],
+                  q_cost: np.ndarray, q_session: np.ndarray, ev: RouterEvalConfig) -> dict:
+    """OPE of the served router's test choices vs the logging policy (module doc, step 4)."""
+    k = len(cands)
+    target = policy_matrix(choice, k)
+    b_q = _logged(d, cands, Label.REWARD)
+    b_c = _logged(d, cands, Label.COST)
+    est = ope_estimates(b_q, target, prob, ev)
+    tag = ev.level_tag
+    out: dict = {name: _interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
+    cost = ope_estimates(b_c, target, q_cost, ev)
+    out["cost"] = _interval(cost, "dr", 0.0, math.inf, tag)
+    out["cost"]["ips"] = _interval(cost, "ips", 0.0, math.inf, tag)
+    sess = d[Label.SESSION_COST].notna().all()
+    if sess:
+        b_s = _logged(d, cands, Label.SESSION_COST)
+        s_est = ope_estimates(b_s, target, q_session, ev)
+        out["session_cost"] = _interval(s_est, "dr", 0.0, math.inf, tag)
+    out["diff"] = {"quality": paired_difference(b_q, target, prob, ev),
+                   "cost": paired_difference(b_c, target, q_cost, ev)}
+    out["diff"]["quality"]["ci"] = _clip(out["diff"]["quality"]["ci"], -1.0, 1.0)
+    out["logging"] = {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
+                      **({"session_cost": on_policy_value(_logged(d, cands, Label.SESSION_COST),
+                                                          ev)} if sess else {})}
+    explored = (d[Label.LABEL_SOURCE] == "exploration").to_numpy()
+    out.update(n=int(est["n"]), sessions=int(est["sessions"]), ess=float(est["ess"]),
+               support=float(est["support"]), mean_weight=float(est["mean_weight"]),
+               max_weight=float(est["max_weight"]),
+               agreement=float((choice == b_q.action).mean()) if b_q.n else float("nan"),
+               explored_sessions=int(explored.sum()),
+               served_choice={c: int((choice == j).sum()) for j, c in enumerate(cands)})
+    warn = []
+    if out["ess"] < LOW_ESS:
+        warn.append(f"low support: effective sample size {out['ess']:.1f} < {LOW_ESS:g}")
+    if out["support"] < 0.05:
+        warn.append(f"low support: only {out['support']:.3f} of test decisions agree with the "
+                    "served router")
+    out["warnings"] = warn
+    return out
+
+
+def _fit(cfg: RouterPipelineConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
+         head_scorer: str) -> tuple[SuccessHead, Any]:
+    head = SuccessHead(cfg.head, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
+    head.calibrate(E["calibration"], meta["calibration"], rows["calibration"])
+    if cfg.head.calibration == "isotonic":
+        return head, head
+    n = min(256, len(E["calibration"]))
+    deployed = DeployedHead(head, threads=cfg.head.num_threads,
+                            parity_embedding=E["calibration"][:n],
+                            parity_meta={key: v[:n] for key, v in meta["calibration"].items()},
+                            scorer=head_scorer)
+    return head, deployed
+
+
+def _golden_inputs(table: ReceiptsTable, test: np.ndarray) -> list[dict]:
+    d = table.decisions
+    idx = [i for i in np.flatnonzero(test) if table.texts[i] is not None]
+    pick = [idx[j] for j in np.unique(np.linspace(0, len(idx) - 1, num=min(12, len(idx)))
+                                      .astype(int))] if idx else []
+    out = [{"text": table.texts[i], "category": None if pd.isna(d["category"].iat[i])
+            else str(d["category"].iat[i]),
+            "prompt_tokens": None if not np.isfinite(d["prompt_tokens"].iat[i])
+            else float(d["prompt_tokens"].iat[i])} for i in pick]
+    return out + [{"text": "", "category": None, "prompt_tokens": None},
+                  {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
+
+
+def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | None,
+                          cfg: RouterPipelineConfig, out_dir: Path,
+                          embed: Callable[[list[str]], np.ndarray], encoder_id: str,
+                          progress: Callable[[str], None] | None = None,
+                          head_scorer: str = "onnx") -> tuple[dict, ReceiptsRun]:
+    """Train on a receipts ledger, judge on its latest sessions, gate (module docstring).
+
+    checked: `read_ledger` / `validate_ledger` of the receipts file; replays: an outcomes-v1
+    frame or None; embed: texts -> (n, d) float32 embeddings (the serving encoder);
+    encoder_id: that encoder's id (a ledger's `prompt_embedding` is used only when its
+    `embedding_model` is this). Raises ReceiptsError when the ledger cannot be used.
+    Writes router_decisions_test.parquet, router_curves_test.parquet, router_labels.parquet
+    and replay_plan.jsonl into out_dir; returns (summary, run)."""
+    say = progress or (lambda _msg: None)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    table = receipts_table(checked, cfg.candidates, cfg.receipts,
+                           cap=float(cfg.labels.exploration.cap), encoder_id=encoder_id)
+    cands, k, d = table.candidates, len(table.candidates), table.decisions
+    rep, rep_report = replay_rows(replays, table, cfg.labels.cost)
+    timings["receipts"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    say(f"embedding {len(d)} opening prompts")
+    E_all = _embeddings(table, embed)
+    timings["embed"] = time.perf_counter() - t0
+
+    masks = {s: table.split(s) for s in ("train", "calibration", "test")}
+    for s, m in masks.items():
+        if not m.any():
+            raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
+    idx = {s: np.flatnonzero(m) for s, m in masks.items()}
+    local = {s: pd.Series(np.arange(len(i)), index=i) for s, i in idx.items()}
+    E = {s: E_all[i] for s, i in idx.items()}
+    meta = {s: _meta(d.iloc[i]) for s, i in idx.items()}
+    mw = cfg.head.max_weight
+    rows = {s: _rows(d.iloc[idx[s]], rep[rep["split"] == s], local[s], mw)
+            for s in ("train", "calibration")}
+
+    t0 = time.perf_counter()
+    say("training the head")
+    head, deployed = _fit(cfg, cfg.seed, E, meta, rows, k, head_scorer)
+    timings["head"] = time.perf_counter() - t0
+    ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
+                          n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
+    tr_d = d.iloc[idx["train"]]
+    tr_cost = np.concatenate([pd.to_numeric(tr_d[Label.COST], errors="coerce").to_numpy(float),
+                              rep.loc[rep["split"] == "train", Label.COST].to_numpy(float)])
+    tr_act = np.concatenate([tr_d["action"].to_numpy(), rep.loc[rep["split"] == "train",
+                                                                "action"].to_numpy()])
+    unit_cost = _mean_by_action(tr_cost, tr_act, k)            # the cost model: train means
+    unit_session = _mean_by_action(pd.to_numeric(tr_d[Label.SESSION_COST], errors="coerce")
+                                   .to_numpy(float), tr_d["action"].to_numpy(), k)
+
+    def cost_model(n: int) -> np.ndarray:
+        return np.repeat(unit_cost[None, :], n, axis=0)
+
+    ca_d, te_d = d.iloc[idx["calibration"]], d.iloc[idx["test"]]
+    rule = cfg.policy.rule
+
+    def operating_point(dep: Any) -> tuple[dict, int, np.ndarray]:
+        prob_ca = dep.predict_proba(E["calibration"], meta["calibration"])
+        b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
+        top = _strongest(b_q, prob_ca, unit_cost)
+        target = float(b_q.reward.mean())  # the logging policy's own calibration quality
+        point = choose_threshold(prob_ca, b_q, b_c, cost_model(b_q.n), target, rule, top,
+                                 ev.n_thresholds)
+        return point, top, prob_ca
+
+    t0 = time.perf_counter()
+    say("choosing the threshold on calibration (DR, logged data only)")
+    point, top, prob_ca = operating_point(deployed)
+    prob_te = deployed.predict_proba(E["test"], meta["test"])
+    choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=top, rule=rule)
+    say("off-policy evaluation on the test sessions")
+    ope = evaluate_test(prob_te, choice_te, te_d, cands, cost_model(len(te_d)),
+                        np.repeat(unit_session[None, :], len(te_d), axis=0), ev)
+    timings["ope"] = time.perf_counter() - t0
+    rate = ope["explored_sessions"] / max(ope["sessions"], 1)
+    verdict = gate(ope, float(cfg.go.quality_margin), ope["explored_sessions"],
+                   max(rate, 1e-9), float(cfg.go.sessions_per_day))
+
+    # the test curve: DR quality and cost of every threshold, the served point on it
+    b_tq, b_tc = _logged(te_d, cands, Label.REWARD), _logged(te_d, cands, Label.COST)
+    ts = default_thresholds(routing_scores(prob_te, rule), ev.n_thresholds)
+    sweep = np.stack([choose_by_threshold(prob_te, float(x), fallback=top, rule=rule) for x in ts])
+    pv = point_values(b_tq, sweep, prob_te)
+    curve = pd.DataFrame({"threshold": ts, "strong_share": (sweep == top).mean(axis=1),
+                          "quality": pv["dr"], "quality_ips": pv["ips"],
+                          "cost": point_values(b_tc, sweep, cost_model(b_tc.n))["dr"],
+                          "policy": "learned"})
+    curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
+    point["curve"].assign(policy="learned").to_parquet(
+        out_dir / "router_curves_calibration.parquet", index=False)
+
+    decisions = pd.DataFrame({"prompt_id": te_d[OPENING_REQUEST].to_numpy(),
+                              "session_id": te_d[Label.SESSION_ID].to_numpy(),
+                              "logged": te_d[Label.CANDIDATE].to_numpy(),
+                              "propensity": te_d[Label.PROPENSITY].to_numpy(float),
+                              "candidate": np.asarray(cands, dtype=object)[choice_te]})
+    for j, c in enumerate(cands):
+        decisions[f"p_{c}"] = prob_te[:, j]
+    decisions.to_parquet(out_dir / "router_decisions_test.parquet", index=False)
+    labels = pd.concat([d.drop(columns=[c for c in ("prompt_text", "prompt_embedding")
+                                        if c in d.columns]),
+                        rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]})],
+                       ignore_index=True, sort=False)
+    labels.to_parquet(out_dir / "router_labels.parquet", index=False)
+
+    plan_rows = np.flatnonzero(d["split"].isin(cfg.replay_plan.splits).to_numpy())
+    plan_prob = deployed.predict_proba(E_all[plan_rows], _meta(d.iloc[plan_rows]))
+    plan = replay_plan(plan_prob, d["action"].to_numpy()[plan_rows], point["threshold"], rule,
+                       pd.DataFrame({"prompt_id": d[OPENING_REQUEST].to_numpy()[plan_rows],
+                                     "session_id": d[Label.SESSION_ID].to_numpy()[plan_rows],
+                                     "opening_ms": d["opening_ms"].to_numpy()[plan_rows]}),
+                       cands, cfg.replay_plan.budget)
+    plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
+
+    rules_doc = logging_rules(table)
+    rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
+                                       rules_doc["default_candidate"], rules_doc["note"],
+                                       rules_doc["fitted_on"], cfg.labels.rules)
+    n_explored_total = table.report["exploration"]["explored_sessions"]
+    summary = {
+        "pipeline": "router", "mode": "receipts", "candidates": list(cands),
+        "receipts": table.report, "replays": rep_report, "splits": table.boundaries,
+        "exploration": {"rate": float(table.report["exploration"]["explored_share"]),
+                        "cap": float(cfg.labels.exploration.cap),
+                        "sessions": int(table.report["sessions"]),
+                        "explored_sessions": int(n_explored_total)},
+        "logging_policy": {**table.report["logging_policy"], "rules": rules.describe()},
+        "labels": {"train": {"decisions": int(len(idx["train"])),
+                             "replays": int((rep["split"] == "train").sum())},
+                   "calibration": {"decisions": int(len(idx["calibration"])),
+                                   "replays": int((rep["split"] == "calibration").sum())},
+                   "ips_clip": mw},
+        "head": deployed.report() if hasattr(deployed, "report") else head.report(),
+        "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
+        | {"rule": rule, "fallback_candidate": cands[top],
+           "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
+                        "reaches the logging policy's calibration quality"},
+        "ope": ope, **verdict,
+        "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
+                 "logging": {"quality": ope["logging"]["quality"]["estimate"],
+                             "cost": ope["logging"]["cost"]["estimate"]}},
+        "cost_model": {"unit_cost_usd": dict(zip(cands, unit_cost.tolist(), strict=True)),
+                       "what": "per-candidate mean cost of the train calls (the DR cost model)"},
+        "replay_plan": {"rows": int(len(plan)), "budget": cfg.replay_plan.budget,
+                        "splits": list(cfg.replay_plan.splits), "path": str(plan_path),
+                        "ranking": "p(1-p) of the served head x exp(-|routing score - "
+                                   "threshold| / 0.1) over unobserved (prompt, candidate)"},
+        "artifacts": {"curves": str(out_dir / "router_curves_test.parquet"),
+                      "labels": str(out_dir / "router_labels.parquet"),
+                      "test_decisions": str(out_dir / "router_decisions_test.parquet"),
+                      "replay_plan": str(plan_path)},
+        "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
+    }
+    summary = json_safe(summary)
+    run = ReceiptsRun(config=cfg, candidates=cands, head=head, threshold=float(point["threshold"]),
+                      rules=rules, summary=summary, rule=rule, fallback=int(top),
+                      deployed=deployed if isinstance(deployed, DeployedHead) else None,
+                      golden_inputs=_golden_inputs(table, masks["test"]), rules_equal=None,
+                      test_choice=choice_te, test_embeddings=E["test"],
+                      test_meta=meta["test"],
+                      test_texts=[table.texts[i] for i in idx["test"]])
+    return summary, run

@@ -1,0 +1,416 @@
+"""A production receipts ledger as the router's training and evaluation data.
+
+`receipts_table(checked, candidates, config, ...)` turns a validated ledger-v1
+file (the team's own receipts: sessions bound once, a bounded share explored
+with the propensity logged on the binding's first turn, escalations to a
+stronger candidate after a failed turn) into one row per OPENING decision:
+
+- one bandit row per binding (`exploration.bandit_rows`); a session's FIRST
+  binding is its opening decision. Escalation bindings (`rebind_reason =
+  escalation`) are consequences of a failure, not decisions: they are left out
+  of training and of the off-policy estimates, but their calls count in the
+  session cost (`session_cost`). Other mid-session rebinds (`route_error`,
+  `user_override`, ...) are counted and left out: their context is mid-session.
+- bindings of models outside `router.candidates` are counted and left out; a
+  session whose opening binding is such a model has no usable decision.
+- the text of a decision is the opening turn's `prompt_text`, or its
+  `prompt_embedding` when `embedding_model` is the configured encoder's id.
+
+Refusals (`ReceiptsError`, one line, exit 2 at the entry point): propensities
+outside (0, 1] (quarantined by the contract), a policy binding without a
+propensity, an explored share of sessions above `router.exploration.cap`, fewer
+than `min_explored_per_candidate` explored sessions of some candidate, fewer
+than two candidates, openings with neither usable text nor embedding.
+
+Time, not shuffling (`session_time_split`). Sessions are ordered by their
+opening time; the latest `test_share` of them are the test period, the
+`calibration_share` before them calibration, the rest train. A split boundary
+is the opening time of its first session (sessions opening at the same
+millisecond share a split). A session of an earlier split whose last turn is
+after the next boundary minus `embargo_ms` is embargoed (counted, not used):
+no session's turns reach into a later split.
+
+Replays (`replay_rows`): an outcomes-v1 table of offline calls of logged
+opening prompts, `prompt_id` = the opening turn's `request_id`. Replays join
+train and calibration openings only; replays of test openings, of unknown
+prompts, of other candidates, and of the candidate already logged for that
+binding are counted and left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+import pandas as pd
+
+from replaylab.config import fail_field
+from replaylab.contracts import LEDGER_SCHEMA, ValidationResult, has_values, validate_outcomes
+from replaylab.contracts.columns import QUARANTINE_DETAIL
+from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Outcomes as O
+from replaylab.router.config import RouterCostConfig
+from replaylab.router.exploration import bandit_rows
+from replaylab.router.replay import Label, resolve_cost
+from replaylab.stats import binomial_ci
+
+SPLITS = ("train", "calibration", "test")
+EMBARGO = "embargo"
+OPENING_REQUEST = "opening_request_id"  # the join key of replays (outcomes-v1 prompt_id)
+
+
+class ReceiptsError(ValueError):
+    """A receipts ledger that cannot train or judge a router (the message says why)."""
+
+
+@dataclass(frozen=True)
+class ReceiptsConfig:
+    """How a receipts ledger is split and checked (YAML: conf/router/ `receipts`).
+
+    calibration_share, test_share: shares of sessions by opening time (test = the
+        latest); embargo_ms: a session of an earlier split still running within this
+        many ms of the next split's start is left out; min_explored_per_candidate:
+        explored opening sessions every candidate needs (fewer: refused, the off-policy
+        estimate of a policy that uses it would rest on too few); n_boot, level: the
+        session bootstrap of every interval.
+    """
+
+    calibration_share: float = 0.2
+    test_share: float = 0.2
+    embargo_ms: int = 300_000
+    min_explored_per_candidate: int = 10
+    n_boot: int = 1000
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        for key in ("calibration_share", "test_share"):
+            if not 0.0 < float(getattr(self, key)) < 1.0:
+                fail_field(name, key, getattr(self, key), "must be in (0, 1)")
+        if float(self.calibration_share) + float(self.test_share) >= 0.9:
+            fail_field(name, "test_share", self.test_share,
+                       "calibration_share + test_share must leave >= 10% of sessions to train")
+        for key, low in (("embargo_ms", 0), ("min_explored_per_candidate", 1), ("n_boot", 100)):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                fail_field(name, key, v, f"must be an integer >= {low}")
+        if not 0.5 <= float(self.level) < 1.0:
+            fail_field(name, "level", self.level, "must be in [0.5, 1)")
+
+
+@dataclass
+class ReceiptsTable:
+    """The opening decisions of a receipts ledger, one row per session that has one.
+
+    decisions: Label.* columns (session_id, binding_id, candidate, reward, cost,
+        propensity, label_source, session_cost, ...) plus `action` (column in
+        `candidates`), `category`, `prompt_tokens`, `opening_ms`, `split`,
+        OPENING_REQUEST; texts: (n,) prompt text or None where an embedding is used;
+        embeddings: (n, d) float32 rows given by the ledger (NaN rows where text is used)
+        or None; report: every count (what was read, left out and why).
+    """
+
+    candidates: tuple[str, ...]
+    decisions: pd.DataFrame
+    texts: list[str | None]
+    embeddings: np.ndarray | None
+    report: dict = field(default_factory=dict)
+    boundaries: dict = field(default_factory=dict)
+
+    def split(self, name: str) -> np.ndarray:
+        """(n,) bool mask of the decisions in split `name`."""
+        return (self.decisions["split"] == name).to_numpy()
+
+
+def iso(ms: float | int | None) -> str | None:
+    """Epoch milliseconds -> RFC 3339 UTC (None for None/NaN)."""
+    if ms is None or (isinstance(ms, float) and not np.isfinite(ms)):
+        return None
+    return datetime.fromtimestamp(int(ms) / 1000.0, UTC).isoformat().replace("+00:00", "Z")
+
+
+def session_time_split(opening_ms: np.ndarray, last_ms: np.ndarray, session: np.ndarray,
+                       config: ReceiptsConfig) -> tuple[np.ndarray, dict]:
+    """(n,) split name per session (train / calibration / test / embargo), boundaries.
+
+    opening_ms, last_ms: (n,) first and last turn time of each session; session: ids
+    (ties of opening time are ordered by id, so the split is deterministic).
+    """
+    n = len(opening_ms)
+    order = np.lexsort((np.asarray(session, dtype=str), opening_ms))
+    n_test = int(round(float(config.test_share) * n))
+    n_cal = int(round(float(config.calibration_share) * n))
+    if n_test < 1 or n_cal < 1 or n - n_test - n_cal < 1:
+        raise ReceiptsError(f"{n} sessions cannot be split into train / calibration / test "
+                            f"({config.calibration_share:g} / {config.test_share:g})")
+    sorted_open = np.asarray(opening_ms)[order]
+    t_cal = int(sorted_open[n - n_test - n_cal])
+    t_test = int(sorted_open[n - n_test])
+    split = np.where(opening_ms >= t_test, "test",
+                     np.where(opening_ms >= t_cal, "calibration", "train")).astype(object)
+    nxt = np.where(split == "train", t_cal, np.where(split == "calibration", t_test, np.inf))
+    embargoed = np.asarray(last_ms, float) > nxt - float(config.embargo_ms)
+    split[embargoed & (split != "test")] = EMBARGO
+    bounds = {"train_start": iso(sorted_open[0]), "calibration_start": iso(t_cal),
+              "test_start": iso(t_test), "test_end": iso(sorted_open[-1]),
+              "calibration_start_ms": t_cal, "test_start_ms": t_test,
+              "embargo_ms": int(config.embargo_ms),
+              "sessions": {s: int((split == s).sum()) for s in (*SPLITS, EMBARGO)},
+              "rule": "sessions by opening time: the latest test_share are test, the "
+                      "calibration_share before them calibration; a session still running "
+                      "within embargo_ms of the next split's start is embargoed"}
+    return split, bounds
+
+
+def _openings(frame: pd.DataFrame) -> pd.DataFrame:
+    """The first turn of every session (request id, binding, time, text, embedding)."""
+    first = frame.sort_values([L.SESSION_ID, L.TURN_INDEX, L.TIMESTAMP], kind="stable") \
+        .drop_duplicates(L.SESSION_ID, keep="first")
+    cols = {OPENING_REQUEST: first[L.REQUEST_ID].astype(str).to_numpy(),
+            L.SESSION_ID: first[L.SESSION_ID].astype(str).to_numpy(),
+            L.BINDING_ID: first[L.BINDING_ID].to_numpy(),
+            "opening_ms": first[L.TIMESTAMP].to_numpy(np.int64)}
+    for col in (L.PROMPT_TEXT, L.PROMPT_EMBEDDING, L.EMBEDDING_MODEL, L.CATEGORY):
+        cols[col] = LEDGER_SCHEMA.column(first, col).to_numpy(dtype=object)
+    return pd.DataFrame(cols)
+
+
+def _explored_share_refusals(decisions: pd.DataFrame, candidates: Sequence[str], cap: float,
+                             minimum: int, sessions: int) -> tuple[dict, list[str]]:
+    explored = decisions[Label.LABEL_SOURCE] == "exploration"
+    share = float(explored.sum()) / max(sessions, 1)
+    lo, hi = binomial_ci(int(explored.sum()), max(sessions, 1))
+    # the rate the logging policy says it ran: 1 - the propensity of its own choices
+    own = pd.to_numeric(decisions.loc[~explored, Label.PROPENSITY], errors="coerce")
+    logged_rate = float(1.0 - own.median()) if own.notna().any() else None
+    per = decisions.loc[explored, Label.CANDIDATE].value_counts().reindex(
+        list(candidates), fill_value=0)
+    facts = {"explored_sessions": int(explored.sum()), "explored_share": share,
+             "explored_share_ci": [lo, hi], "logged_rate": logged_rate, "cap": cap,
+             "explored_by_candidate": {str(k): int(v) for k, v in per.items()},
+             "min_explored_per_candidate": int(minimum),
+             "support_rule": "every candidate opens >= min_explored_per_candidate sessions "
+                             "with a propensity < 1, and >= that many sessions are explored",
+             "cap_rule": "refused when the logged rate (1 - propensity of the logging policy's "
+                         "own choices) is above the cap, or the explored share's 95% binomial "
+                         "interval lies above it"}
+    errors = []
+    if (logged_rate is not None and logged_rate > cap + 1e-9) or lo > cap:
+        errors.append(f"the explored share of sessions {share:.4f} (95% CI [{lo:.4f}, {hi:.4f}], "
+                      f"logged rate {logged_rate if logged_rate is None else round(logged_rate, 6)}"
+                      f") is above router.exploration.cap={cap:g}: refused (exploration beyond "
+                      "the cap is not a bounded experiment)")
+    # support of a candidate: sessions it opened under the randomized logging policy
+    # (propensity < 1), as its exploration arm or as the logging policy's own choice; a
+    # candidate the deterministic rules always pick is never an exploration arm in that task
+    prop = pd.to_numeric(decisions[Label.PROPENSITY], errors="coerce")
+    support = decisions.loc[prop < 1.0, Label.CANDIDATE].value_counts().reindex(
+        list(candidates), fill_value=0)
+    facts["randomized_sessions_by_candidate"] = {str(k): int(v) for k, v in support.items()}
+    few = {k: int(v) for k, v in support.items() if v < minimum}
+    if int(explored.sum()) < minimum or few:
+        what = (f"candidate(s) {few} opened fewer than {minimum} sessions under the randomized "
+                "logging policy" if few else
+                f"only {int(explored.sum())} explored sessions in all")
+        errors.append(f"too little exploration: {what} (need >= {minimum}, "
+                      "router.receipts.min_explored_per_candidate): the off-policy estimates "
+                      "would have no support there; log more explored traffic")
+    return facts, errors
+
+
+def receipts_table(checked: ValidationResult, candidates: Sequence[str], config: ReceiptsConfig,
+                   *, cap: float, encoder_id: str, where: str = "data.ledger") -> ReceiptsTable:
+    """Validated receipts ledger -> the opening decisions, split by time (module docstring)."""
+    cands = tuple(str(c) for c in candidates)
+    if len(cands) < 2 or len(set(cands)) != len(cands):
+        raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
+                            "distinct candidates (cheapest first)")
+    bad_prop = 0
+    if not checked.quarantine.empty and QUARANTINE_DETAIL in checked.quarantine:
+        bad_prop = int(checked.quarantine[QUARANTINE_DETAIL].astype(str)
+                       .str.contains(L.PROPENSITY, regex=False).sum())
+    if bad_prop:
+        raise ReceiptsError(f"{where}: {bad_prop} row(s) have a {L.PROPENSITY} outside (0, 1] "
+                            "(quarantined): off-policy estimates need the exact logged "
+                            "probability of every choice")
+    frame = checked.valid
+    if frame.empty:
+        raise ReceiptsError(f"{where}: no valid ledger-v1 rows ({checked.by_reason()})")
+    if not has_values(frame, L.ROUTING_SOURCE):
+        raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: explored "
+                            "sessions cannot be told from the logging policy's own choices")
+    present = set(frame[L.SELECTED_MODEL].astype(str).unique())
+    absent = [c for c in cands if c not in present]
+    if absent:
+        raise ReceiptsError(f"{where}: router.candidates {absent} never appear in "
+                            f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
+    try:
+        rows = bandit_rows(frame, validated=True)
+    except ValueError as exc:
+        raise ReceiptsError(f"{where}: {exc}") from exc
+    openings = _openings(frame)
+    first_binding = set(openings[L.BINDING_ID].astype(str))
+    is_opening = rows[Label.BINDING_ID].astype(str).isin(first_binding).to_numpy()
+    escal = ~rows[Label.POLICY_DECISION].astype(bool).to_numpy()
+    in_cands = rows[Label.CANDIDATE].astype(str).isin(cands).to_numpy()
+    report: dict = {
+        "rows_read": checked.rows_read, "rows_valid": checked.rows_valid,
+        "rows_quarantined": checked.rows_quarantined,
+        "quarantine_by_reason": checked.by_reason(),
+        "sessions": int(openings.shape[0]), "bindings": int(len(rows)),
+        "escalation_bindings": int(escal.sum()),
+        "escalation_cost_usd": float(pd.to_numeric(rows.loc[escal, Label.BINDING_COST],
+                                                   errors="coerce").sum()),
+        "mid_session_policy_rebinds_left_out": int((~is_opening & ~escal).sum()),
+        "bindings_of_other_models": int((~in_cands).sum()),
+        "other_models": {str(k): int(v) for k, v in
+                         rows.loc[~in_cands, Label.CANDIDATE].value_counts().head(20).items()},
+    }
+    dec = rows[is_opening & ~escal].copy()
+    report["sessions_opening_other_model"] = int((~dec[Label.CANDIDATE].isin(cands)).sum())
+    report["openings_by_escalation_left_out"] = int(openings.shape[0] - len(dec))
+    dec = dec[dec[Label.CANDIDATE].isin(cands)]
+    no_outcome = dec[Label.REWARD].isna()
+    report["openings_without_outcome"] = int(no_outcome.sum())
+    dec = dec[~no_outcome]
+    facts, errors = _explored_share_refusals(dec, cands, float(cap),
+                                             int(config.min_explored_per_candidate),
+                                             len(openings))
+    report["exploration"] = facts
+    if errors:
+        raise ReceiptsError(f"{where}: {errors[0]}")
+    o = openings.set_index(L.BINDING_ID)
+    dec = dec.join(o, on=L.BINDING_ID, rsuffix="_opening")
+    texts, emb = _representations(dec, encoder_id, where)
+    last = frame.groupby(L.SESSION_ID, sort=False)[L.TIMESTAMP].max()
+    split_of, bounds = session_time_split(
+        openings["opening_ms"].to_numpy(np.int64),
+        last.reindex(openings[L.SESSION_ID]).to_numpy(np.int64),
+        openings[L.SESSION_ID].to_numpy(), config)
+    split = pd.Series(split_of, index=openings[L.SESSION_ID].to_numpy())
+    dec["split"] = split.reindex(dec[Label.SESSION_ID].astype(str)).to_numpy()
+    dec["action"] = dec[Label.CANDIDATE].map({c: k for k, c in enumerate(cands)}).astype(np.int64)
+    cat = dec[L.CATEGORY] if L.CATEGORY in dec else pd.Series(None, index=dec.index)
+    if O.TASK in dec:  # an extra `task` column stands in where `category` is absent
+        cat = cat.where(cat.notna(), dec[O.TASK])
+    dec["category"] = cat.to_numpy(dtype=object)
+    dec["prompt_tokens"] = pd.to_numeric(dec[L.PROMPT_TOKENS], errors="coerce").to_numpy(float) \
+        if L.PROMPT_TOKENS in dec else np.nan
+    keep = (dec["split"] != EMBARGO).to_numpy()
+    report["decisions"] = {s: int((dec["split"] == s).sum()) for s in (*SPLITS, EMBARGO)}
+    dec = dec[keep].reset_index(drop=True)
+    texts = [t for t, k in zip(texts, keep, strict=True) if k]
+    emb = None if emb is None else emb[keep]
+    report["representation"] = {"prompt_text": int(sum(t is not None for t in texts)),
+                                "prompt_embedding": int(sum(t is None for t in texts)),
+                                "encoder_id": encoder_id}
+    report["logging_policy"] = {
+        "opening_by_candidate": {str(k): int(v) for k, v in
+                                 dec[Label.CANDIDATE].value_counts().items()},
+        "propensities": {f"{p:.6g}": int(c) for p, c in
+                         dec[Label.PROPENSITY].round(12).value_counts().sort_index().items()}}
+    return ReceiptsTable(cands, dec, texts, emb, report, bounds)
+
+
+def _representations(dec: pd.DataFrame, encoder_id: str, where: str
+                     ) -> tuple[list[str | None], np.ndarray | None]:
+    """Text where the opening turn has it, else an embedding made by the configured encoder."""
+    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
+    has_text = np.array([isinstance(t, str) for t in text])
+    emb_model = dec[L.EMBEDDING_MODEL].to_numpy(dtype=object)
+    vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
+    has_vec = np.array([v is not None and not (isinstance(v, float) and np.isnan(v))
+                        for v in vec])
+    matching = has_vec & (emb_model == encoder_id)
+    missing = ~has_text & ~matching
+    if missing.any():
+        other = sorted({str(m) for m, hv, ht in zip(emb_model, has_vec, has_text, strict=True)
+                        if hv and not ht and m != encoder_id})
+        why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
+               f"{encoder_id!r}" if other else "")
+        raise ReceiptsError(f"{where}: {int(missing.sum())} of {len(dec)} opening decisions have "
+                            f"neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of the "
+                            f"configured encoder{why}: the router cannot see those prompts")
+    texts = [str(t) if h else None for t, h in zip(text, has_text, strict=True)]
+    use_vec = ~has_text
+    if not use_vec.any():
+        return texts, None
+    dims = {len(v) for v in vec[use_vec]}
+    if len(dims) != 1:
+        raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths {sorted(dims)}")
+    d = dims.pop()
+    emb = np.full((len(dec), d), np.nan, dtype=np.float32)
+    emb[use_vec] = np.stack([np.asarray(v, dtype=np.float32) for v in vec[use_vec]])
+    return texts, emb
+
+
+def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
+                cost: RouterCostConfig | None = None) -> tuple[pd.DataFrame, dict]:
+    """Outcomes-v1 replays -> label rows of train / calibration openings (module docstring).
+
+    Returns (rows with Label.* columns, `row` = index into table.decisions, `action`,
+    label_source "replay", propensity NaN; the counts)."""
+    cols = [Label.SESSION_ID, Label.CONTEXT_KEY, Label.CANDIDATE, Label.REWARD, Label.COST,
+            Label.PROPENSITY, Label.LABEL_SOURCE, "row", "action", "split"]
+    if replays is None:
+        return pd.DataFrame(columns=cols), {"given": False}
+    checked = validate_outcomes(replays, source="data.replays")
+    valid = checked.valid
+    report = {"given": True, "rows_read": checked.rows_read,
+              "rows_quarantined": checked.rows_quarantined,
+              "quarantine_by_reason": checked.by_reason()}
+    dec = table.decisions
+    key = pd.Series(np.arange(len(dec)), index=dec[OPENING_REQUEST].astype(str))
+    pid = valid[O.PROMPT_ID].astype(str)
+    known = pid.isin(key.index)
+    report["unknown_prompts"] = int((~known).sum())
+    valid = valid[known.to_numpy()]
+    row = key.reindex(valid[O.PROMPT_ID].astype(str)).to_numpy(np.int64)
+    split = dec["split"].to_numpy()[row]
+    in_fit = np.isin(split, ("train", "calibration"))
+    report["test_prompts_left_out"] = int((~in_fit).sum())
+    cand_ok = valid[O.CANDIDATE].astype(str).isin(table.candidates).to_numpy()
+    report["other_candidates_left_out"] = int((in_fit & ~cand_ok).sum())
+    logged = dec[Label.CANDIDATE].astype(str).to_numpy()[row] == valid[O.CANDIDATE].astype(str)
+    report["logged_candidate_left_out"] = int((in_fit & cand_ok & logged.to_numpy()).sum())
+    use = in_fit & cand_ok & ~logged.to_numpy()
+    valid, row, split = valid[use], row[use], split[use]
+    dup = pd.DataFrame({"row": row, "c": valid[O.CANDIDATE].to_numpy()}).duplicated().to_numpy()
+    report["duplicates_left_out"] = int(dup.sum())
+    valid, row, split = valid[~dup], row[~dup], split[~dup]
+    usd, how = resolve_cost(valid, cost or RouterCostConfig(), "data.replays", strict=False)
+    report["cost_source"] = {str(k): int(v) for k, v in how.value_counts().items()}
+    lookup = {c: k for k, c in enumerate(table.candidates)}
+    out = pd.DataFrame({
+        Label.SESSION_ID: dec[Label.SESSION_ID].to_numpy()[row],
+        Label.CONTEXT_KEY: valid[O.PROMPT_ID].astype(str).to_numpy(),
+        Label.CANDIDATE: valid[O.CANDIDATE].astype(str).to_numpy(),
+        Label.REWARD: pd.to_numeric(valid[O.SCORE], errors="coerce").to_numpy(float),
+        Label.COST: usd.to_numpy(float), Label.PROPENSITY: np.nan,
+        Label.LABEL_SOURCE: "replay", "row": row,
+        "action": valid[O.CANDIDATE].map(lookup).to_numpy(np.int64), "split": split})
+    report["used"] = {s: int((split == s).sum()) for s in ("train", "calibration")}
+    report["prompts_replayed"] = int(len(np.unique(row)))
+    return out[cols], report
+
+
+def logging_rules(table: ReceiptsTable) -> dict:
+    """The logging policy as observed on train: per category the candidate it chose most
+    often outside exploration, and its overall most frequent choice as the default (the
+    rules the served router falls back to; `ScenarioRules.from_choices`)."""
+    d = table.decisions
+    d = d[(d["split"] == "train") & (d[Label.LABEL_SOURCE] != "exploration")]
+    if d.empty:
+        d = table.decisions[table.decisions[Label.LABEL_SOURCE] != "exploration"]
+    default = str(d[Label.CANDIDATE].value_counts().idxmax()) if len(d) else table.candidates[-1]
+    by_cat = {}
+    cats = d["category"].dropna().astype(str)
+    for c, grp in d.loc[cats.index].groupby(cats):
+        by_cat[str(c)] = str(grp[Label.CANDIDATE].value_counts().idxmax())
+    return {"task_candidate": by_cat, "default_candidate": default,
+            "fitted_on": int(len(d)),
+            "note": "the logging policy's most frequent non-explored choice per category on "
+                    "the train sessions (observed, not fitted on outcomes)"}
+

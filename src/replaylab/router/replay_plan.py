@@ -1,0 +1,87 @@
+"""Which offline replays would teach the router most: `replay_plan.jsonl`.
+
+The next round's replays join train and calibration openings, and today's latest
+sessions are the next round's training data, so the plan ranks the (opening
+prompt, candidate) pairs of the latest sessions (calibration and test) whose
+outcome is unobserved (not the logged candidate) by
+
+    priority(i, a) = p_ia (1 - p_ia)  x  exp(-|q_ia - t| / scale)
+
+p_ia: the served head's P(success) of candidate a on prompt i; p (1 - p) is the
+Bernoulli variance of that outcome under the head, largest where the head is
+least sure. q_ia: a's routing score (`runtime.routing.routing_scores`), t: the
+served threshold; the second factor is 1 where a sits on the decision boundary and
+falls off with its distance (scale 0.1 of a probability), so a replay that could
+flip a served decision ranks before one that could not. Ties go to the later
+session. The budget caps the rows; one prompt may appear with several candidates.
+No prompt text is written: `prompt_id` is the opening turn's `request_id`, which
+the user looks up in their own ledger, replays offline, and passes back as
+outcomes-v1 rows (`data.replays`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from replaylab.config import fail_field
+from replaylab.runtime.routing import routing_scores
+
+SCALE = 0.1
+
+
+@dataclass(frozen=True)
+class ReplayPlanConfig:
+    """budget: rows of replay_plan.jsonl (0: no plan); splits: whose openings are ranked."""
+
+    budget: int = 200
+    splits: tuple[str, ...] = ("calibration", "test")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
+            fail_field(type(self).__name__, "budget", self.budget, "must be an integer >= 0")
+        object.__setattr__(self, "splits", tuple(str(s) for s in self.splits))
+
+
+def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, rule: str,
+                meta: pd.DataFrame, candidates: tuple[str, ...], budget: int) -> pd.DataFrame:
+    """The ranked plan (module docstring).
+
+    prob: (n, K) served P(success) of the ranked openings; logged_action: (n,) column
+    logged for each; meta: n rows with prompt_id, session_id, opening_ms. Returns at most
+    `budget` rows: prompt_id, candidate, session_id, opening_ms, p_success, boundary_gap,
+    priority, rank (1 = first)."""
+    prob = np.asarray(prob, float)
+    n, k = prob.shape
+    if n == 0 or budget == 0:
+        return pd.DataFrame(columns=["rank", "prompt_id", "candidate", "session_id",
+                                     "opening_ms", "p_success", "boundary_gap", "priority"])
+    gap = np.abs(routing_scores(prob, rule) - float(threshold)) if np.isfinite(threshold) \
+        else np.full_like(prob, np.inf)
+    priority = prob * (1.0 - prob) * np.exp(-np.minimum(gap, 1e6) / SCALE)
+    priority[np.arange(n), np.asarray(logged_action, np.int64)] = -np.inf  # observed already
+    i, a = np.divmod(np.arange(n * k), k)
+    flat = priority.ravel()
+    opening = meta["opening_ms"].to_numpy(np.int64)[i]
+    order = np.lexsort((-opening, -flat))
+    order = order[np.isfinite(flat[order])][:budget]
+    i, a = i[order], a[order]
+    return pd.DataFrame({
+        "rank": np.arange(1, len(order) + 1),
+        "prompt_id": meta["prompt_id"].to_numpy()[i],
+        "candidate": np.asarray(candidates, dtype=object)[a],
+        "session_id": meta["session_id"].to_numpy()[i],
+        "opening_ms": opening[order],
+        "p_success": prob[i, a], "boundary_gap": gap[i, a], "priority": flat[order]})
+
+
+def write_replay_plan(plan: pd.DataFrame, path: Path) -> Path:
+    """replay_plan.jsonl: one JSON object per row, ranked."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plan.to_json(path, orient="records", lines=True)
+    if plan.empty:
+        path.write_text("")
+    return path
