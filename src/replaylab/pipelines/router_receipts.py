@@ -79,12 +79,13 @@ class ReceiptsRun(RouterRun):
 
     test_choice: (n,) served column per test decision; test_embeddings (n, d), test_meta,
     test_texts: the inputs those decisions were made from (texts None where the ledger
-    gave an embedding)."""
+    gave an embedding); test_sessions: (n,) their session ids."""
 
     test_choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     test_embeddings: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     test_meta: dict = field(default_factory=dict)
     test_texts: list = field(default_factory=list)
+    test_sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
 
 
 def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
@@ -402,10 +403,10 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     for j, c in enumerate(cands):
         decisions[f"p_{c}"] = prob_te[:, j]
     decisions.to_parquet(out_dir / "router_decisions_test.parquet", index=False)
-    labels = pd.concat([d.drop(columns=[c for c in ("prompt_text", "prompt_embedding")
-                                        if c in d.columns]),
-                        rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]})],
-                       ignore_index=True, sort=False)
+    labels = d.drop(columns=[c for c in ("prompt_text", "prompt_embedding") if c in d.columns])
+    if len(rep):  # ids, labels, metadata: no text, no embeddings
+        labels = pd.concat([labels, rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]})],
+                           ignore_index=True, sort=False)
     labels.to_parquet(out_dir / "router_labels.parquet", index=False)
 
     plan_rows = np.flatnonzero(d["split"].isin(cfg.replay_plan.splits).to_numpy())
@@ -463,5 +464,6 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                       golden_inputs=_golden_inputs(table, masks["test"]), rules_equal=None,
                       test_choice=choice_te, test_embeddings=E["test"],
                       test_meta=meta["test"],
-                      test_texts=[table.texts[i] for i in idx["test"]])
+                      test_texts=[table.texts[i] for i in idx["test"]],
+                      test_sessions=te_d[Label.SESSION_ID].astype(str).to_numpy())
     return summary, run

@@ -368,3 +368,30 @@ def replay_outcomes(sim: ReceiptsSimulation, matrix: OutcomeMatrix, texts: dict[
                         O.SUCCESS: bool(matrix.success[i, k]), O.COST: float(matrix.cost[i, k])})
     return pd.DataFrame(out, columns=[O.VERSION, O.PROMPT_ID, O.PROMPT_TEXT, O.TASK, O.CANDIDATE,
                                       O.SCORE, O.SUCCESS, O.COST])
+
+
+def policy_truth(sim: ReceiptsSimulation, matrix: OutcomeMatrix, session_ids: np.ndarray,
+                 choice: np.ndarray) -> dict:
+    """The true opening-turn value of a deterministic policy on some simulated sessions,
+    beside the logging policy's expected value, from the full table (`sim.truth`).
+
+    session_ids: (n,) ids of the sessions; choice: (n,) column the policy opens them with.
+    Returns quality and cost per opening call of the policy and of the logging policy
+    (sum_a pi_0(a | s) value(s, a)) and their differences policy - logging."""
+    pos = pd.Series(np.arange(len(sim.truth.session_id)),
+                    index=sim.truth.session_id.astype(str)).reindex(
+        np.asarray(session_ids, dtype=str)).to_numpy()
+    if np.isnan(pos.astype(float)).any():
+        raise ValueError("policy_truth: some session ids are not in the simulation")
+    pos = pos.astype(np.int64)
+    rows = sim.truth.prompt_row[pos]
+    q, c = matrix.score[rows], matrix.cost[rows]
+    p0 = sim.logging_probs[pos]
+    ch = np.asarray(choice, np.int64)
+    at = np.arange(len(pos))
+    out = {"quality": float(q[at, ch].mean()), "cost": float(c[at, ch].mean()),
+           "logging_quality": float((p0 * q).sum(axis=1).mean()),
+           "logging_cost": float((p0 * c).sum(axis=1).mean()), "sessions": int(len(pos))}
+    out["diff_quality"] = out["quality"] - out["logging_quality"]
+    out["diff_cost"] = out["cost"] - out["logging_cost"]
+    return out
