@@ -179,8 +179,12 @@ def _clip(ci: list[float], lo: float, hi: float) -> list[float]:
 
 
 def _interval(est: dict, key: str, lo: float, hi: float, tag: str) -> dict:
-    return {"estimate": float(est[key]),
-            "ci": _clip([est[f"{key}-lo-{tag}"], est[f"{key}-hi-{tag}"]], lo, hi)}
+    """{"estimate", "ci"}: the percentile interval clipped to the feasible [lo, hi], and
+    widened to the estimate where float rounding of a degenerate bootstrap (every
+    replicate equal) leaves it a few ulps outside."""
+    v = float(est[key])
+    a, b = _clip([est[f"{key}-lo-{tag}"], est[f"{key}-hi-{tag}"]], lo, hi)
+    return {"estimate": v, "ci": [min(a, v), max(b, v)]}
 
 
 def _sessions_needed(diff: dict, bound: float, n_explored: int, side: str) -> float | None:
@@ -252,7 +256,10 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
         out["session_cost"] = _interval(s_est, "dr", 0.0, math.inf, tag)
     out["diff"] = {"quality": paired_difference(b_q, target, prob, ev),
                    "cost": paired_difference(b_c, target, q_cost, ev)}
-    out["diff"]["quality"]["ci"] = _clip(out["diff"]["quality"]["ci"], -1.0, 1.0)
+    for key, (lo, hi) in (("quality", (-1.0, 1.0)), ("cost", (-math.inf, math.inf))):
+        dd = out["diff"][key]
+        a, b = _clip(dd["ci"], lo, hi)
+        dd["ci"] = [min(a, dd["estimate"]), max(b, dd["estimate"])]
     out["logging"] = {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
                       **({"session_cost": on_policy_value(_logged(d, cands, Label.SESSION_COST),
                                                           ev)} if sess else {})}
