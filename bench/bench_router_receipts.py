@@ -3,7 +3,9 @@
 Ledger: `simulate_receipts` on the shipped RouteLLM GSM8K outcomes with enough sessions
 per prompt for --rows turns (5% exploration, escalation), written as a deployment writes
 it (`deployment_ledger`) to Parquet, plus replays of 25% of the opening prompts (not
-timed). Timed, with the peak RSS of this process (bench_projection.PeakRSS):
+timed). The router config is conf/router/default.yaml as
+`python -m training pipeline=router` composes it (the shipped GSM8K candidates). Timed,
+with the peak RSS of this process (bench_projection.PeakRSS):
 
 - read: `read_ledger` of the Parquet file (validation and quarantine included);
 - train: `train_router_receipts` (receipts table, time split, embeddings through the
@@ -20,11 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench_projection import PeakRSS
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from router_results import router_values  # noqa: E402
 
 from replaylab.apps.router import default_outcomes, static_encoder_folder
 from replaylab.contracts import read_ledger
@@ -40,7 +46,6 @@ from replaylab.sources.routellm import import_routellm_gsm8k
 
 REPO = Path(__file__).resolve().parents[1]
 GB = 2**30
-CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 
 def main() -> None:
@@ -49,8 +54,9 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     outcomes = import_routellm_gsm8k(default_outcomes())
-    cfg = router_config({"candidates": [CHEAP, STRONG], "head": {"num_threads": 2},
-                         "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}}})
+    values = router_values(0)  # conf/router/default.yaml as `python -m training` composes it
+    values.pop("encoder")
+    cfg = router_config(values)
     m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     rules = ScenarioRules(cfg.labels.rules).fit(m)
     per = max(1, math.ceil(args.rows / (m.n_prompts * 2.9)))  # ~2.9 turns a session

@@ -10,6 +10,7 @@ the real static MiniLM tier.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -311,11 +312,12 @@ def test_entry_point_on_receipt_files(files, tmp_path):
     led.to_parquet(led_path, index=False)
     rep.to_json(rep_path, orient="records", lines=True)
     cmd = [sys.executable, "-m", "training", "pipeline=router", f"data.ledger={led_path}",
-           f"data.replays={rep_path}", "router.encoder.tier=static", "tracking=off",
+           f"data.replays={rep_path}", "router.encoder.tier=static",
+           f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
            "router.head.max_epochs=10", "router.head.teachers=1", "router.receipts.n_boot=200",
            f"hydra.run.dir={tmp_path / 'run'}"]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
-                         env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["served_check"]["agreement"] == 1.0 and s["served_check"]["loaded"]
@@ -323,9 +325,16 @@ def test_entry_point_on_receipt_files(files, tmp_path):
     assert (tmp_path / "run" / "router_report.html").is_file()
     manifest = json.loads((tmp_path / "run" / "artifacts" / "router" / "manifest.json").read_text())
     assert manifest["training"]["go"] == s["go"]  # what serving and the registry get
+    from mlflow.tracking import MlflowClient
+
+    reg = s["registry"][0]
+    mv = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_model_version(
+        reg["name"], str(reg["version"]))
+    assert mv.tags["replaylab.go"] == str(s["go"]).lower()  # the promotion gate reads this
     bad = tmp_path / "bad.jsonl"
     bad.write_text(led.head(50).assign(propensity=2.0).to_json(orient="records", lines=True))
-    res = subprocess.run(cmd[:4] + [f"data.ledger={bad}"] + cmd[6:], cwd=REPO,
+    res = subprocess.run(cmd[:4] + [f"data.ledger={bad}", "tracking=off"] + cmd[6:7] + cmd[8:],
+                         cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert res.stderr.startswith("error: data.ledger: ") and "Traceback" not in res.stderr

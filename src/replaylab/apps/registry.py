@@ -312,7 +312,12 @@ def register_outcome(run: Any, summary: dict, cfg: DictConfig) -> list[dict]:
                 r["rescore"] = {"champion": doc["champion"]["version"],
                                 **({"error": doc["error"]} if "error" in doc
                                    else doc["comparison"])}
-        if kind == "router" and cfg.get("router") is not None and cfg.get("data") is not None:
+        if kind == "router" and summary.get("mode") == "receipts":
+            # the champion re-score rebuilds test prompts from an outcome table; a receipts
+            # run is judged by OPE on its own test sessions instead (not re-scored here)
+            r["rescore"] = {"champion": None, "note": "receipts mode: not re-scored against "
+                            "the champion (OPE on the run's test sessions is the verdict)"}
+        elif kind == "router" and cfg.get("router") is not None and cfg.get("data") is not None:
             mv = c.get_model_version(r["name"], str(r["version"]))
             doc = rescore_router_against(c, cfg, r["name"], mv, Path(folder))
             if doc is not None:

@@ -33,6 +33,7 @@ into one row per binding: (context key, action, reward, propensity, cost, sessio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -395,3 +396,80 @@ def policy_truth(sim: ReceiptsSimulation, matrix: OutcomeMatrix, session_ids: np
     out["diff_quality"] = out["quality"] - out["logging_quality"]
     out["diff_cost"] = out["cost"] - out["logging_cost"]
     return out
+
+
+def serve_sessions(binder: Any, matrix: OutcomeMatrix, texts: dict[str, str], *,
+                   sessions: int, seed: int, start_ms: int, mean_turns: float = 3.0,
+                   max_turns: int = 8, mean_session_gap_s: float = 30.0,
+                   mean_think_s: float = 20.0, session_prefix: str = "r1-"
+                   ) -> ReceiptsSimulation:
+    """New traffic through a served session binder (`replaylab.runtime.SessionBinder`),
+    with outcomes read from the full table: the receipts a deployment of the binder writes.
+
+    Each new session opens on a prompt drawn uniformly from `matrix` (with replacement);
+    every turn asks the binder (`bind`: opening decision, then sticky), the served
+    candidate's outcome and cost come from the table (as in `simulate_receipts`), and a
+    failed turn is reported (`report_failure`: the binder escalates). The ledger rows carry
+    the binder's receipt fields under their contract names, `category` (the task) and
+    `prompt_text` on opening turns. The truth keeps what every opening candidate would have
+    produced, and `logging_probs` the binder's exact opening policy (its router's choice
+    with 1 - rate, each other candidate rate / (K - 1); from the receipts' propensities).
+    """
+    rng = np.random.default_rng(seed)
+    k = len(matrix.candidates)
+    col = {c: j for j, c in enumerate(matrix.candidates)}
+    rows = rng.integers(0, matrix.n_prompts, size=sessions)
+    turns = np.minimum(rng.geometric(1.0 / mean_turns, size=sessions), max_turns)
+    opens = start_ms + np.cumsum(np.round(rng.exponential(mean_session_gap_s * 1000.0,
+                                                          size=sessions))).astype(np.int64)
+    think = np.round(rng.exponential(mean_think_s * 1000.0, size=(sessions, max_turns)))
+    offsets = (np.cumsum(think, axis=1) - think[:, :1]).astype(np.int64)
+    task = matrix.meta[O.TASK].astype(str).to_numpy()
+    length = matrix.meta[Label.PROMPT_LENGTH].to_numpy(float)
+    records, opening = [], np.zeros(sessions, np.int64)
+    probs = np.zeros((sessions, k))
+    sid = np.array([f"{session_prefix}{seed}-{s}" for s in range(sessions)], dtype=object)
+    for s in range(sessions):
+        i = int(rows[s])
+        text = texts.get(matrix.prompt_ids[i], "")
+        for t in range(int(turns[s])):
+            r = binder.bind(sid[s], text, category=task[i], prompt_tokens=float(length[i]))
+            a = col[r.selected_model]
+            if t == 0:
+                opening[s] = a
+                p = float(r.propensity)
+                explored = r.routing_source == RoutingSource.EXPLORATION
+                probs[s] = (1.0 - p) / max(k - 1, 1) if not explored else p
+                probs[s, a] = p
+                if explored:  # the router's own choice had the rest: 1 - (K - 1) p
+                    own = col[binder.router_choice(sid[s])]
+                    probs[s, own] = 1.0 - (k - 1) * p
+            ok = bool(matrix.success[i, a])
+            records.append({
+                L.VERSION: LEDGER_VERSION, L.REQUEST_ID: f"{sid[s]}/t{t}", L.SESSION_ID: sid[s],
+                L.TURN_INDEX: t, L.TIMESTAMP: int(opens[s] + offsets[s, t]),
+                L.PROMPT_TOKENS: int(round(matrix.prompt_tokens[i, a]))
+                if np.isfinite(matrix.prompt_tokens[i, a]) else None,
+                L.COMPLETION_TOKENS: int(round(matrix.completion_tokens[i, a]))
+                if np.isfinite(matrix.completion_tokens[i, a]) else None,
+                L.LIFECYCLE_STATE: LifecycleState.COMPLETED, L.ACTUAL_COST: float(matrix.cost[i, a]),
+                L.CURRENCY: CURRENCY, L.CATEGORY: task[i],
+                L.OUTCOME_STATUS: OutcomeStatus.SUCCESS if ok else OutcomeStatus.FAILURE,
+                L.OUTCOME_SCORE: float(matrix.score[i, a]),
+                L.PROMPT_TEXT: text if t == 0 else None, **r.as_record()})
+            if not ok:
+                binder.report_failure(sid[s])
+    frame = pd.DataFrame(records)
+    checked = validate_ledger(frame, source="serve_sessions")
+    if checked.rows_quarantined:
+        raise RuntimeError(f"served receipts failed ledger-v1: {checked.by_reason()}")
+    order = np.array([col[c] for c in getattr(binder, "ladder", matrix.candidates)])
+    next_of = np.arange(k)
+    next_of[order[:-1]] = order[1:]
+    truth = _truth(matrix, rows, turns, next_of, True, sid.astype(str))
+    stats = {"sessions": sessions, "turns": len(frame), "prompts": matrix.n_prompts,
+             "exploration_sessions": int((frame[L.TURN_INDEX].eq(0)
+                                          & frame[L.ROUTING_SOURCE].eq(RoutingSource.EXPLORATION)
+                                          ).sum()),
+             "binder": binder.stats() if hasattr(binder, "stats") else None}
+    return ReceiptsSimulation(checked.valid, truth, probs, opening, stats)
