@@ -51,7 +51,7 @@ def _cfg(**over) -> object:
     base = {"candidates": [CHEAP, STRONG],
             "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
             "head": {"max_epochs": 20, "num_threads": 1, "teachers": 1},
-            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5},
+            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5, "spread_seeds": 1},
             "replay_plan": {"budget": 50}}
     base.update(over)
     return router_config(base)
@@ -114,6 +114,18 @@ def test_summary_keys_and_one_verdict(trained):
                  "router_labels.parquet", "replay_plan.jsonl"):
         assert (out / name).is_file(), name
     assert run.threshold == s["operating_point"]["threshold"]  # the shipped point is the judged one
+    assert s["spread"]["seeds"] == [0] and s["spread"]["go"] == [s["go"]]
+
+
+def test_seed_to_seed_spread_beside_the_headline(files, tmp_path):
+    led, rep = files
+    s, _ = train_router_receipts(validate_ledger(led), rep,
+                                 _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5,
+                                                "spread_seeds": 2}), tmp_path, _tfidf, ENCODER)
+    sp = s["spread"]
+    assert sp["seeds"] == [0, 1] and len(sp["diff_quality"]["values"]) == 2
+    assert sp["diff_quality"]["values"][0] == s["ope"]["diff"]["quality"]["estimate"]
+    assert sp["diff_quality"]["min"] <= sp["diff_quality"]["max"]
 
 
 def test_time_split_by_session_with_embargo(trained, files):

@@ -42,7 +42,7 @@ from replaylab.contracts import ValidationResult
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router import RouterRun
 from replaylab.router.config import RouterEvalConfig
-from replaylab.router.head import SuccessHead
+from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_onnx import DeployedHead
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds
@@ -280,18 +280,38 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
     return out
 
 
-def _fit(cfg: RouterPipelineConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
+def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
          head_scorer: str) -> tuple[SuccessHead, Any]:
-    head = SuccessHead(cfg.head, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
+    """The head fitted on train, calibrated on calibration, as the runtime serves it."""
+    head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
     head.calibrate(E["calibration"], meta["calibration"], rows["calibration"])
-    if cfg.head.calibration == "isotonic":
+    if hc.calibration == "isotonic":
         return head, head
     n = min(256, len(E["calibration"]))
-    deployed = DeployedHead(head, threads=cfg.head.num_threads,
+    deployed = DeployedHead(head, threads=hc.num_threads,
                             parity_embedding=E["calibration"][:n],
                             parity_meta={key: v[:n] for key, v in meta["calibration"].items()},
                             scorer=head_scorer)
     return head, deployed
+
+
+def _spread(seed: int, point: dict, ope: dict, others: list[dict], margin: float) -> dict:
+    """The headline figures over head seeds (same data, same split): values, min, max."""
+    rows = [{"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
+             "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
+             "go": bool(ope["diff"]["quality"]["ci"][0] >= -margin
+                        and ope["diff"]["cost"]["ci"][1] < 0)}, *others]
+
+    def stat(get: Callable[[dict], float]) -> dict:
+        v = [float(get(r)) for r in rows]
+        return {"values": v, "min": min(v), "max": max(v), "mean": float(np.mean(v))}
+
+    return {"seeds": [r["seed"] for r in rows], "what": "the head refitted with each seed on "
+            "the same sessions and split; threshold chosen again on calibration",
+            "dr_quality": stat(lambda r: r["dr_quality"]),
+            "diff_quality": stat(lambda r: r["diff_quality"]["estimate"]),
+            "diff_cost": stat(lambda r: r["diff_cost"]["estimate"]),
+            "go": [bool(r["go"]) for r in rows], "rows": rows}
 
 
 def _golden_inputs(table: ReceiptsTable, test: np.ndarray) -> list[dict]:
@@ -343,12 +363,14 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     E = {s: E_all[i] for s, i in idx.items()}
     meta = {s: _meta(d.iloc[i]) for s, i in idx.items()}
     mw = cfg.head.max_weight
-    rows = {s: _rows(d.iloc[idx[s]], rep[rep["split"] == s], local[s], mw)
-            for s in ("train", "calibration")}
+
+    def rows_for(max_weight: float | None) -> dict:
+        return {s: _rows(d.iloc[idx[s]], rep[rep["split"] == s], local[s], max_weight)
+                for s in ("train", "calibration")}
 
     t0 = time.perf_counter()
     say("training the head")
-    head, deployed = _fit(cfg, cfg.seed, E, meta, rows, k, head_scorer)
+    head, deployed = _fit(cfg.head, cfg.seed, E, meta, rows_for(mw), k, head_scorer)
     timings["head"] = time.perf_counter() - t0
     ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
                           n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
@@ -385,6 +407,24 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     ope = evaluate_test(prob_te, choice_te, te_d, cands, cost_model(len(te_d)),
                         np.repeat(unit_session[None, :], len(te_d), axis=0), ev)
     timings["ope"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spread_rows = []
+    for j in range(1, int(cfg.receipts.spread_seeds)):
+        say(f"seed-to-seed spread: head seed {cfg.seed + j}")
+        _, dep_j = _fit(cfg.head, cfg.seed + j, E, meta, rows_for(mw), k, head_scorer)
+        point_j, top_j, _ = operating_point(dep_j)
+        prob_j = dep_j.predict_proba(E["test"], meta["test"])
+        choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
+        ope_j = evaluate_test(prob_j, choice_j, te_d, cands, cost_model(len(te_d)),
+                              np.repeat(unit_session[None, :], len(te_d), axis=0), ev)
+        spread_rows.append({"seed": cfg.seed + j, "threshold": point_j["threshold"],
+                            "dr_quality": ope_j["dr"]["estimate"],
+                            "diff_quality": ope_j["diff"]["quality"],
+                            "diff_cost": ope_j["diff"]["cost"],
+                            "go": gate(ope_j, float(cfg.go.quality_margin),
+                                       ope_j["explored_sessions"], 1.0, 1.0)["go"]})
+    spread = _spread(cfg.seed, point, ope, spread_rows, float(cfg.go.quality_margin))
+    timings["spread"] = time.perf_counter() - t0
     rate = ope["explored_sessions"] / max(ope["sessions"], 1)
     verdict = gate(ope, float(cfg.go.quality_margin), ope["explored_sessions"],
                    max(rate, 1e-9), float(cfg.go.sessions_per_day))
@@ -448,7 +488,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         | {"rule": rule, "fallback_candidate": cands[top],
            "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
                         "reaches the logging policy's calibration quality"},
-        "ope": ope, **verdict,
+        "ope": ope, **verdict, "spread": spread,
         "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
                  "logging": {"quality": ope["logging"]["quality"]["estimate"],
                              "cost": ope["logging"]["cost"]["estimate"]}},

@@ -101,6 +101,13 @@ def write_receipts_report(summary: dict, out_dir: Path) -> Path:
     verdict = (f"<p>{badge(bool(go), 'GO', 'NO-GO')} {escape(summary.get('go_reason', ''))}</p>"
                f"<p class='src'>{escape((summary.get('go_detail') or {}).get('rule', ''))}; the "
                "registry gate and serving read this verdict from the artifact manifest.</p>")
+    sp_ = summary.get("spread") or {}
+    if sp_.get("seeds"):
+        dq, dc = sp_.get("diff_quality") or {}, sp_.get("diff_cost") or {}
+        verdict += (f"<p class='src'>Seed-to-seed spread (head seeds {sp_['seeds']}, same "
+                    f"sessions): quality vs logging {_f(dq.get('min'))} .. {_f(dq.get('max'))}, "
+                    f"cost vs logging {_f(dc.get('min'))} .. {_f(dc.get('max'))} USD/call; GO in "
+                    f"{sum(sp_.get('go') or [])} of {len(sp_['seeds'])}.</p>")
     warn = "".join(f"<div class='box'>{escape(w)}</div>" for w in ope.get("warnings") or [])
     window = {"generated": datetime.now(UTC).isoformat(timespec="seconds"),
               "data window": f"{sp.get('train_start')} .. {sp.get('test_end')}",
