@@ -140,6 +140,8 @@ def main() -> None:
                 row = {"seed": seed, "error": str(exc)[:300]}
             row = {"data": name, "tier": args.tier, "rate": args.rate, **row}
             rows.append(row)
+            with args.out.with_suffix(".rows.jsonl").open("a") as f:  # kept if a later run dies
+                f.write(json.dumps(row, default=str) + "\n")
             print(json.dumps({k: row.get(k) for k in ("data", "seed", "covers", "go",
                                                       "truth_says_go", "error")}), flush=True)
     doc = {"command": " ".join(sys.argv), "summary": summarize(rows), "rows": rows}
