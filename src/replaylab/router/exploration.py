@@ -356,11 +356,12 @@ def replay_outcomes(sim: ReceiptsSimulation, matrix: OutcomeMatrix, texts: dict[
     rng = np.random.default_rng(seed)
     pick = first.iloc[np.sort(rng.choice(len(first), size=int(round(share * len(first))),
                                          replace=False))] if len(first) else first
-    row_of = pd.Series(np.arange(matrix.n_prompts), index=matrix.prompt_ids)
+    row_of = pd.Series(sim.truth.prompt_row, index=sim.truth.session_id.astype(str))
     out = []
-    for rid, pid, logged in zip(pick[L.REQUEST_ID], pick[O.PROMPT_ID], pick[L.SELECTED_MODEL],
+    for rid, sid, logged in zip(pick[L.REQUEST_ID], pick[L.SESSION_ID], pick[L.SELECTED_MODEL],
                                 strict=True):
-        i = int(row_of[pid])
+        i = int(row_of[str(sid)])
+        pid = matrix.prompt_ids[i]
         for k, cand in enumerate(matrix.candidates):
             if cand == logged:
                 continue
