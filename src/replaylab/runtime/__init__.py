@@ -25,6 +25,8 @@ _LAZY = {
     "ledger_record": "replaylab.runtime.hints",
     "Router": "replaylab.runtime.router",
     "RouteDecision": "replaylab.runtime.router",
+    "SessionBinder": "replaylab.runtime.binder",
+    "BindingReceipt": "replaylab.runtime.binder",
 }
 
 __all__ = sorted(_LAZY)

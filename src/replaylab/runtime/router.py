@@ -74,6 +74,8 @@ class RouteDecision:
     reason: str | None = None
     decision: str = "learned"  # learned | rules:<which> | fallback
     variant: str | None = None  # the encoder variant that embedded the query
+    # the query's (d,) float32 embedding, only when `route(..., keep_embedding=True)`
+    embedding: np.ndarray | None = field(default=None, compare=False, repr=False)
 
 
 class Router:
@@ -288,24 +290,29 @@ class Router:
 
     # ------------------------------------------------------------------ routing
     def route(self, text: str, category: str | None = None,
-              prompt_tokens: float | None = None) -> RouteDecision:
+              prompt_tokens: float | None = None, *,
+              keep_embedding: bool = False) -> RouteDecision:
         """Route one query (see the module docstring); the same answer as `route_batch`
-        with the per-row decision in plain floats (`routing.choose_one`)."""
+        with the per-row decision in plain floats (`routing.choose_one`). keep_embedding:
+        the decision carries the query's embedding (`RouteDecision.embedding`; what a
+        session binder logs as `prompt_embedding`), at no extra encoding cost."""
         head = self._head
         if head is None:  # not loaded
             return self.route_batch([text], [category], [prompt_tokens])[0]
         try:
+            emb = self._encoder.encode_one(text)
             if self._static:  # static tier: no batch arrays at all
-                row = head.proba_row(self._encoder.encode_one(text), head.code(category),
+                row = head.proba_row(emb, head.code(category),
                                      float(prompt_tokens) if prompt_tokens is not None else
                                      float(math.ceil(len(text) / self._chars_per_token)))
             else:
-                row = self._scores([text], [category], [prompt_tokens])[0].tolist()
+                row = self._scores([text], [category], [prompt_tokens], emb[None, :])[0].tolist()
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
-            return self._by_rules(text, category, prompt_tokens)
+            return self.route_by_rules(text, category, prompt_tokens)
         k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
         return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
-                             self.threshold, self.version, variant=self._encoder.variant)
+                             self.threshold, self.version, variant=self._encoder.variant,
+                             embedding=emb if keep_embedding else None)
 
     def route_batch(self, texts: Sequence[str], categories: Sequence[str | None] | None = None,
                     prompt_tokens: Sequence[float | None] | None = None) -> list[RouteDecision]:
@@ -322,23 +329,28 @@ class Router:
         try:
             prob = self._scores(texts, categories, tokens)
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
-            return [self._by_rules(t, c, p) for t, c, p in zip(texts, categories, tokens,
-                                                                strict=True)]
+            return [self.route_by_rules(t, c, p) for t, c, p in zip(texts, categories, tokens,
+                                                                     strict=True)]
         chosen = choose_by_threshold(prob, self.threshold, fallback=self._top, rule=self.rule)
         return [RouteDecision(self.candidates[int(k)],
                               {c: float(v) for c, v in zip(self.candidates, row, strict=True)},
                               self.threshold, self.version, variant=self.variant)
                 for k, row in zip(chosen, prob, strict=True)]
 
-    def _scores(self, texts: Sequence[str], categories: list, tokens: list) -> np.ndarray:
-        emb = (self._encoder.encode_one(texts[0])[None, :] if len(texts) == 1
-               else self._encoder.encode(list(texts)))
+    def _scores(self, texts: Sequence[str], categories: list, tokens: list,
+                emb: np.ndarray | None = None) -> np.ndarray:
+        if emb is None:
+            emb = (self._encoder.encode_one(texts[0])[None, :] if len(texts) == 1
+                   else self._encoder.encode(list(texts)))
         cpt = float(self._config["prompt_tokens"]["chars_per_token"])
         pt = np.array([float(p) if p is not None else math.ceil(len(t) / cpt)
                        for t, p in zip(texts, tokens, strict=True)], dtype=np.float64)
         return self._head.proba(emb, categories, pt)
 
-    def _by_rules(self, text: str, category: str | None, tokens: float | None) -> RouteDecision:
+    def route_by_rules(self, text: str, category: str | None = None,
+                       tokens: float | None = None) -> RouteDecision:
+        """The artifact's scenario rules (task -> candidate, long prompts): what answers a
+        query the model fails on (`reason` model_error). Needs a loaded artifact."""
         rules = self._config["rules"]
         cpt = float(self._config["prompt_tokens"]["chars_per_token"])
         length = float(tokens) if tokens is not None else math.ceil(len(text or "") / cpt)
