@@ -48,6 +48,7 @@ from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, Rand
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
 from replaylab.router.head_onnx import DeployedHead
+from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import (
     anchors,
@@ -384,6 +385,50 @@ def _deployed(head: SuccessHead, cfg: RouterPipelineConfig, E: np.ndarray, meta:
                         parity_meta={key: v[:n] for key, v in meta.items()}, scorer=scorer)
 
 
+def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMatrix,
+                 train: tuple[np.ndarray, dict], calib: tuple, k: int, head_scorer: str,
+                 say: Callable[[str], None]) -> tuple[RouterPipelineConfig, SuccessHead,
+                                                      Any, dict]:
+    """The head's clip, teachers and width chosen on CALIBRATION (`router.head_select`,
+    router/head_select.py): each candidate fitted on its train rows, calibrated, scored as
+    served; the criterion is the figure the threshold is picked with (`select_threshold`
+    on the calibration replay). Returns (cfg with the chosen head, the head, as served,
+    the summary's `head_selection`). Only calibration data enters; the test split is not
+    an argument."""
+    Etr, mtr = train
+    Eca, mca, ca, calib_rows = calib
+    pool, rows_by_clip = TeacherPool(), {}
+    budget = cfg.policy.cost_budget
+    name = (f"cost_ratio_at_{round(100 * cfg.policy.target_share):d} (cost of the threshold "
+            "chosen on calibration / strong-only cost)" if budget is None else
+            f"-quality at the best threshold within cost {budget:g}")
+
+    def evaluate(hc: Any) -> tuple[bool, float, dict, Any]:
+        if hc.max_weight not in rows_by_clip:
+            rows_by_clip[hc.max_weight] = _rows(labels, tr, hc.max_weight)
+        if cfg.head_select.enabled:
+            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
+                f"hidden {list(hc.hidden)}")
+        c = dataclasses.replace(cfg, head=hc)
+        head = pool.fit(hc, cfg.seed, Etr, mtr, rows_by_clip[hc.max_weight], k)
+        head.calibrate(*calib_rows)
+        dep = _deployed(head, c, Eca, mca, head_scorer)
+        ch = select_threshold(dep.predict_proba(Eca, mca), ca.score, ca.cost, cfg.policy)
+        strong = ch.curve.strong_cost
+        ratio = ch.cost / strong if strong > 0 else float("nan")
+        crit = (ratio if strong > 0 else ch.cost) if budget is None else -ch.quality
+        figures = {"cost_ratio": ratio, "quality": ch.quality,
+                   "quality_vs_strong": (ch.quality / ch.curve.strong_quality
+                                         if ch.curve.strong_quality > 0 else None),
+                   "cost": ch.cost, "strong_share": ch.strong_share,
+                   "threshold": ch.threshold}
+        return ch.met, crit, figures, (head, dep)
+
+    trial, section = select_head(cfg.head, cfg.head_select, evaluate, name)
+    head, dep = trial.fitted
+    return dataclasses.replace(cfg, head=trial.head), head, dep, section
+
+
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
                  embed: Callable[[list[str]], np.ndarray],
                  progress: Callable[[str], None] | None = None,
@@ -419,7 +464,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     sim = simulate_receipts(tr, rules, cfg.labels.exploration)
     bandit = bandit_rows(sim.ledger)
     labels = training_labels(bandit, replay_labels(bandit, tr, cfg.labels.replay))
-    rows = _rows(labels, tr, cfg.head.max_weight)
+    rows = _rows(labels, tr, cfg.head.max_weight)  # the baselines' rows: the configured clip
     rules_eq, tr_eq, rules_eq_info = _fit_rules_equal(cfg, rows, tr)
     if cfg.go.baseline == "rules_equal" and rules_eq is None:
         raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
@@ -429,8 +474,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     say("training the head and the baselines")
     t0 = time.perf_counter()
     calib = (Eca, mca, _full_rows(ca))
-    head = _fit_head(Etr, mtr, rows, k, cfg, calib)
-    deployed = _deployed(head, cfg, Eca, mca, head_scorer)
+    cfg, head, deployed, selection = _choose_head(cfg, labels, tr, (Etr, mtr),
+                                                  (Eca, mca, ca, calib), k, head_scorer, say)
     timings["head"] = time.perf_counter() - t0
     scorers: dict[str, Any] = {
         "learned": deployed,
@@ -519,7 +564,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
         "rules": rules.describe(), "rules_equal": rules_eq_info, "go_baseline": baseline,
-        "head": deployed.report(),
+        "head": deployed.report(), "head_selection": selection,
         "test": test, "test_gaps": gaps, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path),
                       "test_decisions": str(decisions_path)},

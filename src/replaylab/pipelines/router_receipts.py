@@ -28,6 +28,7 @@ No simulator runs here: every figure comes from the files.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -44,6 +45,7 @@ from replaylab.pipelines.router import RouterRun
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_onnx import DeployedHead
+from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.ope import (
@@ -281,9 +283,13 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
 
 
 def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
-         head_scorer: str) -> tuple[SuccessHead, Any]:
-    """The head fitted on train, calibrated on calibration, as the runtime serves it."""
-    head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
+         head_scorer: str, pool: TeacherPool | None = None) -> tuple[SuccessHead, Any]:
+    """The head fitted on train, calibrated on calibration, as the runtime serves it
+    (pool: the head selection's fits, which reuse a teacher; the same head)."""
+    if pool is None:
+        head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
+    else:
+        head = pool.fit(hc, seed, E["train"], meta["train"], rows["train"], k)
     head.calibrate(E["calibration"], meta["calibration"], rows["calibration"])
     if hc.calibration == "isotonic":
         return head, head
@@ -362,16 +368,11 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     local = {s: pd.Series(np.arange(len(i)), index=i) for s, i in idx.items()}
     E = {s: E_all[i] for s, i in idx.items()}
     meta = {s: _meta(d.iloc[i]) for s, i in idx.items()}
-    mw = cfg.head.max_weight
 
     def rows_for(max_weight: float | None) -> dict:
         return {s: _rows(d.iloc[idx[s]], rep[rep["split"] == s], local[s], max_weight)
                 for s in ("train", "calibration")}
 
-    t0 = time.perf_counter()
-    say("training the head")
-    head, deployed = _fit(cfg.head, cfg.seed, E, meta, rows_for(mw), k, head_scorer)
-    timings["head"] = time.perf_counter() - t0
     ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
                           n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
     tr_d = d.iloc[idx["train"]]
@@ -399,8 +400,35 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         return point, top, prob_ca
 
     t0 = time.perf_counter()
-    say("choosing the threshold on calibration (DR, logged data only)")
-    point, top, prob_ca = operating_point(deployed)
+    say("training the head")
+    pool, rows_by_clip = TeacherPool(), {}
+
+    def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
+        """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
+        its DR operating point; criterion the DR cost per opening call there (module doc
+        of router/head_select.py)."""
+        if cfg.head_select.enabled:
+            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
+                f"hidden {list(hc.hidden)}")
+        if hc.max_weight not in rows_by_clip:
+            rows_by_clip[hc.max_weight] = rows_for(hc.max_weight)
+        h, dep = _fit(hc, cfg.seed, E, meta, rows_by_clip[hc.max_weight], k, head_scorer, pool)
+        pt, tp, pc = operating_point(dep)
+        figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
+                   "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
+        return (pt["met"], pt["dr_cost"] if pt["met"] else -pt["dr_quality"], figures,
+                (h, dep, (pt, tp, pc)))
+
+    trial, selection = select_head(
+        cfg.head, cfg.head_select, evaluate,
+        "DR cost per opening call at the calibration operating point (DR quality >= the "
+        "logging policy's calibration quality; a head that cannot reach it ranks last)")
+    head, deployed, (point, top, prob_ca) = trial.fitted
+    hc = trial.head
+    mw = hc.max_weight
+    timings["head"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    say("the threshold chosen on calibration (DR, logged data only)")
     prob_te = deployed.predict_proba(E["test"], meta["test"])
     choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=top, rule=rule)
     say("off-policy evaluation on the test sessions")
@@ -411,7 +439,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     spread_rows = []
     for j in range(1, int(cfg.receipts.spread_seeds)):
         say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-        _, dep_j = _fit(cfg.head, cfg.seed + j, E, meta, rows_for(mw), k, head_scorer)
+        _, dep_j = _fit(hc, cfg.seed + j, E, meta, rows_for(mw), k, head_scorer)
         point_j, top_j, _ = operating_point(dep_j)
         prob_j = dep_j.predict_proba(E["test"], meta["test"])
         choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
@@ -484,6 +512,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                                    "replays": int((rep["split"] == "calibration").sum())},
                    "ips_clip": mw},
         "head": deployed.report() if hasattr(deployed, "report") else head.report(),
+        "head_selection": selection,
         "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
         | {"rule": rule, "fallback_candidate": cands[top],
            "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
@@ -505,7 +534,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
     summary = json_safe(summary)
-    run = ReceiptsRun(config=cfg, candidates=cands, head=head, threshold=float(point["threshold"]),
+    run = ReceiptsRun(config=dataclasses.replace(cfg, head=hc), candidates=cands, head=head, threshold=float(point["threshold"]),
                       rules=rules, summary=summary, rule=rule, fallback=int(top),
                       deployed=deployed if isinstance(deployed, DeployedHead) else None,
                       golden_inputs=_golden_inputs(table, masks["test"]), rules_equal=None,

@@ -252,7 +252,10 @@ class SuccessHead:
 
     # ---------------------------------------------------------------- fitting
     def fit(self, embedding: np.ndarray, meta: Any, rows: TrainingRows,
-            n_candidates: int | None = None) -> SuccessHead:
+            n_candidates: int | None = None, keep_teachers: bool = False) -> SuccessHead:
+        """Fit on `rows`. keep_teachers: with `teachers` > 1, keep the fitted teachers in
+        `teacher_heads_` (teacher 0 is the head a `teachers` = 1 fit with this seed gives;
+        `router.head_select` reuses it instead of fitting it again)."""
         cfg = self.config or HeadConfig()
         emb = _embedding(embedding)
         n = emb.shape[0]
@@ -282,6 +285,8 @@ class SuccessHead:
         self.teachers_ = [{"seed": t.seed, "epochs": len(t.history_["train"]),
                            "best_epoch": t.best_epoch_,
                            "best_val_loss": float(min(t.history_["val"]))} for t in teachers]
+        if keep_teachers:
+            self.teacher_heads_ = teachers
         return self
 
     def _fit_rows(self, emb: np.ndarray, category: np.ndarray, tokens: np.ndarray,

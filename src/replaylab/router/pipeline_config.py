@@ -9,6 +9,7 @@ from typing import Any
 from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.router.config import RouterLabelsConfig
 from replaylab.router.head import HeadConfig
+from replaylab.router.head_select import HeadSelectConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
 from replaylab.router.replay_plan import ReplayPlanConfig
@@ -63,7 +64,8 @@ class RouterPipelineConfig:
     candidates: cheapest first (the strongest last); split: train / calibration /
     test shares of the prompts (seeded, by prompt); labels: exploration, replay,
     rules, costs, evaluation (router/config.py); head, policy: the learned
-    router and its threshold rule; receipts, replay_plan: receipts mode (`data.ledger`:
+    router and its threshold rule; head_select: which of the head's clip, teachers and
+    width are chosen per run on calibration (router/head_select.py); receipts, replay_plan: receipts mode (`data.ledger`:
     time split, checks, the replay plan; pipelines/router_receipts.py); knn_neighbors, lgbm_estimators: baselines.
     """
 
@@ -71,6 +73,7 @@ class RouterPipelineConfig:
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
     labels: RouterLabelsConfig = field(default_factory=RouterLabelsConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
+    head_select: HeadSelectConfig = field(default_factory=HeadSelectConfig)
     policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(escalate=False))
     go: GoConfig = field(default_factory=GoConfig)
     receipts: ReceiptsConfig = field(default_factory=ReceiptsConfig)
@@ -99,6 +102,7 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
                                            ("cost", "rules", "exploration", "replay",
                                             "evaluation") if k in values}),
            "head": (HeadConfig, values.pop("head", {}) or {}),
+           "head_select": (HeadSelectConfig, values.pop("head_select", {}) or {}),
            "policy": (PolicyConfig, {"escalate": False, **(values.pop("policy", {}) or {})}),
            "go": (GoConfig, values.pop("go", {}) or {}),
            "receipts": (ReceiptsConfig, values.pop("receipts", {}) or {}),
