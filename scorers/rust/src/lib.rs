@@ -6,10 +6,14 @@
 //! embeddings.safetensors) and the head (head.safetensors); `Router::route(text,
 //! category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
 //!
+//! `Binder::new(router, config)`: sticky session bindings over a router, with
+//! exploration, escalation and a bounded memory (docs/binder-spec.md).
+//!
 //! `Demand::load(dir, now)` verifies a demand artifact and reads its flat trees
 //! (trees.safetensors); `Demand::hint(request, now_ms)` answers a pre-dispatch demand
 //! hint (docs/demand-scorer-spec.md).
 
+pub mod binder;
 pub mod demand;
 pub mod demand_golden;
 pub mod demand_trees;
@@ -26,6 +30,7 @@ pub mod sha256;
 pub mod timefmt;
 pub mod tokenizer;
 
+pub use binder::{Binder, Receipt};
 pub use demand::{Demand, Hint};
 pub use error::Error;
 pub use router::{Decision, Router};

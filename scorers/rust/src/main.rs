@@ -20,6 +20,21 @@
 //!   replaylab-route demand-bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl] [--samples]
 //!       load once, time N hints (inputs cycled; default: the golden requests), as `bench`:
 //!       each call is one `Demand::hint` on a parsed request (no JSON I/O timed).
+//!   replaylab-route bind --artifact DIR --events FILE.jsonl [--rate R] [--cap C] [--salt S]
+//!                        [--ladder a,b,c] [--max-sessions N] [--ttl-s T] [--fallback M] [--no-golden]
+//!       the session binder (docs/binder-spec.md) over the artifact: JSONL events in order
+//!       ({"op": "bind", "session_id", "text", "category", "prompt_tokens", "turn_index",
+//!       "now"}, {"op": "fail", "session_id"}, {"op": "stats"}) -> one canonical JSON record
+//!       per event on stdout (a bind's receipt, a fail's `escalated`, the counts). An
+//!       artifact that does not load (or misses its golden vectors) leaves the binder on
+//!       --fallback (reason router_not_loaded); without --fallback that is an error.
+//!   replaylab-route bind-bench --artifact DIR [--n N] [--warmup W] [--inputs FILE.jsonl] [--samples]
+//!                              [binder options as bind]
+//!       time, on the same inputs, `route` alone and an opening `bind` (route + binder) of a
+//!       fresh session, interleaved, then a sticky turn of each session; p50/p99 of each and
+//!       the opening overhead (bind p50/p99 minus route p50/p99).
+//!   replaylab-route draw --salt S --rate R --k K   (a check aid) session ids on stdin, one
+//!       per line -> {"u": exploration draw, "j": explored index or null} per line
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
 //!   replaylab-route sha256 FILE...   (a check aid) hex sha256 of each file
 //!   replaylab-route safetensors FILE (a check aid) its F32 tensors as JSON {name: {shape, data}}
@@ -35,9 +50,10 @@ use std::time::Instant;
 
 use replaylab_scorer::golden::{self, Query};
 use replaylab_scorer::json::{self, py_float_repr, write_str, Json, Number};
+use replaylab_scorer::binder::{self, Binder, Config, Event};
 use replaylab_scorer::{demand_golden, sha256, timefmt, Demand, Error, Router};
 
-const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] (see docs/scorer-spec.md, docs/demand-scorer-spec.md)";
+const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/scorer-spec.md, docs/demand-scorer-spec.md, docs/binder-spec.md)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -91,6 +107,9 @@ fn run(args: &[String]) -> Result<u8, Error> {
             Ok(emit_check(demand_golden::check(&load_demand(args)?)?, "demand golden vectors"))
         }
         Some("demand-bench") => demand_bench(args),
+        Some("bind") => bind(args),
+        Some("bind-bench") => bind_bench(args),
+        Some("draw") => draw(args),
         Some("canon") => {
             let mut s = String::new();
             std::io::stdin().read_to_string(&mut s).map_err(|e| Error::new("io", e.to_string()))?;
@@ -325,5 +344,192 @@ fn demand_bench(args: &[String]) -> Result<u8, Error> {
     s.insert("fallbacks".to_string(), count(fallbacks));
     s.insert("trees".to_string(), count(d.trees.n_trees()));
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
+    Ok(0)
+}
+
+fn parsed<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>, Error> {
+    opt(args, name)?.map(|s| s.parse::<T>().map_err(|_| usage(&format!("{name} {s:?} is not a valid value"))))
+        .transpose()
+}
+
+/// The binder options of `bind` and `bind-bench` (the Python keyword arguments' defaults).
+fn binder_config(args: &[String]) -> Result<Config, Error> {
+    let d = Config::default();
+    Ok(Config {
+        rate: parsed(args, "--rate")?.unwrap_or(d.rate),
+        cap: parsed(args, "--cap")?.unwrap_or(d.cap),
+        salt: opt(args, "--salt")?.unwrap_or(d.salt),
+        ladder: opt(args, "--ladder")?.map(|l| l.split(',').map(str::to_string).collect()),
+        ttl_s: parsed(args, "--ttl-s")?.unwrap_or(d.ttl_s),
+        max_sessions: parsed(args, "--max-sessions")?.unwrap_or(d.max_sessions),
+        fallback_candidate: opt(args, "--fallback")?,
+    })
+}
+
+/// The router of `--artifact DIR`, golden vectors checked unless --no-golden (as the
+/// Python `Router.load`): Err(the reason) when it does not load.
+fn load_artifact(args: &[String], golden_check: bool) -> Result<Router, Error> {
+    let dir = opt(args, "--artifact")?.ok_or_else(|| usage("no --artifact DIR"))?;
+    let router = Router::load(Path::new(&dir), timefmt::now())?;
+    if golden_check && !args.iter().any(|a| a == "--no-golden") {
+        let (ok, summary) = golden::check(&router)?;
+        if !ok {
+            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
+                                                             json::canonical(&summary).expect("finite"))));
+        }
+    }
+    Ok(router)
+}
+
+fn bind(args: &[String]) -> Result<u8, Error> {
+    let cfg = binder_config(args)?;
+    let events_file = opt(args, "--events")?.ok_or_else(|| usage("no --events FILE.jsonl"))?;
+    let events: Vec<Event> = read_jsonl(&events_file)?.iter().enumerate()
+        .map(|(i, v)| Event::parse(v).map_err(|e| Error::new("bad_input", format!("{events_file} event {}: {}", i + 1, e.message))))
+        .collect::<Result<_, _>>()?;
+    let router = match load_artifact(args, true) {
+        Ok(r) => Some(r),
+        Err(e) if cfg.fallback_candidate.is_some() => {
+            eprintln!("note: the router did not load ({e}): every opening takes --fallback (router_not_loaded)");
+            None
+        }
+        Err(e) => return Err(Error::new(e.reason, format!("{}; name --fallback MODEL to bind without it", e.message))),
+    };
+    let mut b = Binder::new(router, cfg)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut failed = None;
+    binder::replay(&mut b, &events, |rec| {
+        if failed.is_none() {
+            let line = json::canonical(&rec).expect("finite");
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|_| out.write_all(b"\n")) {
+                failed = Some(e);
+            }
+        }
+    });
+    if let Some(e) = failed {
+        return Err(Error::new("io", e.to_string()));
+    }
+    out.flush().map_err(|e| Error::new("io", e.to_string()))?;
+    Ok(0)
+}
+
+fn summary_us(us: &[f64], decimals: i32) -> Json {
+    let mut sorted = us.to_vec();
+    sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let scale = 10f64.powi(decimals);
+    let f = |x: f64| Json::Num(Number { value: (x * scale).round() / scale, int: None });
+    let mut s = BTreeMap::new();
+    s.insert("calls".to_string(), count(us.len()));
+    for q in [50.0, 90.0, 99.0] {
+        s.insert(format!("p{q}_us"), f(percentile(&sorted, q)));
+    }
+    s.insert("mean_us".to_string(), f(us.iter().sum::<f64>() / us.len() as f64));
+    s.insert("max_us".to_string(), f(*sorted.last().expect("n > 0")));
+    Json::Obj(s)
+}
+
+fn bind_bench(args: &[String]) -> Result<u8, Error> {
+    let (n, warmup) = bench_counts(args)?;
+    let cfg = binder_config(args)?;
+    let t0 = Instant::now();
+    let router = load_artifact(args, false)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let queries: Vec<Query> = match opt(args, "--inputs")? {
+        None => golden::golden_queries(&router)?,
+        Some(f) => read_jsonl(&f)?.iter().map(golden::query).collect::<Result<_, _>>()?,
+    };
+    if queries.is_empty() || n == 0 {
+        return Err(usage("no inputs to time (or --n 0)"));
+    }
+    let version = router.version.clone();
+    let mut b = Binder::new(Some(router), cfg)?;
+    if b.reason.is_some() || b.max_sessions < n + warmup {
+        return Err(usage(&format!("the binder must decide by the router (reason {:?}) and hold --n + --warmup \
+                                   sessions (--max-sessions {})", b.reason, b.max_sessions)));
+    }
+    let sids: Vec<String> = (0..n + warmup).map(|i| format!("bench-{i:08}")).collect();
+    let clock = Instant::now();
+    let (mut route_us, mut open_us, mut sticky_us) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
+    let mut explored = 0usize;
+    for (i, sid) in sids.iter().enumerate() {
+        let q = &queries[i % queries.len()];
+        let time_route = |b: &Binder| {
+            let t = Instant::now();
+            let d = b.router.as_ref().expect("loaded").route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens);
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            std::hint::black_box(d);
+            us
+        };
+        let time_open = |b: &mut Binder| {
+            let t = Instant::now();
+            let r = b.bind(std::hint::black_box(sid), &q.text, q.category.as_deref(), q.prompt_tokens, None,
+                           clock.elapsed().as_secs_f64());
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            (us, std::hint::black_box(r).routing_source == binder::EXPLORATION)
+        };
+        // alternate which path goes first, so that neither always runs on a warmer cache
+        let (r_us, (o_us, ex)) = if i % 2 == 0 {
+            let r = time_route(&b);
+            (r, time_open(&mut b))
+        } else {
+            let o = time_open(&mut b);
+            (time_route(&b), o)
+        };
+        if i >= warmup {
+            route_us.push(r_us);
+            open_us.push(o_us);
+            explored += ex as usize;
+        }
+    }
+    for (i, sid) in sids.iter().enumerate() {
+        let t = Instant::now();
+        let r = b.bind(std::hint::black_box(sid), "", None, None, None, clock.elapsed().as_secs_f64());
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        assert_eq!(std::hint::black_box(r).routing_source, binder::STICKY, "a sticky turn");
+        if i >= warmup {
+            sticky_us.push(us);
+        }
+    }
+    let get = |s: &Json, k: &str| s.get(k).and_then(Json::as_f64).expect("summary");
+    let (route, open, sticky) = (summary_us(&route_us, 3), summary_us(&open_us, 3), summary_us(&sticky_us, 3));
+    let f = |x: f64| Json::Num(Number { value: (x * 1000.0).round() / 1000.0, int: None });
+    let mut s = BTreeMap::new();
+    s.insert("calls".to_string(), count(n));
+    s.insert("inputs".to_string(), count(queries.len()));
+    s.insert("explored".to_string(), count(explored));
+    s.insert("rate".to_string(), Json::Num(Number { value: b.rate, int: None }));
+    s.insert("open_overhead_p50_us".to_string(), f(get(&open, "p50_us") - get(&route, "p50_us")));
+    s.insert("open_overhead_p99_us".to_string(), f(get(&open, "p99_us") - get(&route, "p99_us")));
+    s.insert("sticky_p50_us".to_string(), f(get(&sticky, "p50_us")));
+    s.insert("sticky_p99_us".to_string(), f(get(&sticky, "p99_us")));
+    s.insert("route".to_string(), route);
+    s.insert("open".to_string(), open);
+    s.insert("sticky".to_string(), sticky);
+    s.insert("load_ms".to_string(), f(load_ms));
+    s.insert("threads".to_string(), count(1));
+    s.insert("version".to_string(), Json::Str(version));
+    if args.iter().any(|a| a == "--samples") {
+        for (k, v) in [("route_samples_us", &route_us), ("open_samples_us", &open_us), ("sticky_samples_us", &sticky_us)] {
+            s.insert(k.to_string(), Json::Arr(v.iter().map(|&x| f(x)).collect()));
+        }
+    }
+    emit(&json::canonical(&Json::Obj(s)).expect("finite"));
+    Ok(0)
+}
+
+fn draw(args: &[String]) -> Result<u8, Error> {
+    let salt = opt(args, "--salt")?.unwrap_or_default();
+    let rate: f64 = parsed(args, "--rate")?.ok_or_else(|| usage("draw needs --rate"))?;
+    let k: usize = parsed(args, "--k")?.ok_or_else(|| usage("draw needs --k"))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for line in std::io::stdin().lock().lines() {
+        let sid = line.map_err(|e| Error::new("bad_input", e.to_string()))?;
+        let u = binder::exploration_draw(&salt, &sid);
+        let j = binder::explored_index(u, rate, k).map_or("null".to_string(), |j| j.to_string());
+        writeln!(out, "{{\"j\":{j},\"u\":{}}}", py_float_repr(u)).map_err(|e| Error::new("io", e.to_string()))?;
+    }
+    out.flush().map_err(|e| Error::new("io", e.to_string()))?;
     Ok(0)
 }

@@ -49,17 +49,19 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from replaylab.runtime.router import RouteDecision, Router
 
 SPEC_VERSION = "1"
 SEPARATOR = b"\x1f"
 _TWO_POW_53 = float(2**53)
+_FIRST_U64 = struct.Struct(">Q").unpack_from
 
 # routing_source / rebind_reason values of ledger-v1 (replaylab.contracts.enums; the
 # runtime does not import the contracts package, which needs pandas)
@@ -80,8 +82,12 @@ UNKNOWN_CANDIDATE = "unknown_candidate"
 def exploration_draw(salt: str, session_id: str) -> float:
     """u(s) in [0, 1) on a 2^-53 grid: SHA-256 of salt, 0x1f, session id (UTF-8); the
     first 8 bytes big-endian, top 53 bits. The same on every process and machine."""
-    digest = hashlib.sha256(salt.encode() + SEPARATOR + session_id.encode()).digest()
-    return (int.from_bytes(digest[:8], "big") >> 11) / _TWO_POW_53
+    return _draw(salt.encode() + SEPARATOR, session_id)
+
+
+def _draw(prefix: bytes, session_id: str) -> float:
+    return (_FIRST_U64(hashlib.sha256(prefix + session_id.encode()).digest())[0] >> 11) \
+        / _TWO_POW_53
 
 
 def explored_index(u: float, rate: float, k: int) -> int | None:
@@ -92,10 +98,10 @@ def explored_index(u: float, rate: float, k: int) -> int | None:
     return min(math.floor(u / rate * (k - 1)), k - 2)
 
 
-@dataclass(frozen=True)
-class BindingReceipt:
-    """One turn's routing receipt. Contract fields (ledger-v1 names) plus what serving
-    may log beside them: `reason` (fallback code), `decision` (the router's answer on a
+class BindingReceipt(NamedTuple):
+    """One turn's routing receipt (immutable; a NamedTuple because a receipt is made on
+    every turn of the hot path). Contract fields (ledger-v1 names) plus what serving may
+    log beside them: `reason` (fallback code), `decision` (the router's answer on a
     decided opening), `new_binding`, `turn_index` (of the session, as the binder counts)."""
 
     selected_model: str
@@ -103,10 +109,10 @@ class BindingReceipt:
     routing_source: str
     propensity: float | None = None  # set on the first turn of a binding only
     rebind_reason: str | None = None
-    prompt_embedding: Sequence[float] | None = field(default=None, repr=False)
+    prompt_embedding: Sequence[float] | None = None
     embedding_model: str | None = None
     reason: str | None = None
-    decision: RouteDecision | None = field(default=None, compare=False, repr=False)
+    decision: RouteDecision | None = None
     new_binding: bool = False
     turn_index: int = 0
 
@@ -123,7 +129,7 @@ class BindingReceipt:
         return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Session:
     rung: int              # position of the current binding's candidate on the ladder
     own: str               # the router's (or rules') opening choice
@@ -155,6 +161,7 @@ class SessionBinder:
                              f"ttl_s={ttl_s} > 0")
         self.router = router
         self.rate, self.cap, self.salt = float(rate), float(cap), str(salt)
+        self._prefix = self.salt.encode() + SEPARATOR
         self.ttl_s, self.max_sessions = float(ttl_s), int(max_sessions)
         self.log_embedding = bool(log_embedding)
         self._clock = clock
@@ -178,6 +185,10 @@ class SessionBinder:
             self.reason = UNKNOWN_CANDIDATE
             self.ladder = known
         self._rung = {c: j for j, c in enumerate(self.ladder)}
+        self._others = {c: tuple(o for o in self.ladder if o != c) for c in self.ladder}
+        self._k1 = max(len(self.ladder) - 1, 1)
+        self._p_own = 1.0 - self.rate
+        self._p_other = self.rate / self._k1
         self._explore = self.reason is None and len(self.ladder) >= 2 and self.rate > 0.0
         self._sessions: OrderedDict[str, _Session] = OrderedDict()
         self._counts = {"openings": 0, "explored": 0, "sticky": 0, "escalations": 0,
@@ -253,54 +264,57 @@ class SessionBinder:
     # ------------------------------------------------------------------ internals
     def _open(self, sid: str, text: str, category: str | None, tokens: float | None,
               turn_index: int | None, now: float) -> BindingReceipt:
+        # the hot path of an opening turn: locals, positional tuples, no helper calls
+        # (`exploration_draw` / `explored_index` are the same arithmetic, for readers)
+        counts = self._counts
         reopened = turn_index is not None and turn_index > 0
         prefix = f"{sid}/t{turn_index}/" if reopened else f"{sid}/"
         decision: RouteDecision | None = None
         reason = self.reason
+        rung = self._rung
         if reason is None:
             decision = self.router.route(text, category, tokens,
                                          keep_embedding=self.log_embedding)
             own = decision.candidate
-            if own not in self._rung:
+            if own not in rung:
                 own, reason = self._rules(text, category, tokens), UNKNOWN_CANDIDATE
         else:
             own = self._rules(text, category, tokens)
         source, propensity, chosen = CLASSIFIER, 1.0, own
         if reason is not None:
             source = HEURISTIC if self.router.loaded else FIXED
-            self._counts["fallback"] += 1
+            counts["fallback"] += 1
             self._fallback_reasons[reason] = self._fallback_reasons.get(reason, 0) + 1
         elif self._explore:
-            j = explored_index(exploration_draw(self.salt, sid), self.rate, len(self.ladder))
-            if j is None:
-                propensity = 1.0 - self.rate
+            rate = self.rate
+            u = (_FIRST_U64(hashlib.sha256(self._prefix + sid.encode()).digest())[0] >> 11) \
+                / _TWO_POW_53
+            if u < rate:
+                k1 = self._k1
+                chosen = self._others[own][min(int(u / rate * k1), k1 - 1)]
+                source, propensity = EXPLORATION, self._p_other
+                counts["explored"] += 1
             else:
-                others = [c for c in self.ladder if c != own]
-                chosen, source = others[j], EXPLORATION
-                propensity = self.rate / (len(self.ladder) - 1)
-                self._counts["explored"] += 1
-        self._counts["openings"] += 1
+                propensity = self._p_own
+        counts["openings"] += 1
         if reopened:
-            self._counts["reopened"] += 1
+            counts["reopened"] += 1
         sessions = self._sessions
+        ttl = self.ttl_s
         while sessions:  # the least recently used first: drop the idle ones at the front
-            head = next(iter(sessions.values()))
-            if now - head.last <= self.ttl_s:
+            if now - next(iter(sessions.values())).last <= ttl:
                 break
             sessions.popitem(last=False)
-            self._counts["evicted_ttl"] += 1
-        sessions[sid] = _Session(self._rung[chosen], own, 0, prefix,
+            counts["evicted_ttl"] += 1
+        sessions[sid] = _Session(rung[chosen], own, 0, prefix,
                                  1 if turn_index is None else turn_index + 1, now)
-        while len(sessions) > self.max_sessions:
+        if len(sessions) > self.max_sessions:
             sessions.popitem(last=False)
-            self._counts["evicted_lru"] += 1
+            counts["evicted_lru"] += 1
         emb = None if decision is None else decision.embedding
-        enc = self.router.encoder
-        return BindingReceipt(chosen, f"{prefix}b0", source, propensity,
-                              prompt_embedding=emb,
-                              embedding_model=None if emb is None else enc.encoder_id,
-                              reason=reason, decision=decision, new_binding=True,
-                              turn_index=0 if turn_index is None else int(turn_index))
+        return BindingReceipt(chosen, prefix + "b0", source, propensity, None, emb,
+                              None if emb is None else self.router.encoder.encoder_id,
+                              reason, decision, True, 0 if turn_index is None else turn_index)
 
     def _rules(self, text: str, category: str | None, tokens: float | None) -> str:
         """The rules' choice, kept on the ladder: the artifact's scenario rules when it
@@ -312,3 +326,44 @@ class SessionBinder:
                 return cand
         fb = self.fallback_candidate
         return fb if fb in self._rung else self.ladder[-1]
+
+
+def replay_events(binder: SessionBinder, events: Iterable[dict[str, Any]],
+                  clock: Any) -> list[dict[str, Any]]:
+    """Run the binder's event format (docs/binder-spec.md; the Rust crate's `replaylab-route
+    bind`) through `binder`, in order; one record per event, the records the crate writes
+    (as dicts: `canonical_json` of each is its line, byte for byte).
+
+    `clock` is the object the binder's clock reads, its `now` attribute (build the binder
+    with `clock=lambda: clock.now`): each event's `now`, when given, is written to it before
+    the call, else the last one stays (start it at 0.0, as the crate does). Events:
+    `{"op": "bind", "session_id", "text"?, "category"?, "prompt_tokens"?, "turn_index"?,
+    "now"?}` -> the receipt (ledger-v1 fields, `reason`, the router's `candidate` on a
+    decided opening, `new_binding`, `turn_index`); `{"op": "fail", "session_id", "now"?}`
+    -> `escalated` (`report_failure`); `{"op": "stats"}` -> the counts and `held`."""
+    out: list[dict[str, Any]] = []
+    for ev in events:
+        op = ev["op"]
+        if ev.get("now") is not None:
+            clock.now = float(ev["now"])
+        if op == "bind":
+            sid = ev["session_id"]
+            r = binder.bind(sid, ev.get("text", ""), category=ev.get("category"),
+                            prompt_tokens=ev.get("prompt_tokens"), turn_index=ev.get("turn_index"))
+            out.append({"op": "bind", "session_id": sid, **r.as_record(), "reason": r.reason,
+                        "candidate": None if r.decision is None else r.decision.candidate,
+                        "new_binding": r.new_binding, "turn_index": r.turn_index})
+            out[-1].pop("prompt_embedding", None)
+            out[-1].pop("embedding_model", None)
+        elif op == "fail":
+            out.append({"op": "fail", "session_id": ev["session_id"],
+                        "escalated": binder.report_failure(ev["session_id"])})
+        elif op == "stats":
+            s = binder.stats()
+            out.append({"op": "stats", **{k: s[k] for k in (
+                "openings", "explored", "sticky", "escalations", "fallback", "evicted_ttl",
+                "evicted_lru", "reopened", "failures_unknown_session", "held", "reason",
+                "exploring", "ladder", "fallback_reasons")}})
+        else:
+            raise ValueError(f"replay_events: unknown op {op!r} (bind | fail | stats)")
+    return out
