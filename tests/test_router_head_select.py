@@ -338,3 +338,17 @@ def test_skewed_propensities_choose_the_large_clip(tmp_path):
     assert (not by_clip[2.0]["met"]
             or by_clip[20.0]["dr_cost"] < by_clip[2.0]["dr_cost"] * 0.95), sel
     assert run.config.head.max_weight == 20.0 and s["labels"]["ips_clip"] == 20.0
+
+
+# ---------------------------------------------------------------- the reports
+def test_both_reports_show_the_selection_table(receipts_run, outcomes_run, tmp_path):
+    from replaylab.tracking.receipts_report import write_receipts_report
+    from replaylab.tracking.router_report import write_router_report
+
+    for name, (s, *_rest), write in (("receipts", receipts_run, write_receipts_report),
+                                     ("outcomes", outcomes_run, write_router_report)):
+        html = write(s, tmp_path / name).read_text()
+        i = html.index("Head hyperparameters, chosen on calibration")
+        part = html[i:html.index("</table>", i)]
+        assert part.count("<tr class=") == len(s["head_selection"]["candidates"])
+        assert part.count("<b>served</b>") == 1 and "test never looked at" in part

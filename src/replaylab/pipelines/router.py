@@ -13,7 +13,8 @@
 3. prompt text goes through `embed` (the ONNX MiniLM encoder at run time too)
    and nowhere else: label tables hold ids, embeddings, labels and metadata;
 4. the MLP head learns each candidate's success from the IPS-weighted logged
-   decisions plus the replay labels; kNN and LightGBM on the same rows;
+   decisions plus the replay labels (its clip, teachers and width chosen on the
+   calibration split, `router.head_select`); kNN and LightGBM on the same rows;
 5. CALIBRATION is replayed in full (offline replay of every candidate): Platt
    calibration of the head and the threshold of each scoring router;
 6. TEST is scored against the full table (`truth`), and also re-logged by the

@@ -8,7 +8,9 @@
    optional offline replays (outcomes-v1) join train and calibration openings;
 2. the head learns each candidate's success from the IPS-weighted train decisions
    (weights 1 / propensity, clipped at `head.max_weight`) plus the train replays,
-   Platt-calibrated on the calibration decisions and replays;
+   Platt-calibrated on the calibration decisions and replays; the clip, teachers and
+   width are chosen on calibration (`router.head_select`: the lowest DR cost per opening
+   call at the step-3 operating point);
 3. the threshold is chosen on CALIBRATION from logged data alone: the cheapest
    point of the sweep whose doubly robust (DR) quality estimate reaches the logging
    policy's own calibration quality (the reward model is the head, fitted on train);

@@ -195,7 +195,7 @@ def select_head(base: HeadConfig, sel: HeadSelectConfig, evaluate: Evaluate,
         rows.append({"stage": t.stage, **values_of(t.head), "met": t.met,
                      "criterion": t.criterion, **t.figures, "chosen": t is chosen})
     changed = [a for a in AXES if values_of(chosen.head)[a] != values_of(base)[a]]
-    reason = (f"lowest calibration {criterion} among {len(trials)} candidate heads "
+    reason = (f"the lowest calibration criterion among {len(trials)} candidate heads "
               f"({sel.search} search"
               + ("; " + "; ".join(steps) if steps else "") + "); "
               + (f"moved from the configured {', '.join(changed)}" if changed

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from replaylab.tracking.figures import pyplot, save_figure
+from replaylab.tracking.head_selection import head_selection_section
 from replaylab.tracking.html import (
     CSS,
     badge,
@@ -139,6 +140,7 @@ def write_receipts_report(summary: dict, out_dir: Path) -> Path:
                                 "test sessions (DR quality and cost from logged data), the "
                                 "served operating point and the logging policy, 95% intervals.")),
         section("Operating point (chosen on calibration)", facts_table(op)),
+        head_selection_section(summary),
         section("Replay plan", facts_table(summary.get("replay_plan") or {})),
         section("Receipts and replays", facts_table({k: v for k, v in rec.items()
                                                      if k != "exploration"}),

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.tracking.figures import GOOD, pyplot, save_figure
+from replaylab.tracking.head_selection import head_selection_section
 from replaylab.tracking.html import (
     CSS,
     badge,
@@ -437,6 +438,7 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
         section("Labels and exploration", _labels(summary)),
         section("Encoder variants and parity on this CPU", _encoder_section(summary)),
         section("Router head", facts_table(summary.get("head") or {})),
+        head_selection_section(summary),
         section("Data and versions", facts_table({k: summary[k] for k in (
             "pipeline", "data", "outcomes", "encoder", "timings_s", "wall_seconds", "artifacts")
             if k in summary})),
