@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LATENCY = ("router_encoder", "rust_demand", "rust_scorer", "runtime")
+LATENCY = ("router_encoder", "rust_binder", "rust_demand", "rust_scorer", "runtime")
 FIFO_PRIORITY = 10
 
 

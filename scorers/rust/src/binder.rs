@@ -260,15 +260,24 @@ impl Binder {
     /// after an escalation. `text`, `category`, `prompt_tokens` are read on an opening only.
     pub fn bind(&mut self, session_id: &str, text: &str, category: Option<&str>, prompt_tokens: Option<f64>,
                 turn_index: Option<i64>, now: f64) -> Receipt {
+        self.bind_with(session_id, text, category, prompt_tokens, turn_index, now,
+                       |router| router.route(text, category, prompt_tokens))
+    }
+
+    /// `bind` with the router's answer on an opening given by `route` (called at most
+    /// once, only when the router decides): e.g. a decision already computed (benchmarks).
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_with(&mut self, session_id: &str, text: &str, category: Option<&str>, prompt_tokens: Option<f64>,
+                     turn_index: Option<i64>, now: f64, route: impl FnOnce(&Router) -> Decision) -> Receipt {
         let expired = match self.sessions.get(session_id) {
-            None => return self.open(session_id, text, category, prompt_tokens, turn_index, now),
+            None => return self.open(session_id, text, category, prompt_tokens, turn_index, now, route),
             Some(st) => now - st.last > self.ttl_s,
         };
         if expired {
             let st = self.sessions.remove(session_id).expect("held");
             self.order.remove(&st.tick);
             self.counts.evicted_ttl += 1;
-            return self.open(session_id, text, category, prompt_tokens, turn_index, now);
+            return self.open(session_id, text, category, prompt_tokens, turn_index, now, route);
         }
         self.tick += 1;
         let tick = self.tick;
@@ -328,8 +337,9 @@ impl Binder {
         }).collect()
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn open(&mut self, sid: &str, text: &str, category: Option<&str>, tokens: Option<f64>,
-            turn_index: Option<i64>, now: f64) -> Receipt {
+            turn_index: Option<i64>, now: f64, route: impl FnOnce(&Router) -> Decision) -> Receipt {
         let reopened = matches!(turn_index, Some(t) if t > 0);
         let prefix = match turn_index {
             Some(t) if reopened => format!("{sid}/t{t}/"),
@@ -339,7 +349,7 @@ impl Binder {
         let mut reason = self.reason;
         let own = match (reason, &self.router) {
             (None, Some(router)) => {
-                let d = router.route(text, category, tokens);
+                let d = route(router);
                 let col = self.column_rung[d.candidate];
                 decision = Some(d);
                 match col {

@@ -32,7 +32,8 @@
 //!                              [binder options as bind]
 //!       time, on the same inputs, `route` alone and an opening `bind` (route + binder) of a
 //!       fresh session, interleaved, then a sticky turn of each session; p50/p99 of each and
-//!       the opening overhead (bind p50/p99 minus route p50/p99).
+//!       the opening overhead (bind p50/p99 minus route p50/p99); `binder_only`: the same
+//!       openings with the router's choice given (`Binder::bind_with`), the binder's own work.
 //!   replaylab-route draw --salt S --rate R --k K   (a check aid) session ids on stdin, one
 //!       per line -> {"u": exploration draw, "j": explored index or null} per line
 //!   replaylab-route canon            (a check aid) canonical JSON of the JSON on stdin
@@ -51,7 +52,7 @@ use std::time::Instant;
 use replaylab_scorer::golden::{self, Query};
 use replaylab_scorer::json::{self, py_float_repr, write_str, Json, Number};
 use replaylab_scorer::binder::{self, Binder, Config, Event};
-use replaylab_scorer::{demand_golden, sha256, timefmt, Demand, Error, Router};
+use replaylab_scorer::{demand_golden, sha256, timefmt, Decision, Demand, Error, Router};
 
 const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/scorer-spec.md, docs/demand-scorer-spec.md, docs/binder-spec.md)";
 
@@ -482,6 +483,27 @@ fn bind_bench(args: &[String]) -> Result<u8, Error> {
             explored += ex as usize;
         }
     }
+    // the binder alone: the same openings on a second binder over the same router, its
+    // choice given (a decision without probabilities or token ids: no allocation)
+    let router = b.router.take().expect("loaded");
+    let decided: Vec<usize> = queries.iter()
+        .map(|q| router.route(&q.text, q.category.as_deref(), q.prompt_tokens).candidate).collect();
+    let mut only = Binder::new(Some(router), binder_config(args)?)?;
+    let mut only_us = Vec::with_capacity(n);
+    for (i, sid) in sids.iter().enumerate() {
+        let q = &queries[i % queries.len()];
+        let c = decided[i % queries.len()];
+        let t = Instant::now();
+        let r = only.bind_with(std::hint::black_box(sid), &q.text, q.category.as_deref(), q.prompt_tokens, None,
+                               clock.elapsed().as_secs_f64(),
+                               |_| Decision { candidate: c, success_prob: Vec::new(), margin: 0.0, token_ids: Vec::new() });
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        std::hint::black_box(r);
+        if i >= warmup {
+            only_us.push(us);
+        }
+    }
+    b.router = only.router.take();
     for (i, sid) in sids.iter().enumerate() {
         let t = Instant::now();
         let r = b.bind(std::hint::black_box(sid), "", None, None, None, clock.elapsed().as_secs_f64());
@@ -506,11 +528,13 @@ fn bind_bench(args: &[String]) -> Result<u8, Error> {
     s.insert("route".to_string(), route);
     s.insert("open".to_string(), open);
     s.insert("sticky".to_string(), sticky);
+    s.insert("binder_only".to_string(), summary_us(&only_us, 3));
     s.insert("load_ms".to_string(), f(load_ms));
     s.insert("threads".to_string(), count(1));
     s.insert("version".to_string(), Json::Str(version));
     if args.iter().any(|a| a == "--samples") {
-        for (k, v) in [("route_samples_us", &route_us), ("open_samples_us", &open_us), ("sticky_samples_us", &sticky_us)] {
+        for (k, v) in [("route_samples_us", &route_us), ("open_samples_us", &open_us), ("sticky_samples_us", &sticky_us),
+                       ("binder_only_samples_us", &only_us)] {
             s.insert(k.to_string(), Json::Arr(v.iter().map(|&x| f(x)).collect()));
         }
     }
