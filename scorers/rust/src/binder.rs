@@ -269,6 +269,7 @@ impl Binder {
     #[allow(clippy::too_many_arguments)]
     pub fn bind_with(&mut self, session_id: &str, text: &str, category: Option<&str>, prompt_tokens: Option<f64>,
                      turn_index: Option<i64>, now: f64, route: impl FnOnce(&Router) -> Decision) -> Receipt {
+        let turn_index = turn_index.filter(|t| *t >= 0); // a negative turn: as if not given
         let expired = match self.sessions.get(session_id) {
             None => return self.open(session_id, text, category, prompt_tokens, turn_index, now, route),
             Some(st) => now - st.last > self.ttl_s,

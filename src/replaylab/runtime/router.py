@@ -351,12 +351,19 @@ class Router:
                        tokens: float | None = None) -> RouteDecision:
         """The artifact's scenario rules (task -> candidate, long prompts): what answers a
         query the model fails on (`reason` model_error). Needs a loaded artifact."""
-        rules = self._config["rules"]
-        cpt = float(self._config["prompt_tokens"]["chars_per_token"])
+        rules = self._config.get("rules")
+        if not isinstance(rules, dict) or "default_candidate" not in rules:  # no usable rules
+            cand = self.fallback_candidate or (self.candidates[self._top] if self.candidates
+                                               else None)
+            if cand is None:
+                raise ValueError("no artifact rules and no fallback_candidate")
+            return RouteDecision(cand, version=self.version, fallback=True,
+                                 reason="model_error", decision="fallback")
+        cpt = self._chars_per_token if math.isfinite(self._chars_per_token) else 4.0
         length = float(tokens) if tokens is not None else math.ceil(len(text or "") / cpt)
         if rules.get("long_prompt_tokens") is not None and length > rules["long_prompt_tokens"]:
             cand, why = rules["long_prompt_candidate"], "rules:long_prompt"
-        elif category is not None and str(category) in rules["task_candidate"]:
+        elif category is not None and str(category) in (rules.get("task_candidate") or {}):
             cand, why = rules["task_candidate"][str(category)], f"rules:task:{category}"
         else:
             cand, why = rules["default_candidate"], "rules:default"
