@@ -350,3 +350,38 @@ def test_entry_point_on_receipt_files(files, tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 2 and res.stderr.strip().count("\n") == 0
     assert res.stderr.startswith("error: data.ledger: ") and "Traceback" not in res.stderr
+
+
+def test_departures_without_explored_support_are_flagged():
+    """A served router that departs from the logging policy where almost no explored
+    session shows its choice gets a low-support warning; one that departs where explored
+    sessions do show it does not."""
+    from replaylab.pipelines.router_receipts import LOW_DEPARTURE_SUPPORT, evaluate_test
+    from replaylab.router.receipts import OPENING_REQUEST
+    from replaylab.router.replay import Label
+
+    rng = np.random.default_rng(0)
+    n, cands = 400, (CHEAP, STRONG)
+    explored = rng.random(n) < 0.08
+    own = np.ones(n, np.int64)                       # the logger opens on STRONG
+    action = np.where(explored, 0, own)              # explored sessions go to CHEAP
+    d = pd.DataFrame({"action": action, Label.REWARD: rng.random(n),
+                      Label.COST: np.where(action == 0, 0.0001, 0.01),
+                      Label.PROPENSITY: np.where(explored, 0.05, 0.95),
+                      Label.SESSION_ID: [f"s{i}" for i in range(n)],
+                      OPENING_REQUEST: [f"s{i}/t0" for i in range(n)],
+                      Label.SESSION_COST: np.nan,
+                      Label.LABEL_SOURCE: np.where(explored, "exploration", "logged")})
+    prob = np.full((n, 2), 0.5)
+    cost = np.tile([0.0001, 0.01], (n, 1))
+    ev = RouterEvalConfig(n_boot=50, seed=0)
+    # departs on 30% of sessions, but chooses STRONG wherever CHEAP was explored
+    choice = np.where(~explored & (rng.random(n) < 0.3), 0, 1)
+    out = evaluate_test(prob, choice, d, cands, cost, cost, ev)
+    assert out["departure_support"] == 0 and out["departure_share"] > 0.2
+    assert any("departs from the logging policy" in w for w in out["warnings"])
+    # the same departures, and every explored CHEAP session now shows the served choice
+    choice2 = np.where(explored, 0, choice)
+    out2 = evaluate_test(prob, choice2, d, cands, cost, cost, ev)
+    assert out2["departure_support"] == int(explored.sum()) >= LOW_DEPARTURE_SUPPORT
+    assert not any("departs from the logging policy" in w for w in out2["warnings"])

@@ -243,6 +243,8 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
         raise RuntimeError("the exported router does not make the test decisions that were "
                            f"judged: {summary['served_check']}")
     log.info("router (receipts): %s", summary["go_reason"])
+    for w in summary["ope"].get("warnings") or []:
+        log.warning("router (receipts): %s", w)
     return summary
 
 
