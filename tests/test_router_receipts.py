@@ -385,3 +385,19 @@ def test_departures_without_explored_support_are_flagged():
     out2 = evaluate_test(prob, choice2, d, cands, cost, cost, ev)
     assert out2["departure_support"] == int(explored.sum()) >= LOW_DEPARTURE_SUPPORT
     assert not any("departs from the logging policy" in w for w in out2["warnings"])
+
+
+def test_head_trains_on_a_bounded_uniform_sample_of_train_sessions(files, trained, tmp_path):
+    """receipts.max_train_decisions: the head's fits see at most that many train decisions
+    (their replays with them); calibration and test are untouched."""
+    led, rep = files
+    full, _, _ = trained
+    cfg = _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5, "spread_seeds": 1,
+                         "max_train_decisions": 300})
+    s, run = train_router_receipts(validate_ledger(led), rep, cfg, tmp_path, _tfidf, ENCODER)
+    tr = s["labels"]["train"]
+    assert tr["decisions"] == 300 < tr["decisions_available"] == full["labels"]["train"]["decisions"]
+    assert 0 < tr["replays"] < full["labels"]["train"]["replays"]  # replays of dropped ones out
+    assert s["labels"]["calibration"] == full["labels"]["calibration"]
+    assert s["ope"]["sessions"] == full["ope"]["sessions"] and s["splits"] == full["splits"]
+    assert s["cost_model"] == full["cost_model"]  # every train call still prices the candidates

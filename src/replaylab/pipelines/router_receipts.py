@@ -382,6 +382,14 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         if not m.any():
             raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
     idx = {s: np.flatnonzero(m) for s, m in masks.items()}
+    n_train_all, cap = len(idx["train"]), cfg.receipts.max_train_decisions
+    train_all, rep_all = idx["train"], rep  # the cost model reads every train call
+    if cap is not None and n_train_all > cap:  # ReceiptsConfig.max_train_decisions
+        keep = np.sort(np.random.default_rng(cfg.seed).choice(n_train_all, size=cap,
+                                                               replace=False))
+        dropped = np.setdiff1d(idx["train"], idx["train"][keep])
+        idx["train"] = idx["train"][keep]
+        rep = rep[~rep["row"].isin(dropped)]
     local = {s: pd.Series(np.arange(len(i)), index=i) for s, i in idx.items()}
     E = {s: E_all[i] for s, i in idx.items()}
     meta = {s: _meta(d.iloc[i]) for s, i in idx.items()}
@@ -392,11 +400,11 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
 
     ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
                           n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
-    tr_d = d.iloc[idx["train"]]
+    tr_d = d.iloc[train_all]
     tr_cost = np.concatenate([pd.to_numeric(tr_d[Label.COST], errors="coerce").to_numpy(float),
-                              rep.loc[rep["split"] == "train", Label.COST].to_numpy(float)])
-    tr_act = np.concatenate([tr_d["action"].to_numpy(), rep.loc[rep["split"] == "train",
-                                                                "action"].to_numpy()])
+                              rep_all.loc[rep_all["split"] == "train", Label.COST].to_numpy(float)])
+    tr_act = np.concatenate([tr_d["action"].to_numpy(), rep_all.loc[rep_all["split"] == "train",
+                                                                    "action"].to_numpy()])
     unit_cost = _mean_by_action(tr_cost, tr_act, k)            # the cost model: train means
     unit_session = _mean_by_action(pd.to_numeric(tr_d[Label.SESSION_COST], errors="coerce")
                                    .to_numpy(float), tr_d["action"].to_numpy(), k)
@@ -524,6 +532,8 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                         "explored_sessions": int(n_explored_total)},
         "logging_policy": {**table.report["logging_policy"], "rules": rules.describe()},
         "labels": {"train": {"decisions": int(len(idx["train"])),
+                             "decisions_available": int(n_train_all),
+                             "max_train_decisions": cap,
                              "replays": int((rep["split"] == "train").sum())},
                    "calibration": {"decisions": int(len(idx["calibration"])),
                                    "replays": int((rep["split"] == "calibration").sum())},

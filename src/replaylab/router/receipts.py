@@ -76,6 +76,11 @@ class ReceiptsConfig:
         estimate of a policy that uses it would rest on too few); n_boot, level: the
         session bootstrap of every interval; spread_seeds: head seeds the headline is
         refitted with (1: no spread) to report the seed-to-seed spread beside it.
+    max_train_decisions: the head trains on at most this many train decisions, a seeded
+        uniform sample of train sessions (their replays with them; null: all). Uniform
+        sampling keeps the IPS weights unbiased; calibration, the cost model and every
+        estimate still use every session. It bounds the head's fits (selection, served,
+        spread) on large ledgers; the summary says how many were used of how many.
     """
 
     calibration_share: float = 0.2
@@ -85,6 +90,7 @@ class ReceiptsConfig:
     n_boot: int = 1000
     level: float = 0.95
     spread_seeds: int = 3
+    max_train_decisions: int | None = 50_000
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -101,6 +107,9 @@ class ReceiptsConfig:
                 fail_field(name, key, v, f"must be an integer >= {low}")
         if not 0.5 <= float(self.level) < 1.0:
             fail_field(name, "level", self.level, "must be in [0.5, 1)")
+        cap = self.max_train_decisions
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 100):
+            fail_field(name, "max_train_decisions", cap, "must be null or an integer >= 100")
 
 
 @dataclass
