@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from replaylab.stats import (
@@ -188,3 +189,20 @@ def test_binomial_ci_coverage_is_at_least_nominal():
         cover = {k: (lambda ci: ci[0] <= p <= ci[1])(binomial_ci(int(k), n)) for k in set(ks)}
         rate = float(np.mean([cover[k] for k in ks]))
         assert rate >= 0.95 - 3 * math.sqrt(0.05 * 0.95 / n_sims)
+
+
+def test_session_bootstrap_reuses_its_draws_without_changing_them():
+    """A repeated call (the same sessions, replicates and seed) yields the draws of
+    `cluster_counts` again, gathered to rows, for shuffled and for one-row sessions."""
+    from replaylab.stats import cluster_counts, session_bootstrap
+
+    rng = np.random.default_rng(3)
+    for session in (rng.permutation(np.repeat(np.arange(400), 3)), np.arange(500)):
+        codes = pd.factorize(session)[0]
+        want = np.concatenate([c[:, codes] for c in cluster_counts(codes.max() + 1, 250, 11)])
+        first = np.concatenate(list(session_bootstrap(session, 250, 11)))
+        again = np.concatenate(list(session_bootstrap(session, 250, 11)))
+        np.testing.assert_array_equal(first, want)
+        np.testing.assert_array_equal(again, want)
+        other = np.concatenate(list(session_bootstrap(session, 250, 12)))
+        assert not np.array_equal(other, want)

@@ -56,18 +56,43 @@ def cluster_counts(n_clusters: int, n_boot: int, seed: int,
         yield rng.multinomial(n_clusters, np.full(n_clusters, 1.0 / n_clusters), size=b)
 
 
+# The draws of the last `session_bootstrap` call, kept while they fit in this many bytes
+# (uint8 counts): one evaluation asks for the same replicates of the same sessions for
+# every figure (each estimate, the cost, the paired differences, the logging policy's
+# own), and drawing a multinomial over tens of thousands of sessions is the cost.
+_DRAWS_CACHE_BYTES = 128 * 2**20
+_last_draws: dict[tuple, list[np.ndarray]] = {}
+
+
 def session_bootstrap(session: np.ndarray, n_boot: int, seed: int,
                       chunk: int = 100) -> Iterator[np.ndarray]:
     """Yield (b, n) float row multiplicities, b <= chunk, n_boot replicates in all.
 
     session: (n,) cluster label of each row (any hashable values). Each replicate
     draws G sessions with replacement out of the G sessions and gives every row
-    its session's count; the same seed gives the same replicates.
+    its session's count; the same seed gives the same replicates (repeated calls on
+    the same sessions reuse the last call's draws: the same numbers, drawn once).
     """
     codes = pd.factorize(np.asarray(session))[0]
     g = int(codes.max()) + 1 if len(codes) else 0
-    for counts in cluster_counts(g, n_boot, seed, chunk):
-        yield counts[:, codes].astype(float)  # (b, n)
+    identity = bool(len(codes) == g and np.array_equal(codes, np.arange(g)))
+    key = (g, int(n_boot), int(seed), int(chunk), hash(codes.tobytes()))
+    cached = _last_draws.get(key)
+    if cached is None:
+        cached = []
+        keep = g * int(n_boot) <= _DRAWS_CACHE_BYTES
+        for counts in cluster_counts(g, n_boot, seed, chunk):
+            if keep and counts.max(initial=0) <= 255:
+                cached.append(counts.astype(np.uint8))
+            else:
+                keep = False
+            yield counts.astype(float) if identity else counts[:, codes].astype(float)
+        if keep:
+            _last_draws.clear()
+            _last_draws[key] = cached
+        return
+    for counts in cached:
+        yield counts.astype(float) if identity else counts[:, codes].astype(float)  # (b, n)
 
 
 class ClusterBootstrap:
