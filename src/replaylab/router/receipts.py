@@ -90,7 +90,7 @@ class ReceiptsConfig:
     n_boot: int = 1000
     level: float = 0.95
     spread_seeds: int = 3
-    max_train_decisions: int | None = 20_000
+    max_train_decisions: int | None = 50_000
 
     def __post_init__(self) -> None:
         name = type(self).__name__
