@@ -46,7 +46,7 @@ def _cfg(head: dict | None = None, select: dict | None = None, **over) -> object
     base = {"candidates": [CHEAP, STRONG],
             "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
             "head": {**HEAD, **(head or {})}, "head_select": {**SELECT, **(select or {})},
-            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5, "spread_seeds": 1},
+            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5}, "spread_seeds": 1,
             "replay_plan": {"budget": 20}, "go": {"n_boot": 200},
             "evaluation": {"n_boot": 200}, "lgbm_estimators": 20,
             "knn_neighbors": 10}

@@ -85,6 +85,21 @@ def test_summary_has_the_documented_keys(gsm8k_run):
     assert [c["fraction"] for c in s["learning_curve"]] == [0.25, 0.5, 1.0]
 
 
+def test_seed_to_seed_spread_beside_the_headline(outcomes, gsm8k_run, tmp_path):
+    """router.spread_seeds: the learned router's test figures over head seeds, the first
+    being the headline itself; other seeds give other heads (a spread, not a copy)."""
+    s1, _, _, _ = gsm8k_run
+    assert s1["spread"]["seeds"] == [0]  # the library default: no spread
+    s, _ = train_router(outcomes, _cfg(spread_seeds=3, head={"max_epochs": 30, "num_threads": 1,
+                                                             "teachers": 1}), tmp_path, _tfidf)
+    sp = s["spread"]
+    assert sp["seeds"] == [0, 1, 2] and len(sp["rows"]) == 3
+    assert sp["cost_ratio_at_95"]["values"][0] == s["test"]["learned"]["cost_ratio_at_95"]
+    assert sp["quality"]["values"][0] == s["test"]["learned"]["quality"]
+    assert sp["cost_ratio_at_95"]["min"] <= sp["cost_ratio_at_95"]["max"]
+    assert len({r["threshold"] for r in sp["rows"]} | {r["quality"] for r in sp["rows"]}) > 2
+
+
 def test_exploration_is_bounded_and_session_scoped(gsm8k_run):
     s, _, _, _ = gsm8k_run
     e = s["exploration"]

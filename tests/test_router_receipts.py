@@ -51,7 +51,7 @@ def _cfg(**over) -> object:
     base = {"candidates": [CHEAP, STRONG],
             "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
             "head": {"max_epochs": 20, "num_threads": 1, "teachers": 1},
-            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5, "spread_seeds": 1},
+            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5}, "spread_seeds": 1,
             "replay_plan": {"budget": 50}}
     base.update(over)
     return router_config(base)
@@ -120,8 +120,7 @@ def test_summary_keys_and_one_verdict(trained):
 def test_seed_to_seed_spread_beside_the_headline(files, tmp_path):
     led, rep = files
     s, _ = train_router_receipts(validate_ledger(led), rep,
-                                 _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5,
-                                                "spread_seeds": 2}), tmp_path, _tfidf, ENCODER)
+                                 _cfg(spread_seeds=2), tmp_path, _tfidf, ENCODER)
     sp = s["spread"]
     assert sp["seeds"] == [0, 1] and len(sp["diff_quality"]["values"]) == 2
     assert sp["diff_quality"]["values"][0] == s["ope"]["diff"]["quality"]["estimate"]
@@ -392,7 +391,7 @@ def test_head_trains_on_a_bounded_uniform_sample_of_train_sessions(files, traine
     (their replays with them); calibration and test are untouched."""
     led, rep = files
     full, _, _ = trained
-    cfg = _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5, "spread_seeds": 1,
+    cfg = _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5,
                          "max_train_decisions": 300})
     s, run = train_router_receipts(validate_ledger(led), rep, cfg, tmp_path, _tfidf, ENCODER)
     tr = s["labels"]["train"]

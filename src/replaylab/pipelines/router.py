@@ -430,6 +430,42 @@ def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMat
     return dataclasses.replace(cfg, head=trial.head), head, dep, section
 
 
+def _spread(cfg: RouterPipelineConfig, headline: dict, train: tuple, calib: tuple,
+            test: tuple, k: int, head_scorer: str, say: Callable[[str], None]) -> dict:
+    """The learned router's test figures over head seeds: the chosen head refitted with
+    seeds seed + 1 .. seed + spread_seeds - 1 on the same rows and split, its threshold
+    chosen again on calibration, scored on the same test prompts (`router.spread_seeds`)."""
+    Etr, mtr, rows = train
+    Eca, mca, ca, calib_rows = calib
+    Ete, mte, te = test
+    ev = cfg.labels.evaluation
+    keys = ("quality", "cost", "cost_ratio_at_95", "apgr")
+    rows_out = [{"seed": cfg.seed, **{key: headline[key] for key in keys},
+                 "threshold": headline["threshold"]["threshold"]}]
+    for j in range(1, int(cfg.spread_seeds)):
+        say(f"seed-to-seed spread: head seed {cfg.seed + j}")
+        cj = dataclasses.replace(cfg, seed=cfg.seed + j)
+        dep = _deployed(_fit_head(Etr, mtr, rows, k, cj, calib_rows), cj, Eca, mca, head_scorer)
+        ch = select_threshold(dep.predict_proba(Eca, mca), ca.score, ca.cost, cfg.policy)
+        prob = dep.predict_proba(Ete, mte)
+        s = policy_summary(te, ch.choose(prob), routing_scores(prob, cfg.policy.rule),
+                           dataclasses.replace(ev, n_boot=0))
+        rows_out.append({"seed": cfg.seed + j, **{key: s[key] for key in keys},
+                         "threshold": float(ch.threshold)})
+
+    def stat(key: str) -> dict:
+        v = [float(r[key]) for r in rows_out]
+        finite = [x for x in v if np.isfinite(x)]
+        return {"values": v, "min": min(finite, default=float("nan")),
+                "max": max(finite, default=float("nan")),
+                "mean": float(np.mean(finite)) if finite else float("nan")}
+
+    return {"seeds": [r["seed"] for r in rows_out],
+            "what": "the chosen head refitted with each seed on the same rows and split; "
+                    "threshold chosen again on calibration; the same test prompts",
+            **{key: stat(key) for key in keys}, "rows": rows_out}
+
+
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
                  embed: Callable[[list[str]], np.ndarray],
                  progress: Callable[[str], None] | None = None,
@@ -521,6 +557,10 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                                ev)
     baseline = cfg.go.baseline
     base_rules = rules_eq if baseline == "rules_equal" else rules
+    t0 = time.perf_counter()
+    spread = _spread(cfg, test["learned"], (Etr, mtr, _rows(labels, tr, cfg.head.max_weight)),
+                     (Eca, mca, ca, calib), (Ete, mte, te), k, head_scorer, say)
+    timings["spread"] = time.perf_counter() - t0
 
     say("off-policy evaluation and the go/no-go gate")
     t0 = time.perf_counter()
@@ -565,7 +605,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
         "rules": rules.describe(), "rules_equal": rules_eq_info, "go_baseline": baseline,
-        "head": deployed.report(), "head_selection": selection,
+        "head": deployed.report(), "head_selection": selection, "spread": spread,
         "test": test, "test_gaps": gaps, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path),
                       "test_decisions": str(decisions_path)},

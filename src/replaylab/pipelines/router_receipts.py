@@ -462,7 +462,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     spread_rows = []
-    for j in range(1, int(cfg.receipts.spread_seeds)):
+    for j in range(1, int(cfg.spread_seeds)):
         say(f"seed-to-seed spread: head seed {cfg.seed + j}")
         _, dep_j = _fit(hc, cfg.seed + j, E, meta, rows_for(mw), k, head_scorer)
         point_j, top_j, _ = operating_point(dep_j)

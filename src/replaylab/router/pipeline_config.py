@@ -81,6 +81,8 @@ class RouterPipelineConfig:
     knn_neighbors: int = 25
     lgbm_estimators: int = 200
     seed: int = 0
+    spread_seeds: int = 1  # head seeds the headline is refitted with (1: none), both modes
+
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -93,6 +95,9 @@ class RouterPipelineConfig:
         if len(sp) != 3 or any(s <= 0 for s in sp) or abs(sum(sp) - 1.0) > 1e-9:
             fail_field(name, "split", list(self.split), "three positive shares summing to 1")
         object.__setattr__(self, "split", sp)
+        n = self.spread_seeds
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            fail_field(name, "spread_seeds", n, "must be an integer >= 1")
 
 
 def router_config(values: Mapping[str, Any] | None, where: str = "router") -> RouterPipelineConfig:

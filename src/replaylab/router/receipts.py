@@ -74,8 +74,8 @@ class ReceiptsConfig:
         many ms of the next split's start is left out; min_explored_per_candidate:
         explored opening sessions every candidate needs (fewer: refused, the off-policy
         estimate of a policy that uses it would rest on too few); n_boot, level: the
-        session bootstrap of every interval; spread_seeds: head seeds the headline is
-        refitted with (1: no spread) to report the seed-to-seed spread beside it.
+        session bootstrap of every interval. (The seed-to-seed spread beside the
+        headline: `router.spread_seeds`, both modes.)
     max_train_decisions: the head trains on at most this many train decisions, a seeded
         uniform sample of train sessions (their replays with them; null: all). Uniform
         sampling keeps the IPS weights unbiased; calibration, the cost model and every
@@ -89,7 +89,6 @@ class ReceiptsConfig:
     min_explored_per_candidate: int = 10
     n_boot: int = 1000
     level: float = 0.95
-    spread_seeds: int = 3
     max_train_decisions: int | None = 50_000
 
     def __post_init__(self) -> None:
@@ -100,8 +99,7 @@ class ReceiptsConfig:
         if float(self.calibration_share) + float(self.test_share) >= 0.9:
             fail_field(name, "test_share", self.test_share,
                        "calibration_share + test_share must leave >= 10% of sessions to train")
-        for key, low in (("embargo_ms", 0), ("min_explored_per_candidate", 1), ("n_boot", 100),
-                         ("spread_seeds", 1)):
+        for key, low in (("embargo_ms", 0), ("min_explored_per_candidate", 1), ("n_boot", 100)):
             v = getattr(self, key)
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 fail_field(name, key, v, f"must be an integer >= {low}")

@@ -390,6 +390,18 @@ def _labels(s: dict) -> str:
             + section("The rules baseline", note, facts_table(rfacts), level=3))
 
 
+def _spread_line(s: dict) -> str:
+    """The learned router's headline over head seeds (summary.json `spread`)."""
+    sp = s.get("spread") or {}
+    if len(sp.get("seeds") or []) < 2:
+        return ""
+    cr, q = sp.get("cost_ratio_at_95") or {}, sp.get("quality") or {}
+    return (f"<p class='src'>Seed-to-seed spread of the learned router (head seeds "
+            f"{escape(str(sp['seeds']))}, same rows and split, threshold chosen again on "
+            f"calibration): cost ratio at 95% {_f(cr.get('min'))} .. {_f(cr.get('max'))}, "
+            f"quality {_f(q.get('min'))} .. {_f(q.get('max'))}.</p>")
+
+
 def write_router_report(summary: dict, out_dir: Path) -> Path:
     """Write out_dir/router_report.html (figures embedded) and its PNGs; return the path."""
     out_dir = Path(out_dir)
@@ -415,7 +427,7 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
                 "the rules' quality, then paired prompt-bootstrap differences on test.</p>",
                 _equal_quality(detail), f"<p>{_needed(detail, curve, rate)}</p>"),
         section("Policies on the test split", _policy_table(test) if test else
-                "<p class='src'>summary.json has no test scores.</p>",
+                "<p class='src'>summary.json has no test scores.</p>", _spread_line(summary),
                 embedded_figure(figs.get("curves"), "Figure 1. Cost-quality curves of every "
                                 "scoring policy (threshold sweeps from summary.json "
                                 "<code>artifacts.curves</code>) and every policy's operating "
