@@ -73,7 +73,10 @@ def judged(summary: dict, sim, matrix, run_dir: Path) -> dict:
     ope = summary["ope"]
 
     def covers(d: dict, v: float) -> bool:
-        return bool(d["ci"][0] <= v <= d["ci"][1])
+        # a degenerate interval (every replicate equal, e.g. all sessions routed to one
+        # candidate of fixed cost) and its truth differ by float rounding only
+        tol = 1e-12 * max(1.0, abs(v))
+        return bool(d["ci"][0] - tol <= v <= d["ci"][1] + tol)
 
     return {"go": summary["go"], "go_reason": summary["go_reason"], "splits": summary["splits"],
             "ope": {k: ope[k] for k in ("ips", "snips", "dr", "cost", "diff", "logging", "ess",
