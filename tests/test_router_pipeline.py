@@ -100,6 +100,16 @@ def test_seed_to_seed_spread_beside_the_headline(outcomes, gsm8k_run, tmp_path):
     assert len({r["threshold"] for r in sp["rows"]} | {r["quality"] for r in sp["rows"]}) > 2
 
 
+def test_the_console_verdict_is_the_summarys(gsm8k_run):
+    from replaylab.apps.router import verdict_line
+
+    s, _, _, _ = gsm8k_run
+    line = verdict_line(s)
+    assert line.startswith("GO (" if s["go"] else "NO-GO (")
+    assert all(r in line for r in s["go_reasons"])
+    assert f"{s['test']['learned']['cost_ratio_at_95']:.3f}" in line
+
+
 def test_exploration_is_bounded_and_session_scoped(gsm8k_run):
     s, _, _, _ = gsm8k_run
     e = s["exploration"]
