@@ -26,7 +26,6 @@ Without cargo the Rust half is {"skipped": ...}. Prints one JSON object on the l
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -43,9 +42,9 @@ from bench_rust_scorer import (  # noqa: E402
     WARMUP,
     build,
     find_cargo,
-    gsm8k_queries,
+    latency_args,
+    router_and_queries,
     stats_us,
-    train_static_router,
 )
 
 TARGET_US = 5.0
@@ -134,17 +133,8 @@ def met(f: dict) -> bool:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=2000, help="calls, clamped to [1000, 3000]")
-    ap.add_argument("--calls", type=int, default=None, help="timed calls per path and round")
-    ap.add_argument("--rounds", type=int, default=2, help="alternating blocks per path")
-    ap.add_argument("--router", default=None, help="a static-tier router artifact (else train one)")
-    ap.add_argument("--json", action="store_true", help="(accepted for bench/run_all.py)")
-    args = ap.parse_args()
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    calls = args.calls or min(max(args.rows, 1000), 3000)
+    args = latency_args()
+    calls = args.calls
     rounds = max(args.rounds, 1)
 
     from replaylab.runtime import Router
@@ -152,13 +142,7 @@ def main() -> None:
     cargo = find_cargo()
     build_s = build(cargo) if cargo else None
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        t0 = time.perf_counter()
-        art = Path(args.router) if args.router else train_static_router(tmp / "run")
-        train_s = time.perf_counter() - t0
-        queries = gsm8k_queries(calls)
-        inputs = tmp / "queries.jsonl"
-        inputs.write_text("".join(json.dumps(q) + "\n" for q in queries))
+        art, train_s, queries, inputs = router_and_queries(args, Path(tmp_name))
         router = Router.load(art)
         if not router.loaded or router.tier != "static":
             raise RuntimeError(f"the Python router did not load the static tier: {router.reason}")

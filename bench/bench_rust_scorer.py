@@ -144,7 +144,10 @@ def agreement(router, art: Path, queries: list[dict]) -> dict:
             "min_decision_margin": float(margin.min())}
 
 
-def main() -> None:
+def latency_args() -> argparse.Namespace:
+    """The command line of the static-tier latency benchmarks (this one and
+    bench_rust_binder.py; bench/run_all.py passes --rows and --json); one thread, as the
+    Rust scorer, and no model hub."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2000, help="calls, clamped to [1000, 3000]")
     ap.add_argument("--calls", type=int, default=None, help="timed calls per path and round")
@@ -153,25 +156,37 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="(accepted for bench/run_all.py)")
     args = ap.parse_args()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")  # entry point: one thread, as the Rust scorer
+        os.environ.setdefault(var, "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    args.calls = args.calls or min(max(args.rows, 1000), 3000)
+    return args
+
+
+def router_and_queries(args: argparse.Namespace, tmp: Path) -> tuple[Path, float, list[dict], Path]:
+    """The static-tier artifact (--router, else trained into tmp), its training seconds,
+    `args.calls` GSM8K queries and the JSONL file the Rust binary reads them from."""
+    t0 = time.perf_counter()
+    art = Path(args.router) if args.router else train_static_router(tmp / "run")
+    train_s = time.perf_counter() - t0
+    queries = gsm8k_queries(args.calls)
+    inputs = tmp / "queries.jsonl"
+    inputs.write_text("".join(json.dumps(q) + "\n" for q in queries))
+    return art, train_s, queries, inputs
+
+
+def main() -> None:
+    args = latency_args()
     cargo = find_cargo()
     if cargo is None:
         print(json.dumps({"skipped": "cargo not on PATH: the Rust scorer is not measured"}))
         return
-    calls = args.calls or min(max(args.rows, 1000), 3000)
+    calls = args.calls
 
     from replaylab.runtime import Router
 
     build_s = build(cargo)
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        t0 = time.perf_counter()
-        art = Path(args.router) if args.router else train_static_router(tmp / "run")
-        train_s = time.perf_counter() - t0
-        queries = gsm8k_queries(calls)
-        inputs = tmp / "queries.jsonl"
-        inputs.write_text("".join(json.dumps(q) + "\n" for q in queries))
+        art, train_s, queries, inputs = router_and_queries(args, Path(tmp_name))
         t0 = time.perf_counter()
         router = Router.load(art)
         py_load_ms = (time.perf_counter() - t0) * 1e3
