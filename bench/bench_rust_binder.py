@@ -27,8 +27,6 @@ Without cargo the Rust half is {"skipped": ...}. Prints one JSON object on the l
 from __future__ import annotations
 
 import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -44,6 +42,7 @@ from bench_rust_scorer import (  # noqa: E402
     find_cargo,
     latency_args,
     router_and_queries,
+    run_header,
     stats_us,
 )
 
@@ -160,15 +159,10 @@ def main() -> None:
     python = figures(py)
     rust = figures(rs, 3) | {"explored": explored} if cargo else {
         "skipped": "cargo not on PATH: the Rust binder is not measured"}
+    head = run_header(args, train_s, build_s, router)
+    head["router"]["candidates"] = len(router.candidates)
     out = {
-        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "cpus_affinity": len(os.sched_getaffinity(0)),
-                    "loadavg_1m": round(os.getloadavg()[0], 2)},
-        "router": {"artifact": "given" if args.router else "trained here",
-                   "train_seconds": None if args.router else round(train_s, 1),
-                   "cargo_build_seconds": None if build_s is None else round(build_s, 1),
-                   "version": router.version, "candidates": len(router.candidates)},
+        **head,
         "inputs": {"source": "RouteLLM GSM8K prompts (shuffled, seed 0), category gsm8k",
                    "calls_per_round": calls, "rounds": rounds, "warmup": WARMUP,
                    "rate": RATE, "cap": CAP},

@@ -174,6 +174,19 @@ def router_and_queries(args: argparse.Namespace, tmp: Path) -> tuple[Path, float
     return art, train_s, queries, inputs
 
 
+def run_header(args: argparse.Namespace, train_s: float, build_s: float | None,
+               router: object) -> dict:
+    """When, on what machine, and which router: the head of a latency bench's JSON."""
+    return {"measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "machine": {"cpu": platform.processor() or platform.machine(),
+                        "cpus_affinity": len(os.sched_getaffinity(0)),
+                        "loadavg_1m": round(os.getloadavg()[0], 2)},
+            "router": {"artifact": "given" if args.router else "trained here",
+                       "train_seconds": None if args.router else round(train_s, 1),
+                       "cargo_build_seconds": None if build_s is None else round(build_s, 1),
+                       "version": router.version}}
+
+
 def main() -> None:
     args = latency_args()
     cargo = find_cargo()
@@ -205,13 +218,7 @@ def main() -> None:
                                 "tokens_mean": rust_runs[0]["tokens_mean"]}
     python = stats_us(py_us) | {"load_ms": round(py_load_ms, 1)}
     out = {
-        "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpu": platform.processor() or platform.machine(),
-                    "cpus_affinity": len(os.sched_getaffinity(0)),
-                    "loadavg_1m": round(os.getloadavg()[0], 2)},
-        "router": {"artifact": "given" if args.router else "trained here",
-                   "train_seconds": None if args.router else round(train_s, 1),
-                   "cargo_build_seconds": round(build_s, 1), "version": router.version},
+        **run_header(args, train_s, build_s, router),
         "inputs": {"source": "RouteLLM GSM8K prompts (shuffled, seed 0), category gsm8k",
                    "calls_per_round": calls, "rounds": max(args.rounds, 1), "warmup": WARMUP},
         "threads": 1, "clock": "wall, in-process per call",

@@ -259,18 +259,24 @@ fn count(x: usize) -> Json {
     Json::Num(Number { value: x as f64, int: Some(x.to_string()) })
 }
 
-fn bench(args: &[String]) -> Result<u8, Error> {
-    let (n, warmup) = bench_counts(args)?;
-    let t0 = Instant::now();
-    let router = load(args)?;
-    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+/// The queries a latency bench times: `--inputs` (JSONL) or the artifact's golden queries.
+fn bench_queries(args: &[String], router: &Router, n: usize) -> Result<Vec<Query>, Error> {
     let queries: Vec<Query> = match opt(args, "--inputs")? {
-        None => golden::golden_queries(&router)?,
+        None => golden::golden_queries(router)?,
         Some(f) => read_jsonl(&f)?.iter().map(golden::query).collect::<Result<_, _>>()?,
     };
     if queries.is_empty() || n == 0 {
         return Err(usage("no inputs to time (or --n 0)"));
     }
+    Ok(queries)
+}
+
+fn bench(args: &[String]) -> Result<u8, Error> {
+    let (n, warmup) = bench_counts(args)?;
+    let t0 = Instant::now();
+    let router = load(args)?;
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let queries = bench_queries(args, &router, n)?;
     let (mut s, tokens) = time_calls(args, n, warmup, queries.len(), 1, load_ms, &router.version, |i| {
         let q = &queries[i % queries.len()];
         router.route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens)
@@ -436,13 +442,7 @@ fn bind_bench(args: &[String]) -> Result<u8, Error> {
     let t0 = Instant::now();
     let router = load_artifact(args, false)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
-    let queries: Vec<Query> = match opt(args, "--inputs")? {
-        None => golden::golden_queries(&router)?,
-        Some(f) => read_jsonl(&f)?.iter().map(golden::query).collect::<Result<_, _>>()?,
-    };
-    if queries.is_empty() || n == 0 {
-        return Err(usage("no inputs to time (or --n 0)"));
-    }
+    let queries = bench_queries(args, &router, n)?;
     let version = router.version.clone();
     let mut b = Binder::new(Some(router), cfg)?;
     if b.reason.is_some() || b.max_sessions < n + warmup {
