@@ -73,3 +73,68 @@ def lower_bound_metrics(observed: np.ndarray, hi: np.ndarray, reasons: np.ndarra
         out["by_reason"][str(reason)] = {"n": int(m.sum()),
                                          "hi_at_least_observed": float(ok[m].mean())}
     return out
+
+
+# ---------------------------------------------------------------- per row, for intervals
+def row_pinball(y: np.ndarray, quantiles_pred: np.ndarray,
+                quantiles: Sequence[float]) -> np.ndarray:
+    """(n, q) pinball loss of each row at each level: their column means are
+    `pinball_losses`, their overall mean `mean_pinball` (the same numbers)."""
+    y = np.asarray(y, dtype="float64")[:, None]
+    tau = np.asarray([float(q) for q in quantiles], dtype="float64")[None, :]
+    d = y - np.asarray(quantiles_pred, dtype="float64")
+    return np.maximum(tau * d, (tau - 1.0) * d)
+
+
+def row_figures(y: np.ndarray, quantiles_pred: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                quantiles: Sequence[float]) -> dict[str, np.ndarray]:
+    """Per-row values whose means are the figures of `interval_metrics`: pinball per level
+    (`pinball.<q>`), `mean_pinball`, `coverage` (0/1), `mean_width`, `mae_p50`."""
+    y = np.asarray(y, dtype="float64")
+    pin = row_pinball(y, quantiles_pred, quantiles)
+    out = {f"pinball.{quantile_key(q)}": pin[:, j] for j, q in enumerate(quantiles)}
+    out["mean_pinball"] = pin.mean(axis=1)
+    out["coverage"] = ((y >= lo) & (y <= hi)).astype("float64")
+    out["mean_width"] = np.asarray(hi, dtype="float64") - np.asarray(lo, dtype="float64")
+    if 0.5 in [float(q) for q in quantiles]:
+        out["mae_p50"] = np.abs(y - quantiles_pred[:, [float(q) for q in quantiles].index(0.5)])
+    return out
+
+
+def bootstrap_means(values: dict[str, np.ndarray], session: np.ndarray | None, n_boot: int,
+                    seed: int, level: float = 0.95) -> dict[str, list[float]]:
+    """The percentile interval at `level` of the mean of every per-row array in `values`,
+    all from the same replicates of a session bootstrap (`replaylab.stats.session_bootstrap`:
+    sessions drawn with replacement; each row its own session when `session` is None).
+    Paired differences are rows of differences in `values`: the same draws for both sides."""
+    from replaylab.stats import percentile_interval, session_bootstrap
+
+    keys = list(values)
+    if not keys:
+        return {}
+    x = np.column_stack([np.asarray(values[k], dtype="float64") for k in keys])  # (n, m)
+    n = x.shape[0]
+    if n == 0 or n_boot < 1:
+        return {k: [float("nan"), float("nan")] for k in keys}
+    groups = np.arange(n) if session is None else np.asarray(session)
+    reps = [(w @ x) / w.sum(axis=1)[:, None] for w in session_bootstrap(groups, n_boot, seed)]
+    r = np.vstack(reps)
+    return {k: [float(v) for v in percentile_interval(r[:, j], level)]
+            for j, k in enumerate(keys)}
+
+
+def paired_pinball_delta(y: np.ndarray, a_pred: np.ndarray, b_pred: np.ndarray,
+                         quantiles: Sequence[float], session: np.ndarray | None,
+                         n_boot: int, seed: int, level: float = 0.95) -> dict:
+    """Mean pinball of predictor a minus predictor b on the same rows, with its paired
+    session-bootstrap interval: {"delta", "ci": [lo, hi], "level", "n", "sessions",
+    "resampled"}. Negative: a is better; the interval's upper bound below 0: a is better
+    beyond the resampling noise of these sessions."""
+    da = row_pinball(y, a_pred, quantiles).mean(axis=1)
+    db = row_pinball(y, b_pred, quantiles).mean(axis=1)
+    d = da - db
+    ci = bootstrap_means({"d": d}, session, n_boot, seed, level)["d"]
+    n_sessions = len(set(np.asarray(session).tolist())) if session is not None else int(d.size)
+    return {"delta": float(d.mean()) if d.size else float("nan"), "ci": ci, "level": level,
+            "n": int(d.size), "sessions": int(n_sessions),
+            "resampled": "sessions" if session is not None else "rows"}

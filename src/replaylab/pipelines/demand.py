@@ -29,6 +29,7 @@ from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.censoring import NONE, PINBALL, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
+from replaylab.demand.gate import N_BOOT, gate_from_rows
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
 from replaylab.demand.labels import (
     DemandDataError,
@@ -38,11 +39,13 @@ from replaylab.demand.labels import (
     label_counts,
 )
 from replaylab.demand.metrics import (
+    bootstrap_means,
     interval_metrics,
     lower_bound_metrics,
     mean_pinball,
     pinball_losses,
     quantile_key,
+    row_figures,
 )
 from replaylab.demand.model import QuantileDemandModel, base_band, request_cap
 from replaylab.jsonsafe import json_safe
@@ -221,10 +224,19 @@ def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
         test[usable], (m.test_band[0][usable], m.test_band[1][usable]), y[usable],
         None if cap_test is None else cap_test[usable],
         demand.group_columns, demand.min_group_size, demand.scale)
+    session = test[L.SESSION_ID].to_numpy(dtype=object)[usable]
+    _intervals(tests, scored, y[usable], usable, session, demand)
     baselines = {k: v for k, v in tests.items() if k != MODEL}
     best = min(baselines, key=lambda k: baselines[k]["mean_pinball"])
     top = quantile_key(demand.quantiles[-1])
+    gate = gate_from_rows(demand.interval, y[usable], m.test_q[usable], m.test_lo[usable],
+                          m.test_hi[usable], {k: s.test_q[usable] for k, s in scored.items()
+                                              if k != MODEL},
+                          demand.quantiles, session, N_BOOT, demand.seed)
     return {
+        "gate": gate,
+        "intervals": f"ci: 95% percentile intervals, {N_BOOT} session-bootstrap draws "
+                     "(sessions resampled with replacement; every predictor on the same draws)",
         "rows": int(tm.sum()), "labelled_rows": int(usable.sum()),
         "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
         "model_beats": {
@@ -237,6 +249,22 @@ def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
         "censored": lower_bound_metrics(y[lb], m.test_hi[lb], labels.label_class[tm][lb]),
         "reliability": reliability,
     }
+
+
+def _intervals(tests: dict[str, dict], scored: dict[str, _Scored], y: np.ndarray,
+               usable: np.ndarray, session: np.ndarray, demand: DemandConfig) -> None:
+    """Add `ci` (95% session-bootstrap interval of every figure: pinball per level, mean
+    pinball, coverage, width, MAE) to each predictor's test metrics, all predictors on the
+    same replicates (`replaylab.demand.metrics.bootstrap_means`)."""
+    values = {}
+    for name, s in scored.items():
+        for k, v in row_figures(y, s.test_q[usable], s.test_lo[usable], s.test_hi[usable],
+                                demand.quantiles).items():
+            values[f"{name}|{k}"] = v
+    ci = bootstrap_means(values, session, N_BOOT, demand.seed)
+    for key, interval in ci.items():
+        name, k = key.split("|", 1)
+        tests[name].setdefault("ci", {})[k] = interval
 
 
 def _model_facts(model: QuantileDemandModel, demand: DemandConfig) -> dict:
@@ -523,6 +551,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
             "global_correction": m.calibrator.global_correction_,
             "cells": m.calibrator.cells(), "pinball": calib_pin,
         },
+        "gate": test.pop("gate"),
         "test": test,
         "artifacts": artifacts,
         "timings_s": {k: round(v, 3) for k, v in timings.items()},

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from replaylab.demand.gate import COVERAGE_BAND, GROUP_BAND, coverage_target, within_target
 from replaylab.tracking.demand_figures import demand_figures
 from replaylab.tracking.demand_scores import (
     MIN_GROUP_N,
@@ -77,11 +78,11 @@ def _verdict(scores, key, b, interval) -> tuple[bool | None, str]:
     """(model wins?, how the baseline was chosen) for one metric against baseline b."""
     mv, bv = to_float(lookup(scores[MODEL], key)), to_float(lookup(scores[b], key))
     if key == "coverage":
-        if abs(mv - interval) <= 0.03 + 1e-12:
+        if within_target(mv, interval):
             return True, f"closest to {interval:.2f}"
         return abs(mv - interval) <= abs(bv - interval), f"closest to {interval:.2f}"
     if key == "mean_width":
-        if to_float(scores[MODEL].get("coverage")) < interval - 0.03:
+        if to_float(scores[MODEL].get("coverage")) < interval - COVERAGE_BAND:
             return None, "narrowest that covers"
         return mv <= bv, "narrowest that covers"
     return mv <= bv, "lowest"
@@ -95,7 +96,7 @@ def _baseline_section(scores, interval, src) -> str:
         for key, _ in present:
             best = _best_of(scores, key, interval, include_model=True) == p
             cells.append(f"<td class='{'best' if best else ''}'>"
-                         f"{fmt_metric(lookup(scores[p], key), _kind(key))}</td>")
+                         f"{_with_ci(scores[p], key)}</td>")
         rows.append(cells)
         cls.append("model" if p == MODEL else "")
     verdicts, beaten = [], []
@@ -103,7 +104,7 @@ def _baseline_section(scores, interval, src) -> str:
         b = _best_of(scores, key, interval, include_model=False)
         if b is None:
             verdicts.append([f"<td class='l'>{label}</td>", "<td class='l'>none that "
-                             f"covers {interval - 0.03:.2f}</td>", "—",
+                             f"covers {interval - COVERAGE_BAND:.2f}</td>", "—",
                              fmt_metric(lookup(scores[MODEL], key), _kind(key)), badge(None)])
             continue
         mv, bv = to_float(lookup(scores[MODEL], key)), to_float(lookup(scores[b], key))
@@ -113,7 +114,7 @@ def _baseline_section(scores, interval, src) -> str:
             beaten.append(f"{escape(b)} beats the model on {label}: {fmt_metric(bv, _kind(key))} "
                           f"against {fmt_metric(mv, _kind(key))}")
         verdicts.append([f"<td class='l'>{label}</td>", f"<td class='l'>{escape(b)} ({how})</td>",
-                         fmt_metric(bv, _kind(key)), fmt_metric(mv, _kind(key)) + rel,
+                         _with_ci(scores[b], key), _with_ci(scores[MODEL], key) + rel,
                          badge(wins, "model within target" if key == "coverage"
                                else "model better", "baseline better")])
     plain = ("<div class='box'><b>Where a baseline beats the model:</b><ul>" + "".join(
@@ -122,7 +123,8 @@ def _baseline_section(scores, interval, src) -> str:
     return (f"<p class='src'>From summary.json <code>test.model</code> and "
             f"<code>test.baselines</code>; {src}. Underlined: best in column (coverage: "
             f"closest to {interval:.2f}; width: narrowest with coverage ≥ "
-            f"{interval - 0.03:.2f}).</p>"
+            f"{interval - COVERAGE_BAND:.2f}); [lo, hi]: 95% session-bootstrap intervals "
+            f"(summary.json <code>test.*.ci</code>).</p>"
             + table(["predictor", *[label for _, label in present]], rows, cls)
             + "<h3>Best baseline per metric</h3>" + plain
             + table(["metric", "best baseline", "baseline", "model", "verdict"], verdicts))
@@ -135,44 +137,86 @@ def _metrics_present(scores) -> list[tuple[str, str]]:
 
 def _best_of(scores, key, interval, include_model) -> str | None:
     """Lowest value; coverage: closest to nominal; width: narrowest among those whose
-    coverage reaches nominal - 0.03 (a zero-width interval that covers nothing is no win)."""
+    coverage reaches nominal - COVERAGE_BAND (a zero-width interval that covers nothing is no win)."""
     cands = []
     for p, m in scores.items():
         v = to_float(lookup(m, key))
         if (p == MODEL and not include_model) or math.isnan(v):
             continue
-        if key == "mean_width" and not to_float(m.get("coverage")) >= interval - 0.03:
+        if key == "mean_width" and not to_float(m.get("coverage")) >= interval - COVERAGE_BAND:
             continue
         cands.append((abs(v - interval) if key == "coverage" else v, p))
     return min(cands)[1] if cands else None
 
 
-def _targets(scores, groups, interval) -> str:
+def _with_ci(m: dict, key: str) -> str:
+    """A figure with its interval from the metrics' `ci` ('—' when none is recorded)."""
+    v = fmt_metric(lookup(m, key), _kind(key))
+    ci = (m.get("ci") or {}).get(key)
+    if not isinstance(ci, list | tuple) or len(ci) != 2:
+        return v
+    return (f"{v} <span class='ci'>[{fmt_metric(ci[0], _kind(key))}, "
+            f"{fmt_metric(ci[1], _kind(key))}]</span>")
+
+
+def gate_verdict(gate: dict | None) -> str:
+    """The verdict line the report prints: the gate's own `go` (summary.json `gate`)."""
+    if not gate:
+        return "no gate recorded"
+    return "GO" if gate.get("go") else "NO-GO"
+
+
+def _gate_box(gate: dict | None) -> str:
+    """The gate's rule, verdict and reasons, as summary.json `gate` recorded them (the
+    registry reads the same dict from the manifest: one verdict)."""
+    if not gate:
+        return ("<div class='box'><b>Gate:</b> no gate recorded in summary.json (a run from "
+                "before the gate was recorded): the registry refuses to promote it.</div>")
+    verdict = gate_verdict(gate)
+    return (f"<div class='box' id='gate'><b>Gate verdict: <span class='gate-verdict "
+            f"{'ok' if gate.get('go') else 'bad'}'>{verdict}</span></b>"
+            f"<p class='src'>Rule: {escape(str(gate.get('rule', '')))}. The registry's "
+            f"promotion gate reads this verdict (manifest <code>training.gate</code>); it is "
+            f"computed once, by <code>replaylab.demand.gate</code>.</p><ul>"
+            + "".join(f"<li>{escape(str(r))}</li>" for r in gate.get("reasons") or [])
+            + "</ul></div>")
+
+
+def _targets(scores, groups, interval, gate: dict | None = None) -> str:
     m = scores.get(MODEL, {})
     cov = to_float(m.get("coverage"))
+    lo, hi = coverage_target(interval)
     big = [g for rows in groups.values() for g in rows if g["n"] >= MIN_GROUP_N]
-    off = [g for g in big if abs(to_float(g["coverage"]) - interval) > 0.08 + 1e-12]
+    off = [g for g in big if abs(to_float(g["coverage"]) - interval) > GROUP_BAND + 1e-12]
     base = [b for b in scores if b != MODEL]
     p9 = [b for b in base if not to_float(lookup(m, "pinball.0.9"))
           < to_float(lookup(scores[b], "pinball.0.9"))]
     mp = [b for b in base if not to_float(m.get("mean_pinball"))
           < to_float(scores[b].get("mean_pinball"))]
+    vs = (gate or {}).get("vs_best_baseline") or {}
+    ci = vs.get("ci") or [math.nan, math.nan]
     rows = [
-        [f"<td class='l'>coverage of the {interval:.0%} interval within "
-         f"{interval - 0.03:.2f}–{interval + 0.03:.2f}</td>", fmt_metric(cov, "cov"),
-         badge(None if math.isnan(cov) else abs(cov - interval) <= 0.03 + 1e-12)],
+        [f"<td class='l'>gated: coverage of the {interval:.0%} interval within "
+         f"{lo:.2f}–{hi:.2f}</td>", _with_ci(m, "coverage"),
+         badge(lookup(gate, "coverage.ok") if gate else within_target(cov, interval))],
+        [f"<td class='l'>gated: mean pinball below the best baseline's "
+         f"({escape(str(vs.get('baseline', '—')))}), upper bound of the paired 95% "
+         "session-bootstrap interval of model − baseline below 0</td>",
+         (f"{to_float(vs.get('delta')):+.4g} [{to_float(ci[0]):+.4g}, {to_float(ci[1]):+.4g}]"
+          if vs else "no gate recorded"),
+         badge(bool(vs.get("ok")) if vs else None)],
         [f"<td class='l'>every group with n ≥ {MIN_GROUP_N} within "
-         f"{interval - 0.08:.2f}–{interval + 0.08:.2f}</td>",
+         f"{interval - GROUP_BAND:.2f}–{interval + GROUP_BAND:.2f} (not gated)</td>",
          f"{len(big) - len(off)} of {len(big)} groups" + (
              "; outside: " + ", ".join(f"{escape(g['by'])}={escape(g['value'])} "
                                        f"({fmt_metric(g['coverage'], 'cov')})" for g in off)
              if off else ""), badge(not off if big else None)],
-        ["<td class='l'>pinball q0.9 below every baseline</td>",
+        ["<td class='l'>pinball q0.9 below every baseline (not gated)</td>",
          "not below: " + ", ".join(p9) if p9 else "below all", badge(not p9 if base else None)],
-        ["<td class='l'>mean pinball below every baseline</td>",
+        ["<td class='l'>mean pinball below every baseline (not gated)</td>",
          "not below: " + ", ".join(mp) if mp else "below all", badge(not mp if base else None)],
     ]
-    return table(["target", "measured", ""], rows)
+    return _gate_box(gate) + table(["target", "measured [95% CI]", ""], rows)
 
 
 def _group_table(rows, interval, src) -> str:
@@ -186,7 +230,7 @@ def _group_table(rows, interval, src) -> str:
                      fmt_metric(g.get("best_mean_pinball")) + f" ({escape(g.get('best', '—'))})",
                      f"<span class='warn'>n &lt; {MIN_GROUP_N}: not held to the band</span>"
                      if small else badge(
-                         abs(to_float(g.get("coverage")) - interval) <= 0.08 + 1e-12)])
+                         abs(to_float(g.get("coverage")) - interval) <= GROUP_BAND + 1e-12)])
     whence = {g.get("best_from") for g in rows} - {None}
     return (f"<p class='src'>n, coverage and model pinball from summary.json "
             f"<code>test.groups</code>; best baseline's mean pinball from "
@@ -335,14 +379,15 @@ def _scored_sections(predictions, summary, figs, mask, scores, src) -> list[str]
          f"{to_float(r.get('observed')) - to_float(r.get('nominal')):+.3f}"] for r in rel])
     by_group = [section(f"By {escape(by)}", embedded_figure(figs.get(f"groups_{by}"), (
         f"Left: coverage per {escape(by)}; dashed line {interval:.2f}, green band "
-        f"{interval - 0.08:.2f}–{interval + 0.08:.2f}; red: outside it; grey: "
+        f"{interval - GROUP_BAND:.2f}–{interval + GROUP_BAND:.2f}; red: outside it; grey: "
         f"n &lt; {MIN_GROUP_N}. Right: model's mean pinball over the best baseline's "
         f"in the same group; {src}.")), _group_table(rows, interval, src), level=3)
         for by, rows in groups.items()]
     return [
         section("Targets", "<p class='src'>The issue's targets, from summary.json "
                 f"<code>test.model</code>, <code>test.baselines</code>, "
-                f"<code>test.groups</code>; {src}.</p>", _targets(scores, groups, interval)),
+                f"<code>test.groups</code>; {src}.</p>",
+                _targets(scores, groups, interval, summary.get("gate"))),
         section("Model against baselines", _baseline_section(scores, interval, src), check,
                 embedded_figure(figs.get("baselines"), (
                     "Left: pinball loss per quantile and their mean (a bar far above the "
