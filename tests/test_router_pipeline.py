@@ -294,6 +294,9 @@ def test_router_artifact_routes_as_training_decided(minilm_run):
     assert router.golden_status == "passed" and router.golden.ok
     assert router.candidates == (CHEAP, STRONG) and router.threshold == run.threshold
     assert router.rule == run.rule == "margin"
+    shipped = json.loads((art / "router.json").read_text())["threshold"]
+    assert shipped == summary["go_detail"]["threshold"]  # the gated operating point
+    assert (art / "fit_prompts.json").is_file()
     reported = pd.read_parquet(summary["artifacts"]["test_decisions"])
     first = sub.drop_duplicates("prompt_id").set_index("prompt_id")
     m = outcome_matrix(sub, _cfg().labels.cost, candidates=[CHEAP, STRONG])
@@ -454,22 +457,38 @@ def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "cap" in proc.stderr
 
 
-def test_equal_quality_point_can_sit_above_strong_only_quality():
-    from types import SimpleNamespace
+def test_the_gated_threshold_is_the_shipped_one(gsm8k_run):
+    """One operating point: router.json serves the threshold the go/no-go judged, and the
+    gate's learned test cost is the reported learned router's (the same decisions)."""
+    from replaylab.router.artifact import router_config_json
 
-    from replaylab.pipelines.router import _equal_quality_threshold
-    from replaylab.router.policy import PolicyConfig, choose_by_threshold
+    s, run, _, _ = gsm8k_run
+    d = s["go_detail"]
+    assert router_config_json(run)["threshold"] == run.threshold == d["threshold"] == \
+        s["served_threshold"] == s["test"]["learned"]["threshold"]["threshold"]
+    assert d["learned_cost"] == pytest.approx(s["test"]["learned"]["cost"], rel=1e-12)
+    assert f"served threshold {d['threshold']:.4g}" in d["served"]
+    assert "gated at the same threshold" in d["served"]
+    # the verdict and the headline curve metric tell one story, or a note says why not
+    a, b = (s["test"][p]["cost_ratio_at_95"] for p in ("learned", s["go_baseline"]))
+    if (s["go"] and a > b) or (not s["go"] and a < b):
+        assert d["headline_note"] in s["go_reasons"] and "cost_ratio_at_95" in d["headline_note"]
+    else:
+        assert "headline_note" not in d
+    # the prompts it was fitted on, hashed, for a compare's leakage count
+    assert set(run.fit_prompts) == {"train", "calibration"}
+    assert len(run.fit_prompts["train"]) > len(run.fit_prompts["calibration"]) > 0
 
-    # the cheap model wins on half the prompts: routing beats strong-only (0.5) quality
-    score = np.array([[1, 0], [1, 0], [0, 1], [0, 1]], float)
-    cost = np.tile([1.0, 10.0], (4, 1))
-    m = SimpleNamespace(score=score, cost=cost)
-    prob = np.array([[0.9, 0.2], [0.8, 0.3], [0.3, 0.9], [0.2, 0.7]])
-    cfg = PolicyConfig(rule="margin")
-    t = _equal_quality_threshold(prob, m, 1.0, cfg, 1)  # the rules' quality: 1.0 > 0.5
-    a = choose_by_threshold(prob, t, fallback=1, rule="margin")
-    assert score[np.arange(4), a].mean() == 1.0 and list(a) == [0, 0, 1, 1]
-    # unreachable: the best quality the curve reaches, at its lowest cost
-    t = _equal_quality_threshold(np.full((4, 2), 0.5), m, 1.0, cfg, 1)
-    a = choose_by_threshold(np.full((4, 2), 0.5), t, fallback=1, rule="margin")
-    assert score[np.arange(4), a].mean() == 0.5 and (a == 0).all()
+
+def test_headline_note_when_verdict_and_curve_disagree():
+    from replaylab.pipelines.router import _headline_note
+
+    gate = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
+    _headline_note(gate, {"learned": {"cost_ratio_at_95": 0.811},
+                          "rules": {"cost_ratio_at_95": 0.544}}, "rules")
+    assert len(gate["go_reasons"]) == 2 and "0.811" in gate["go_reasons"][1]
+    assert "a point neither serves" in gate["go_detail"]["headline_note"]
+    agree = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
+    _headline_note(agree, {"learned": {"cost_ratio_at_95": 0.4},
+                           "rules": {"cost_ratio_at_95": 0.544}}, "rules")
+    assert agree["go_reasons"] == ["saves"] and "headline_note" not in agree["go_detail"]

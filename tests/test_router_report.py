@@ -27,7 +27,7 @@ from replaylab.tracking.router_report import write_router_report
 from tests.test_demand_report import _ink, _parse, browse, page_stderr_problems
 
 POLICIES = ("learned", "knn", "lgbm", "rules", "random", "cheap_only", "strong_only", "oracle")
-HEADINGS = ["Router go/no-go: learned router against the rules", "At the rules' quality",
+HEADINGS = ["Router go/no-go: learned router against the rules", "At the served threshold",
             "Policies on the test split", "Off-policy evaluation",
             "Learning curve: how much live exploration", "Labels and exploration",
             "Router head", "Data and versions"]

@@ -67,12 +67,8 @@ from replaylab.router.ope import (
 )
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import (
-    PolicyConfig,
-    choose_by_threshold,
     routing_scores,
     select_threshold,
-    strongest_column,
-    threshold_curve,
 )
 from replaylab.router.replay import (
     Label,
@@ -110,6 +106,21 @@ class RouterRun:
     rules_equal: ScenarioRules | None = None  # the rules at the learned router's label budget
     # bootstrap replicates (n_boot,) of test cost_ratio_at_95 differences, "a-b" -> reps
     gap_replicates: dict[str, np.ndarray] = field(default_factory=dict)
+    # split -> sorted `prompt_hashes` of the prompts the router was fitted / calibrated on
+    # (the artifact's fit_prompts.json: a compare counts another run's test prompts in them)
+    fit_prompts: dict[str, list[str]] = field(default_factory=dict)
+
+
+def prompt_hash(text: str) -> str:
+    """The first 8 bytes of the SHA-256 of a prompt's UTF-8 text, hex (16 characters)."""
+    import hashlib
+
+    return hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16]
+
+
+def prompt_hashes(texts: Sequence[str]) -> list[str]:
+    """Sorted distinct `prompt_hash`es of texts."""
+    return sorted({prompt_hash(t) for t in texts})
 
 
 def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
@@ -260,23 +271,6 @@ def cr95_gaps(te: OutcomeMatrix, curves: dict[str, np.ndarray], pairs: Sequence[
                                                    and (hi < 0 or lo > 0))}
         diffs[f"{a}-{b}"] = d
     return summary, diffs
-
-
-def _equal_quality_threshold(prob: np.ndarray, m: OutcomeMatrix, quality: float,
-                             cfg: PolicyConfig, top: int) -> float:
-    """The cheapest threshold whose calibration quality reaches `quality` (the rules'), else
-    the threshold of the best quality the curve reaches. The rules' quality may be above
-    strong-only quality (MMLU: Mixtral beats GPT-4 on some subjects), so this reads the
-    curve itself rather than a share of strong-only quality."""
-    curve = threshold_curve(prob, m.score, m.cost, escalate=False, rule=cfg.rule,
-                            success_cutoff=cfg.success_cutoff,
-                            max_thresholds=cfg.max_thresholds,
-                            top=top)
-    q, c, t = curve.quality, curve.cost, curve.threshold
-    ok = q >= quality - 1e-12
-    if not ok.any():
-        return float(t[np.lexsort((c, -q))[0]])  # the best quality reachable, then cheaper
-    return float(t[ok][np.lexsort((t[ok], -q[ok], c[ok]))[0]])  # cheapest, better, lower t
 
 
 def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) -> np.ndarray:
@@ -568,8 +562,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     timings["ope"] = time.perf_counter() - t0
     gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]),
                         (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
-                        choice[baseline], sim.stats, head_scorer)
+                        choice[baseline], sim.stats, head_scorer, served=chosen["learned"])
     timings["learning_curve"] = gate.pop("_seconds")
+    _headline_note(gate, test, baseline)
 
     from replaylab.router.metrics import cost_quality_curve
 
@@ -612,23 +607,51 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "decision_stability": _stability(decisions),
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
+    summary["served_threshold"] = float(chosen["learned"].threshold)
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
                     deployed=deployed if isinstance(deployed, DeployedHead) else None,
                     golden_inputs=_golden_inputs(outcomes, te, mte), rules_equal=rules_eq,
-                    gap_replicates=gap_reps)
+                    gap_replicates=gap_reps,
+                    fit_prompts={s_: prompt_hashes(_texts(outcomes, x.prompt_ids))
+                                 for s_, x in (("train", tr), ("calibration", ca))})
     return summary, run
+
+
+def _headline_note(gate: dict, test: dict, baseline: str) -> None:
+    """When the verdict and the headline curve metric point different ways (GO while the
+    learned curve's cost_ratio_at_95 is worse than the baseline's, or NO-GO while it is
+    better), say why in go_reasons and go_detail["headline_note"]: they answer different
+    questions."""
+    a = (test.get("learned") or {}).get("cost_ratio_at_95")
+    b = (test.get(baseline) or {}).get("cost_ratio_at_95")
+    if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)):
+        return
+    if not ((gate["go"] and a > b) or (not gate["go"] and a < b)):
+        return
+    t = gate["go_detail"]["threshold"]
+    note = (f"{'GO' if gate['go'] else 'NO-GO'} although the headline says otherwise: the "
+            f"gate judges the served threshold {t:.4g} against the {baseline}' own "
+            f"choices on test, while cost_ratio_at_95 compares the two cost/quality curves "
+            f"at 95% of strong-only quality, a point neither serves (learned {a:.3f} vs "
+            f"{baseline} {b:.3f} of strong-only cost)")
+    gate["go_reasons"].append(note)
+    gate["go_detail"]["headline_note"] = note
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
           train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
-          stats: dict, head_scorer: str = "onnx") -> tuple[dict, list[dict]]:
-    """go/no-go at equal quality, and the learning curve over explored sessions.
+          stats: dict, head_scorer: str = "onnx", served: Any = None) -> tuple[dict, list[dict]]:
+    """go/no-go at the served threshold, and the learning curve over explored sessions.
 
-    rules: the baseline the gate compares against (`go.baseline`: the full-information
-    rules or rules_equal), rules_te its test choices; learned: the fitted head's
-    (calibration, test) success probabilities.
+    The learned router is judged at exactly the operating point router.json ships:
+    `served` (the `select_threshold` choice on calibration, `policy.target_share` of
+    strong-only quality or `policy.cost_budget`), its test decisions `served.choose`.
+    Each learning-curve refit is judged at its own `select_threshold` choice, as it
+    would be served. rules: the baseline the gate compares against (`go.baseline`: the
+    full-information rules or rules_equal), rules_te its test choices; learned: the
+    fitted head's (calibration, test) success probabilities.
     """
     t_start = time.perf_counter()
     Etr, mtr, tr, labels = train
@@ -639,12 +662,12 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     rows_te = np.arange(te.n_prompts)
     rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
 
-    top = strongest_column(ca.score, ca.cost)
-
-    def compare(prob_cal: np.ndarray, prob_test: np.ndarray) -> dict:
-        t = _equal_quality_threshold(prob_cal, ca, rules_q_cal, cfg.policy, top)
-        ch = choose_by_threshold(prob_test, t, fallback=top, rule=cfg.policy.rule)
-        return {"threshold": t,
+    def compare(prob_cal: np.ndarray, prob_test: np.ndarray, point: Any = None) -> dict:
+        point = point or select_threshold(prob_cal, ca.score, ca.cost, cfg.policy)
+        t = float(point.threshold)
+        ch = point.choose(prob_test)
+        return {"threshold": t, "operating_point": point.goal,
+                "learned_calibration_quality": float(point.quality),
                 # paired prompt-bootstrap (prompts are the sessions here), 95%
                 "cost_saving": paired_bootstrap_diff(te.cost[rows_te, rules_te],
                                                      te.cost[rows_te, ch], g.n_boot, cfg.seed),
@@ -654,7 +677,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                 "rules_cost": float(te.cost[rows_te, rules_te].mean()),
                 "learned_cost": float(te.cost[rows_te, ch].mean())}
 
-    main = compare(*learned)
+    main = compare(*learned, point=served)
     explored = labels[labels[Label.LABEL_SOURCE] == "exploration"]
     sessions = np.sort(explored[Label.SESSION_ID].unique())
     curve = []
@@ -696,6 +719,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                        f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}]) at quality "
                        f"{dq['mean']:+.4f}; exploration {share:.3f} of sessions within cap "
                        f"{cfg.labels.exploration.cap:g}")
+    served_text = (f"served threshold {main['threshold']:.4g} ({cfg.policy.rule} rule; chosen "
+                   f"on calibration: {main['operating_point']}), gated at the same threshold")
     # the smallest budget from which every larger one is significant (not a lucky early point)
     first = None
     for c in reversed(curve):
@@ -703,7 +728,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
             break
         first = c
     gate = {"go": go, "go_reasons": reasons,
-            "go_detail": {**main, "baseline": base, "rules_calibration_quality": rules_q_cal,
+            "go_detail": {**main, "served": served_text, "baseline": base,
+                          "rules_calibration_quality": rules_q_cal,
                           "exploration_within_cap": within_cap, "explored_share": share,
                           "quality_margin": g.quality_margin,
                           "sessions_per_day": g.sessions_per_day,

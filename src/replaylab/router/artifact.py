@@ -13,6 +13,8 @@ Layout (every file listed in the top-level `manifest.json`, kind `router`):
     encoder/encoder_config.json
     encoder/golden.json        the encoder's golden vectors (token ids, embeddings)
     encoder/manifest.json
+    fit_prompts.json           hashes of the prompts it was fitted and calibrated on (a compare
+                               counts another run's test prompts among them: leakage)
     golden.json                the router's golden vectors: queries with each published encoder
                                variant's expected P(success), decision and decision margin,
                                computed by `replaylab.runtime.Router` itself on the exporting
@@ -60,6 +62,10 @@ from replaylab.router.head_onnx import (
 KIND = "router"
 HEAD_FILE = "head.onnx"
 CONFIG_FILE = "router.json"
+# the prompts the router was fitted and calibrated on, as sorted 16-hex prefixes of the
+# SHA-256 of their text (`replaylab.pipelines.router.prompt_hash`): a compare counts another
+# run's test prompts among them (leakage) without the artifact holding any prompt text
+FIT_PROMPTS_FILE = "fit_prompts.json"
 ENCODER_DIR = "encoder"
 # Router golden tolerances: P(success) may differ by the encoder's rounding on another CPU
 # (fp32: float rounding; int8: its kernels, docs/int8-cpus.md). A decision must agree
@@ -127,6 +133,9 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
              "test": {k: {m: v.get(m) for m in ("quality", "cost", "cost_ratio_at_95")}
                       for k, v in summary.get("test", {}).items()},
              "go": summary.get("go"), "go_reasons": summary.get("go_reasons"),
+             # router.json's threshold; the gate judged exactly this operating point
+             "served_threshold": float(run.threshold),
+             "gated_threshold": (summary.get("go_detail") or {}).get("threshold"),
              "prompts": summary.get("prompts"), "exploration": {
                  k: summary.get("exploration", {}).get(k)
                  for k in ("rate", "cap", "sessions", "explored_sessions")},
@@ -137,6 +146,11 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
         (tmp / HEAD_TENSORS_FILE).write_bytes(safetensors_bytes(head_tensors(head)))
         (tmp / CONFIG_FILE).write_text(json.dumps(router_config_json(run, tier), indent=1,
                                                   sort_keys=True) + "\n")
+        fit = getattr(run, "fit_prompts", None) or {}
+        if fit:
+            (tmp / FIT_PROMPTS_FILE).write_text(json.dumps(
+                {"hash": "sha256(utf-8 prompt text)[:16 hex]",
+                 **{k: sorted(v) for k, v in fit.items()}}, sort_keys=True) + "\n")
         for entry in enc_manifest["files"]:
             link_or_copy(encoder_dir / entry["path"], tmp / ENCODER_DIR / entry["path"])
         link_or_copy(encoder_dir / "manifest.json", tmp / ENCODER_DIR / "manifest.json")

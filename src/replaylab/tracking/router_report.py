@@ -308,18 +308,23 @@ def _why(c: dict) -> str:
 
 
 def _equal_quality(d: dict) -> str:
-    rows = [["rules' quality on calibration (target)", _f(d.get("rules_calibration_quality"))],
-            ["learned threshold reaching it", _f(d.get("threshold"))],
+    rows = [["served threshold (router.json), gated here", _f(d.get("threshold"))],
+            ["learned quality on calibration at it", _f(d.get("learned_calibration_quality"))],
+            ["rules' quality on calibration", _f(d.get("rules_calibration_quality"))],
             ["rules' cost on test, USD/prompt", _f(d.get("rules_cost"), "usd")],
             ["learned cost on test, USD/prompt", _f(d.get("learned_cost"), "usd")],
             ["cost saving (rules − learned) [95% CI]", _mci(d.get("cost_saving"), "+usd")],
             ["quality (learned − rules) [95% CI]", _mci(d.get("quality_delta"), "+q")],
             ["exploration within its cap", badge(d.get("exploration_within_cap"), "yes", "no")]]
-    note = ("<p class='src'>Threshold ∞: no finite threshold reaches the rules' quality on "
-            "calibration, so at that quality the learned router sends every prompt to the "
+    note = ("<p class='src'>Threshold ∞: the learned router sends every prompt to the "
             "strong candidate.</p>" if to_float(d.get("threshold")) == math.inf else "")
-    return table(["at the rules' quality", "value"],
-                 [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]) + note
+    served = (f"<p class='src' id='served'><b>{escape(str(d['served']))}</b>.</p>"
+              if d.get("served") else "")
+    headline = (f"<div class='box'>{escape(str(d['headline_note']))}.</div>"
+                if d.get("headline_note") else "")
+    return served + headline + table(["at the served threshold", "value"],
+                                     [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]
+                                     ) + note
 
 
 def _policy_table(test: dict) -> str:
@@ -422,9 +427,10 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
     parts = [
         f"<h1>Router go/no-go: learned router against the rules</h1><p class='src'>{src}.</p>",
         _verdict(summary),
-        section("At the rules' quality", "<p class='src'>summary.json "
-                "<code>go_detail</code>: the learned router's threshold set on calibration to "
-                "the rules' quality, then paired prompt-bootstrap differences on test.</p>",
+        section("At the served threshold", "<p class='src'>summary.json "
+                "<code>go_detail</code>: the learned router at the threshold router.json "
+                "serves (chosen on calibration), against the rules' own choices: paired "
+                "prompt-bootstrap differences on test.</p>",
                 _equal_quality(detail), f"<p>{_needed(detail, curve, rate)}</p>"),
         section("Policies on the test split", _policy_table(test) if test else
                 "<p class='src'>summary.json has no test scores.</p>", _spread_line(summary),
