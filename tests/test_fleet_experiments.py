@@ -148,7 +148,7 @@ def test_overload_experiment(shared_data, tmp_path):
     assert hot["admission_hint"]["summary"]["rejected"] > 0
     assert hot["least_loaded"]["summary"]["timed_out"] + \
         hot["least_loaded"]["summary"]["rejected"] > 0
-    assert s["capacity"]["rps"] > 0
+    assert s["capacity"]["rps"] > 0 and s["capacity"]["source"] == "simulated saturation run"
 
 
 def test_stale_telemetry_experiment(shared_data, tmp_path):

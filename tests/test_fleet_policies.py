@@ -463,3 +463,16 @@ def test_shadow_reports_a_residency_violating_candidate_without_changing_the_run
     rep = shadow_report(good, FleetSim(pools, SimConfig(), good).run(w))
     assert rep["candidate_violations"] == 0 and rep["canary_ready"] is True, rep["reasons"]
     assert 0 < rep["choice_agreement"] < 1 and rep["admit_agreement"] == 1.0
+
+
+def test_energy_aware_breaks_a_tie_between_classes_by_label_not_pool_order():
+    """Two regions with the same profile score the same: the class label (profile@region)
+    decides, whichever pool the fleet lists first (issue 30: ties never arbitrary)."""
+    w = make_workload([0.0, 5.0, 10.0], [100, 100, 100], [10, 10, 10])
+    chosen = []
+    for order in (("us", "eu"), ("eu", "us")):
+        pools = [PoolConfig(reg, "m", H100, replicas=1, region=reg) for reg in order]
+        probe = Probe(EnergyAwarePolicy())
+        FleetSim(pools, SimConfig(), probe).run(w)
+        chosen.append([pool for _, pool, _ in probe.seen])
+    assert chosen[0] == chosen[1] == ["eu", "eu", "eu"]

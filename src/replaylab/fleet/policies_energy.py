@@ -188,7 +188,8 @@ class EnergyAwarePolicy:
     `marginal_j_per_token` at its candidates' mean batch (running + queued,
     linear between integer batches), context per sequence = its reserved KV /
     running, k = the request's expected KV (hint, else prompt); with carbon,
-    times the region's intensity (gCO2 per token).
+    times the region's intensity (gCO2 per token). Classes that score the same
+    go by label ('profile-name@region'), never by the order the fleet lists them.
 
     Hysteresis (per model): the class chosen last time keeps the request while
     its score is within `hysteresis` (relative) of the best class's; only one
@@ -295,7 +296,8 @@ class EnergyAwarePolicy:
                 self.carbon_used += 1
             else:
                 self.carbon_ignored += 1
-        best_k = min(score, key=lambda k: (score[k], k))
+        # ties: by class label (profile@region), not by the order classes were first seen
+        best_k = min(score, key=lambda k: (score[k], self._labels[k], k))
         best = score[best_k]
         if math.isinf(best):  # every candidate's batch is full: nothing to rank by energy
             self.saturated += 1

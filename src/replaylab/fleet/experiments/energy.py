@@ -21,6 +21,8 @@ from replaylab.config import ConfigError
 from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
+    has_hints,
+    hint_policy_check,
     make_policy,
     parse_config,
     pooled_summary,
@@ -58,7 +60,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     draw differs (exact: a pool's energy scales with its curve); `policy_informed`:
     the fleet re-simulated with the perturbed curves (energy-aware routes by them).
     `ranking_holds`: the order of the policies by joules_per_output_token is the
-    nominal one.
+    nominal one (`rank_policies`: ties, to 12 significant digits, go by name).
     """
     c = parse_config(EnergyConfig, cfg, {})
     if not c.pools or not c.policies:
@@ -67,14 +69,18 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     slo = slo_targets(c.slo)
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(c.pools, c.shared_dir, c.model)
-    names = list(c.policies)
+    specs, skipped = hint_policy_check(
+        c.policies, has_hints(wls), "energy",
+        f"the workload ({workload.get('file') or workload.get('source')}) carries none (every hint_p90 "
+        "null or the column absent)")
+    names = list(specs)
 
     def run_all(pool_list) -> dict[str, list]:
         out: dict[str, list] = {n: [] for n in names}
         for w in wls:
             conf = sim_config(c.sim, w)
             for n in names:
-                out[n].append(simulate(pool_list, conf, make_policy(c.policies[n]), w))
+                out[n].append(simulate(pool_list, conf, make_policy(specs[n]), w))
         return out
 
     nominal = run_all(pools)
@@ -82,7 +88,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     per_rep = {n: replicate_metrics(nominal[n], slo) for n in names}
 
     def ranking(summaries: Mapping[str, Mapping]) -> list[str]:
-        return sorted(names, key=lambda n: (summaries[n]["joules_per_output_token"], n))
+        return rank_policies({n: summaries[n]["joules_per_output_token"] for n in names})
 
     base_rank = ranking(policies)
     errors: dict[str, Any] = {}
@@ -112,7 +118,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
                    for n in names if n != best}
     summary: dict[str, Any] = {
         "experiment": "energy", "workload": workload,
-        "policies": policies,
+        "policies": policies, "skipped_policies": skipped,
         "conserved": all(p["conserved"] for p in policies.values()),
         "fleet": {p.pool_id: {"profile": p.profile.name, "gpus": p.profile.gpus,
                               "replicas": p.replicas, "max_batch": p.profile.max_batch,
@@ -139,12 +145,29 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     return json_safe(summary)
 
 
+def rank_policies(values: Mapping[str, float], digits: int = 12) -> list[str]:
+    """Names by their metric, lowest first; the order never depends on the input order.
+
+    Ties break by name. Values are compared at `digits` significant digits, so two
+    policies whose energies differ only by floating-point summation order tie (and
+    then go by name); a missing metric (NaN, None) ranks last.
+    """
+    def key(n: str) -> tuple:
+        v = values[n]
+        if v is None or not math.isfinite(float(v)):   # NaN, None, inf: last, by name
+            return (1, 0.0, str(n))
+        return (0, float(f"{float(v):.{digits}g}"), str(n))
+
+    return sorted(values, key=key)
+
+
 def _energy_answer(s: dict, names: list[str]) -> str:
     pol, rank = s["policies"], s["ranking"]
     parts = ["Ranking by joules per output token (nominal power curves): " + " < ".join(
         f"{n} ({pol[n]['joules_per_output_token']:.4f} J/tok, SLO "
         f"{pol[n]['slo_attainment']:.3f}, TTFT p99 {pol[n]['ttft_p99_s']:.2f} s)" for n in rank)
         + "."]
+    parts += [f"Policy {n} {why}." for n, why in s.get("skipped_policies", {}).items()]
     best = s["lead_over_best"]["best"]
     for n, d in s["lead_over_best"]["joules_per_output_token_diff"].items():
         lo, hi = d["ci95"]

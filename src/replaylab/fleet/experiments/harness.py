@@ -267,6 +267,43 @@ def _policy(spec: dict, primary: Mapping[str, str] | None):
                       "static_efficient, energy_aware, spillover, hint_admission")
 
 
+def needs_hint(spec: Mapping[str, Any] | str) -> bool:
+    """A policy spec that admits by the demand hint: kind hint_admission in mode hint (the
+    default mode). Without any `hint_p90` it would admit exactly as mode none does."""
+    spec = {"kind": spec} if isinstance(spec, str) else dict(spec or {})
+    return spec.get("kind") == "hint_admission" and spec.get("mode", "hint") == "hint"
+
+
+def has_hints(workloads: Sequence) -> bool:
+    """Whether any request of `workloads` carries a demand hint (a finite `hint_p90`)."""
+    return any(bool(np.isfinite(w.hint_p90).any()) for w in workloads)
+
+
+def hint_policy_check(policies: Mapping[str, Any], hinted: bool, experiment: str,
+                      why: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """(the policies to run, {skipped policy: reason}) for a workload with or without hints.
+
+    A policy that admits by the hint (`needs_hint`) on a workload without one
+    (`hinted` False; `why` says what the workload lacks) would silently behave like
+    admission by the default max_tokens cap, so it is not run: with other policies
+    beside it, it is skipped and reported; when it is all that was asked for, the
+    request is refused (ConfigError, one line at the entry point).
+    """
+    if hinted:
+        return dict(policies), {}
+    skip = [n for n, spec in policies.items() if needs_hint(spec)]
+    if not skip:
+        return dict(policies), {}
+    reason = (f"admits by hint_p90 and {why}: it would admit exactly like "
+              "mode none (the default max_tokens cap)")
+    if len(skip) == len(policies):
+        raise ConfigError(f"experiment={experiment}: policy {', '.join(skip)} {reason}; give "
+                          "the workload hints (a ledger with hint_p90, or "
+                          "fleet.workload.hint_sigma for source=cdf) or ask for another policy")
+    return ({n: s for n, s in policies.items() if n not in skip},
+            dict.fromkeys(skip, f"skipped: {reason}"))
+
+
 # ---------------------------------------------------------------- simulation helpers
 
 

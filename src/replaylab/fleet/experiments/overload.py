@@ -1,13 +1,28 @@
-"""Fleet experiment `overload`: arrivals at 1x, 1.5x, 2x the fleet's capacity, with and
+"""Fleet experiment `overload`: arrivals at 0.7x .. 2x the fleet's capacity, with and
 without admission; every request is accounted for at every load.
+
+Capacity is measured on the simulator itself (`replaylab.fleet.saturation`): the
+completion rate of the fleet while saturated (a backlog of `saturation.requests`
+requests with the workload's own token mix, offered at once to unbounded queues,
+measured between the first 10 % of completions and the moment the first replica's
+queue runs dry). A load factor f offers f x that rate, so 1.0x is the load the fleet
+can just serve and 1.5x is 50 % more than it can. `experiment.capacity_rps` states it
+instead. The analytic formula (`capacity_estimate`: a full KV-limited batch, no
+queueing) is reported beside it, never used: it overstates what the simulator serves
+(1.22x for the default 2 x H100 pool on the Azure CDF, ~3x for FleetSim's H100-80GB).
+Per load the summary reports the rates offered and served in the second half of every
+arrival window (`loads.<f>`: target_rps, offered_rps, served_rps and
+served_over_offered per policy).
 
 The workload (`fleet.workload`) is a synthetic stream from a token CDF (source=cdf:
 one replicate per seed, `n = rate x duration_s` requests at `rate` = factor x
 capacity) or a ledger (ledger=PATH or a shipped trace): its consecutive time
 windows are the replicates, each replayed with its real arrivals and tokens,
 compressed so that its mean rate is factor x capacity (`time_scale` is then set
-by the load, per window; `fleet.workload.time_scale` is not used). The capacity
-estimate uses the workload's own token counts (cdf: 20,000 draws).
+by the load, per window; `fleet.workload.time_scale` is not used). Capacity is
+measured on the workload's own token counts (cdf: 20,000 draws; a ledger: its
+windows' rows). A policy that admits by the hint on a workload without hints is
+skipped and reported (`skipped_policies`), or refused when it is the only one.
 """
 
 from __future__ import annotations
@@ -19,10 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.config import ConfigError
+from replaylab.config import ConfigError, from_mapping
 from replaylab.fleet.experiments.harness import (
+    SimSpec,
     build_pools,
     ci_table,
+    has_hints,
+    hint_policy_check,
     make_policy,
     parse_config,
     pooled_summary,
@@ -44,7 +62,19 @@ from replaylab.fleet.experiments.workloads import (
     workload_facts,
     workload_text,
 )
+from replaylab.fleet.saturation import SOURCE as SATURATION_SOURCE
+from replaylab.fleet.saturation import saturated_capacity
 from replaylab.jsonsafe import json_safe
+
+
+@dataclass(frozen=True)
+class SaturationSpec:
+    """The saturation run that measures capacity (`replaylab.fleet.saturation`)."""
+
+    requests: int = 40_000          # backlog offered at t = 0 (~0.2 s of wall time)
+    seed: int = 0                   # resampling of the token mix
+    warmup: float = 0.1             # share of completions before the window opens
+    cache_dir: str | None = None    # also cache the result here as JSON (null: memory only)
 
 
 @dataclass(frozen=True)
@@ -58,11 +88,15 @@ class OverloadConfig:
     policies: dict = field(default_factory=dict)
     sim: dict = field(default_factory=dict)
     slo: dict = field(default_factory=dict)
-    capacity_rps: float | None = None  # null: estimated from the profiles (capacity_estimate)
+    capacity_rps: float | None = None  # null: measured by a saturation run (SaturationSpec)
+    saturation: dict = field(default_factory=dict)
 
 
 def capacity_estimate(pools: Sequence, prompt: np.ndarray, completion: np.ndarray) -> dict:
     """Requests/s the fleet can finish at full batch (analytic, from its profiles).
+
+    Reported beside the simulated capacity (`saturation.saturated_capacity`), not
+    used to set loads: it overstates what the simulator serves.
 
     Per replica the batch is min(max_batch, KV capacity / mean reservation); one
     iteration then takes base + per_seq * B + per_kv * K + prefill per chunk; a
@@ -94,6 +128,8 @@ class Stream:
     completion: np.ndarray
     at_rate: Callable[[float], tuple[list, list[float] | None]]  # rate -> (workloads, scales)
     facts: Callable[..., dict]                                     # the summary's `workload`
+    hinted: bool = True       # any request carries a demand hint (hint_p90)
+    no_hint_why: str = ""     # what the workload lacks when not hinted
 
 
 def cdf_stream(c: OverloadConfig) -> Stream:
@@ -126,7 +162,10 @@ def cdf_stream(c: OverloadConfig) -> Stream:
                               fingerprint=file_sha256(cdf), requests_simulated=n_total,
                               seeds=w.seeds)
 
-    return Stream(probe.prompt_tokens, probe.completion_tokens, at_rate, facts)
+    return Stream(probe.prompt_tokens, probe.completion_tokens, at_rate, facts,
+                  hinted=w.hint_sigma is not None,
+                  no_hint_why="the synthetic stream carries none (fleet.workload.hint_sigma "
+                              "is null)")
 
 
 def ledger_stream(c: OverloadConfig) -> Stream:
@@ -155,7 +194,50 @@ def ledger_stream(c: OverloadConfig) -> Stream:
                             requests_simulated=n_total, windows=len(base), time_scale=scales)
 
     return Stream(np.concatenate([b.prompt_tokens for b in base]),
-                  np.concatenate([b.completion_tokens for b in base]), at_rate, facts)
+                  np.concatenate([b.completion_tokens for b in base]), at_rate, facts,
+                  hinted=has_hints(base),
+                  no_hint_why=f"{led.file} carries none (every hint_p90 null or the column "
+                              "absent)")
+
+
+def served_offered(results: list) -> dict[str, float]:
+    """Requests/s offered (arrivals) and served (completions) in the second half of every
+    arrival window, pooled over the replicates; the first half is the warm-up."""
+    arrived = served = span = 0.0
+    for r in results:
+        a = r.workload.arrival_s
+        if a.size < 2:
+            continue
+        mid, end = (float(a[0]) + float(a[-1])) / 2.0, float(a[-1])
+        arrived += float(((a > mid) & (a <= end)).sum())
+        served += float((r.completed & (r.end_s > mid) & (r.end_s <= end)).sum())
+        span += end - mid
+    return {"offered_rps": arrived / span if span > 0 else float("nan"),
+            "served_rps": served / span if span > 0 else float("nan")}
+
+
+def fleet_capacity(c: OverloadConfig, pools: list, stream: Stream) -> dict[str, Any]:
+    """The capacity the load factors multiply, where it came from, and the formula beside it."""
+    spec = from_mapping(SaturationSpec, dict(c.saturation or {}), "experiment.saturation")
+    queueing = from_mapping(SimSpec, dict(c.sim or {}), "experiment.sim").queueing
+    try:
+        sim = saturated_capacity(pools, stream.prompt, stream.completion,
+                                 requests=spec.requests, seed=spec.seed, warmup=spec.warmup,
+                                 queueing=queueing, cache_dir=spec.cache_dir)
+    except ValueError as e:
+        raise ConfigError(f"experiment.saturation: {e}") from e
+    formula = capacity_estimate(pools, stream.prompt, stream.completion)
+    stated = c.capacity_rps is not None
+    if stated and not float(c.capacity_rps) > 0:
+        raise ConfigError(f"experiment.capacity_rps={c.capacity_rps}: must be > 0 (null: "
+                          "measured)")
+    used = float(c.capacity_rps) if stated else float(sim["req_per_s"])
+    return {"source": "stated (experiment.capacity_rps)" if stated else SATURATION_SOURCE,
+            "req_per_s": used, "rps": used,
+            "simulated_req_per_s": sim["req_per_s"], "formula_req_per_s": formula["rps"],
+            "formula_over_simulated": formula["rps"] / sim["req_per_s"],
+            "duration_s": sim["duration_s"], "simulated": sim, "estimated": formula,
+            "stated": stated}
 
 
 def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
@@ -167,9 +249,11 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     slo = slo_targets(c.slo)
     pools = build_pools(c.pools, c.shared_dir, c.model)
     stream = ledger_stream(c) if c.workload.replays_ledger else cdf_stream(c)
-    cap = capacity_estimate(pools, stream.prompt, stream.completion)
-    cap_rps = float(c.capacity_rps or cap["rps"])
-    names = list(c.policies)
+    policy_specs, skipped = hint_policy_check(c.policies, stream.hinted, "overload",
+                                              stream.no_hint_why)
+    cap = fleet_capacity(c, pools, stream)
+    cap_rps = cap["req_per_s"]
+    names = list(policy_specs)
     runs: dict[str, dict[str, list]] = {}
     scales: dict[str, list[float] | None] = {}
     n_total = 0
@@ -181,11 +265,14 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
             n_total += w.n
             conf = sim_config(c.sim, w)
             for n in names:
-                runs[key][n].append(simulate(pools, conf, make_policy(c.policies[n]), w))
+                runs[key][n].append(simulate(pools, conf, make_policy(policy_specs[n]), w))
     policies: dict[str, dict] = {}
     by_load: dict[str, dict] = {}
-    for key, per in runs.items():
+    loads: dict[str, dict] = {}
+    for f, (key, per) in zip(c.load_factors, runs.items(), strict=True):
         by_load[key] = {}
+        loads[key] = {"factor": float(f), "target_rps": cap_rps * float(f), "offered_rps": None,
+                      "served_rps": {}, "served_over_offered": {}}
         for n, results in per.items():
             s = pooled_summary(results, slo)
             policies[f"{n}@{key}"] = s
@@ -193,15 +280,19 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
             for r in results:
                 for k, v in r.reject_reasons.items():
                     reasons[k] = reasons.get(k, 0) + int(v)
+            rates = served_offered(results)
+            loads[key]["offered_rps"] = rates["offered_rps"]   # the same requests per policy
+            loads[key]["served_rps"][n] = rates["served_rps"]
+            loads[key]["served_over_offered"][n] = rates["served_rps"] / rates["offered_rps"]
             by_load[key][n] = {"summary": s, "reject_reasons": reasons,
+                               "served_rps": rates["served_rps"],
                                "ci95": ci_table(replicate_metrics(results, slo))}
     summary: dict[str, Any] = {
         "experiment": "overload", "workload": stream.facts(cap_rps, n_total, scales),
         "policies": policies,
         "conserved": all(p["conserved"] for p in policies.values()),
-        "capacity": {"rps": cap_rps, "estimated": json_safe(cap),
-                     "stated": c.capacity_rps is not None},
-        "load_factors": list(c.load_factors), "by_load": by_load,
+        "capacity": cap, "skipped_policies": skipped,
+        "load_factors": list(c.load_factors), "loads": loads, "by_load": by_load,
         "fleet": {p.pool_id: {"profile": p.profile.name, "replicas": p.replicas}
                   for p in pools},
     }
@@ -213,9 +304,11 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
 def _overload_answer(s: dict, names: list[str]) -> str:
     runs = len(s["policies"])
     ok = sum(bool(p["conserved"]) for p in s["policies"].values())
+    cap = s["capacity"]
     parts = [f"Requests are conserved in {ok}/{runs} policy x load runs (arrived = completed + "
-             f"rejected + timed_out + cancelled). Capacity estimate {s['capacity']['rps']:.1f} "
-             "req/s (an upper bound)."]
+             f"rejected + timed_out + cancelled). Capacity {cap['req_per_s']:.1f} req/s "
+             f"({cap['source']}; the analytic formula says {cap['formula_req_per_s']:.1f})."]
+    parts += [f"Policy {n} {why}." for n, why in s["skipped_policies"].items()]
     for key in (f"{float(f):g}x" for f in s["load_factors"]):
         cells = []
         for n in names:
@@ -224,7 +317,8 @@ def _overload_answer(s: dict, names: list[str]) -> str:
             cells.append(f"{n} SLO {x['slo_attainment']:.3f}, goodput {x['goodput_rps']:.1f}/s, "
                          f"rejected {100 * x['rejected'] / a:.0f}%, timed out "
                          f"{100 * x['timed_out'] / a:.0f}%")
-        parts.append(f"At {key}: " + "; ".join(cells) + ".")
+        off = s["loads"][key]["offered_rps"]
+        parts.append(f"At {key} (offered {off:.1f} req/s): " + "; ".join(cells) + ".")
     return " ".join(parts)
 
 
@@ -247,7 +341,7 @@ def _overload_figures(summary: dict, names: list[str], out: Path) -> dict[str, s
             ax.plot(loads, ys_a, marker="o", label=n)
             if all(v is not None for v in lo + hi):
                 ax.fill_between(loads, lo, hi, alpha=0.15)
-        ax.set_xlabel("offered load / estimated capacity")
+        ax.set_xlabel("offered load / simulated capacity")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
