@@ -84,28 +84,21 @@ def data_fingerprint(manifest: dict) -> str:
     return "derived:" + hashlib.sha256(canonical_json(body)).hexdigest()[:32]
 
 
-def coverage_allowance(level: float, n: int, band: float, z: float) -> float:
-    """Half-width around the nominal level a measured coverage may sit in: the configured
-    band plus z binomial standard errors of a coverage measured on n test rows."""
-    return band + z * math.sqrt(level * (1.0 - level) / max(n, 1))
+NO_GATE = ("no gate recorded: this version's manifest has no training.gate (exported before "
+           "the demand gate was recorded); re-train or re-export it to be gated")
 
 
-def demand_gate(manifest: dict, reg: Any) -> tuple[bool, str, dict]:
-    """(passed, reason, facts) of the demand gate's own part: coverage within band."""
-    t = manifest.get("training") or {}
-    head = t.get("headline") or {}
-    level = float((manifest.get("calibration") or {}).get("level", math.nan))
-    cov = head.get("test_coverage")
-    n = int((t.get("labels") or {}).get("test") or (t.get("rows") or {}).get("test") or 0)
-    if cov is None or not math.isfinite(level) or n <= 0:
-        return False, "no test coverage recorded", {"level": level}
-    allow = coverage_allowance(level, n, float(reg.coverage_band), float(reg.coverage_z))
-    ok = abs(float(cov) - level) <= allow
-    facts = {"level": level, "coverage": float(cov), "n_test": n, "allowance": allow}
-    why = (f"coverage {cov:.3f} {'within' if ok else 'outside'} {level:g} +- {allow:.3f} "
-           f"(band {float(reg.coverage_band):g} + {float(reg.coverage_z):g} binomial s.e., "
-           f"n={n})")
-    return ok, why, facts
+def demand_gate(manifest: dict, reg: Any = None) -> tuple[bool, str, dict]:
+    """(passed, reason, gate) of the demand gate's own part, read off the manifest: the
+    verdict the run's report shows (`training.gate`, computed once by
+    `replaylab.demand.gate`: coverage within the report's target band and the model
+    beating the best baseline with a paired session-bootstrap interval). A manifest
+    without it is refused ("no gate recorded")."""
+    gate = (manifest.get("training") or {}).get("gate")
+    if not isinstance(gate, dict) or "go" not in gate:
+        return False, NO_GATE, {}
+    why = "; ".join(map(str, gate.get("reasons") or []))
+    return bool(gate["go"]), why, gate
 
 
 def version_tags(manifest: dict, reg: Any) -> dict[str, str]:
@@ -119,15 +112,18 @@ def version_tags(manifest: dict, reg: Any) -> dict[str, str]:
             "signed": str("signature" in manifest).lower()}
     if kind == "demand":
         head = t.get("headline") or {}
-        ok, why, _ = demand_gate(manifest, reg)
+        ok, why, g = demand_gate(manifest, reg)
         tags.update({f"metric.{k}": repr(float(v)) for k, v in head.items()
                      if isinstance(v, int | float) and not isinstance(v, bool)})
-        tags.update(go=str(ok).lower(), go_reasons=why,
+        tags.update(go=str(ok).lower(), go_reasons=why[:TAG_MAX],
+                    gate_rule=str(g.get("rule") or "none recorded")[:TAG_MAX],
                     interval=str((manifest.get("calibration") or {}).get("level")))
     else:
         go = t.get("go")
         tags.update(go=str(go is True).lower(),
                     go_reasons="; ".join(map(str, t.get("go_reasons") or []))[:4000])
+        if t.get("served_threshold") is not None:
+            tags["served_threshold"] = repr(float(t["served_threshold"]))
         for policy in ("learned", "rules", "strong_only"):
             for m, v in ((t.get("test") or {}).get(policy) or {}).items():
                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
@@ -433,7 +429,12 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
     other champion. A champion that does not verify or load is recorded as an error."""
     import mlflow
 
-    from replaylab.artifacts.rescore import compare_scores, score_artifact
+    from replaylab.artifacts.rescore import (
+        compare_scores,
+        paired_delta,
+        predict_rows,
+        score_artifact,
+    )
     from replaylab.runtime.demand import ArtifactError
 
     alias = alias or cfg.export.registry.get("rescore_alias")
@@ -454,15 +455,20 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
         with tempfile.TemporaryDirectory() as tmp:
             _, cm, champion_folder = verified_version(c, cfg, name, champion.version, Path(tmp))
             doc["champion_fit_overlap"] = fit_overlap(cm, rows)
-            doc["scores"] = {"challenger": score_artifact(load_scorer(folder, cfg), rows, groups),
-                             "champion": score_artifact(load_scorer(champion_folder, cfg), rows,
-                                                        groups)}
+            pa, pb = load_scorer(folder, cfg), load_scorer(champion_folder, cfg)
+            ba, bb = predict_rows(pa, rows), predict_rows(pb, rows)
+            doc["scores"] = {"challenger": score_artifact(pa, rows, groups, batch=ba),
+                             "champion": score_artifact(pb, rows, groups, batch=bb)}
+            delta = paired_delta(ba, bb, rows)
     except (ManifestError, ArtifactError) as e:
         doc["error"] = f"champion v{champion.version} not scored: {e}"
         c.set_model_version_tag(name, mv.version, prefix + "error", doc["error"][:TAG_MAX])
         return doc
     cmp = doc["comparison"] = compare_scores(doc["scores"]["challenger"],
                                              doc["scores"]["champion"])
+    # the gate's number: challenger - champion mean pinball, paired interval on these rows
+    cmp["delta"] = delta
+    cmp["challenger_better_ci"] = bool(math.isfinite(delta["ci"][1]) and delta["ci"][1] < 0)
     run = mlflow.active_run()
     tags = {"champion_content_hash": str(doc["champion"]["content_hash"]),
             "rows": str(cmp["challenger"]["scored_rows"]), "rows_source": source,
@@ -470,6 +476,10 @@ def rescore_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: Path, r
                              == cmp["champion"]["scored_rows"]).lower(),
             "levels": ",".join(cmp["levels"]),
             "challenger_better": str(cmp["challenger_better"]).lower(),
+            "delta_mean_pinball": repr(float(delta["delta"])),
+            "delta_ci": json.dumps(delta["ci"]),
+            "delta_resampled": f"{delta['resampled']} ({delta['sessions']} sessions, "
+                               f"{delta['n']} rows, {delta['n_boot']} draws, 95%)",
             "champion.coverage_by_group": _group_text(doc["scores"]["champion"]["groups"]),
             "champion_fit_overlap": str(doc["champion_fit_overlap"]).lower(),
             "scored_in_run": run.info.run_id if run is not None else "",
@@ -513,7 +523,13 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
     from replaylab.apps.inputs import load_outcomes, plain
     from replaylab.pipelines.router import test_prompts
     from replaylab.router.pipeline_config import router_config
-    from replaylab.router.rescore import RouterRescoreError, score_router
+    from replaylab.router.rescore import (
+        RouterRescoreError,
+        paired_deltas,
+        route_prompts,
+        score_choices,
+        seen_mask,
+    )
     from replaylab.runtime import Router
 
     alias = cfg.export.registry.get("rescore_alias")
@@ -535,26 +551,52 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
         "champion": {"version": int(champion.version), "alias": str(alias),
                      "content_hash": champion.tags.get(TAG + "content_hash")},
         "rows_source": f"outcomes {origin}", "rows": len(texts)}
+    ev = rcfg.labels.evaluation
     try:
         with tempfile.TemporaryDirectory() as tmp:
             _, _, champion_folder = verified_version(c, cfg, name, champion.version, Path(tmp))
-            doc["scores"] = {}
+            fit = fit_prompt_hashes(champion_folder)
+            doc["scores"], routed = {}, {}
             for role, f in (("challenger", folder), ("champion", champion_folder)):
                 router = Router.load(f, hmac_key=key)
                 if not router.loaded:
                     raise ManifestError(router.reason or "not_loaded",
                                         f"{role}: the runtime refuses it")
-                doc["scores"][role] = score_router(router, matrix, texts, meta,
-                                                   rcfg.labels.evaluation)
+                choice, prob = route_prompts(router, matrix, texts, meta)
+                routed[role] = (router.rule, choice, prob)
+                doc["scores"][role] = score_choices(router.rule, matrix, choice, prob, ev)
     except (ManifestError, RouterRescoreError) as e:
         doc["error"] = f"champion v{champion.version} not scored: {e}"
         c.set_model_version_tag(name, mv.version, prefix + "error", doc["error"][:TAG_MAX])
         return doc
+    ca, cb = routed["challenger"][1], routed["champion"][1]
+    # leakage: the challenger's test prompts the champion was fitted or calibrated on
+    seen = seen_mask(texts, fit) if fit is not None else None
+    overlap = {"known": seen is not None, "prompts": len(texts),
+               "seen": int(seen.sum()) if seen is not None else None,
+               "unseen": int((~seen).sum()) if seen is not None else None,
+               "what": "challenger test prompts whose text the champion was fitted or "
+                       "calibrated on (its fit_prompts.json)" if seen is not None else
+                       "the champion artifact records no fit prompts (exported before "
+                       "fit_prompts.json): leakage unknown"}
+    doc["champion_fit_overlap"] = overlap
+    deltas = {"all": paired_deltas(matrix, ca, cb, ev.n_boot, ev.seed, ev.level)}
+    if seen is not None and seen.any() and (~seen).any():
+        sub = matrix.take(~seen)
+        doc["scores_unseen"] = {role: score_choices(rule, sub, ch[~seen], pr[~seen], ev)
+                                for role, (rule, ch, pr) in routed.items()}
+        deltas["unseen"] = paired_deltas(sub, ca[~seen], cb[~seen], ev.n_boot, ev.seed,
+                                         ev.level)
     pa, pb = (doc["scores"][r]["policy"] for r in ("challenger", "champion"))
     doc["comparison"] = {"rows": len(texts), **{
         role: {k: pol[k] for k in ("quality", "cost", "strong_share", "cost_ratio_at_95")}
         | {"quality_ci": pol["ci"]["quality"], "cost_ci": pol["ci"]["cost"]}
-        for role, pol in (("challenger", pa), ("champion", pb))}}
+        for role, pol in (("challenger", pa), ("champion", pb))},
+        "delta": deltas, "champion_fit_overlap": overlap}
+    if "scores_unseen" in doc:
+        doc["comparison"]["unseen"] = {
+            role: {k: s_["policy"][k] for k in ("quality", "cost", "cost_ratio_at_95")}
+            for role, s_ in doc["scores_unseen"].items()}
     run = mlflow.active_run()
     tags = {"champion_content_hash": str(doc["champion"]["content_hash"]),
             "rows": str(len(texts)), "rows_source": doc["rows_source"][:TAG_MAX],
@@ -566,8 +608,31 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
             tags[f"{role}.{k}"] = repr(float(pol[k])) if pol[k] is not None else "nan"
             metrics[f"rescore.vs_v{champion.version}.{role}.{k}"] = pol[k]
         tags[f"{role}.quality_ci"] = json.dumps(pol["ci"]["quality"])
+    for part, d in deltas.items():  # challenger - champion, paired prompt-bootstrap
+        for k, v in d.items():
+            tags[f"delta.{part}.{k}"] = json.dumps({"mean": v["mean"], "ci": v["ci"]})
+    tags["champion_fit_overlap"] = (
+        f"{overlap['seen']} of {overlap['prompts']} test prompts "
+        f"({overlap['seen'] / max(overlap['prompts'], 1):.1%}) were in the champion's "
+        "training or calibration prompts" if overlap["known"] else overlap["what"])
+    for role, s_ in (doc.get("scores_unseen") or {}).items():
+        for k in ("quality", "cost", "cost_ratio_at_95"):
+            v = s_["policy"][k]
+            tags[f"{role}.unseen.{k}"] = repr(float(v)) if v is not None else "nan"
     record_rescore(c, name, mv, prefix, tags, doc, metrics)
     return doc
+
+
+def fit_prompt_hashes(folder: Path) -> set[str] | None:
+    """The prompt hashes a verified router folder was fitted and calibrated on (its
+    fit_prompts.json), None when it records none."""
+    from replaylab.router.artifact import FIT_PROMPTS_FILE
+
+    path = folder / FIT_PROMPTS_FILE
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    return {str(h) for k in ("train", "calibration") for h in doc.get(k) or []}
 
 
 def fit_overlap(manifest: dict, rows: Any) -> bool:
@@ -632,9 +697,12 @@ def challenger_ledger_rows(c: Any, cfg: DictConfig, mv: Any, ledger: str) -> Any
 def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
     """(passed, reasons) of the promotion gate for version `mv` against `champion`.
 
-    Demand pinball: the scores of the champion re-scored on the challenger's own test
-    rows (`replaylab.vs.v<champion>.*`, same code for both) when recorded; else the
-    recorded pinballs, only when both carry the same test window id; else refused.
+    First the version's own verdict (tag `go`: router, the pipeline's go/no-go; demand,
+    the run's `gate` as its report shows it). Demand against another champion: the
+    champion re-scored on the challenger's own test rows (`replaylab.vs.v<champion>.*`,
+    same code for both), and the upper bound of the paired bootstrap interval of
+    (challenger - champion) mean pinball must be below 0; without such a score (or one
+    recorded before intervals were), refused with the command that scores it.
     """
     kind, reasons = mv.tags.get(TAG + "kind"), []
     go = mv.tags.get(TAG + "go") == "true"
@@ -645,37 +713,47 @@ def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
         reasons.append("no other champion: pinball not compared")
         return True, reasons
     prefix, t = vs_prefix(champion.version), mv.tags
-    if t.get(prefix + "challenger_better") is not None and \
-            t.get(prefix + "champion_content_hash") == champion.tags.get(TAG + "content_hash"):
-        new, old = _float_tag(mv, f"vs.v{champion.version}.challenger.mean_pinball"), \
-            _float_tag(mv, f"vs.v{champion.version}.champion.mean_pinball")
-        same = t.get(prefix + "same_rows") == "true"
-        ok = same and t.get(prefix + "challenger_better") == "true"
-        reasons.append(f"champion v{champion.version} re-scored on this version's "
-                       f"{t.get(prefix + 'rows')} test rows ({t.get(prefix + 'rows_source')}, "
-                       f"quantiles {t.get(prefix + 'levels')}): mean pinball {new:.4g} "
-                       f"{'<' if new < old else '>='} champion's {old:.4g}; coverage "
-                       f"{_float_tag(mv, f'vs.v{champion.version}.challenger.coverage'):.3f} vs "
-                       f"{_float_tag(mv, f'vs.v{champion.version}.champion.coverage'):.3f}"
-                       + ("" if same else "; the champion did not answer every row: refused")
-                       + ("; warning: the champion was fitted on a time window overlapping "
-                          "these rows (its score may be optimistic)"
-                          if t.get(prefix + "champion_fit_overlap") == "true" else ""))
-        return ok, reasons
-    if champion.tags.get(TAG + "test_window") != t.get(TAG + "test_window"):
+    score_it = (f"score it there: python -m export compare name={mv.name} "
+                f"version={mv.version} alias=<its alias> ledger=<this version's ledger>")
+    if t.get(prefix + "challenger_better") is None or \
+            t.get(prefix + "champion_content_hash") != champion.tags.get(TAG + "content_hash"):
+        window = ("on the same test window" if champion.tags.get(TAG + "test_window")
+                  == t.get(TAG + "test_window") else
+                  f"and was tested on another window ({champion.tags.get(TAG + 'test_window')} "
+                  f"vs {t.get(TAG + 'test_window')})")
         reasons.append(f"champion v{champion.version} was never scored on this version's test "
-                       f"rows and was tested on another window "
-                       f"({champion.tags.get(TAG + 'test_window')} vs "
-                       f"{t.get(TAG + 'test_window')}): pinball not comparable. Score it there: "
-                       f"python -m export compare name={mv.name} version={mv.version} "
-                       f"alias=<its alias> ledger=<this version's ledger>")
+                       f"rows {window}: no paired interval of the pinball difference, refused; "
+                       + score_it)
         return False, reasons
-    new, old = _float_tag(mv, "metric.test_mean_pinball"), _float_tag(
-        champion, "metric.test_mean_pinball")
-    ok = math.isfinite(new) and math.isfinite(old) and new < old
-    reasons.append(f"test mean pinball {new:.4g} {'<' if ok else '>='} champion "
-                   f"v{champion.version}'s {old:.4g} on the same test window (recorded "
-                   "scores; the champion was not re-scored on these rows)")
+    v = f"vs.v{champion.version}."
+    new, old = _float_tag(mv, v + "challenger.mean_pinball"), _float_tag(
+        mv, v + "champion.mean_pinball")
+    same = t.get(prefix + "same_rows") == "true"
+    try:
+        lo, hi = (float(x) for x in json.loads(t.get(prefix + "delta_ci") or "null"))
+    except (TypeError, ValueError):
+        lo = hi = math.nan
+    delta = _float_tag(mv, v + "delta_mean_pinball")
+    significant = math.isfinite(hi) and hi < 0
+    ok = same and significant
+    if not math.isfinite(hi):
+        verdict = ("no paired interval recorded (scored before intervals were): refused; "
+                   "re-" + score_it)
+    else:
+        verdict = (f"challenger − champion {delta:+.4g} (paired 95% interval "
+                   f"[{lo:+.4g}, {hi:+.4g}], {t.get(prefix + 'delta_resampled', '')}): "
+                   + ("better, the upper bound is below 0" if significant else
+                      "not shown better, the upper bound is not below 0"))
+    reasons.append(f"champion v{champion.version} re-scored on this version's "
+                   f"{t.get(prefix + 'rows')} test rows ({t.get(prefix + 'rows_source')}, "
+                   f"quantiles {t.get(prefix + 'levels')}): mean pinball {new:.4g} vs "
+                   f"champion's {old:.4g}; {verdict}; coverage "
+                   f"{_float_tag(mv, v + 'challenger.coverage'):.3f} vs "
+                   f"{_float_tag(mv, v + 'champion.coverage'):.3f}"
+                   + ("" if same else "; the champion did not answer every row: refused")
+                   + ("; warning: the champion was fitted on a time window overlapping "
+                      "these rows (its score may be optimistic)"
+                      if t.get(prefix + "champion_fit_overlap") == "true" else ""))
     return ok, reasons
 
 
@@ -731,11 +809,83 @@ def promote(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 # ---------------------------------------------------------------- fetch
+def alias_provenance(c: Any, name: str, mv: Any, alias: str) -> dict:
+    """Whether `alias` was placed on version `mv` by a promote run (the gate).
+
+    The promote run writes tag `replaylab.promoted.<alias>` = its run id on the version
+    and records `registry.decision` (promoted / forced), model, version and alias; the
+    last promote run of that alias that moved it (any decision but refused) must be that
+    run, so an alias set by hand (the MLflow UI's pencil, `set_registered_model_alias`),
+    even back onto a version promoted earlier, is not the gate's.
+    {"gated" (placed by a promote run), "decision", "forced", "forced_reason",
+    "promote_run", "why" (when not gated)}.
+    """
+    version = str(mv.version)
+    out: dict[str, Any] = {"alias": alias, "gated": False, "decision": None, "forced": False,
+                           "forced_reason": None, "promote_run": None}
+    run_id = (mv.tags or {}).get(TAG + f"promoted.{alias}")
+    if not run_id:
+        out["why"] = (f"{name}@{alias} points at v{version}, which carries no "
+                      f"{TAG}promoted.{alias} tag: the alias was moved outside the promotion "
+                      "gate")
+        return out
+    out["promote_run"] = run_id
+    try:
+        run = c.get_run(run_id)
+    except Exception as e:  # MlflowException: the run is gone
+        out["why"] = f"the promote run {run_id} named on v{version} cannot be read ({e})"
+        return out
+    t = run.data.tags
+    decision = t.get("registry.decision")
+    if (t.get("registry.action"), t.get("registry.model"), t.get("registry.version"),
+            t.get("registry.alias")) != ("promote", name, version, alias) or \
+            decision not in ("promoted", "forced"):
+        out["why"] = (f"run {run_id} named on v{version} did not promote {name} v{version} to "
+                      f"{alias} (decision {decision!r})")
+        return out
+    latest = c.search_runs(
+        [run.info.experiment_id],
+        filter_string=(f"tags.`registry.action` = 'promote' and tags.`registry.model` = "
+                       f"'{name}' and tags.`registry.alias` = '{alias}' and "
+                       "tags.`registry.decision` != 'refused'"),
+        order_by=["attributes.start_time DESC"], max_results=1)
+    if latest and latest[0].info.run_id != run_id:
+        last = latest[0].data.tags
+        out["why"] = (f"the last promote of {name}@{alias} (run {latest[0].info.run_id}) "
+                      f"moved it to v{last.get('registry.version')}; v{version} was put back "
+                      "outside the gate")
+        return out
+    out.update(gated=True, decision=decision, forced=decision == "forced",
+               forced_reason=t.get("registry.reason") if decision == "forced" else None)
+    return out
+
+
+def _fetch_provenance(c: Any, name: str, mv: Any, alias: str | None) -> dict:
+    """The alias's provenance (alias fetch), else the first alias of the version a
+    promote run placed (version fetch); not gated when none was."""
+    if alias:
+        return alias_provenance(c, name, mv, alias)
+    found = [alias_provenance(c, name, mv, str(a)) for a in (getattr(mv, "aliases", None) or [])]
+    ok = [p for p in found if p["gated"]]
+    if ok:
+        return ok[0]
+    return {"alias": None, "gated": False, "decision": None, "forced": False,
+            "forced_reason": None, "promote_run": None,
+            "why": f"{name} v{mv.version} is fetched by number and no alias a promote run "
+                   "placed points at it"}
+
+
 def fetch(cfg: DictConfig, run_dir: Path) -> dict:
     """The job of `python -m export fetch name=... alias=champion out=DIR`: download the
     version the alias points at, verify it, and publish it as DIR in one rename. A download
     that does not verify is refused and DIR is left as it was (the runtime then serves the
-    previous verified folder, or falls back when there is none)."""
+    previous verified folder, or falls back when there is none). A version whose alias was
+    not placed by a promote run (`alias_provenance`) is refused the same way unless
+    `export.allow_ungated=true`; a forced version is served with FORCED and its reason."""
+    import logging
+
+    import mlflow
+
     if not (cfg.name and (cfg.alias or cfg.version) and cfg.out):
         raise ConfigError("fetch needs name=<registered model> alias=<alias> (or version=N) "
                           "out=DIR")
@@ -748,33 +898,56 @@ def fetch(cfg: DictConfig, run_dir: Path) -> dict:
         version = mv.version
     else:
         version = str(cfg.version)
+        mv = c.get_model_version(name, version)
+    allow = bool((cfg.get("export") or {}).get("allow_ungated", False))
+    prov = _fetch_provenance(c, name, mv, str(cfg.alias) if cfg.alias else None)
+
+    def refused(why: str) -> None:
+        if mlflow.active_run() is not None:
+            mlflow.set_tags({"registry.action": "fetch", "registry.model": name,
+                             "registry.version": str(version),
+                             "registry.alias": str(cfg.alias or ""),
+                             "registry.decision": "refused", "registry.reason": why[:TAG_MAX]})
+
+    if not prov["gated"] and not allow:
+        why = f"{prov['why']}; not served, {out} left as it was (export.allow_ungated=true " \
+              "serves it anyway)"
+        refused(why)
+        raise FetchRefused(why)
     with tempfile.TemporaryDirectory() as tmp:
         try:
             mv, manifest, folder = verified_version(c, cfg, name, version, Path(tmp))
         except ManifestError as e:
-            import mlflow
-
-            if mlflow.active_run() is not None:
-                mlflow.set_tags({"registry.action": "fetch", "registry.model": name,
-                                 "registry.version": str(version),
-                                 "registry.decision": "refused", "registry.reason": str(e)})
+            refused(str(e))
             raise FetchRefused(f"{name} v{version}: download refused, {out} left as it was "
                                f"({e})") from None
         with staged_folder(out) as staged:
             shutil.copytree(folder, staged, dirs_exist_ok=True)
         verify_manifest(out, hmac_key=hmac_key(cfg.export.get("hmac_key_env")))
-    import mlflow
-
+    log = logging.getLogger("replaylab")
+    if prov["forced"]:
+        log.warning("FORCED: %s v%s was forced onto %s past a refusing gate (run %s): %s",
+                    name, version, prov["alias"], prov["promote_run"], prov["forced_reason"])
+    elif not prov["gated"]:
+        log.warning("UNGATED: %s v%s served with export.allow_ungated=true: %s", name, version,
+                    prov["why"])
     if mlflow.active_run() is not None:
         mlflow.set_tags({"registry.action": "fetch", "registry.model": name,
                          "registry.version": str(version), "registry.alias": str(cfg.alias or ""),
                          "registry.decision": "fetched",
+                         "registry.gated": str(prov["gated"] and not prov["forced"]).lower(),
+                         "registry.forced": str(prov["forced"]).lower(),
                          "registry.content_hash": manifest["content_hash"]})
-    return {"pipeline": "export", "action": "fetch",
-            "fetch": {"name": name, "alias": cfg.alias, "version": int(version),
-                      "content_hash": manifest["content_hash"], "kind": manifest["kind"],
-                      "path": str(out)},
-            "artifacts": {}}
+    section = {"name": name, "alias": cfg.alias, "version": int(version),
+               "content_hash": manifest["content_hash"], "kind": manifest["kind"],
+               "path": str(out),
+               # gated: the gate passed (decision promoted); forced: moved past a refusal
+               "gated": bool(prov["gated"] and not prov["forced"]),
+               "forced": bool(prov["forced"]), "forced_reason": prov["forced_reason"],
+               "promote_run": prov["promote_run"], "decision": prov["decision"]}
+    if not prov["gated"]:
+        section.update(allowed_ungated=True, ungated_reason=prov["why"])
+    return {"pipeline": "export", "action": "fetch", "fetch": section, "artifacts": {}}
 
 
 # ---------------------------------------------------------------- compare view

@@ -152,7 +152,7 @@ def group_schemas() -> dict[str, type]:
         "tracking": _open("TrackingSchema", enabled=True, uri="sqlite:///mlflow.db", experiment="replaylab",
                           run_name=None),
         "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None,
-                        register=True, registry={"names": {"demand": "replaylab-demand",
+                        register=True, allow_ungated=False, registry={"names": {"demand": "replaylab-demand",
                                                            "router": "replaylab-router"},
                                                  "coverage_band": 0.05, "coverage_z": 1.96,
                                                  "rescore_alias": "champion",

@@ -168,6 +168,8 @@ def _sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
                 "test_mean_width": model_test.get("mean_width"),
                 "best_baseline": test.get("best_baseline"),
             },
+            # the go/no-go the run's report shows (replaylab.demand.gate): the registry reads it
+            "gate": summary.get("gate"),
             "mlflow_run_id": mlflow_run_id, "git_commit": git_commit,
             "replaylab_version": __version__,
         },

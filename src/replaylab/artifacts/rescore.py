@@ -104,15 +104,22 @@ def requests(frame: pd.DataFrame) -> list[dict]:
     return out
 
 
+def predict_rows(predictor: Any, rows: TestRows) -> Any:
+    """The runtime's quantiles of every row (`DemandPredictor.quantiles_batch`)."""
+    return predictor.quantiles_batch(requests(rows.frame))
+
+
 def score_artifact(predictor: Any, rows: TestRows, group_columns: tuple[str, ...] | list[str],
-                   ) -> dict:
+                   batch: Any = None) -> dict:
     """The pipeline's test scores of a loaded `DemandPredictor` on `rows`.
 
     {"rows", "labelled_rows", "scored_rows", "fallback" (reason -> labelled rows the
     model did not answer, left out), "quantiles", "model" (interval_metrics),
     "groups" ([{by, value, n, coverage, mean_width, pinball, mean_pinball}])}.
+    batch: its `predict_rows` when already computed.
     """
-    batch = predictor.quantiles_batch(requests(rows.frame))
+    if batch is None:
+        batch = predict_rows(predictor, rows)
     answered = np.array([r is None for r in batch.fallback], dtype=bool)
     sel = rows.usable & answered
     levels = [float(q) for q in batch.levels]
@@ -160,3 +167,27 @@ def compare_scores(challenger: dict, champion: dict) -> dict:
     ok = bool(np.isfinite(a) and np.isfinite(b) and a < b)
     return {"levels": levels, "rows": challenger.get("rows"), **sides,
             "delta_mean_pinball": a - b, "challenger_better": ok}
+
+
+def paired_delta(challenger: Any, champion: Any, rows: TestRows, n_boot: int = 1000,
+                 seed: int = 0) -> dict:
+    """Challenger minus champion mean pinball on the labelled rows both answered, on the
+    quantile levels both predict, with its paired 95% bootstrap interval: sessions are
+    resampled when the rows carry session ids, else rows
+    (`replaylab.demand.metrics.paired_pinball_delta`). challenger, champion: `predict_rows`.
+    """
+    from replaylab.demand.metrics import paired_pinball_delta
+
+    la = [quantile_key(q) for q in challenger.levels]
+    lb = [quantile_key(q) for q in champion.levels]
+    levels = sorted(set(la) & set(lb), key=float)
+    both = np.array([a is None and b is None for a, b in
+                     zip(challenger.fallback, champion.fallback, strict=True)], dtype=bool)
+    sel = rows.usable & both
+    session = (rows.frame[L.SESSION_ID].to_numpy(dtype=object)[sel]
+               if L.SESSION_ID in rows.frame else None)
+    qa = challenger.total[sel][:, [la.index(k) for k in levels]]
+    qb = champion.total[sel][:, [lb.index(k) for k in levels]]
+    out = paired_pinball_delta(rows.y[sel], qa, qb, [float(k) for k in levels], session,
+                               n_boot, seed)
+    return {**out, "levels": levels, "n_boot": int(n_boot)}

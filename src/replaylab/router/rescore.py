@@ -26,10 +26,9 @@ class RouterRescoreError(ValueError):
     """The router cannot be scored on these prompts (the message says why)."""
 
 
-def score_router(router: Any, matrix: Any, texts: list[str], meta: dict[str, np.ndarray],
-                 evaluation: Any) -> dict:
-    """{"prompts", "policy" (KEYS and "ci": {quality, cost: [lo, hi]}), "curve" (records
-    of threshold, strong_share, quality, cost)} of a loaded Router on the prompts."""
+def route_prompts(router: Any, matrix: Any, texts: list[str], meta: dict[str, np.ndarray],
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(choice (n,) column per prompt, prob (n, K) P(success)) of a loaded Router."""
     cand = [str(c) for c in matrix.candidates]
     if sorted(map(str, router.candidates)) != sorted(cand):
         raise RouterRescoreError(f"router candidates {list(router.candidates)} are not the "
@@ -42,12 +41,46 @@ def score_router(router: Any, matrix: Any, texts: list[str], meta: dict[str, np.
     col = {c: i for i, c in enumerate(cand)}
     choice = np.array([col[d.candidate] for d in decisions], dtype=np.int64)
     prob = np.array([[d.scores[c] for c in cand] for d in decisions], dtype=np.float64)
-    pred = routing_scores(prob, router.rule)
+    return choice, prob
+
+
+def score_choices(rule: str, matrix: Any, choice: np.ndarray, prob: np.ndarray,
+                  evaluation: Any) -> dict:
+    """{"prompts", "policy" (KEYS and "ci": {quality, cost: [lo, hi]}), "curve" (records
+    of threshold, strong_share, quality, cost)} of a router's choices and P(success)."""
+    pred = routing_scores(prob, rule)
     s = policy_summary(matrix, choice, pred, evaluation)
     tag = evaluation.level_tag
     policy = {k: s.get(k) for k in KEYS}
     policy["ci"] = {k: [s.get(f"{k}-lo-{tag}"), s.get(f"{k}-hi-{tag}")] for k in ("quality",
                                                                                   "cost")}
     curve = cost_quality_curve(matrix, pred, evaluation).frame()
-    return {"prompts": int(len(texts)), "policy": policy,
+    return {"prompts": int(len(choice)), "policy": policy,
             "curve": curve[["threshold", "strong_share", "quality", "cost"]].to_dict("list")}
+
+
+def score_router(router: Any, matrix: Any, texts: list[str], meta: dict[str, np.ndarray],
+                 evaluation: Any) -> dict:
+    """`score_choices` of a loaded Router's decisions on the prompts."""
+    choice, prob = route_prompts(router, matrix, texts, meta)
+    return score_choices(router.rule, matrix, choice, prob, evaluation)
+
+
+def paired_deltas(matrix: Any, a: np.ndarray, b: np.ndarray, n_boot: int, seed: int,
+                  level: float = 0.95) -> dict:
+    """Router a minus router b on the same prompts: mean quality and cost per prompt, each
+    with its paired prompt-bootstrap interval (`replaylab.stats.paired_bootstrap_diff`;
+    prompts are the sessions here)."""
+    from replaylab.stats import paired_bootstrap_diff
+
+    rows = np.arange(len(a))
+    return {k: paired_bootstrap_diff(x[rows, a], x[rows, b], n_boot, seed, level=level)
+            for k, x in (("quality", matrix.score), ("cost", matrix.cost))}
+
+
+def seen_mask(texts: list[str], fit_hashes: set[str]) -> np.ndarray:
+    """(n,) True where a prompt's text hash is among `fit_hashes` (another router's
+    fit_prompts.json: it was fitted or calibrated on that prompt)."""
+    from replaylab.pipelines.router import prompt_hash
+
+    return np.array([prompt_hash(t) in fit_hashes for t in texts], dtype=bool)

@@ -125,10 +125,13 @@ def _rescore_section(rescore: dict, ch: dict, cp: dict, out_dir: Path) -> str:
     cmp, scores = rescore.get("comparison") or {}, rescore.get("scores") or {}
     a, b = (scores.get(r) or {} for r in ROLES)
     ma, mb = a.get("model") or {}, b.get("model") or {}
-    better = bool(cmp.get("challenger_better"))
+    delta = cmp.get("delta") or {}
+    ci = delta.get("ci") or [None, None]
+    better = bool(cmp.get("challenger_better_ci")) if delta else False
     rows = [[f"{TD_L}>mean pinball (quantiles {escape(', '.join(cmp.get('levels') or []))})</td>",
              _f(lookup(cmp, "challenger.mean_pinball")), _f(lookup(cmp, "champion.mean_pinball")),
-             _f(cmp.get("delta_mean_pinball"))]]
+             (f"{_f(delta.get('delta'))} <span class='ci'>[{_f(ci[0])}, {_f(ci[1])}]</span>"
+              if delta else f"{_f(cmp.get('delta_mean_pinball'))} (no interval recorded)")]]
     for q in cmp.get("levels") or []:
         pa, pb = to_float((ma.get("pinball") or {}).get(q)), to_float((mb.get("pinball") or {}).get(q))
         rows.append([f"{TD_L}>pinball q={escape(q)}</td>", _f(pa), _f(pb), _f(pa - pb)])
@@ -164,8 +167,14 @@ def _rescore_section(rescore: dict, ch: dict, cp: dict, out_dir: Path) -> str:
         + ("<p class='src'><b>Warning:</b> the champion was fitted on a time window that "
            "overlaps these rows: it may have seen them, its score may be optimistic.</p>"
            if rescore.get("champion_fit_overlap") else "") +
-        f"<p class='src'>challenger's mean pinball below the champion's on these rows: "
-        f"{badge(better, 'yes', 'no')}</p>",
+        f"<p class='src'>challenger's mean pinball below the champion's on these rows, the "
+        f"upper bound of the paired 95% interval of the difference below 0 (the promotion "
+        f"gate's condition): {badge(better, 'yes', 'no')}"
+        + (f"; [lo, hi]: paired bootstrap over {escape(delta.get('resampled'))} "
+           f"({escape(delta.get('sessions'))} sessions, {escape(delta.get('n'))} rows both "
+           f"answered, {escape(delta.get('n_boot'))} draws)" if delta else
+           "; no paired interval recorded (scored before intervals were): the gate refuses")
+        + "</p>",
         table(["", "challenger", "champion", "challenger − champion"], rows),
         table(["by", "value", "n", "coverage (challenger)", "coverage (champion)",
                "mean pinball (challenger)", "mean pinball (champion)"], grows)
@@ -183,8 +192,13 @@ def _demand_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
     keys = [("n", "test rows"), ("mean_pinball", "mean pinball"), ("coverage", "coverage"),
             ("coverage_raw", "coverage before conformal"), ("mean_width", "mean width"),
             ("mae_p50", "MAE of p50")]
-    rows = [[f"{TD_L}>{escape(label)}</td>", _f(lookup(sa, f"test.model.{k}")),
-             _f(lookup(sb, f"test.model.{k}")),
+    def own(summary: dict, k: str) -> str:
+        ci = lookup(summary, f"test.model.ci.{k}")
+        v = _f(lookup(summary, f"test.model.{k}"))
+        return (f"{v} <span class='ci'>[{_f(ci[0])}, {_f(ci[1])}]</span>"
+                if isinstance(ci, list | tuple) and len(ci) == 2 else v)
+
+    rows = [[f"{TD_L}>{escape(label)}</td>", own(sa, k), own(sb, k),
              _f(to_float(lookup(sa, f"test.model.{k}")) - to_float(lookup(sb, f"test.model.{k}")))]
             for k, label in keys]
     ga, gb = _groups(sa), _groups(sb)
@@ -203,7 +217,10 @@ def _demand_sections(ch: dict, cp: dict, out_dir: Path) -> list[str]:
         section("Scores on each version's own test window",
                 table(["", "challenger", "champion", "challenger − champion"], rows),
                 "<p class='src'>summary.json <code>test.model</code> of each version's training "
-                f"run; nominal interval {_f(level, 3)}.</p>",
+                f"run; nominal interval {_f(level, 3)}; [lo, hi]: each run's 95% "
+                "session-bootstrap interval. The difference is of scores on each version's own "
+                "rows, so it has no paired interval: the paired one is in the section above, "
+                "when the champion was re-scored on the challenger's rows.</p>",
                 embedded_figure(pin, "Pinball loss per quantile (lower is better).")),
         section("Calibration and coverage by group",
                 table(["by", "value", "n", "coverage (challenger)", "coverage (champion)",
@@ -247,29 +264,60 @@ def _router_rescore_section(rescore: dict, ch: dict, out_dir: Path) -> str:
     title = "Champion re-scored on the challenger's test prompts"
     if "error" in rescore:
         return section(title, f"<p class='src'>{escape(rescore['error'])}</p>")
-    scores = rescore.get("scores") or {}
-    a, b = ((scores.get(r) or {}).get("policy") or {} for r in ROLES)
-    rows = []
-    for k, label in (("quality", "quality"), ("cost", "cost per prompt"),
-                     ("strong_share", "strong-call share"),
-                     ("cost_ratio_at_95", "cost ratio @95% of strong quality"),
-                     ("apgr", "APGR")):
-        cell = (_ci_text(a, k), _ci_text(b, k)) if k in ("quality", "cost") else \
-            (_f(a.get(k)), _f(b.get(k)))
-        rows.append([f"{TD_L}>{escape(label)}</td>", *cell,
-                     _f(to_float(a.get(k)) - to_float(b.get(k)))])
+    overlap = rescore.get("champion_fit_overlap") or lookup(
+        rescore, "comparison.champion_fit_overlap") or {}
+    deltas = lookup(rescore, "comparison.delta") or {}
+
+    def policy_rows(scores: dict, delta: dict) -> list[list[str]]:
+        a, b = ((scores.get(r) or {}).get("policy") or {} for r in ROLES)
+        rows = []
+        for k, label in (("quality", "quality"), ("cost", "cost per prompt"),
+                         ("strong_share", "strong-call share"),
+                         ("cost_ratio_at_95", "cost ratio @95% of strong quality"),
+                         ("apgr", "APGR")):
+            cell = (_ci_text(a, k), _ci_text(b, k)) if k in ("quality", "cost") else \
+                (_f(a.get(k)), _f(b.get(k)))
+            d = delta.get(k) if k in ("quality", "cost") else None
+            diff = (f"{_f(d.get('mean'))} <span class='ci'>[{_f((d.get('ci') or [None])[0])}, "
+                    f"{_f((d.get('ci') or [None, None])[1])}]</span>" if d else
+                    _f(to_float(a.get(k)) - to_float(b.get(k))))
+            rows.append([f"{TD_L}>{escape(label)}</td>", *cell, diff])
+        return rows
+
+    heads = ["", "challenger", "champion", "challenger − champion [paired 95% CI]"]
+    if not overlap:
+        warn = ("<p class='src'>Leakage not checked (scored before the champion's fit prompts "
+                "were recorded).</p>")
+    elif not overlap.get("known"):
+        warn = f"<div class='box'><b>Leakage unknown:</b> {escape(overlap.get('what'))}.</div>"
+    elif overlap.get("seen"):
+        share = to_float(overlap["seen"]) / max(to_float(overlap.get("prompts")), 1.0)
+        warn = (f"<div class='box' id='leakage'><b>Warning: {escape(overlap['seen'])} of "
+                f"{escape(overlap.get('prompts'))} test prompts ({share:.0%}) were in the "
+                f"champion's training or calibration prompts</b>: on them its scores may be "
+                f"optimistic. Both routers are shown on all prompts and on the "
+                f"{escape(overlap.get('unseen'))} prompts the champion never saw.</div>")
+    else:
+        warn = ("<p class='src'>Leakage: none of these test prompts is among the champion's "
+                "training or calibration prompts.</p>")
+    unseen = ""
+    if rescore.get("scores_unseen"):
+        unseen = ("<h3>Only the prompts the champion never saw</h3>"
+                  + table(heads, policy_rows(rescore["scores_unseen"], deltas.get("unseen") or {})))
     fig = _fig_rescored_curves(pyplot(), rescore,
                                out_dir / "compare_figures" / "rescore_router_curves.png")
+    rows = policy_rows(rescore.get("scores") or {}, deltas.get("all") or {})
     return section(
-        title,
+        title, warn,
         f"<p class='src'>Both routers through the serving runtime "
         f"(<code>Router.route_batch</code>: each its own encoder, head and threshold) on the "
         f"challenger v{escape(ch.get('version'))}'s {escape(rescore.get('rows'))} test "
         f"prompts (rebuilt from {escape(rescore.get('rows_source'))}), scored by the "
         f"pipeline's <code>policy_summary</code>; [lo, hi]: 95% bootstrap intervals over "
-        f"prompts. Champion: v{escape(lookup(rescore, 'champion.version'))} "
+        f"prompts; challenger − champion: paired differences per prompt with their "
+        f"prompt-bootstrap intervals. Champion: v{escape(lookup(rescore, 'champion.version'))} "
         f"(<code>{escape(str(lookup(rescore, 'champion.content_hash'))[:19])}</code>).</p>",
-        table(["", "challenger", "champion", "challenger − champion"], rows),
+        "<h3>All test prompts</h3>" if unseen else "", table(heads, rows), unseen,
         embedded_figure(fig, "Cost/quality of each router on the same test prompts: the "
                              "threshold sweep of its P(success) and its operating point."))
 
