@@ -6,12 +6,8 @@ DIR/summary.json and log what it returns (`replaylab.apps`). Nothing else lives 
 
 from __future__ import annotations
 
-import logging
-
 import hydra
 from omegaconf import DictConfig
-
-log = logging.getLogger("replaylab")
 
 
 @hydra.main(config_path="../conf", config_name="evaluate", version_base="1.3")
@@ -19,7 +15,7 @@ def main(cfg: DictConfig) -> None:
     from replaylab.apps.evaluate import input_errors, run_experiment
     from replaylab.apps.recording import run_recorded
 
-    log.info("wrote %s", run_recorded(cfg, run_experiment, input_errors()))
+    run_recorded(cfg, run_experiment, input_errors())
 
 
 if __name__ == "__main__":

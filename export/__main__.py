@@ -14,22 +14,18 @@ else lives here. A refused promotion exits 3 (it is recorded as an MLflow run).
 from __future__ import annotations
 
 import json
-import logging
 import sys
 
 import hydra
 from omegaconf import DictConfig
 
-log = logging.getLogger("replaylab")
-
 
 @hydra.main(config_path="../conf", config_name="export", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    from replaylab.apps.export import exit_code, export_job, input_errors
+    from replaylab.apps.export import check_request, exit_code, export_job, input_errors
     from replaylab.apps.recording import run_recorded
 
-    path = run_recorded(cfg, export_job, input_errors())
-    log.info("wrote %s", path)
+    path = run_recorded(cfg, export_job, input_errors(), precheck=check_request)
     sys.exit(exit_code(json.loads(path.read_text())))
 
 

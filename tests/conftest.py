@@ -72,7 +72,7 @@ def edit_golden(folder: Path, edit, name: str = "golden.json") -> Path:
 
 
 @contextlib.contextmanager
-def mlflow_server_process(tmp: Path):
+def mlflow_server_process(tmp: Path, port: int | None = None):
     """A real `mlflow server` on a free loopback port (sqlite store and artifacts under tmp).
 
     Yields (url, pid); the server (and its gunicorn/uvicorn child) is stopped by
@@ -90,11 +90,12 @@ def mlflow_server_process(tmp: Path):
     mlflow_bin = Path(sys.executable).parent / "mlflow"
     if not mlflow_bin.exists():
         mlflow_bin = Path(shutil.which("mlflow") or "mlflow")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    if port is None:  # a free one (a given port: a restart on the same store and URL)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(tmp / "server.log", "w")
+    log = open(tmp / "server.log", "a")
     proc = subprocess.Popen(
         [str(mlflow_bin), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
          "--backend-store-uri", f"sqlite:///{tmp}/server.db",

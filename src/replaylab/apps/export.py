@@ -15,19 +15,23 @@ from replaylab.config import ConfigError
 
 
 def fetch_run(cfg: DictConfig, run_id: str, into: Path) -> Path:
-    """The demand_run/ and summary.json artifacts of MLflow run `run_id`, under `into`."""
+    """The demand_run/ folder and summary.json artifacts of MLflow run `run_id`, under `into`.
+
+    Only downloaded here: `load_run_state` verifies the folder (plain files whose
+    SHA-256 match its index, no pickle) before reading any of it.
+    """
     import mlflow
 
     mlflow.set_tracking_uri(cfg.tracking.uri)
     try:
-        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="demand_run",
+        mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RUN_STATE,
                                             dst_path=str(into))
         mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="summary.json",
-                                            dst_path=str(into / "demand_run"))
+                                            dst_path=str(into))
     except Exception as e:  # MlflowException, OSError: an unknown run or missing artifacts
-        raise FileNotFoundError(f"run_id={run_id}: cannot fetch demand_run/ and summary.json "
+        raise FileNotFoundError(f"run_id={run_id}: cannot fetch {RUN_STATE}/ and summary.json "
                                 f"from {cfg.tracking.uri}: {e}") from None
-    return into / "demand_run"
+    return into
 
 
 def export_demand_run(cfg: DictConfig, run_dir: Path) -> dict:
@@ -56,16 +60,132 @@ def export_demand_run(cfg: DictConfig, run_dir: Path) -> dict:
             "exported_in_run": active_run_id()}
 
 
+# what each action needs on the command line (checked before any MLflow run is opened)
+REQUIRED = {"register": ("run_dir",), "promote": ("name", "version", "alias"),
+            "fetch": ("name", "out"), "compare": ("name", "version")}
+
+
+def check_request(cfg: DictConfig) -> None:
+    """The request's own errors, before an MLflow run is opened (so a typo leaves no FAILED
+    run behind): an unknown action, missing keys, an unknown model, version or alias."""
+    actions = ("export", *REQUIRED)
+    if cfg.action not in actions:
+        raise ConfigError(f"action={cfg.action!r} is unknown; choose one of {sorted(actions)}")
+    missing = [k for k in REQUIRED.get(str(cfg.action), ()) if not cfg.get(k)]
+    if cfg.action == "fetch" and not (cfg.get("alias") or cfg.get("version")):
+        missing.append("alias (or version)")
+    if missing:
+        raise ConfigError(f"{cfg.action} needs {', '.join(f'{k}=...' for k in missing)} "
+                          "(python -m export --help; docs/mlflow.md)")
+    if cfg.action == "export":
+        return
+    if not cfg.tracking.enabled:
+        raise ConfigError(f"{cfg.action} needs MLflow: tracking.enabled=true and tracking.uri")
+    if cfg.get("name"):
+        check_registered(cfg)
+
+
+def check_registered(cfg: DictConfig) -> None:
+    """ConfigError (one line, naming the store) for a model, version or alias it lacks."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri, name = str(cfg.tracking.uri), str(cfg.name)
+    c = MlflowClient(tracking_uri=uri)
+    try:
+        c.get_registered_model(name)
+    except MlflowException as e:
+        if e.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
+        known = sorted(m.name for m in c.search_registered_models(max_results=50))
+        raise ConfigError(f"name={name}: no such registered model in {uri} (it has: "
+                          f"{', '.join(known) or 'none'})") from None
+    if cfg.get("version"):
+        try:
+            c.get_model_version(name, str(cfg.version))
+        except MlflowException as e:
+            if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            versions = sorted(int(v.version) for v in c.search_model_versions(f"name='{name}'"))
+            raise ConfigError(f"{name} version={cfg.version}: no such version in {uri} (it has: "
+                              f"{versions or 'none'})") from None
+    if cfg.get("alias") and cfg.action in ("fetch", "compare"):
+        try:
+            c.get_model_version_by_alias(name, str(cfg.alias))
+        except MlflowException as e:
+            if e.error_code not in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise
+            aliases = sorted(c.get_registered_model(name).aliases or {})
+            raise ConfigError(f"{name}@{cfg.alias}: no such alias in {uri} (it has: "
+                              f"{', '.join(aliases) or 'none'})") from None
+
+
+def relog_run(cfg: DictConfig, run_dir: Path) -> dict:
+    """The job of `python -m export register run_dir=DIR`, the recovery command a run prints
+    when the store was lost: log the finished run folder again in this run (its metrics,
+    resolved config, summary and reports), register its artifact folders, and mark the
+    original run FAILED (with a pointer here) when the store still shows it RUNNING."""
+    import mlflow
+
+    from replaylab.apps import registry
+    from replaylab.apps.recording import log_reports, numeric_metrics
+
+    source = Path(cfg.run_dir)
+    path = source / "summary.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a finished run (no summary.json)")
+    original = json.loads(path.read_text())
+    has_artifacts = any((source / "artifacts" / k / "manifest.json").is_file()
+                        for k in registry.KINDS)
+    out = (registry.registered_artifacts(cfg, run_dir) if has_artifacts else
+           {"pipeline": "export", "action": "register", "source": str(source), "artifacts": {}})
+    was = (original.get("mlflow") or {}).get("run_id")
+    metrics = numeric_metrics({k: v for k, v in original.items() if k not in ("mlflow",
+                                                                                "registry")})
+    run = mlflow.active_run()
+    mlflow.log_metrics(metrics)
+    mlflow.log_text(json.dumps(original, indent=2, default=str), "source_run/summary.json")
+    resolved = source / ".hydra" / "config.yaml"
+    if resolved.is_file():
+        mlflow.log_text(resolved.read_text(), "config/resolved.yaml")
+    reports = log_reports(original)
+    mlflow.set_tags({"source_pipeline": str(original.get("pipeline")),
+                     "replaylab.recovered_from": str(was or "")})
+    marked = None
+    if was and run is not None and was != run.info.run_id:
+        marked = mark_superseded(was, run.info.run_id)
+    out.update(source_pipeline=original.get("pipeline"),
+               source_verdict=original.get("verdict"),
+               relogged={"metrics": len(metrics), "reports": reports,
+                         "config": resolved.is_file(), "previous_run": was,
+                         "previous_marked_failed": marked})
+    return out
+
+
+def mark_superseded(run_id: str, by: str) -> bool:
+    """Mark a run the store still shows RUNNING as FAILED, tagged with the run that logged
+    its outputs again; True when it was marked."""
+    from mlflow.tracking import MlflowClient
+
+    from replaylab.apps.recording import tracking_errors
+
+    c = MlflowClient()
+    try:
+        if c.get_run(run_id).info.status != "RUNNING":
+            return False
+        c.set_tag(run_id, "replaylab.recovered_in", by)
+        c.set_terminated(run_id, "FAILED")
+    except tracking_errors():
+        return False
+    return True
+
+
 def export_job(cfg: DictConfig, run_dir: Path) -> dict:
-    """The job of `python -m export`: the one `cfg.action` names."""
+    """The job of `python -m export`: the one `cfg.action` names (`check_request` ran)."""
     from replaylab.apps import registry
 
-    table = {"export": export_demand_run, "register": registry.registered_artifacts,
+    table = {"export": export_demand_run, "register": relog_run,
              "promote": registry.promote, "fetch": registry.fetch, "compare": registry.compare}
-    if cfg.action not in table:
-        raise ConfigError(f"action={cfg.action!r} is unknown; choose one of {sorted(table)}")
-    if cfg.action != "export" and not cfg.tracking.enabled:
-        raise ConfigError(f"{cfg.action} needs MLflow: tracking.enabled=true and tracking.uri")
     return table[cfg.action](cfg, run_dir)
 
 
@@ -80,6 +200,7 @@ def input_errors() -> tuple[type[BaseException], ...]:
 
     from replaylab.apps.registry import FetchRefused
     from replaylab.artifacts.manifest import ManifestError
+    from replaylab.demand.state import RunStateError
 
     return (ConfigError, FileNotFoundError, ImportError, OmegaConfValidationError, FetchRefused,
-            ManifestError)
+            ManifestError, RunStateError)

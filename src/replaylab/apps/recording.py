@@ -2,23 +2,42 @@
 
 A run carries: params (the flattened resolved config), metrics (numeric leaves
 of summary.json), the resolved config as YAML, summary.json, and every report
-file the pipeline wrote.
+file the pipeline wrote; a readable name (`demand seed=0`), a `go` tag and the
+verdict line the console ends with (`replaylab.apps.verdicts`).
+
+A tracking fault costs seconds, never the run's work (docs/mlflow.md):
+- before anything runs, `preflight` checks the store answers (an HTTP server:
+  its /health within `tracking.preflight_timeout_s`; SQLite: its folder exists)
+  and a dead store is one line and exit 2;
+- MLflow's HTTP client retries `tracking.http_retries` times with a
+  `tracking.http_timeout_s` timeout (its defaults, 7 retries and 120 s, turn one
+  lost server into minutes of retries);
+- a store lost after the job ran leaves the local outputs complete: summary.json
+  says `mlflow.status: not logged`, the run is marked FAILED when the store can
+  still be told, and one line gives the command that logs everything again
+  (`python -m export register run_dir=DIR`, `replaylab.apps.export.relog_run`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from omegaconf import DictConfig, OmegaConf
 
 _MAX_PARAM_LEN = 6000  # MLflow's limit on a param value
+
+
+class TrackingUnavailable(Exception):
+    """The tracking store cannot be reached (an input error: one line, exit 2)."""
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -45,24 +64,133 @@ def numeric_metrics(summary: dict) -> dict[str, float]:
     return metrics
 
 
-@contextmanager
-def mlflow_run(cfg: DictConfig, run_dir: Path) -> Iterator[Any]:
-    """Open an MLflow run per `cfg.tracking`; yields the run (or None when disabled)."""
-    if not cfg.tracking.enabled:
-        yield None
-        return
+# ---------------------------------------------------------------- the store
+def tracking_errors() -> tuple[type[BaseException], ...]:
+    """What a lost or refusing store raises through MLflow's client."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    return (MlflowException, requests.RequestException, OSError)
+
+
+def short_reason(e: BaseException) -> str:
+    """A one-line reason out of a (chained, multi-line) client error."""
+    text = f"{type(e).__name__}: {e}"
+    for needle, say in (("Connection refused", "connection refused"),
+                        ("Max retries exceeded", "no answer"),
+                        ("timed out", "timed out"), ("Name or service not known", "unknown host")):
+        if needle in text:
+            return say
+    return text.splitlines()[0][:200]
+
+
+def configure_client(cfg: DictConfig) -> None:
+    """MLflow's HTTP retries and timeout from `cfg.tracking` (set before any call)."""
+    t = cfg.tracking
+    # urllib3 logs every retry as a WARNING with the whole chained error: the one line
+    # this module prints says it instead
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = str(int(t.get("http_retries", 2)))
+    os.environ["MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"] = "1"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(int(t.get("http_timeout_s", 10)))
+
+
+def preflight(cfg: DictConfig) -> None:
+    """TrackingUnavailable (one line, naming the URI) when the store cannot answer."""
+    uri = str(cfg.tracking.uri or "")
+    if not uri:
+        raise TrackingUnavailable("tracking.enabled=true needs tracking.uri (or "
+                                  "MLFLOW_TRACKING_URI); or run with tracking=off")
+    scheme = urlparse(uri).scheme
+    if scheme in ("http", "https"):
+        import requests
+
+        timeout = float(cfg.tracking.get("preflight_timeout_s", 5))
+        try:
+            requests.get(uri.rstrip("/") + "/health", timeout=timeout)
+        except requests.RequestException as e:
+            raise TrackingUnavailable(
+                f"tracking server {uri} did not answer ({short_reason(e)} within {timeout:g} s): "
+                "start it, point tracking.uri (or MLFLOW_TRACKING_URI) at one, or run with "
+                "tracking=off") from None
+    elif scheme == "sqlite":
+        path = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+        if path is not None and not path.parent.is_dir():
+            raise TrackingUnavailable(f"tracking store {uri}: folder {path.parent} does not "
+                                      "exist")
+
+
+def recover_command(run_dir: Path, cfg: DictConfig) -> str:
+    """The one command that logs a finished run folder again (metrics, reports, artifacts,
+    registration)."""
+    return f"python -m export register run_dir={run_dir} tracking.uri={cfg.tracking.uri}"
+
+
+def end_run_quietly(status: str) -> str | None:
+    """End the open run with `status`; the error's one-line reason when the store refused
+    (the run is off MLflow's stack either way, so nothing retries at exit)."""
     import mlflow
 
-    mlflow.set_tracking_uri(cfg.tracking.uri)
-    mlflow.set_experiment(cfg.tracking.experiment)
-    with mlflow.start_run(run_name=cfg.tracking.run_name) as run:
+    if mlflow.active_run() is None:
+        return None
+    try:
+        mlflow.end_run(status)
+    except tracking_errors() as e:
+        return short_reason(e)
+    return None
+
+
+# ---------------------------------------------------------------- names and tags
+def run_name(cfg: DictConfig) -> str:
+    """A readable run name: `demand seed=1`, `router seed=0 ledger=receipts.parquet`,
+    `evaluate overload`, `promote replaylab-router v1->champion` (the decision is added
+    when known, `replaylab.apps.verdicts.final_run_name`)."""
+    if cfg.tracking.get("run_name"):
+        return str(cfg.tracking.run_name)
+    pipeline = str(cfg.get("pipeline", ""))
+    if pipeline == "export":
+        action = str(cfg.get("action") or "export")
+        if action == "promote":
+            return f"promote {cfg.name} v{cfg.version}->{cfg.alias}"
+        if action in ("fetch", "compare"):
+            target = f"v{cfg.version}" if cfg.get("version") else f"@{cfg.alias}"
+            return f"{action} {cfg.name} {target}"
+        return f"{action} {Path(str(cfg.get('run_dir') or cfg.get('run_id') or '')).name}".strip()
+    if cfg.get("experiment") is not None and "name" in cfg.experiment:
+        return f"evaluate {cfg.experiment.name}"
+    name = f"{pipeline} seed={cfg.get('seed', 0)}"
+    data = cfg.get("data")
+    if data is not None:
+        for key in ("ledger", "outcomes", "aggregates"):
+            if data.get(key):
+                name += f" {key}={Path(str(data[key])).name}"
+                break
+    return name
+
+
+def start_run(cfg: DictConfig, run_dir: Path) -> Any:
+    """Open the MLflow run per `cfg.tracking` with its params and tags; None when off."""
+    if not cfg.tracking.enabled:
+        return None
+    import mlflow
+
+    uri = cfg.tracking.uri
+    try:
+        mlflow.set_tracking_uri(uri)
+        mlflow.set_experiment(cfg.tracking.experiment)
+        run = mlflow.start_run(run_name=run_name(cfg))
         params = {k: str(v)[:_MAX_PARAM_LEN]
                   for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
         mlflow.log_params(params)
         mlflow.set_tags({"pipeline": str(cfg.pipeline), "run_dir": str(run_dir)})
-        yield run
+    except tracking_errors() as e:
+        end_run_quietly("FAILED")
+        raise TrackingUnavailable(f"tracking store {uri}: cannot open a run "
+                                  f"({short_reason(e)})") from None
+    return run
 
 
+# ---------------------------------------------------------------- what a run logs
 def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None:
     """Log metrics, the resolved config, summary.json and report files to the open run."""
     if run is None:
@@ -70,55 +198,127 @@ def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None
     import mlflow
 
     mlflow.log_metrics(numeric_metrics(summary))
-    mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True), "config/resolved.yaml")
+    relogged = (summary.get("relogged") or {}).get("config")  # the run's own config is there
+    mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True),
+                    "config/export.yaml" if relogged else "config/resolved.yaml")
+    log_files(summary)
+
+
+def log_files(summary: dict) -> None:
+    """summary.json, the report files and the artifacts a summary names, to the open run."""
+    import mlflow
+
     mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
-    for rel in summary.get("reports", {}).values():
-        path = Path(rel)
-        if path.is_file():
-            mlflow.log_artifact(str(path), artifact_path="reports")
+    log_reports(summary)
     arts = summary.get("artifacts", {})
     if arts.get("demand") and Path(arts["demand"]).is_dir():  # the deployable artifact
         mlflow.log_artifacts(arts["demand"], artifact_path="demand_artifact")
-    if arts.get("demand_run") and Path(arts["demand_run"]).is_file():  # for python -m export
-        mlflow.log_artifact(arts["demand_run"], artifact_path="demand_run")
+    if arts.get("demand_run") and Path(arts["demand_run"]).is_dir():  # for python -m export
+        mlflow.log_artifacts(arts["demand_run"], artifact_path="demand_run")  # plain files
     q = summary.get("artifacts", {}).get("quarantine")
     if q and Path(q).is_file():
         mlflow.log_artifact(q, artifact_path="quarantine")
 
 
-def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
-                 input_errors: tuple[type[BaseException], ...]) -> Path:
-    """The body of every entry point: run `job` inside the MLflow run, write summary.json.
+def log_reports(summary: dict) -> int:
+    """The report files a summary names, under `reports/` of the open run; how many."""
+    import mlflow
 
-    An exception of `input_errors` (a bad input or config, not a bug) becomes one
-    `error: ...` line on stderr and exit code 2; anything else keeps its traceback.
+    n = 0
+    for rel in (summary.get("reports") or {}).values():
+        path = Path(str(rel))
+        if path.is_file():
+            mlflow.log_artifact(str(path), artifact_path="reports")
+            n += 1
+    return n
+
+
+def write_summary(path: Path, summary: dict) -> None:
+    path.write_text(json.dumps(summary, indent=2, default=str))
+
+
+def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | None:
+    """Log the finished run and register its artifacts; None, or the one-line reason the
+    store did not take it (the local outputs are complete either way)."""
+    from replaylab.apps.registry import register_outcome
+    from replaylab.apps.verdicts import run_tags
+
+    if run is None:
+        return None
+    import mlflow
+
+    try:
+        log_outcome(run, summary, run_dir, cfg)
+        registered = register_outcome(run, summary, cfg)  # export.register (docs/mlflow.md)
+        if registered:
+            summary["registry"] = registered
+            write_summary(run_dir / "summary.json", summary)
+            mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
+        mlflow.set_tags(run_tags(summary))
+    except tracking_errors() as e:
+        return short_reason(e)
+    return None
+
+
+def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
+                 input_errors: tuple[type[BaseException], ...],
+                 precheck: Callable[[DictConfig], None] | None = None) -> Path:
+    """The body of every entry point: check the request and the store, run `job` inside the
+    MLflow run, write summary.json, stamp the reports, log, end with the verdict line.
+
+    An exception of `input_errors` (a bad input or config, not a bug), a refused override
+    or an unreachable store becomes one `error: ...` line on stderr and exit code 2,
+    before any MLflow run is opened when it can be known then (`precheck`); anything
+    else keeps its traceback (and the run is marked FAILED).
     """
     from hydra.core.hydra_config import HydraConfig
 
-    from replaylab.apps.registry import register_outcome
+    from replaylab.apps.schemas import refuse_added_keys
+    from replaylab.apps.verdicts import stamp_reports, verdict_line
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     started = time.perf_counter()
+    run = None
     try:
-        with mlflow_run(cfg, run_dir) as run:
+        refuse_added_keys(list(hydra_cfg.overrides.task))
+        if cfg.tracking.enabled:
+            configure_client(cfg)
+            preflight(cfg)
+        if precheck is not None:
+            precheck(cfg)
+        run = start_run(cfg, run_dir)
+        try:
             summary = job(cfg, run_dir)
-            summary["wall_seconds"] = round(time.perf_counter() - started, 3)
-            if run is not None:
-                summary["mlflow"] = {"run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
-                                     "experiment": cfg.tracking.experiment}
-            path = run_dir / "summary.json"
-            path.write_text(json.dumps(summary, indent=2, default=str))
-            log_outcome(run, summary, run_dir, cfg)
-            registered = register_outcome(run, summary, cfg)  # export.register (docs/mlflow.md)
-            if registered:
-                summary["registry"] = registered
-                path.write_text(json.dumps(summary, indent=2, default=str))
-                import mlflow
-
-                mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
-    except input_errors as e:
+        except BaseException:
+            end_run_quietly("FAILED")
+            raise
+        summary["wall_seconds"] = round(time.perf_counter() - started, 3)
+        if run is not None:
+            summary["mlflow"] = {"run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
+                                 "experiment": cfg.tracking.experiment,
+                                 "experiment_id": run.info.experiment_id}
+        summary["verdict"] = verdict_line(summary)
+        stamp_reports(summary)
+        path = run_dir / "summary.json"
+        write_summary(path, summary)
+        lost = record(run, summary, run_dir, cfg)
+        if lost is not None:
+            failed = end_run_quietly("FAILED")
+            summary["mlflow"] = {**summary["mlflow"], "status": "not logged", "error": lost,
+                                 "marked_failed": failed is None,
+                                 "recover": recover_command(run_dir, cfg)}
+            write_summary(path, summary)
+            print(f"mlflow: not logged ({cfg.tracking.uri}: {lost}); the outputs in {run_dir} "
+                  f"are complete; log them with: {recover_command(run_dir, cfg)}",
+                  file=sys.stderr)
+        else:
+            end_run_quietly("FINISHED")
+    except (*input_errors, TrackingUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    logging.getLogger("replaylab").info("wrote %s", path)
+    print(summary["verdict"], flush=True)  # the console's last line
     return path
 
 
@@ -133,15 +333,26 @@ def active_run_id() -> str | None:
 
 
 def nested_trial_logger(cfg: DictConfig):
-    """Each finished Optuna trial as a nested MLflow run under the open run (None: no MLflow)."""
+    """Each finished Optuna trial as a nested MLflow run under the open run (None: no MLflow).
+    A store lost during the search stops the trial logging (one warning), not the search."""
     if not cfg.tracking.enabled:
         return None
     import mlflow
 
+    lost: list[str] = []
+
     def on_trial(number: int, params: dict, value: float) -> None:
-        with mlflow.start_run(run_name=f"hpo-trial-{number:03d}", nested=True):
-            mlflow.log_params(params)
-            mlflow.log_metric("validation_mean_pinball", value)
-            mlflow.set_tag("optuna_trial", number)
+        if lost:
+            return
+        try:
+            with mlflow.start_run(run_name=f"hpo-trial-{number:03d}", nested=True):
+                mlflow.log_params(params)
+                mlflow.log_metric("validation_mean_pinball", value)
+                mlflow.set_tag("optuna_trial", number)
+        except tracking_errors() as e:
+            lost.append(short_reason(e))
+            logging.getLogger(__name__).warning(
+                "mlflow: trial logging stopped (%s: %s); the search goes on",
+                cfg.tracking.uri, lost[0])
 
     return on_trial

@@ -171,8 +171,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
     _report_and_export(cfg, run, summary, run_dir, folder)
-    log.info("router: %s", verdict_line(summary))
-    return summary
+    return summary  # the console's last line: apps.verdicts.verdict_line
 
 
 def verdict_line(summary: dict) -> str:

@@ -150,7 +150,7 @@ def group_schemas() -> dict[str, type]:
         "data": data,
         "compute": _open("ComputeSchema", kind="local", address=None, n_workers=2, threads_per_worker=1),
         "tracking": _open("TrackingSchema", enabled=True, uri="sqlite:///mlflow.db", experiment="replaylab",
-                          run_name=None),
+                          run_name=None, preflight_timeout_s=5, http_retries=2, http_timeout_s=10),
         "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30, hmac_key_env=None,
                         register=True, allow_ungated=False, registry={"names": {"demand": "replaylab-demand",
                                                            "router": "replaylab-router"},
@@ -221,3 +221,46 @@ def register_schemas() -> None:
     cs.store(group="fleet/workload", name="schema", node=fleet_workload_schema())
     for exp, schema in experiment_schemas().items():
         cs.store(group="experiment", name=f"{exp}_schema", node=schema)
+
+
+def unknown_schema_key(schema: type, path: list[str]) -> tuple[str, list[str]] | None:
+    """(the first part of `path` that `schema` (a schema dataclass) has no field for, the
+    fields it has there); None when every part is a field, or the path enters an open
+    mapping (an `Any` leaf)."""
+    cls: Any = schema
+    for part in path:
+        if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+            return None  # an open mapping (e.g. source.options): any key may be added
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        if part not in fields:
+            return part, list(fields)
+        cls = _dataclass_of(typing.get_type_hints(cls).get(part, Any)) or \
+            _dataclass_of(fields[part].type) or Any
+    return None
+
+
+def refuse_added_keys(overrides: list[str]) -> None:
+    """ConfigError for a `+key=value` / `++key=value` override that adds a key a typed
+    group's schema does not have: Hydra's own hint for a misspelt key (`+data.ledgr=x`)
+    would otherwise be accepted and the run would silently use the default. Adding a group
+    (`+experiment=overload`) and keys of open mappings stay allowed."""
+    import difflib
+
+    from replaylab.config import ConfigError
+
+    schemas = group_schemas()
+    for o in overrides:
+        if not o.startswith("+") or "=" not in o:
+            continue
+        key = o.lstrip("+").split("=", 1)[0].strip()
+        group, _, rest = key.partition(".")
+        if not rest or group not in schemas:
+            continue
+        found = unknown_schema_key(schemas[group], rest.split("."))
+        if found is None:
+            continue
+        bad, names = found
+        near = difflib.get_close_matches(bad, names, n=1)
+        raise ConfigError(f"{o}: the {group!r} group has no key {bad!r}"
+                          + (f" (did you mean {near[0]!r}?)" if near else "")
+                          + "; a '+' adds keys, so a misspelt one would be silently ignored")

@@ -1,0 +1,247 @@
+"""The one line every entry point ends with, the run's tags, and the run facts on its reports.
+
+One story per verdict: the line is read off the summary the pipeline returned (the
+gate's own `go` and reasons, never recomputed here), it is printed on the console,
+written to summary.json (`verdict`), set as the MLflow run's `verdict` and `go` tags,
+and stamped on every HTML report with the run date, test window, run link and commit.
+
+    demand: NO-GO (coverage 0.807 ... ; mean pinball vs best baseline ...)
+    router: NO-GO (quality vs rules -0.0227, CI lower bound -0.0568 is below -0.01); ...
+    promote replaylab-router v3->champion: REFUSED (go=false: ...)
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from replaylab.tracking.html import escape
+
+
+def num(x: Any, fmt: str = ".3f") -> str:
+    """A number for a verdict line ('n/a' for None and NaN)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return "n/a"
+    return "n/a" if not math.isfinite(v) else format(v, fmt)
+
+
+def go_word(go: Any) -> str:
+    return "GO" if go is True else ("NO-GO" if go is False else "no verdict")
+
+
+def interval_text(d: Any, fmt: str = ".3f") -> str:
+    """'0.81 [0.79, 0.83]' from {"mean", "ci95": [lo, hi]} (or {"mean", "ci": [...]}), or a
+    plain number."""
+    if not isinstance(d, dict):
+        return num(d, fmt)
+    ci = d.get("ci95") or d.get("ci") or [None, None]
+    return f"{num(d.get('mean'), fmt)} [{num(ci[0], fmt)}, {num(ci[1], fmt)}]"
+
+
+# ---------------------------------------------------------------- one line per pipeline
+def demand_line(s: dict) -> str:
+    gate = s.get("gate")
+    if not isinstance(gate, dict):
+        return "demand: no verdict (this summary carries no gate)"
+    return f"demand: {go_word(gate.get('go'))} ({'; '.join(map(str, gate.get('reasons') or []))})"
+
+
+def router_line(s: dict) -> str:
+    if s.get("mode") != "receipts" and isinstance((s.get("test") or {}).get("learned"), dict):
+        from replaylab.apps.router import verdict_line
+
+        return "router: " + verdict_line(s)
+    return f"router: {go_word(s.get('go'))} ({'; '.join(map(str, s.get('go_reasons') or []))})"
+
+
+def project_line(s: dict) -> str:
+    return (f"{s.get('pipeline')}: {s.get('rows_read', 'n/a')} rows read, "
+            f"{s.get('rows_valid', 'n/a')} valid, {s.get('rows_quarantined', 'n/a')} quarantined"
+            + (f"; {(s.get('ledger') or {}).get('sessions')} sessions"
+               if (s.get("ledger") or {}).get("sessions") is not None else ""))
+
+
+def forecast_line(s: dict) -> str:
+    best, scores = s.get("best"), s.get("backtest") or {}
+    t = s.get("targets") or {}
+    b = scores.get(best) or {}
+    naive = (scores.get("seasonal_naive") or {}).get("mase")
+    ok = bool(t) and all(bool(v) for v in t.values())
+    return (f"forecast: {'targets met' if ok else 'targets not met'} (best {best}: MASE "
+            f"{num(b.get('mase'))} vs seasonal naive {num(naive)}, 80% coverage "
+            f"{num(b.get('coverage_80'))} [target 0.72-0.88]; {s.get('series')} series x "
+            f"{s.get('horizon_buckets')} buckets ahead)")
+
+
+def fleet_line(s: dict) -> str:
+    name = s.get("experiment", "fleet")
+    parts = []
+    for policy, p in list((s.get("policies") or {}).items())[:4]:
+        att = p.get("slo_attainment") if isinstance(p, dict) else None
+        if att is not None:
+            parts.append(f"{policy} SLO {interval_text(att)}")
+    conserved = s.get("conserved")
+    return (f"fleet {name}: requests {'conserved' if conserved else 'NOT conserved'}"
+            + (f"; {', '.join(parts)}" if parts else ""))
+
+
+def residuals_line(s: dict) -> str:
+    drift = s.get("drift") or s.get("calibration_drift") or {}
+    flag = drift.get("drifted") if isinstance(drift, dict) else None
+    return (f"residuals: {s.get('rows', s.get('rows_valid', 'n/a'))} hinted rows; calibration "
+            + ("drifted" if flag else "no drift flagged" if flag is False else "see report"))
+
+
+def export_line(s: dict) -> str:
+    action = s.get("action", "export")
+    if action == "promote":
+        p = s.get("promotion") or {}
+        word = {"promoted": "PROMOTED", "refused": "REFUSED", "forced": "FORCED"}.get(
+            str(p.get("decision")), str(p.get("decision")).upper())
+        why = "; ".join(map(str, p.get("reasons") or []))
+        if p.get("decision") == "forced":
+            why = f"reason: {p.get('reason')}; the gate said: {why}"
+        return f"promote {p.get('name')} v{p.get('version')}->{p.get('alias')}: {word} ({why})"
+    if action == "fetch":
+        f = s.get("fetch") or {}
+        head = (f"fetch {f.get('name')} v{f.get('version')}"
+                + (f" (@{f['alias']})" if f.get("alias") else ""))
+        if f.get("forced"):
+            return (f"{head}: FORCED version served at {f.get('path')} (reason: "
+                    f"{f.get('forced_reason')})")
+        if f.get("gated") is False:
+            return f"{head}: UNGATED version served at {f.get('path')} (allow_ungated=true)"
+        return f"{head}: verified, served at {f.get('path')} (content {str(f.get('content_hash'))[:12]})"
+    if action == "compare":
+        c = s.get("compare") or {}
+        return (f"compare {c.get('name')} v{c.get('challenger')} vs v{c.get('champion')}: "
+                f"report {(s.get('reports') or {}).get('compare')}")
+    if action == "register":
+        regs = s.get("registry") or []
+        got = ", ".join(f"{r.get('name')} v{r.get('version')}" for r in regs) or "nothing"
+        r = s.get("relogged") or {}
+        return (f"register {s.get('source')}: registered {got}; logged again: "
+                f"{r.get('metrics', 0)} metrics, {r.get('reports', 0)} reports"
+                + (f" (run {r['previous_run']} marked FAILED)" if r.get("previous_marked_failed")
+                   else ""))
+    e = s.get("export") or {}
+    return f"export: {e.get('path')} version {e.get('version')} (content {str(e.get('content_hash'))[:12]})"
+
+
+LINES = {"demand": demand_line, "router": router_line, "project": project_line,
+         "import": project_line, "forecast": forecast_line, "fleet": fleet_line,
+         "residuals": residuals_line, "export": export_line}
+
+
+def verdict_line(summary: dict) -> str:
+    """The one line the run ends with (by the summary's `pipeline`)."""
+    line = LINES.get(str(summary.get("pipeline")))
+    return line(summary) if line else f"{summary.get('pipeline')}: finished"
+
+
+def summary_go(summary: dict) -> bool | None:
+    """The run's go/no-go where it has one (demand gate, router gate, a promotion)."""
+    if isinstance(summary.get("gate"), dict) and "go" in summary["gate"]:
+        return bool(summary["gate"]["go"])
+    if isinstance(summary.get("go"), bool):
+        return summary["go"]
+    p = summary.get("promotion")
+    if isinstance(p, dict):
+        return p.get("decision") in ("promoted", "forced")
+    return None
+
+
+def run_tags(summary: dict) -> dict[str, str]:
+    """The MLflow run's verdict tags (the runs list shows them as columns) and, for a
+    promotion, the name that says how it ended."""
+    go = summary_go(summary)
+    tags = {"go": "n/a" if go is None else str(go).lower(),
+            "verdict": str(summary.get("verdict") or verdict_line(summary))[:4000]}
+    p = summary.get("promotion")
+    if isinstance(p, dict):
+        tags["mlflow.runName"] = (f"promote {p.get('name')} v{p.get('version')}->"
+                                  f"{p.get('alias')}: {p.get('decision')}")
+    return tags
+
+
+# ---------------------------------------------------------------- run facts on the reports
+def run_link(summary: dict) -> str | None:
+    """Where the run is in the tracking UI (an HTTP server) or how to open it (a file store)."""
+    m = summary.get("mlflow") or {}
+    uri, run_id = str(m.get("tracking_uri") or ""), m.get("run_id")
+    if not run_id:
+        return None
+    if urlparse(uri).scheme in ("http", "https"):
+        return f"{uri.rstrip('/')}/#/experiments/{m.get('experiment_id', '0')}/runs/{run_id}"
+    return f"run {run_id} in {uri} (mlflow ui --backend-store-uri {uri})"
+
+
+def test_window_text(summary: dict) -> str:
+    """The test rows a run was judged on, as its summary states them."""
+    splits = summary.get("splits") or {}
+    rows = splits.get("rows") if isinstance(splits.get("rows"), dict) else splits
+    window = ((summary.get("time_window") or {}).get("test")
+              or (summary.get("split_windows") or {}).get("test"))
+    text = []
+    if isinstance(window, dict | list):
+        vals = list(window.values()) if isinstance(window, dict) else window
+        try:
+            stamps = [dt.datetime.fromtimestamp(float(v) / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
+                      for v in vals[:2]]
+            text.append(" to ".join(stamps) + " UTC")
+        except (TypeError, ValueError, OverflowError, OSError):
+            text.append(str(window))
+    if isinstance(rows, dict) and rows.get("test") is not None:
+        text.append(f"{rows['test']} test rows")
+    if summary.get("pipeline") == "router" and (summary.get("prompts") or {}).get("test"):
+        text.append(f"{summary['prompts']['test']} test prompts")
+    plan = summary.get("plan") or {}
+    if plan.get("test_buckets"):
+        text.append(f"last {plan['test_buckets']} buckets over {plan.get('n_windows')} origins")
+    return "; ".join(text) or "n/a"
+
+
+def run_facts(summary: dict, commit: str | None) -> dict[str, str]:
+    return {"run date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "test window": test_window_text(summary),
+            "run": run_link(summary) or "not tracked (tracking=off)",
+            "commit": commit or "unknown (not a git checkout)",
+            "verdict": str(summary.get("verdict") or verdict_line(summary))}
+
+
+RUN_FACTS_MARK = "<!-- replaylab:run-facts -->"
+
+
+def stamp_html(path: Path, facts: dict[str, str]) -> None:
+    """Put the run facts at the top of an HTML report's body (replacing an earlier stamp)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if RUN_FACTS_MARK in text:
+        a = text.index(RUN_FACTS_MARK)
+        b = text.index(RUN_FACTS_MARK, a + 1) + len(RUN_FACTS_MARK)
+        text = text[:a] + text[b:]
+    rows = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{escape(k)}</th>"
+                   f"<td>{escape(v)}</td></tr>" for k, v in facts.items())
+    block = (f"{RUN_FACTS_MARK}<div class='run-facts' style='border:1px solid #bbb;"
+             f"padding:.4em .8em;margin:.5em 0;font-size:90%'><table>{rows}</table></div>"
+             f"{RUN_FACTS_MARK}")
+    i = text.find("<body")
+    i = text.index(">", i) + 1 if i >= 0 else 0
+    Path(path).write_text(text[:i] + block + text[i:], encoding="utf-8")
+
+
+def stamp_reports(summary: dict) -> None:
+    """Stamp every HTML report the summary names with the run facts."""
+    from replaylab.apps.provenance import git_commit
+
+    reports = [Path(p) for p in (summary.get("reports") or {}).values()
+               if str(p).endswith(".html") and Path(p).is_file()]
+    if not reports:
+        return
+    facts = run_facts(summary, git_commit())
+    for path in reports:
+        stamp_html(path, facts)
