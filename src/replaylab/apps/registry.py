@@ -525,10 +525,9 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
     from replaylab.router.pipeline_config import router_config
     from replaylab.router.rescore import (
         RouterRescoreError,
-        paired_deltas,
+        compare_routers,
         route_prompts,
         score_choices,
-        seen_mask,
     )
     from replaylab.runtime import Router
 
@@ -569,24 +568,11 @@ def rescore_router_against(c: Any, cfg: DictConfig, name: str, mv: Any, folder: 
         doc["error"] = f"champion v{champion.version} not scored: {e}"
         c.set_model_version_tag(name, mv.version, prefix + "error", doc["error"][:TAG_MAX])
         return doc
-    ca, cb = routed["challenger"][1], routed["champion"][1]
-    # leakage: the challenger's test prompts the champion was fitted or calibrated on
-    seen = seen_mask(texts, fit) if fit is not None else None
-    overlap = {"known": seen is not None, "prompts": len(texts),
-               "seen": int(seen.sum()) if seen is not None else None,
-               "unseen": int((~seen).sum()) if seen is not None else None,
-               "what": "challenger test prompts whose text the champion was fitted or "
-                       "calibrated on (its fit_prompts.json)" if seen is not None else
-                       "the champion artifact records no fit prompts (exported before "
-                       "fit_prompts.json): leakage unknown"}
+    cmp_doc = compare_routers(matrix, texts, routed, fit, ev)
+    overlap, deltas = cmp_doc["champion_fit_overlap"], cmp_doc["delta"]
     doc["champion_fit_overlap"] = overlap
-    deltas = {"all": paired_deltas(matrix, ca, cb, ev.n_boot, ev.seed, ev.level)}
-    if seen is not None and seen.any() and (~seen).any():
-        sub = matrix.take(~seen)
-        doc["scores_unseen"] = {role: score_choices(rule, sub, ch[~seen], pr[~seen], ev)
-                                for role, (rule, ch, pr) in routed.items()}
-        deltas["unseen"] = paired_deltas(sub, ca[~seen], cb[~seen], ev.n_boot, ev.seed,
-                                         ev.level)
+    if "scores_unseen" in cmp_doc:
+        doc["scores_unseen"] = cmp_doc["scores_unseen"]
     pa, pb = (doc["scores"][r]["policy"] for r in ("challenger", "champion"))
     doc["comparison"] = {"rows": len(texts), **{
         role: {k: pol[k] for k in ("quality", "cost", "strong_share", "cost_ratio_at_95")}

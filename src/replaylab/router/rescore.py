@@ -84,3 +84,36 @@ def seen_mask(texts: list[str], fit_hashes: set[str]) -> np.ndarray:
     from replaylab.pipelines.router import prompt_hash
 
     return np.array([prompt_hash(t) in fit_hashes for t in texts], dtype=bool)
+
+
+def compare_routers(matrix: Any, texts: list[str], routed: dict[str, tuple],
+                    fit_hashes: set[str] | None, evaluation: Any) -> dict:
+    """Challenger and champion on the challenger's test prompts, leakage counted.
+
+    routed: role -> (rule, choice, prob) of "challenger" and "champion"; fit_hashes: the
+    champion's fit_prompts.json hashes (None: it records none, leakage unknown).
+    {"champion_fit_overlap": {known, prompts, seen, unseen, what}, "delta": {"all": ...,
+    "unseen": ...} (challenger - champion quality and cost, paired prompt-bootstrap
+    intervals), "scores_unseen": role -> `score_choices` on the prompts the champion
+    never saw (when some were seen and some not)}.
+    """
+    ev = evaluation
+    ca, cb = routed["challenger"][1], routed["champion"][1]
+    seen = seen_mask(texts, fit_hashes) if fit_hashes is not None else None
+    overlap = {"known": seen is not None, "prompts": len(texts),
+               "seen": int(seen.sum()) if seen is not None else None,
+               "unseen": int((~seen).sum()) if seen is not None else None,
+               "what": "challenger test prompts whose text the champion was fitted or "
+                       "calibrated on (its fit_prompts.json)" if seen is not None else
+                       "the champion artifact records no fit prompts (exported before "
+                       "fit_prompts.json): leakage unknown"}
+    out: dict[str, Any] = {"champion_fit_overlap": overlap,
+                           "delta": {"all": paired_deltas(matrix, ca, cb, ev.n_boot, ev.seed,
+                                                          ev.level)}}
+    if seen is not None and seen.any() and (~seen).any():
+        sub = matrix.take(~seen)
+        out["scores_unseen"] = {role: score_choices(rule, sub, ch[~seen], pr[~seen], ev)
+                                for role, (rule, ch, pr) in routed.items()}
+        out["delta"]["unseen"] = paired_deltas(sub, ca[~seen], cb[~seen], ev.n_boot, ev.seed,
+                                               ev.level)
+    return out
