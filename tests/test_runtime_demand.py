@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import joblib
 import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.apps.demand_runs import save_run_state
 from replaylab.artifacts.demand_export import (
     GOLDEN_TOLERANCES,
     UNSEEN_CATEGORY,
@@ -101,7 +101,7 @@ def synthetic(tmp_path_factory):
     summary, run = train_demand(loaded, ProjectionConfig(), SPLIT, DemandConfig(), out)
     art = export_demand(run, summary, out / "artifacts" / "demand", mlflow_run_id="abc",
                         git_commit="deadbeef")
-    joblib.dump(run, out / "demand_run.joblib")
+    save_run_state(run, out)  # the demand_run/ folder, read back by _KILLED_EXPORT
     return out, art, summary, run
 
 
@@ -561,11 +561,12 @@ print(json.dumps([p.loaded, p.reason, h.hint_p50, h.hint_hi, sorted(
 
 
 _KILLED_EXPORT = """
-import sys, time, joblib, json
+import sys, time, json
 from pathlib import Path
+from replaylab.apps.demand_runs import load_run_state
 from replaylab.artifacts.demand_export import export_demand
 run_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-run = joblib.load(run_dir / "demand_run.joblib")
+run = load_run_state(run_dir / "demand_run")
 summary = json.loads((run_dir / "summary.json").read_text())
 def hang(tmp):
     (run_dir / "export.midway").write_text(str(tmp))

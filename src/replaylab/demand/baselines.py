@@ -19,6 +19,11 @@ with a regression label. Each predicts the known prompt plus output quantiles:
   (`hist_completion_ewma`, known at dispatch) times quantiles of the ratio
   (output + 1) / (ewma + 1) learned on train; first turns (no ended turn with
   usage yet) fall back to the bucket baseline.
+
+Each saves its fitted state as plain files (`write_state(writer)`, `read_state(reader)`,
+`replaylab.demand.state`): `baseline.json` plus `.npy` arrays; `write_baseline` /
+`read_baseline` dispatch on the class by its `name` (`BASELINE_TYPES`), never by a
+name read from the file to import.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
+from replaylab.demand.state import RunStateError, StateReader, StateWriter
 from replaylab.projection import Projected as P
 
 _NONE = "<none>"  # bucket value of a missing category / decision
@@ -44,6 +50,23 @@ def bucket_keys(features: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
         else:
             out[c] = pd.Series(_NONE, index=features.index)
     return pd.DataFrame(out, index=features.index)
+
+
+def _fitted(baseline: object, attr: str) -> None:
+    if not hasattr(baseline, attr):
+        raise RunStateError(f"{type(baseline).__name__}.write_state: the baseline is not fitted")
+
+
+def _header(baseline: object, params: dict, fitted: dict) -> dict:
+    return {"kind": baseline.name, "params": params, "fitted": fitted}  # type: ignore[attr-defined]
+
+
+def _read_header(cls: type, reader: StateReader) -> dict:
+    doc = reader.get_json("baseline.json")
+    if doc.get("kind") != cls.name:  # type: ignore[attr-defined]
+        raise RunStateError(f"{reader.where}: baseline.json is a {doc.get('kind')!r} baseline, "
+                            f"not {cls.name!r}")  # type: ignore[attr-defined]
+    return doc
 
 
 class PromptLengthBaseline:
@@ -62,6 +85,20 @@ class PromptLengthBaseline:
 
     def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
         return prompt_tokens(features)[:, None] + self.output_quantiles_[None, :]
+
+    def write_state(self, writer: StateWriter) -> None:
+        _fitted(self, "output_quantiles_")
+        writer.put_array("output_quantiles.npy", self.output_quantiles_)
+        writer.put_json("baseline.json", _header(
+            self, {"quantiles": [float(q) for q in self.quantiles]}, {"n_train_": self.n_train_}))
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> PromptLengthBaseline:
+        doc = _read_header(cls, reader)
+        b = cls(tuple(doc["params"]["quantiles"]))
+        b.output_quantiles_ = reader.get_array("output_quantiles.npy")
+        b.n_train_ = int(doc["fitted"]["n_train_"])
+        return b
 
 
 class MaxTokensCapBaseline:
@@ -96,6 +133,23 @@ class MaxTokensCapBaseline:
         cap = features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
         cap = np.where(np.isfinite(cap), cap, self.default_max_tokens_)
         return prompt_tokens(features)[:, None] + np.outer(cap, self.uses_cap_.astype(float))
+
+    def write_state(self, writer: StateWriter) -> None:
+        _fitted(self, "uses_cap_")
+        writer.put_array("uses_cap.npy", self.uses_cap_)
+        writer.put_json("baseline.json", _header(
+            self, {"quantiles": [float(q) for q in self.quantiles],
+                   "default_max_tokens": self.default_max_tokens},
+            {"default_max_tokens_": float(self.default_max_tokens_)}))
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> MaxTokensCapBaseline:
+        doc = _read_header(cls, reader)
+        p = doc["params"]
+        b = cls(tuple(p["quantiles"]), p["default_max_tokens"])
+        b.default_max_tokens_ = float(doc["fitted"]["default_max_tokens_"])
+        b.uses_cap_ = reader.get_array("uses_cap.npy")
+        return b
 
 
 class CategoryBucketBaseline:
@@ -150,6 +204,45 @@ class CategoryBucketBaseline:
             out[found] = hit[found]
         return out
 
+    def write_state(self, writer: StateWriter) -> None:
+        """`baseline.json` (params, each table's index keys and column labels), the global
+        quantiles and each table's values (`table-<k>.npy`, (rows, q))."""
+        _fitted(self, "tables_")
+        writer.put_array("global_quantiles.npy", self.global_quantiles_)
+        tables = []
+        for k, table in enumerate(self.tables_):
+            writer.put_array(f"table-{k}.npy", table.to_numpy(dtype="float64"))
+            tables.append({"index_names": [str(n) for n in table.index.names],
+                           "keys": [list(t) if isinstance(t, tuple) else t
+                                    for t in table.index.tolist()],
+                           "columns": [c.item() if isinstance(c, np.generic) else c
+                                       for c in table.columns.tolist()]})
+        writer.put_json("baseline.json", _header(
+            self, {"quantiles": [float(q) for q in self.quantiles],
+                   "bucket_columns": list(self.bucket_columns),
+                   "min_bucket_size": int(self.min_bucket_size)}, {"tables_": tables}))
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> CategoryBucketBaseline:
+        doc = _read_header(cls, reader)
+        p = doc["params"]
+        b = cls(tuple(p["quantiles"]), tuple(p["bucket_columns"]), int(p["min_bucket_size"]))
+        b.global_quantiles_ = reader.get_array("global_quantiles.npy")
+        b.tables_ = []
+        for k, t in enumerate(doc["fitted"]["tables_"]):
+            values, names = reader.get_array(f"table-{k}.npy"), t["index_names"]
+            if len(names) > 1:
+                levels = [np.array([row[i] for row in t["keys"]], dtype=object)
+                          for i in range(len(names))]
+                index = pd.MultiIndex.from_arrays(levels, names=names)
+            else:
+                index = pd.Index(np.array(t["keys"], dtype=object), name=names[0])
+            if values.shape != (len(index), len(t["columns"])):
+                raise RunStateError(f"{reader.where}: table-{k}.npy has shape {values.shape}, "
+                                    f"its keys and columns say ({len(index)}, {len(t['columns'])})")
+            b.tables_.append(pd.DataFrame(values, index=index, columns=pd.Index(t["columns"])))
+        return b
+
 
 class SessionEwmaBaseline:
     """Prompt + session EWMA of earlier outputs x learned ratio quantiles; bucket on first turns.
@@ -190,6 +283,32 @@ class SessionEwmaBaseline:
         pred[has] = prompt_tokens(features)[has, None] + out
         return pred
 
+    def write_state(self, writer: StateWriter) -> None:
+        """`baseline.json`, the ratio quantiles (if learned) and the bucket fallback's state
+        (sub-folder `fallback`)."""
+        _fitted(self, "fallback_")
+        if self.ratio_quantiles_ is not None:
+            writer.put_array("ratio_quantiles.npy", self.ratio_quantiles_)
+        self.fallback_.write_state(writer.sub("fallback"))
+        writer.put_json("baseline.json", _header(
+            self, {"quantiles": [float(q) for q in self.quantiles],
+                   "bucket_columns": list(self.bucket_columns),
+                   "min_bucket_size": int(self.min_bucket_size),
+                   "min_history_rows": int(self.min_history_rows)},
+            {"n_history_": self.n_history_, "ratio_quantiles_": self.ratio_quantiles_ is not None}))
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> SessionEwmaBaseline:
+        doc = _read_header(cls, reader)
+        p = doc["params"]
+        b = cls(tuple(p["quantiles"]), tuple(p["bucket_columns"]), int(p["min_bucket_size"]),
+                int(p["min_history_rows"]))
+        b.fallback_ = CategoryBucketBaseline.read_state(reader.sub("fallback"))
+        b.n_history_ = int(doc["fitted"]["n_history_"])
+        b.ratio_quantiles_ = (reader.get_array("ratio_quantiles.npy")
+                              if doc["fitted"]["ratio_quantiles_"] else None)
+        return b
+
 
 def make_baselines(quantiles: Sequence[float], default_max_tokens: int | None,
                    bucket_columns: Sequence[str], min_bucket_size: int) -> dict:
@@ -202,3 +321,27 @@ def make_baselines(quantiles: Sequence[float], default_max_tokens: int | None,
         SessionEwmaBaseline.name: SessionEwmaBaseline(quantiles, bucket_columns,
                                                       min_bucket_size),
     }
+
+
+BASELINE_TYPES: dict[str, type] = {cls.name: cls for cls in (
+    PromptLengthBaseline, MaxTokensCapBaseline, CategoryBucketBaseline, SessionEwmaBaseline)}
+
+
+def write_baseline(baseline: object, writer: StateWriter) -> None:
+    """Save a fitted baseline of a class in `BASELINE_TYPES`; any other is a RunStateError
+    (it has no pickle-free state: add `write_state` / `read_state` and register it)."""
+    name = getattr(baseline, "name", None)
+    if BASELINE_TYPES.get(name) is not type(baseline):  # type: ignore[arg-type]
+        raise RunStateError(f"baseline {type(baseline).__module__}.{type(baseline).__name__} "
+                            f"(name {name!r}) has no pickle-free state; known: "
+                            f"{', '.join(BASELINE_TYPES)} (replaylab.demand.baselines)")
+    baseline.write_state(writer)  # type: ignore[attr-defined]
+
+
+def read_baseline(reader: StateReader) -> object:
+    """The baseline `write_baseline` saved, of the class its `baseline.json` names."""
+    kind = reader.get_json("baseline.json").get("kind")
+    if kind not in BASELINE_TYPES:
+        raise RunStateError(f"{reader.where}: unknown baseline kind {kind!r}; known: "
+                            f"{', '.join(BASELINE_TYPES)}")
+    return BASELINE_TYPES[kind].read_state(reader)

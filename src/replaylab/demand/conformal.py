@@ -40,6 +40,7 @@ import pandas as pd
 
 from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.inputs import prompt_tokens
+from replaylab.demand.state import RunStateError, StateReader, StateWriter
 from replaylab.runtime.demand_math import conformal_band, forward
 
 
@@ -131,6 +132,31 @@ class GroupConformal:
                  "correction": self.corrections_.get(name, self.global_correction_),
                  "applied": "group" if name in self.corrections_ else "global"}
                 for name, n in sorted(self.cell_sizes_.items(), key=lambda kv: -kv[1])]
+
+    def write_state(self, writer: StateWriter) -> None:
+        """Save the fitted calibrator as `conformal.json` (corrections exact; +inf tagged)."""
+        if not hasattr(self, "corrections_"):
+            raise RunStateError("GroupConformal.write_state: the calibrator is not fitted")
+        writer.put_json("conformal.json", {
+            "params": {"level": float(self.level), "group_columns": list(self.group_columns),
+                       "min_group_size": int(self.min_group_size), "scale": self.scale},
+            "n_calibration_": self.n_calibration_,
+            "global_correction_": float(self.global_correction_),
+            "cell_sizes_": self.cell_sizes_,  # in fit order (cells() sorts stably)
+            "corrections_": {k: float(v) for k, v in self.corrections_.items()}})
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> GroupConformal:
+        """The calibrator `write_state` saved."""
+        doc = reader.get_json("conformal.json")
+        p = doc["params"]
+        cq = cls(float(p["level"]), tuple(p["group_columns"]), int(p["min_group_size"]),
+                 p["scale"])
+        cq.n_calibration_ = int(doc["n_calibration_"])
+        cq.global_correction_ = float(doc["global_correction_"])
+        cq.cell_sizes_ = {str(k): int(v) for k, v in doc["cell_sizes_"].items()}
+        cq.corrections_ = {str(k): float(v) for k, v in doc["corrections_"].items()}
+        return cq
 
 
 def reliability_curve(levels: Sequence[float], calib_features: pd.DataFrame,

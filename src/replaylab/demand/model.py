@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 
 import lightgbm as lgb
 import numpy as np
@@ -35,10 +36,16 @@ from replaylab.contracts.columns import Ledger as L
 from replaylab.demand.censoring import NONE, PINBALL, REALIZED, VARIANTS, censored_pinball_objective
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
+from replaylab.demand.state import RunStateError, StateReader, StateWriter
 from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
 from replaylab.runtime.demand_math import forward, raw_to_total, total_and_band
 
 _NON_FEATURES = ("split",)  # columns a pipeline may add to a projection frame
+# fitted attributes of QuantileDemandModel saved as JSON by `write_state` (boosters_ and
+# config_ apart); the optional ones exist only after a censored pinball stage
+_FITTED = ("censored_rows_", "base_band_", "feature_names_", "categories_", "validation_rows_",
+           "best_iterations_", "compute_", "n_features_in_", "validation_pinball_")
+_FITTED_OPTIONAL = ("native_iterations_", "censored_rounds_")
 
 
 def request_cap(features: pd.DataFrame) -> np.ndarray:
@@ -289,6 +296,52 @@ class QuantileDemandModel:
     def _to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
         return raw_to_total(raw, prompt_tokens(features),
                             request_cap(features) if self.clip_to_cap else None, self.scale)
+
+    # ------------------------------------------------------------------ state
+    def write_state(self, writer: StateWriter) -> None:
+        """Save the fitted model as plain files: `model.json` and one LightGBM text model per
+        quantile (`booster-<j>.txt`, every tree; predict uses `best_iterations_` of them)."""
+        if not hasattr(self, "boosters_"):
+            raise RunStateError("QuantileDemandModel.write_state: the model is not fitted")
+        fitted = {k: getattr(self, k) for k in _FITTED}
+        fitted.update({k: getattr(self, k) for k in _FITTED_OPTIONAL if hasattr(self, k)})
+        boosters = []
+        for j, booster in enumerate(self.boosters_):
+            name = f"booster-{j}.txt"
+            writer.put_text(name, booster.model_to_string(num_iteration=-1))
+            boosters.append({"file": name, "best_iteration": int(booster.best_iteration)})
+        writer.put_json("model.json", {
+            "params": {"quantiles": [float(q) for q in self.quantiles],
+                       "config": None if self.config is None else asdict(self.config),
+                       "scale": self.scale, "clip_to_cap": bool(self.clip_to_cap),
+                       "seed": int(self.seed), "censoring": self.censoring,
+                       "censored_rounds": int(self.censored_rounds)},
+            "config_": asdict(self.config_), "fitted": fitted, "boosters": boosters})
+
+    @classmethod
+    def read_state(cls, reader: StateReader) -> QuantileDemandModel:
+        """The model `write_state` saved (its reader's files verified by the caller)."""
+        doc = reader.get_json("model.json")
+        p = doc["params"]
+        model = cls(tuple(p["quantiles"]),
+                    None if p["config"] is None else QuantileModelConfig(**p["config"]),
+                    p["scale"], p["clip_to_cap"], p["seed"], p["censoring"], p["censored_rounds"])
+        model.config_ = QuantileModelConfig(**doc["config_"])
+        unknown = set(doc["fitted"]) - set(_FITTED) - set(_FITTED_OPTIONAL)
+        if unknown or not set(_FITTED) <= set(doc["fitted"]):
+            raise RunStateError(f"{reader.where}: model.json fitted attributes "
+                                f"{sorted(doc['fitted'])} are not a QuantileDemandModel's")
+        for k, v in doc["fitted"].items():
+            setattr(model, k, v)
+        model.boosters_ = []
+        for entry in doc["boosters"]:
+            booster = lgb.Booster(model_str=reader.get_text(entry["file"]))
+            booster.best_iteration = int(entry["best_iteration"])
+            model.boosters_.append(booster)
+        if len(model.boosters_) != len(model.quantiles):
+            raise RunStateError(f"{reader.where}: {len(model.boosters_)} boosters for "
+                                f"{len(model.quantiles)} quantiles")
+        return model
 
     def feature_importance(self) -> dict[str, float]:
         """Gain importance per feature, summed over the quantile boosters."""
