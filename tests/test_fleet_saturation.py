@@ -4,11 +4,10 @@ experiment's named loads are those fractions of it, hint admission without hints
 Tolerances: the saturation run (40,000 requests) against a 4x longer one with another
 resampling seed: 3 % (measured spread across seeds ~1 %). Named loads, measured as
 completions / arrivals per second over the second half of each 120 s arrival window
-(gamma arrivals, cv 1.5, no client cancellations, no queue timeouts): 0.7x is served in
-full (within 5 %);
-1.0x is served within 10 % (a critically loaded queue grows like a random walk, it does
-not settle); 1.5x is saturated: served / offered below 0.8 and served within 8 % of the
-capacity.
+(gamma arrivals, cv 1.5, no client cancellations, no queue timeouts): 0.7x is served
+in full (within 5 %); 1.0x is served within 10 % (a critically loaded queue grows like
+a random walk, it does not settle); 1.5x is saturated: served / offered below 0.8 and
+served within 8 % of the capacity.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ queue runs dry). A load factor f offers f x that rate, so 1.0x is the load the f
 can just serve and 1.5x is 50 % more than it can. `experiment.capacity_rps` states it
 instead. The analytic formula (`capacity_estimate`: a full KV-limited batch, no
 queueing) is reported beside it, never used: it overstates what the simulator serves
-(1.22x for the default 2 x H100 pool on the Azure CDF, ~3x for FleetSim's H100-80GB).
+(1.20x for the default 2 x H100 pool on the Azure CDF, 2.9x for FleetSim's H100-80GB).
 Per load the summary reports the rates offered and served in the second half of every
 arrival window (`loads.<f>`: target_rps, offered_rps, served_rps and
 served_over_offered per policy).
