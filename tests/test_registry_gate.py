@@ -178,3 +178,10 @@ def test_demand_champion_never_scored_on_these_rows_is_refused():
     ok, reasons = registry.gate(_mv({}), champion)
     assert not ok and "never scored on this version's test rows" in reasons[-1]
     assert "ledger=" in reasons[-1]
+
+
+def test_a_no_go_demand_version_is_refused_with_every_reason():
+    champion = _mv({"replaylab.content_hash": "sha256:a"}, version="1")
+    ok, reasons = registry.gate(_mv({"replaylab.go": "false"}), champion)
+    assert not ok and reasons[0].startswith("go=false")
+    assert "never scored on this version's test rows" in reasons[-1]  # listed all the same

@@ -693,11 +693,19 @@ def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
     kind, reasons = mv.tags.get(TAG + "kind"), []
     go = mv.tags.get(TAG + "go") == "true"
     reasons.append(f"go={str(go).lower()}: {mv.tags.get(TAG + 'go_reasons', '')}")
-    if kind != "demand" or not go:
+    if kind != "demand":
         return go, reasons
     if champion is None or champion.version == mv.version:
         reasons.append("no other champion: pinball not compared")
-        return True, reasons
+        return go, reasons
+    ok, more = _against_champion(mv, champion)
+    return go and ok, reasons + more
+
+
+def _against_champion(mv: Any, champion: Any) -> tuple[bool, list[str]]:
+    """The demand challenger's pinball against the champion's on its own rows (every
+    reason is listed, whatever the version's own verdict)."""
+    reasons: list[str] = []
     prefix, t = vs_prefix(champion.version), mv.tags
     score_it = (f"score it there: python -m export compare name={mv.name} "
                 f"version={mv.version} alias=<its alias> ledger=<this version's ledger>")
