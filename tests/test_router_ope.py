@@ -161,3 +161,21 @@ def test_gsm8k_rules_and_random_policy_estimates(shared_data):
         out = ope_estimates(b, target, q_hat, RouterEvalConfig(n_boot=300))
         half = (out["ips-hi-95"] - out["ips-lo-95"]) / 2
         assert abs(out["ips"] - truth) < 2 * half
+
+
+def test_intervals_are_clipped_to_the_feasible_range_and_low_support_is_flagged():
+    from replaylab.router.ope import LOW_ESS, feasible_interval, support_check
+
+    est = {"ips": 0.97, "ips-lo-95": 0.81, "ips-hi-95": 1.103}
+    got = feasible_interval(est, "ips", 0.0, 1.0, "95")
+    assert got == {"estimate": 0.97, "ci": [0.81, 1.0], "clipped": True}
+    est = {"ips": 1.02, "ips-lo-95": 0.9, "ips-hi-95": 1.2}
+    got = feasible_interval(est, "ips", 0.0, 1.0, "95")
+    assert got["estimate"] == 1.0 and got["ci"] == [0.9, 1.0] and got["clipped"]
+    ok = feasible_interval({"dr": 0.5, "dr-lo-95": 0.4, "dr-hi-95": 0.6}, "dr", 0.0, 1.0, "95")
+    assert not ok["clipped"]
+    # the reviewer's miss: ESS 24.9 of 264 sessions is flagged; a well-supported one is not
+    warn = support_check({"ess": 24.9, "sessions": 264, "support": 0.58})
+    assert len(warn) == 1 and "24.9" in warn[0] and "264" in warn[0]
+    assert support_check({"ess": LOW_ESS + 1, "sessions": 264, "support": 0.58}) == []
+    assert len(support_check({"ess": 10.0, "sessions": 264, "support": 0.01})) == 2

@@ -101,11 +101,11 @@ def test_seed_to_seed_spread_beside_the_headline(outcomes, gsm8k_run, tmp_path):
 
 
 def test_the_console_verdict_is_the_summarys(gsm8k_run):
-    from replaylab.apps.router import verdict_line
+    from replaylab.apps.verdicts import verdict_line
 
     s, _, _, _ = gsm8k_run
     line = verdict_line(s)
-    assert line.startswith("GO (" if s["go"] else "NO-GO (")
+    assert line.startswith("router: GO (" if s["go"] else "router: NO-GO (")
     assert all(r in line for r in s["go_reasons"])
     assert f"{s['test']['learned']['cost_ratio_at_95']:.3f}" in line
 

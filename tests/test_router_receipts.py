@@ -98,7 +98,7 @@ def test_summary_keys_and_one_verdict(trained):
     s, run, out = trained
     ope = s["ope"]
     for name in ("ips", "snips", "dr"):
-        assert set(ope[name]) == {"estimate", "ci"} and 0 <= ope[name]["ci"][0] <= ope[name]["ci"][1] <= 1
+        assert set(ope[name]) == {"estimate", "ci", "clipped"} and 0 <= ope[name]["ci"][0] <= ope[name]["ci"][1] <= 1
         assert ope[name]["ci"][0] <= ope[name]["estimate"] <= ope[name]["ci"][1]
     for key in ("quality", "cost"):
         d = ope["diff"][key]

@@ -171,21 +171,9 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
     _report_and_export(cfg, run, summary, run_dir, folder)
+    for w in (summary.get("ope") or {}).get("warnings") or []:
+        log.warning("router: %s", w)
     return summary  # the console's last line: apps.verdicts.verdict_line
-
-
-def verdict_line(summary: dict) -> str:
-    """The outcomes-mode verdict in one line (what the console ends with)."""
-    def f(x: Any) -> str:
-        return "n/a" if x is None or x != x else f"{float(x):.3f}"
-
-    sp = summary.get("spread") or {}
-    cr = sp.get("cost_ratio_at_95") or {}
-    spread = (f"; over head seeds {sp['seeds']}: {f(cr.get('min'))}..{f(cr.get('max'))}"
-              if len(sp.get("seeds") or []) > 1 else "")
-    return (f"{'GO' if summary.get('go') else 'NO-GO'} ({'; '.join(summary.get('go_reasons') or [])})"
-            f"; test cost_ratio_at_95 {f(summary['test']['learned'].get('cost_ratio_at_95'))}"
-            f"{spread}")
 
 
 def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,

@@ -52,11 +52,16 @@ def demand_line(s: dict) -> str:
 
 
 def router_line(s: dict) -> str:
-    if s.get("mode") != "receipts" and isinstance((s.get("test") or {}).get("learned"), dict):
-        from replaylab.apps.router import verdict_line
-
-        return "router: " + verdict_line(s)
-    return f"router: {go_word(s.get('go'))} ({'; '.join(map(str, s.get('go_reasons') or []))})"
+    """Outcomes mode adds the test headline and its spread over head seeds."""
+    head = f"router: {go_word(s.get('go'))} ({'; '.join(map(str, s.get('go_reasons') or []))})"
+    learned = (s.get("test") or {}).get("learned")
+    if s.get("mode") == "receipts" or not isinstance(learned, dict):
+        return head
+    sp = s.get("spread") or {}
+    cr = sp.get("cost_ratio_at_95") or {}
+    spread = (f"; over head seeds {sp['seeds']}: {num(cr.get('min'))}..{num(cr.get('max'))}"
+              if len(sp.get("seeds") or []) > 1 else "")
+    return f"{head}; test cost_ratio_at_95 {num(learned.get('cost_ratio_at_95'))}{spread}"
 
 
 def project_line(s: dict) -> str:

@@ -60,10 +60,12 @@ from replaylab.router.metrics import (
     route_by_threshold,
 )
 from replaylab.router.ope import (
+    feasible_interval,
     logged_decisions,
     ope_estimates,
     policy_matrix,
     policy_value,
+    support_check,
 )
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import (
@@ -308,14 +310,15 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     est = ope_estimates(b, policy_matrix(choice[rows], k), q_hat=prob[rows],
                         config=cfg.labels.evaluation)
     tag = cfg.labels.evaluation.level_tag
-    out = {name: {"estimate": est[name], "ci": [est[f"{name}-lo-{tag}"], est[f"{name}-hi-{tag}"]]}
-           for name in ("ips", "snips", "dr")}
+    # quality is in [0, 1] (outcomes-v1): so is every policy's value, and its interval
+    out = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
     out["truth"] = policy_value(test.score[rows], policy_matrix(choice[rows], k))
     out["logging_policy_truth"] = float(test.score[rows, b.action].mean())
     out.update({k2: est[k2] for k2 in ("n", "sessions", "ess", "mean_weight", "support")
                 if k2 in est})
     out["covers_truth"] = {n: out[n]["ci"][0] <= out["truth"] <= out[n]["ci"][1]
                            for n in ("ips", "snips", "dr")}
+    out["warnings"] = support_check(est)
     return out
 
 

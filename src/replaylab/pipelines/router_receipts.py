@@ -52,11 +52,14 @@ from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.ope import (
     LoggedDecisions,
+    clip_interval,
+    feasible_interval,
     on_policy_value,
     ope_estimates,
     paired_difference,
     point_values,
     policy_matrix,
+    support_check,
 )
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.receipts import (
@@ -72,8 +75,6 @@ from replaylab.router.replay_plan import replay_plan, write_replay_plan
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import choose_by_threshold, routing_scores
 
-# a figure with fewer effective samples than this is flagged (its interval rests on few rows)
-LOW_ESS = 50.0
 # fewer explored test sessions than this showing the served router's departures: flagged
 LOW_DEPARTURE_SUPPORT = 20
 
@@ -180,19 +181,6 @@ def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecision
                                    "strong_share": (choice == top).mean(axis=1)})}
 
 
-def _clip(ci: list[float], lo: float, hi: float) -> list[float]:
-    return [float(min(max(v, lo), hi)) for v in ci]
-
-
-def _interval(est: dict, key: str, lo: float, hi: float, tag: str) -> dict:
-    """{"estimate", "ci"}: the percentile interval clipped to the feasible [lo, hi], and
-    widened to the estimate where float rounding of a degenerate bootstrap (every
-    replicate equal) leaves it a few ulps outside."""
-    v = float(est[key])
-    a, b = _clip([est[f"{key}-lo-{tag}"], est[f"{key}-hi-{tag}"]], lo, hi)
-    return {"estimate": v, "ci": [min(a, v), max(b, v)]}
-
-
 def _sessions_needed(diff: dict, bound: float, n_explored: int, side: str) -> float | None:
     """Explored test sessions at which the interval would clear `bound`, if the estimate
     held and the half-width shrank as 1/sqrt(n); None when the estimate is on the wrong
@@ -251,20 +239,20 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
     b_c = _logged(d, cands, Label.COST)
     est = ope_estimates(b_q, target, prob, ev)
     tag = ev.level_tag
-    out: dict = {name: _interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
+    out: dict = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
     cost = ope_estimates(b_c, target, q_cost, ev)
-    out["cost"] = _interval(cost, "dr", 0.0, math.inf, tag)
-    out["cost"]["ips"] = _interval(cost, "ips", 0.0, math.inf, tag)
+    out["cost"] = feasible_interval(cost, "dr", 0.0, math.inf, tag)
+    out["cost"]["ips"] = feasible_interval(cost, "ips", 0.0, math.inf, tag)
     sess = d[Label.SESSION_COST].notna().all()
     if sess:
         b_s = _logged(d, cands, Label.SESSION_COST)
         s_est = ope_estimates(b_s, target, q_session, ev)
-        out["session_cost"] = _interval(s_est, "dr", 0.0, math.inf, tag)
+        out["session_cost"] = feasible_interval(s_est, "dr", 0.0, math.inf, tag)
     out["diff"] = {"quality": paired_difference(b_q, target, prob, ev),
                    "cost": paired_difference(b_c, target, q_cost, ev)}
     for key, (lo, hi) in (("quality", (-1.0, 1.0)), ("cost", (-math.inf, math.inf))):
         dd = out["diff"][key]
-        a, b = _clip(dd["ci"], lo, hi)
+        a, b = clip_interval(dd["ci"], lo, hi)
         dd["ci"] = [min(a, dd["estimate"]), max(b, dd["estimate"])]
     out["logging"] = {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
                       **({"session_cost": on_policy_value(_logged(d, cands, Label.SESSION_COST),
@@ -290,12 +278,7 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
                     f"{out['departure_share']:.0%} of test sessions, and only "
                     f"{out['departure_support']} explored test sessions show its choice there "
                     "(the interval leans on the reward model)")
-    if out["ess"] < LOW_ESS:
-        warn.append(f"low support: effective sample size {out['ess']:.1f} < {LOW_ESS:g}")
-    if out["support"] < 0.05:
-        warn.append(f"low support: only {out['support']:.3f} of test decisions agree with the "
-                    "served router")
-    out["warnings"] = warn
+    out["warnings"] = warn + support_check(out)
     return out
 
 

@@ -191,6 +191,47 @@ def ope_estimates(b: LoggedDecisions, target: np.ndarray, q_hat: RewardModel | N
     return out
 
 
+# Low support: the estimate rests on few effective rows. ESS = (sum w)^2 / sum w^2 is the
+# number of equally weighted rows the weighted estimate is worth (Kong 1992); below
+# LOW_ESS, or with under LOW_SUPPORT of the rows agreeing with the target policy, an
+# interval can miss the truth by far more than its width says (seen: IPS and DR both
+# 0.21 under the truth at ESS 24.9 of 264 sessions).
+LOW_ESS = 50.0
+LOW_SUPPORT = 0.05
+
+
+def clip_interval(ci: list[float], lo: float, hi: float) -> list[float]:
+    """An interval's ends clipped to the feasible [lo, hi]."""
+    return [float(min(max(v, lo), hi)) for v in ci]
+
+
+def feasible_interval(est: dict, key: str, lo: float, hi: float, tag: str) -> dict:
+    """{"estimate", "ci", "clipped"} of estimator `key` in `ope_estimates`' output: the
+    estimate and its percentile interval clipped to the feasible [lo, hi] (an IPS value of
+    a quality in [0, 1] can exceed 1; no policy can), the interval widened to the estimate
+    where float rounding of a degenerate bootstrap leaves it a few ulps outside."""
+    raw = float(est[key])
+    v = float(min(max(raw, lo), hi))
+    raw_ci = [float(est[f"{key}-lo-{tag}"]), float(est[f"{key}-hi-{tag}"])]
+    a, b = clip_interval(raw_ci, lo, hi)
+    return {"estimate": v, "ci": [min(a, v), max(b, v)],
+            "clipped": bool(v != raw or [a, b] != raw_ci)}
+
+
+def support_check(est: dict) -> list[str]:
+    """The low-support warnings (empty: none) of `ope_estimates`' ess and support."""
+    warn = []
+    n = int(est.get("sessions", est.get("n", 0)))
+    if float(est.get("ess", 0.0)) < LOW_ESS:
+        warn.append(f"low support: effective sample size {float(est.get('ess', 0.0)):.1f} of "
+                    f"{n} sessions < {LOW_ESS:g} (the OPE interval may miss by more than "
+                    "its width)")
+    if float(est.get("support", 0.0)) < LOW_SUPPORT:
+        warn.append(f"low support: only {float(est.get('support', 0.0)):.3f} of logged "
+                    "decisions agree with the evaluated router")
+    return warn
+
+
 def paired_difference(b: LoggedDecisions, target: np.ndarray, q_hat: np.ndarray | None = None,
                       config: RouterEvalConfig | None = None, estimator: str = "dr") -> dict:
     """V(target) - V(logging), paired on the same logged rows, with a session-bootstrap CI.

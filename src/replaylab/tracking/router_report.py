@@ -372,7 +372,17 @@ def _ope_table(ope: dict) -> str:
              badge((ope.get("covers_truth") or {}).get(n), "covers truth", "misses truth")]
             for n in ("ips", "snips", "dr") if isinstance(ope.get(n), dict)]
     rows.append(["<td class='l'><b>truth</b></td>", f"<b>{_f(ope.get('truth'))}</b>", "", ""])
-    return table(["estimator", "estimate", "95% CI", ""], rows)
+    clipped = [n.upper() for n in ("ips", "snips", "dr")
+               if isinstance(ope.get(n), dict) and ope[n].get("clipped")]
+    notes = [f"ESS {_f(ope.get('ess'))} of {_f(ope.get('sessions', ope.get('n')), 'int')} "
+             f"sessions; support {_f(ope.get('support'))} (share of logged decisions the router "
+             "agrees with)."]
+    if clipped:
+        notes.append(f"{', '.join(clipped)}: clipped to the feasible quality range [0, 1].")
+    warn = "".join(f"<div class='box' style='border-color:#a00;background:#fbeaea'><b>Warning:"
+                   f"</b> {escape(w)}</div>" for w in ope.get("warnings") or [])
+    return (table(["estimator", "estimate", "95% CI", ""], rows)
+            + f"<p class='src'>{escape(' '.join(notes))}</p>" + warn)
 
 
 def _labels(s: dict) -> str:
