@@ -125,7 +125,25 @@ def trees_bytes(arrays: dict[str, np.ndarray], n_features: int, quantiles: list[
 
     meta = {"format": TREES_FORMAT, "n_features": str(int(n_features)),
             "quantiles": ",".join(f"{float(q):.17g}" for q in quantiles)}
-    return save({k: np.ascontiguousarray(v) for k, v in arrays.items()}, metadata=meta)
+    return canonical_header(save({k: np.ascontiguousarray(v) for k, v in arrays.items()},
+                                 metadata=meta))
+
+
+def canonical_header(blob: bytes) -> bytes:
+    """The same safetensors file with its JSON header written with sorted keys.
+
+    safetensors writes `__metadata__` from a hash map, so its key order (and the file's
+    bytes, its SHA-256 and the manifest's content hash) changed from call to call on the
+    same arrays; sorted, one export of one run is one content hash. The tensors' offsets
+    are relative to the data section, which is kept byte for byte; the header is padded
+    with spaces to a multiple of 8 bytes, as safetensors does."""
+    import json
+
+    n = int.from_bytes(blob[:8], "little")
+    header = json.dumps(json.loads(blob[8:8 + n]), sort_keys=True, separators=(",", ":"))
+    raw = header.encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw + blob[8 + n:]
 
 
 def _goes_left(x: float, bits: int, thr: float, cats: np.ndarray) -> bool:
