@@ -141,7 +141,12 @@ def test_register_puts_verified_folders_in_the_registry_with_their_tags(registry
         assert t["replaylab.projection_version"] == m["training"]["projection_version"]
         assert float(t["replaylab.metric.test_mean_pinball"]) == pytest.approx(
             s["test"]["model"]["mean_pinball"])
-        assert t["replaylab.go"] == "true" and "coverage" in t["replaylab.go_reasons"]
+        # the registry's verdict is the run's own gate, as its report prints it
+        assert t["replaylab.go"] == str(s["gate"]["go"]).lower()
+        assert t["replaylab.go_reasons"] == "; ".join(s["gate"]["reasons"])
+        assert t["replaylab.gate_rule"] == s["gate"]["rule"] == m["training"]["gate"]["rule"]
+        html = Path(s["reports"]["html"]).read_text()
+        assert f">{'GO' if s['gate']['go'] else 'NO-GO'}</span>" in html
         assert json.loads(t["replaylab.signature"])["inputs"]
         assert mv.run_id == s["mlflow"]["run_id"]
         run = c.get_run(mv.run_id)
@@ -176,6 +181,12 @@ def test_champion_is_scored_on_the_challengers_test_rows_at_registration(registr
     better = s2["test"]["model"]["mean_pinball"] < s1["test"]["model"]["mean_pinball"]
     assert t[v + "challenger_better"] == str(better).lower()
     assert s2["registry"][0]["rescore"]["challenger_better"] == better
+    # the gate's number: the paired session-bootstrap interval of challenger - champion
+    delta = s2["registry"][0]["rescore"]["delta"]
+    assert delta["delta"] == pytest.approx(s2["test"]["model"]["mean_pinball"]
+                                           - s1["test"]["model"]["mean_pinball"], rel=1e-5)
+    assert json.loads(t[v + "delta_ci"]) == pytest.approx(delta["ci"])
+    assert delta["ci"][0] <= delta["delta"] <= delta["ci"][1] and delta["resampled"] == "sessions"
     for g in s1["test"]["groups"]:  # coverage by group, in the tag
         assert f"{g['by']}={g['value']}: {g['coverage']:.3f} (n={g['n']})" in \
             t[v + "champion.coverage_by_group"]
@@ -241,31 +252,35 @@ def test_another_window_is_refused_until_compare_scores_the_champion_there(regis
     proc, s = export(url, "promote", f"name={DEMAND}", "version=3", "alias=window",
                      run_dir=tmp / "window-decided")
     why = " ".join(s["promotion"]["reasons"])
-    assert "re-scored on this version's" in why, why
-    passed = cmp["challenger"]["mean_pinball"] < cmp["champion"]["mean_pinball"]
+    assert "re-scored on this version's" in why and "paired 95% interval" in why, why
+    passed = s3["gate"]["go"] and cmp["delta"]["ci"][1] < 0
     assert s["promotion"]["gate_passed"] == passed and proc.returncode == (0 if passed else 3)
 
 
 def test_promotion_gate_allows_refuses_and_records_every_decision(registry):
+    """v1 onto the alias that points at it (no other champion: its own gate decides), then
+    v2 against it: v2's own gate and the paired interval of its pinball against v1's on
+    its rows (upper bound below 0)."""
     url, _, runs, tmp = registry
     c = client(url)
-    p1, p2 = (runs[f"demand{v}"]["test"]["model"]["mean_pinball"] for v in (1, 2))
-    better, worse = ("1", "2") if p1 < p2 else ("2", "1")
-    proc, s = export(url, "promote", f"name={DEMAND}", f"version={better}", "alias=champion",
-                     run_dir=tmp / "promote-better")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert s["promotion"]["decision"] == "promoted"
-    assert c.get_model_version_by_alias(DEMAND, "champion").version == better
-    # the worse one on the same window is refused: exit 3, alias unmoved, a tagged run
-    proc, s = export(url, "promote", f"name={DEMAND}", f"version={worse}", "alias=champion",
-                     run_dir=tmp / "promote-worse")
-    assert proc.returncode == 3, proc.stderr[-2000:]
-    assert s["promotion"]["decision"] == "refused" and not s["promotion"]["gate_passed"]
-    assert any("pinball" in r for r in s["promotion"]["reasons"])
-    assert c.get_model_version_by_alias(DEMAND, "champion").version == better
+    s1, s2 = runs["demand1"], runs["demand2"]
+    proc, s = export(url, "promote", f"name={DEMAND}", "version=1", "alias=champion",
+                     run_dir=tmp / "promote-v1")
+    assert s["promotion"]["decision"] == ("promoted" if s1["gate"]["go"] else "refused")
+    assert proc.returncode == (0 if s1["gate"]["go"] else 3), proc.stderr[-2000:]
+    assert c.get_model_version_by_alias(DEMAND, "champion").version == "1"
+    ci = s2["registry"][0]["rescore"]["delta"]["ci"]
+    passed = s2["gate"]["go"] and ci[1] < 0
+    proc, s = export(url, "promote", f"name={DEMAND}", "version=2", "alias=champion",
+                     run_dir=tmp / "promote-v2")
+    assert proc.returncode == (0 if passed else 3), proc.stderr[-2000:]
+    assert s["promotion"]["decision"] == ("promoted" if passed else "refused")
+    assert s["promotion"]["gate_passed"] == passed
+    assert any("paired 95% interval" in r for r in s["promotion"]["reasons"])
+    assert c.get_model_version_by_alias(DEMAND, "champion").version == ("2" if passed else "1")
     run = c.get_run(s["mlflow"]["run_id"])
-    assert run.data.tags["registry.decision"] == "refused"
-    assert run.data.tags["registry.previous"] == better
+    assert run.data.tags["registry.decision"] == s["promotion"]["decision"]
+    assert run.data.tags["registry.previous"] == "1"
     names = {a.path for a in c.list_artifacts(run.info.run_id, "reports")}
     assert "reports/compare_report.html" in names  # the compare view, logged with the decision
     # the router gate reads the go/no-go verdict
@@ -292,6 +307,13 @@ def test_force_needs_a_reason_and_logs_it(registry):
     tags = c.get_run(s["mlflow"]["run_id"]).data.tags
     assert tags["registry.force"] == "true"
     assert tags["registry.reason"] == "incident 42: reviewer approved"
+    # served, but said so: FORCED with the reason
+    proc, f = export(url, "fetch", f"name={ROUTER}", "alias=forced",
+                     f"out={tmp / 'serve-forced' / 'router'}", run_dir=tmp / "fetch-forced")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f["fetch"]["forced"] is True and f["fetch"]["gated"] is False
+    assert f["fetch"]["forced_reason"] == "incident 42: reviewer approved"
+    assert "FORCED" in proc.stderr + proc.stdout
 
 
 def test_fetch_by_alias_picks_up_an_alias_change(registry):
@@ -299,16 +321,21 @@ def test_fetch_by_alias_picks_up_an_alias_change(registry):
 
     url, _, runs, tmp = registry
     c = client(url)
-    c.set_registered_model_alias(DEMAND, "serving", "1")
+    c.set_registered_model_alias(DEMAND, "serving", "1")  # by hand: outside the gate
     out = tmp / "serve" / "demand"
     proc, s = export(url, "fetch", f"name={DEMAND}", "alias=serving", f"out={out}",
-                     run_dir=tmp / "fetch1")
+                     run_dir=tmp / "fetch0")
+    assert proc.returncode == 2 and "outside the promotion gate" in proc.stderr
+    assert not out.exists()
+    proc, s = export(url, "fetch", f"name={DEMAND}", "alias=serving", f"out={out}",
+                     "export.allow_ungated=true", run_dir=tmp / "fetch1")
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert s["fetch"]["allowed_ungated"] and not s["fetch"]["gated"]
     p = DemandPredictor.load(out)
     assert p.loaded and p.manifest["content_hash"] == runs["demand1"]["export"]["content_hash"]
     c.set_registered_model_alias(DEMAND, "serving", "2")
     proc, s = export(url, "fetch", f"name={DEMAND}", "alias=serving", f"out={out}",
-                     run_dir=tmp / "fetch2")
+                     "export.allow_ungated=true", run_dir=tmp / "fetch2")
     assert proc.returncode == 0 and s["fetch"]["version"] == 2
     p = DemandPredictor.load(out)
     assert p.loaded and p.manifest["content_hash"] == runs["demand2"]["export"]["content_hash"]
@@ -332,20 +359,20 @@ def test_files_altered_in_the_store_are_refused_at_fetch(registry):
     good = tmp / "serve-tamper" / "demand"
     c.set_registered_model_alias(DEMAND, "tamper", version)
     proc, _ = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={good}",
-                     run_dir=tmp / "fetch-before")
+                     "export.allow_ungated=true", run_dir=tmp / "fetch-before")
     assert proc.returncode == 0, proc.stderr[-2000:]
     before = (good / "manifest.json").read_bytes()
     data = bytearray(stored.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one flipped byte, same size
     stored.write_bytes(bytes(data))
     proc, s = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={good}",
-                     run_dir=tmp / "fetch-after")
+                     "export.allow_ungated=true", run_dir=tmp / "fetch-after")
     assert proc.returncode == 2 and "hash_mismatch" in proc.stderr
     assert (good / "manifest.json").read_bytes() == before  # the old verified folder stays
     assert DemandPredictor.load(good).loaded
     fresh = tmp / "serve-fresh" / "demand"
     proc, _ = export(url, "fetch", f"name={DEMAND}", "alias=tamper", f"out={fresh}",
-                     run_dir=tmp / "fetch-fresh")
+                     "export.allow_ungated=true", run_dir=tmp / "fetch-fresh")
     assert proc.returncode == 2 and not fresh.exists()
     assert not DemandPredictor.load(fresh).loaded  # nothing there: the runtime falls back
     # and the gate will not move an alias onto it, not even forced
@@ -374,7 +401,7 @@ def test_router_encoder_is_stored_once_and_both_versions_reassemble(registry):
     for v in ("1", "2"):
         out = tmp / f"serve-router{v}" / "router"
         proc, s = export(url, "fetch", f"name={ROUTER}", f"version={v}", f"out={out}",
-                         run_dir=tmp / f"fetch-router{v}")
+                         "export.allow_ungated=true", run_dir=tmp / f"fetch-router{v}")
         assert proc.returncode == 0, proc.stderr[-2000:]
         m = verify_manifest(out, required_kind="router")
         assert m["content_hash"] == c.get_model_version(ROUTER, v).tags["replaylab.content_hash"]
@@ -388,7 +415,7 @@ def test_router_encoder_is_stored_once_and_both_versions_reassemble(registry):
     try:
         bad = tmp / "serve-router-bad" / "router"
         proc, _ = export(url, "fetch", f"name={ROUTER}", "version=2", f"out={bad}",
-                         run_dir=tmp / "fetch-router-bad")
+                         "export.allow_ungated=true", run_dir=tmp / "fetch-router-bad")
         assert proc.returncode == 2 and "hash_mismatch" in proc.stderr and not bad.exists()
     finally:
         blob.write_bytes(good)
@@ -482,8 +509,12 @@ def test_compare_report_and_model_page_in_chromium(registry):
     report = Path(s["reports"]["compare"])
     text = report.read_text()
     assert "Calibration and coverage by group" in text and "same data and test window" in text
-    p1, p2 = (runs[f"demand{v}"]["test"]["model"]["mean_pinball"] for v in (1, 2))
-    assert f"<td>{p2:.4g}</td><td>{p1:.4g}</td><td>{p2 - p1:.4g}</td>" in text  # each side's own
+    m1, m2 = (runs[f"demand{v}"]["test"]["model"] for v in (1, 2))
+    p1, p2 = m1["mean_pinball"], m2["mean_pinball"]
+    (a1, b1), (a2, b2) = m1["ci"]["mean_pinball"], m2["ci"]["mean_pinball"]
+    assert (f"<td>{p2:.4g} <span class='ci'>[{a2:.4g}, {b2:.4g}]</span></td>"
+            f"<td>{p1:.4g} <span class='ci'>[{a1:.4g}, {b1:.4g}]</span></td>"
+            f"<td>{p2 - p1:.4g}</td>") in text  # each side's own, with its interval
     got = browse(report.resolve().as_uri())
     assert got["console_errors"] == [] and got["exceptions"] == []
     assert got["images"] and all(i["w"] > 0 for i in got["images"])
