@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from replaylab.artifacts.manifest import (
     build_manifest,
     canonical_json,
     read_verified_file,
+    staged_folder,
     verify_manifest,
     write_manifest,
 )
@@ -261,6 +264,55 @@ def test_any_single_byte_flip_is_detected(data):
         assert info.value.reason == "hash_mismatch"
         with pytest.raises(ManifestError):
             read_verified_file(folder, manifest, entry["path"])
+
+
+@pytest.fixture(params=[0o022, 0o027], ids=["umask022", "umask027"])
+def umask(request):
+    old = os.umask(request.param)
+    try:
+        yield request.param
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_written_artifacts_follow_the_umask(tmp_path, umask):
+    """manifest.json and the published folder get 0666 / 0777 less the umask (0644 / 0755
+    under 022), not mkstemp's 0600 / mkdtemp's 0700: a serving user who is not the
+    deploying one (same group under 027) can read them."""
+    out = tmp_path / "art"
+    for round_ in range(2):  # a first publish, then one over the existing folder
+        with staged_folder(out) as tmp:
+            assert _mode(tmp) == 0o777 & ~umask
+            _make(tmp)
+        assert _mode(out) == 0o777 & ~umask
+        assert _mode(out / "manifest.json") == 0o666 & ~umask
+        assert _mode(out / "sub") == 0o777 & ~umask
+        verify_manifest(out, now=T0 + timedelta(days=1))
+        # the publish stays atomic: only the artifact is left, no temporary files or folders
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["art"], round_
+        assert sorted(p.name for p in out.iterdir()) == ["empty.bin", "manifest.json",
+                                                         "model.onnx", "sub"]
+
+
+def test_rewritten_manifest_follows_the_umask(tmp_path, umask):
+    folder = tmp_path / "a"
+    manifest = _make(folder)
+    os.chmod(folder / "manifest.json", 0o600)
+    write_manifest(folder, manifest, hmac_key=KEY)  # replaced by a new file: umask mode
+    assert _mode(folder / "manifest.json") == 0o666 & ~umask
+    assert sorted(p.name for p in folder.iterdir()) == ["empty.bin", "manifest.json",
+                                                        "model.onnx", "sub"]
+
+
+def test_staged_folder_removed_on_error(tmp_path, umask):
+    with pytest.raises(RuntimeError), staged_folder(tmp_path / "art") as tmp:
+        _make(tmp)
+        raise RuntimeError("export failed")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_import_isolation():

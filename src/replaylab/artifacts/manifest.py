@@ -10,6 +10,13 @@ Files present in the folder but not listed are ignored by verification and must
 never be loaded: the runtime reads artifact files only through
 `read_verified_file`, which reads the bytes once and checks size and sha256 on
 those same bytes (no check-then-open race).
+
+Whatever bytes `manifest.json` holds (not JSON, 100,000 nested arrays, 1e400,
+a lone surrogate, a date past year 9999, a path too long for the filesystem),
+`verify_manifest` raises `ManifestError` with one of `REASON_CODES`, never
+another exception. Files and folders written here get the modes the process
+umask gives (0644 / 0755 under umask 022), like any other file the exporter
+writes, so a serving user other than the deploying one can read them.
 """
 
 from __future__ import annotations
@@ -20,8 +27,8 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -34,6 +41,9 @@ MAX_CLOCK_SKEW = timedelta(minutes=5)
 SIGNATURE_PREFIX = "hmac-sha256:"
 HASH_PREFIX = "sha256:"
 _CHUNK = 1 << 20
+# A manifest is a few KB (a 16 MiB one is not a manifest; reading it is refused,
+# not attempted: the bytes would be held in memory twice while parsing).
+MAX_MANIFEST_BYTES = 16 << 20
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.+-]+)?$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -46,10 +56,11 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 REASON_CODES = (
-    "unreadable",        # manifest.json missing or not readable
-    "invalid_json",      # not JSON, not an object, NaN/Infinity
+    "unreadable",        # manifest.json missing, not readable, or over MAX_MANIFEST_BYTES
+    "invalid_json",      # not JSON, not an object, NaN/Infinity/1e400, nesting too deep,
+                         # a lone surrogate (not canonical-encodable)
     "schema_version",    # schema_version missing or not "1"
-    "malformed",         # a required field missing / wrong type, bad files entry
+    "malformed",         # a required field missing / wrong type, bad files entry, bad date
     "missing_signature",  # a key was given but the manifest has no signature
     "bad_signature",     # signature does not match (wrong key or edited manifest)
     "kind",              # kind differs from required_kind
@@ -58,7 +69,8 @@ REASON_CODES = (
     "future_created",    # created_at > now + MAX_CLOCK_SKEW
     "path_escape",       # absolute path, '..', or symlink resolving outside the folder
     "missing_file",      # a listed file does not exist
-    "not_a_file",        # a listed path is a directory or other non-regular file
+    "not_a_file",        # a listed path is a directory, other non-regular file, a symlink
+                         # loop, or cannot be read (permissions, name too long)
     "size_mismatch",     # size differs from the listed size
     "hash_mismatch",     # sha256 differs from the listed sha256
     "not_listed",        # read_verified_file asked for a name the manifest does not list
@@ -103,7 +115,13 @@ def hmac_sha256_matches(obj: Any, key: bytes, signature: Any) -> bool:
         expected = hmac_sha256(obj, key)
     except (TypeError, ValueError):
         return False
-    return hmac.compare_digest(expected, signature)
+    return _same(expected, signature)
+
+
+def _same(a: str, b: str) -> bool:
+    """`hmac.compare_digest` of two strings, any characters (it refuses non-ASCII str)."""
+    return hmac.compare_digest(a.encode("utf-8", "surrogatepass"),
+                               b.encode("utf-8", "surrogatepass"))
 
 
 def content_hash(manifest: dict) -> str:
@@ -174,17 +192,44 @@ def build_manifest(folder: Path, *, kind: str, version: str, contracts: dict,
     return manifest
 
 
+def _create_temp_file(folder: Path, prefix: str, suffix: str) -> tuple[int, Path]:
+    """Like `tempfile.mkstemp` (a new file, O_EXCL), but with mode 0666 less the umask
+    (mkstemp's is 0600 whatever the umask, and a manifest must be readable by the
+    serving user). The kernel applies the umask: nothing reads or changes it here."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        path = folder / f"{prefix}{secrets.token_hex(8)}{suffix}"
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}*{suffix} in {folder}")
+
+
+def _create_temp_dir(parent: Path, prefix: str) -> Path:
+    """Like `tempfile.mkdtemp`, but with mode 0777 less the umask (mkdtemp's is 0700):
+    the published artifact folder is this folder, renamed."""
+    for _ in range(100):
+        path = parent / f"{prefix}{secrets.token_hex(8)}"
+        try:
+            os.mkdir(path, 0o777)
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name {prefix}* in {parent}")
+
+
 def write_manifest(folder: Path, manifest: dict, *, hmac_key: bytes | None = None) -> Path:
     """Write `folder/manifest.json` atomically as canonical JSON (+ newline).
     With `hmac_key`, adds `signature` = HMAC-SHA256 of the canonical JSON of the
-    manifest without `signature`."""
+    manifest without `signature`. The file's mode is 0666 less the umask."""
     folder = Path(folder)
     manifest = {k: v for k, v in manifest.items() if k != "signature"}
     if hmac_key is not None:
         manifest["signature"] = _signature(manifest, hmac_key)
     data = canonical_json(manifest) + b"\n"
     target = folder / MANIFEST_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=folder)
+    fd, tmp = _create_temp_file(folder, ".manifest.", ".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -192,7 +237,7 @@ def write_manifest(folder: Path, manifest: dict, *, hmac_key: bytes | None = Non
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return target
 
@@ -201,14 +246,51 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name} in manifest")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf without a parse_constant call
+        raise ValueError(f"number {text[:40]} overflows a double")
+    return value
+
+
+def _read_manifest_json(folder: Path) -> dict:
+    """`folder/manifest.json` as a dict that canonical_json can encode, or ManifestError."""
+    try:
+        with (folder / MANIFEST_NAME).open("rb") as f:
+            raw = f.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError("unreadable", f"cannot read manifest: {exc}") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise ManifestError("unreadable", f"manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+    try:
+        manifest = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
+                              parse_float=_finite_float)
+    except RecursionError:
+        raise ManifestError("invalid_json", "manifest JSON is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # also ints over 4300 digits
+        raise ManifestError("invalid_json",
+                            f"manifest is not valid JSON: {str(exc)[:200]}") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError("invalid_json", "manifest is not a JSON object")
+    try:  # hashes and signatures are over the canonical form: it must exist
+        canonical_json(manifest)
+    except (ValueError, RecursionError) as exc:  # a lone surrogate (UnicodeEncodeError)
+        raise ManifestError("invalid_json",
+                            f"manifest has no canonical encoding: {str(exc)[:200]}") from None
+    return manifest
+
+
 def _parse_time(manifest: dict, field: str) -> datetime:
     try:
         dt = datetime.fromisoformat(manifest[field])
     except ValueError as exc:
-        raise ManifestError("malformed", f"{field} is not ISO 8601: {exc}") from None
+        raise ManifestError("malformed", f"{field} is not ISO 8601: {str(exc)[:200]}") from None
     if dt.tzinfo is None:
         raise ManifestError("malformed", f"{field} has no timezone")
-    return dt.astimezone(UTC)
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:59:59-14:00 is past datetime.max in UTC
+        raise ManifestError("malformed", f"{field} is out of range in UTC") from None
 
 
 def _check_structure(manifest: dict) -> None:
@@ -222,11 +304,11 @@ def _check_structure(manifest: dict) -> None:
     seen = set()
     for entry in manifest["files"]:
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
-                and isinstance(entry.get("sha256"), str) and _HEX64.match(entry["sha256"])
+                and isinstance(entry.get("sha256"), str) and _HEX64.fullmatch(entry["sha256"])
                 and type(entry.get("size")) is int and entry["size"] >= 0):
-            raise ManifestError("malformed", f"bad files entry {entry!r}")
+            raise ManifestError("malformed", f"bad files entry {entry!r}"[:300])
         if entry["path"] in seen:
-            raise ManifestError("malformed", f"duplicate path {entry['path']!r}")
+            raise ManifestError("malformed", f"duplicate path {entry['path']!r}"[:300])
         seen.add(entry["path"])
 
 
@@ -237,9 +319,12 @@ def _resolve_inside(folder: Path, rel: str) -> Path:
             or PureWindowsPath(rel).is_absolute() or PureWindowsPath(rel).drive
             or any(part in ("..", ".", "") for part in rel.split("/"))):
         raise ManifestError("path_escape", f"path {rel!r} is absolute or leaves the folder")
-    root = folder.resolve()
     path = folder / pure
-    if not path.resolve().is_relative_to(root):
+    try:
+        inside = path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before 3.13)
+        raise ManifestError("not_a_file", f"path {rel!r} does not resolve: {exc}"[:300]) from None
+    if not inside:
         raise ManifestError("path_escape", f"path {rel!r} resolves outside the folder")
     return path
 
@@ -255,29 +340,21 @@ def verify_manifest(folder: Path, *, hmac_key: bytes | None = None,
     """
     folder = Path(folder)
     now = _utc(now, "now") if now is not None else datetime.now(UTC)
-    try:
-        raw = (folder / MANIFEST_NAME).read_bytes()
-    except OSError as exc:
-        raise ManifestError("unreadable", f"cannot read manifest: {exc}") from None
-    try:
-        manifest = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ManifestError("invalid_json", f"manifest is not valid JSON: {exc}") from None
-    if not isinstance(manifest, dict):
-        raise ManifestError("invalid_json", "manifest is not a JSON object")
+    manifest = _read_manifest_json(folder)
     if manifest.get("schema_version") != MANIFEST_SCHEMA_VERSION:
         raise ManifestError("schema_version",
-                            f"unsupported schema_version {manifest.get('schema_version')!r}")
+                            f"unsupported schema_version {manifest.get('schema_version')!r}"[:300])
     _check_structure(manifest)
 
     if hmac_key is not None:
         if "signature" not in manifest:
             raise ManifestError("missing_signature", "a key was given but the manifest is unsigned")
-        if not hmac.compare_digest(manifest["signature"], _signature(manifest, hmac_key)):
+        if not _same(manifest["signature"], _signature(manifest, hmac_key)):
             raise ManifestError("bad_signature", "manifest signature does not match")
     if required_kind is not None and manifest["kind"] != required_kind:
-        raise ManifestError("kind", f"kind {manifest['kind']!r}, expected {required_kind!r}")
-    if not hmac.compare_digest(manifest["content_hash"], content_hash(manifest)):
+        raise ManifestError("kind",
+                            f"kind {manifest['kind'][:100]!r}, expected {required_kind!r}")
+    if not _same(manifest["content_hash"], content_hash(manifest)):
         raise ManifestError("content_hash", "content_hash does not match the manifest body")
 
     created_at = _parse_time(manifest, "created_at")
@@ -288,18 +365,26 @@ def verify_manifest(folder: Path, *, hmac_key: bytes | None = None,
         raise ManifestError("expired", f"artifact expired at {manifest['valid_until']}")
 
     for entry in manifest["files"]:
-        path = _resolve_inside(folder, entry["path"])
+        _verify_file(folder, entry)
+    return manifest
+
+
+def _verify_file(folder: Path, entry: dict) -> None:
+    name = repr(entry["path"])[:200]
+    path = _resolve_inside(folder, entry["path"])
+    try:
         if not path.exists():
-            raise ManifestError("missing_file", f"listed file {entry['path']!r} is missing")
+            raise ManifestError("missing_file", f"listed file {name} is missing")
         if not path.is_file():
-            raise ManifestError("not_a_file", f"{entry['path']!r} is not a regular file")
+            raise ManifestError("not_a_file", f"{name} is not a regular file")
         size = path.stat().st_size
         if size != entry["size"]:
-            raise ManifestError("size_mismatch",
-                                f"{entry['path']!r}: size {size}, listed {entry['size']}")
-        if not hmac.compare_digest(_sha256_file(path), entry["sha256"]):
-            raise ManifestError("hash_mismatch", f"{entry['path']!r}: sha256 differs")
-    return manifest
+            raise ManifestError("size_mismatch", f"{name}: size {size}, listed {entry['size']}")
+        digest = _sha256_file(path)
+    except OSError as exc:  # a name too long, no permission to read, ...
+        raise ManifestError("not_a_file", f"cannot read {name}: {exc.strerror}") from None
+    if not _same(digest, entry["sha256"]):
+        raise ManifestError("hash_mismatch", f"{name}: sha256 differs")
 
 
 def read_verified_file(folder: Path, manifest: dict, name: str) -> bytes:
@@ -320,7 +405,7 @@ def read_verified_file(folder: Path, manifest: dict, name: str) -> bytes:
         raise ManifestError("not_a_file", f"cannot read {name!r}: {exc}") from None
     if len(data) != entry["size"]:
         raise ManifestError("size_mismatch", f"{name!r}: size {len(data)}, listed {entry['size']}")
-    if not hmac.compare_digest(hashlib.sha256(data).hexdigest(), entry["sha256"]):
+    if not _same(hashlib.sha256(data).hexdigest(), entry["sha256"]):
         raise ManifestError("hash_mismatch", f"{name!r}: sha256 differs")
     return data
 
@@ -339,7 +424,7 @@ def publish_folder(tmp: Path, out_dir: Path, *, overwrite: bool = True) -> None:
         return
     if not overwrite:
         raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
-    old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+    old = _create_temp_dir(out_dir.parent, f".{out_dir.name}.old-")
     os.replace(out_dir, old / out_dir.name)
     os.replace(tmp, out_dir)
     shutil.rmtree(old, ignore_errors=True)
@@ -365,11 +450,12 @@ def staged_folder(out_dir: Path, *, overwrite: bool = True) -> Iterator[Path]:
     On a normal exit it is published as `out_dir` (`publish_folder`, checked
     against `overwrite` at that moment); on an
     exception it is removed. A process killed inside the block leaves only the
-    temporary `.<name>.tmp-*` folder, never a half-written `out_dir`.
+    temporary `.<name>.tmp-*` folder, never a half-written `out_dir`. The folder's
+    mode is 0777 less the umask (0755 under 022), as `mkdir` gives: it becomes `out_dir`.
     """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
+    tmp = _create_temp_dir(out_dir.parent, f".{out_dir.name}.tmp-")
     try:
         yield tmp
         publish_folder(tmp, out_dir, overwrite=overwrite)
