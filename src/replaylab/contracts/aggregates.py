@@ -8,7 +8,7 @@ import pandas as pd
 
 from replaylab.contracts.columns import Aggregates as A
 from replaylab.contracts.columns import Ledger as L
-from replaylab.contracts.io import read_raw
+from replaylab.contracts.io import detect_format, read_raw
 from replaylab.contracts.schema import Field, Schema, ValidationResult, validate_frame
 
 AGGREGATES_VERSION = "1"
@@ -51,4 +51,26 @@ def validate_aggregates(frame: pd.DataFrame, source: str | None = None) -> Valid
 def read_aggregates(path: str | Path) -> ValidationResult:
     """Read an aggregates-v1 file (Parquet or CSV) and validate it."""
     raw, unparsed = read_raw(path, allowed=("parquet", "csv"))
+    if detect_format(Path(path)) == "csv":
+        raw = _csv_numbers(raw)
     return validate_frame(raw, AGGREGATES_SCHEMA, source=str(path), pre_quarantined=unparsed)
+
+
+def _csv_numbers(raw: pd.DataFrame) -> pd.DataFrame:
+    """CSV has no types: pandas reads a column as text as soon as one cell is not a
+    number, and every row of the file would then be quarantined (`bad_type`) for that
+    one cell. The numeric fields get their numbers back cell by cell; a cell that is
+    not a number stays text, and only its row is quarantined."""
+    for f in AGGREGATES_SCHEMA.fields:
+        if f.kind not in ("int", "float") or f.name not in raw.columns:
+            continue
+        col = raw[f.name]
+        if not (pd.api.types.is_string_dtype(col) or pd.api.types.is_object_dtype(col)):
+            continue
+        try:
+            num = pd.to_numeric(col, errors="coerce")
+        except (ValueError, TypeError, OverflowError):
+            continue
+        if num.notna().any():
+            raw[f.name] = col.astype(object).where(num.isna(), num.astype(object))
+    return raw

@@ -13,6 +13,7 @@ with a one-line message naming the source and the problem.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -163,6 +164,17 @@ def _is_real_number(x: object) -> bool:
     )
 
 
+def _is_finite_number(x: object) -> bool:
+    """A real number a double holds finitely (np.isfinite raises TypeError on an int
+    beyond int64, such as a JSON 2**80)."""
+    if not _is_real_number(x):
+        return False
+    try:
+        return math.isfinite(float(x))
+    except OverflowError:  # an int beyond a double's range
+        return False
+
+
 def _inferred(s: pd.Series) -> str:
     """pandas' C-level scan of an object column's element types (skipping nulls)."""
     return pd.api.types.infer_dtype(s, skipna=True) if pd.api.types.is_object_dtype(s) else ""
@@ -170,7 +182,10 @@ def _inferred(s: pd.Series) -> str:
 
 def _coerce_int(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
     if _inferred(s) == "integer":
-        s = s.astype("float64") if null.any() else s.astype("int64")
+        try:
+            s = s.astype("float64") if null.any() else s.astype("int64")
+        except OverflowError:  # an int beyond int64 (JSON 2**80): the element checks flag it
+            pass
     if pd.api.types.is_bool_dtype(s):
         return pd.Series(pd.NA, index=s.index, dtype="Int64"), ~null
     if pd.api.types.is_integer_dtype(s):
@@ -206,7 +221,7 @@ def _coerce_float(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
         vals = s.to_numpy(dtype="float64", na_value=np.nan)
         bad = pd.Series(~np.isfinite(vals), index=s.index) & ~null
         return pd.Series(np.where(bad, np.nan, vals), index=s.index), bad
-    ok = s.map(lambda x: _is_real_number(x) and bool(np.isfinite(x))).astype(bool) & ~null
+    ok = s.map(_is_finite_number).astype(bool) & ~null
     out = pd.Series(np.nan, index=s.index, dtype="float64")
     if ok.any():
         out[ok] = s[ok].astype("float64")
@@ -242,10 +257,18 @@ def _coerce_timestamp(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Seri
     """Epoch milliseconds (int) or RFC 3339 strings -> Int64 epoch ms, UTC."""
     out = pd.Series(pd.NA, index=s.index, dtype="Int64")
     if pd.api.types.is_datetime64_any_dtype(s):
-        dt = s.dt.tz_convert("UTC") if s.dt.tz is not None else s.dt.tz_localize("UTC")
-        ms = dt.astype("datetime64[ns, UTC]").astype("int64") // 1_000_000
+        # epoch ms from the column's own unit: not through ns, which overflows past
+        # 2262 (a Parquet timestamp[ms] can hold any int64)
+        ticks = s.array.asi8  # the instant in `unit` since the epoch, UTC (tz or naive)
+        unit = s.dt.unit
+        if unit == "s":
+            fits = np.abs(ticks) < (2**63 - 1) // 1000
+            ms = np.where(fits, ticks, 0) * 1000
+        else:
+            fits = np.ones(len(ticks), dtype=bool)
+            ms = ticks // {"ms": 1, "us": 1_000, "ns": 1_000_000}[unit]
         out = pd.Series(ms, index=s.index).astype("Int64").mask(null)
-        bad = pd.Series(False, index=s.index)
+        bad = pd.Series(~fits, index=s.index) & ~null
     elif pd.api.types.is_numeric_dtype(s) and not pd.api.types.is_bool_dtype(s):
         out, bad = _coerce_int(s, null)
     elif _inferred(s) in ("string", "empty"):
