@@ -185,3 +185,15 @@ def test_a_no_go_demand_version_is_refused_with_every_reason():
     ok, reasons = registry.gate(_mv({"replaylab.go": "false"}), champion)
     assert not ok and reasons[0].startswith("go=false")
     assert "never scored on this version's test rows" in reasons[-1]  # listed all the same
+
+
+def test_an_edited_go_tag_does_not_pass_the_gate():
+    """A NO-GO version whose `go` tag was edited to true in the MLflow UI: the verdict
+    recomputed from its verified manifest decides, and the edit is named."""
+    edited = _mv({"replaylab.kind": "router", "replaylab.go": "true"})
+    own = {"replaylab.go": "false", "replaylab.go_reasons": "quality below the rules"}
+    ok, reasons = registry.gate(edited, None, own=own)
+    assert not ok and reasons[0] == "go=false: quality below the rules"
+    assert any("was edited" in r for r in reasons)
+    ok, _ = registry.gate(edited, None)  # without the manifest, the tag would have passed
+    assert ok

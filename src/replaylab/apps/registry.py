@@ -680,7 +680,8 @@ def challenger_ledger_rows(c: Any, cfg: DictConfig, mv: Any, ledger: str) -> Any
 
 
 # ---------------------------------------------------------------- promotion
-def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
+def gate(mv: Any, champion: Any | None, own: dict[str, str] | None = None) -> tuple[bool,
+                                                                                list[str]]:
     """(passed, reasons) of the promotion gate for version `mv` against `champion`.
 
     First the version's own verdict (tag `go`: router, the pipeline's go/no-go; demand,
@@ -689,10 +690,18 @@ def gate(mv: Any, champion: Any | None) -> tuple[bool, list[str]]:
     same code for both), and the upper bound of the paired bootstrap interval of
     (challenger - champion) mean pinball must be below 0; without such a score (or one
     recorded before intervals were), refused with the command that scores it.
+
+    own: the version's verdict tags recomputed from its verified manifest
+    (`version_tags`); given, they decide, not the stored tags (which anyone with write
+    access can edit in the MLflow UI), and an edited `go` tag is named in the reasons.
     """
     kind, reasons = mv.tags.get(TAG + "kind"), []
-    go = mv.tags.get(TAG + "go") == "true"
-    reasons.append(f"go={str(go).lower()}: {mv.tags.get(TAG + 'go_reasons', '')}")
+    said = own if own is not None else mv.tags
+    go = said.get(TAG + "go") == "true"
+    reasons.append(f"go={str(go).lower()}: {said.get(TAG + 'go_reasons', '')}")
+    if own is not None and mv.tags.get(TAG + "go") != own.get(TAG + "go"):
+        reasons.append(f"the version's tag {TAG}go={mv.tags.get(TAG + 'go')} was edited: its "
+                       f"verified manifest says go={own.get(TAG + 'go')}, which is used")
     if kind != "demand":
         return go, reasons
     if champion is None or champion.version == mv.version:
@@ -770,7 +779,8 @@ def promote(cfg: DictConfig, run_dir: Path) -> dict:
         except ManifestError as e:
             mv, verified, why_not = c.get_model_version(name, version), False, str(e)
             folder = None
-        passed, reasons = gate(mv, champion) if verified else (False, [f"manifest: {why_not}"])
+        passed, reasons = (gate(mv, champion, own=version_tags(manifest, cfg.export.registry))
+                           if verified else (False, [f"manifest: {why_not}"]))
         reports = {}
         if champion is not None and champion.version != mv.version:
             reports = compare_versions(c, cfg, name, mv, champion, run_dir)

@@ -119,8 +119,9 @@ def export_line(s: dict) -> str:
         if f.get("forced"):
             return (f"{head}: FORCED version served at {f.get('path')} (reason: "
                     f"{f.get('forced_reason')})")
-        if f.get("gated") is False:
-            return f"{head}: UNGATED version served at {f.get('path')} (allow_ungated=true)"
+        if f.get("allowed_ungated") or f.get("gated") is False:
+            return (f"{head}: UNGATED version served at {f.get('path')} (export.allow_ungated="
+                    f"true: {f.get('ungated_reason') or 'no promote run placed this alias'})")
         return f"{head}: verified, served at {f.get('path')} (content {str(f.get('content_hash'))[:12]})"
     if action == "compare":
         c = s.get("compare") or {}
@@ -203,8 +204,9 @@ def test_window_text(summary: dict) -> str:
             text.append(str(window))
     if isinstance(rows, dict) and rows.get("test") is not None:
         text.append(f"{rows['test']} test rows")
-    if summary.get("pipeline") == "router" and (summary.get("prompts") or {}).get("test"):
-        text.append(f"{summary['prompts']['test']} test prompts")
+    prompts = summary.get("prompts")
+    if summary.get("pipeline") == "router" and isinstance(prompts, dict) and prompts.get("test"):
+        text.append(f"{prompts['test']} test prompts")
     plan = summary.get("plan") or {}
     if plan.get("test_buckets"):
         text.append(f"last {plan['test_buckets']} buckets over {plan.get('n_windows')} origins")
