@@ -17,8 +17,14 @@ Each run is the user command, one at a time:
 
 OUT/<set>/<name>/run.json keeps its command, exit code, wall time, peak RSS and, for the
 experiments replaying a ledger on a fixed fleet (energy, stale_telemetry, rollout), the
-offered rate against the fleet's analytic capacity (`overload.capacity_estimate`: full
-KV-limited batches, no queueing, an upper bound). `--from DIR` renders existing runs.
+offered rate against the fleet's capacity measured on the simulator
+(`replaylab.fleet.saturation.saturated_capacity` for the run's pools and its replayed token
+counts: the completion rate of a saturated backlog, ~0.2 s, cached per fingerprint in
+memory and in OUT/data/capacity), the capacity `overload` also uses; the analytic formula
+(`overload.capacity_estimate`: full KV-limited batches, no queueing) is kept beside it
+for comparison only (it overstates the simulated capacity, `docs/fleet.md` "Capacity").
+`--from DIR` renders existing runs; a run.json written before the simulated capacity
+(its `load` without `capacity_source`) has its load recomputed from its overrides.
 
 Every table is rendered from the summaries into OUT/results-fleet-tables.md, each between
 `<!-- fleet_results:<set>/<block> -->` and `<!-- /fleet_results:<set>/<block> -->`.
@@ -45,6 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("energy", "hint_admission", "stale_telemetry", "rollout", "overload")
 FIXED_FLEET = ("energy", "stale_telemetry", "rollout")   # a ledger replayed on a fixed fleet
+SIMULATED = "simulated saturation run"   # replaylab.fleet.saturation.SOURCE
 MARKER = re.compile(r"<!-- fleet_results:(\S+) -->\n.*?<!-- /fleet_results:\1 -->", re.S)
 
 
@@ -60,11 +67,13 @@ class ResultSet:
 
 
 # Mooncake: 3.4 req/s of 12k-token prompts. energy and rollout: the time scale puts the
-# offered rate at the share of the fleet's capacity estimate that the Azure default has
-# (run.json `load`: energy 12x -> 0.32, rollout 16x -> 0.43). stale_telemetry: Azure's
-# share (20x -> 0.87) is past what 3 H100s serve of these prompts (7.5x: SLO 0.28 with
-# live state), so 4x (0.47), where live routing keeps the SLO near its light-load level.
-# overload sets its own rates, hint_admission sizes its fleet (both at their defaults).
+# offered rate near the share of the fleet's capacity that the Azure default has (chosen
+# against the analytic formula; run.json `load`, of the simulated capacity: energy 6x ->
+# 0.36 vs Azure 12x -> 0.32, rollout 8x -> 0.48 vs 16x -> 0.43). stale_telemetry: Azure's
+# share (20x -> 0.87) would be 7.5x, 1.02 of what 3 H100s serve of these prompts (SLO
+# 0.28 with live state), so 4x (0.54), where live routing keeps the SLO near its
+# light-load level. overload sets its own rates, hint_admission sizes its fleet (both at
+# their defaults).
 SETS = {
     "azure": ResultSet(),
     "mooncake": ResultSet(source="mooncake", overrides={
@@ -72,7 +81,7 @@ SETS = {
         "stale_telemetry": ("fleet.workload.time_scale=4",),
         "rollout": ("fleet.workload.time_scale=8",)}),
     # BurstGPT's first 400 rows (11.5 h, one failed row without usage): the row accounting
-    # on a real trace with a failure; 9000x gives the energy default's 0.32 of capacity.
+    # on a real trace with a failure; 9000x: 0.35 of its simulated capacity (Azure 0.32).
     "burstgpt": ResultSet(("energy",), source="burstgpt",
                           overrides={"energy": ("fleet.workload.time_scale=9000",)}),
 }
@@ -116,12 +125,19 @@ def composed(name: str, overrides: Sequence[str]):
     return cfg
 
 
-def offered_load(cfg) -> dict[str, Any]:
-    """Mean offered req/s of the replayed windows and the fleet's capacity estimate."""
+def offered_load(cfg, cache_dir: Path | None = None) -> dict[str, Any]:
+    """Mean offered req/s of the replayed windows against the fleet's simulated capacity.
+
+    `capacity_rps` is `saturated_capacity` (the run's pools, its sim queueing mode, the
+    replayed windows' token counts; cached in memory and in `cache_dir`), `ratio` the
+    offered rate over it; `formula_rps` / `formula_ratio` are the analytic
+    `capacity_estimate`'s, for comparison only.
+    """
     import numpy as np
     from omegaconf import OmegaConf
 
-    from replaylab.fleet.experiments.harness import build_pools
+    from replaylab.config import from_mapping
+    from replaylab.fleet.experiments.harness import SimSpec, build_pools
     from replaylab.fleet.experiments.overload import capacity_estimate
     from replaylab.fleet.experiments.workloads import (
         ledger_windows,
@@ -129,6 +145,7 @@ def offered_load(cfg) -> dict[str, Any]:
         window_workloads,
         workload_spec,
     )
+    from replaylab.fleet.saturation import saturated_capacity
 
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     spec = workload_spec(OmegaConf.to_container(cfg.fleet.workload, resolve=True))
@@ -136,17 +153,27 @@ def offered_load(cfg) -> dict[str, Any]:
     parts, _ = ledger_windows(led.result.valid, spec.windows, spec.window_s, spec.max_requests)
     wls = window_workloads(parts, exp["model"], spec.time_scale, spec.cancel_aborted)
     pools = build_pools(exp["pools"], exp["shared_dir"], exp["model"])
-    prompt = np.concatenate([w.prompt_tokens for w in wls]).astype(float)
-    completion = np.concatenate([w.completion_tokens for w in wls]).astype(float)
-    cap = capacity_estimate(pools, prompt, completion)
+    prompt_tok = np.concatenate([w.prompt_tokens for w in wls])
+    completion_tok = np.concatenate([w.completion_tokens for w in wls])
+    prompt, completion = prompt_tok.astype(float), completion_tok.astype(float)
+    queueing = from_mapping(SimSpec, dict(exp.get("sim") or {}), "experiment.sim").queueing
+    sim = saturated_capacity(pools, prompt_tok, completion_tok, queueing=queueing,
+                             cache_dir=cache_dir)
+    formula = capacity_estimate(pools, prompt, completion)
     rate = sum(w.n for w in wls) / sum(w.duration_s for w in wls)
 
     def spread(x: np.ndarray) -> dict[str, float]:
         return {"mean": float(x.mean()), **{f"p{q}": float(np.percentile(x, q))
                                             for q in (50, 90, 99)}, "max": float(x.max())}
 
-    return {"offered_rps": rate, "capacity_rps": cap["rps"], "ratio": rate / cap["rps"],
-            "pools": {p: v["rps"] for p, v in cap["pools"].items()},
+    return {"offered_rps": rate, "capacity_rps": sim["req_per_s"],
+            "capacity_source": sim["source"], "ratio": rate / sim["req_per_s"],
+            "pools": sim["pools"],
+            "saturation": {k: sim[k] for k in ("requests", "seed", "warmup", "queueing",
+                                               "duration_s", "completions", "fingerprint")},
+            "formula_rps": formula["rps"], "formula_ratio": rate / formula["rps"],
+            "formula_over_simulated": formula["rps"] / sim["req_per_s"],
+            "formula_pools": {p: v["rps"] for p, v in formula["pools"].items()},
             "native_rps": rate / spec.time_scale,
             "tokens": {"prompt": spread(prompt), "completion": spread(completion)}}
 
@@ -176,7 +203,7 @@ def run_set(name: str, rs: ResultSet, out: Path) -> None:
         run["overrides"] = over
         run["default_max_tokens"] = cfg.experiment.get("default_max_tokens")
         if exp in FIXED_FLEET:
-            run["load"] = offered_load(cfg)
+            run["load"] = offered_load(cfg, out / "data" / "capacity")
         (run_dir / "run.json").write_text(json.dumps(run, indent=1))
 
 
@@ -389,12 +416,34 @@ def rollout_rollback(s: Mapping[str, Any], run: Mapping[str, Any]) -> str:
 
 
 def overload_capacity(s: Mapping[str, Any], run: Mapping[str, Any]) -> str:
+    """Where the capacity the load factors multiply came from (`capacity.source`), the
+    formula beside it, and per load the rates targeted, offered and served (`loads`)."""
     cap = s["capacity"]
-    rows = [[p, f"{v['batch']:.1f}", f"{1e3 * v['iteration_s']:.1f}", f"{v['rps']:.1f}"]
-            for p, v in cap["estimated"]["pools"].items()]
-    used = "stated (experiment.capacity_rps)" if cap["stated"] else "estimated"
-    return (table(("pool", "batch (KV-limited)", "iteration ms", "req/s"), rows)
-            + f"\n\nCapacity used for the load factors: {cap['rps']:.1f} req/s ({used}).")
+    if "source" not in cap:   # a summary from before the simulated capacity (issue 30.5)
+        used = ("stated (experiment.capacity_rps)" if cap["stated"] else
+                "the analytic formula, overload.capacity_estimate: an upper bound; "
+                "this run predates the simulated capacity")
+        return f"Capacity used for the load factors: {cap['rps']:.1f} req/s ({used})."
+    how = cap["source"]
+    sim = cap.get("simulated") or {}
+    if cap["source"] == SIMULATED and sim:
+        how += (f": {sim['requests']:,} requests, {sim['completions']:,} completions in a "
+                f"{sim['duration_s']:.0f} s window")
+    elif cap.get("simulated_req_per_s") is not None:
+        how += f"; the saturation run measured {cap['simulated_req_per_s']:.1f} req/s"
+    text = (f"Capacity used for the load factors: {cap['req_per_s']:.1f} req/s ({how}); "
+            f"formula said {cap['formula_req_per_s']:.1f} ({cap['formula_over_simulated']:.2f}x "
+            "the simulated).")
+    loads = s.get("loads") or {}
+    if not loads:
+        return text
+    names = list(next(iter(loads.values()))["served_rps"])
+    rows = [[key, f"{ld['target_rps']:.1f}", f"{ld['offered_rps']:.1f}",
+             *(f"{ld['served_rps'][n]:.1f} ({ld['served_over_offered'][n]:.2f})"
+               for n in names)]
+            for key, ld in loads.items()]
+    return text + "\n\n" + table(("load", "target req/s", "offered req/s",
+                                    *(f"served {n} (/ offered)" for n in names)), rows)
 
 
 def answer_block(s: Mapping[str, Any], run: Mapping[str, Any]) -> str:
@@ -418,17 +467,44 @@ BLOCKS: dict[str, dict[str, Callable[[Mapping, Mapping], str]]] = {
 }
 
 
+def span(xs: Sequence[float], spec: str) -> str:
+    """`lo-hi` of `xs` (one value if they agree to `spec`), `-` if none."""
+    if not xs:
+        return "-"
+    lo, hi = format(min(xs), spec), format(max(xs), spec)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def load_cells(s: Mapping[str, Any], run: Mapping[str, Any]) -> list[str]:
+    """offered req/s, simulated capacity req/s, offered / capacity, formula / simulated.
+
+    Fixed-fleet runs: run.json `load` (a `load` without `capacity_source` predates the
+    simulated capacity and is not shown as one); overload: its summary's `capacity`
+    (simulated_req_per_s, also when the loads used a stated capacity) and `loads`
+    (offered rate per load factor, as a range)."""
+    ld = run.get("load") or {}
+    if ld:
+        if ld.get("capacity_source") != SIMULATED:
+            return [num(ld.get("offered_rps"), ".1f"), "-", "-", "-"]
+        return [num(ld["offered_rps"], ".1f"), num(ld["capacity_rps"], ".1f"),
+                num(ld["ratio"], ".2f"), num(ld.get("formula_over_simulated"), ".2f")]
+    cap = s.get("capacity") or {}
+    sim = cap.get("simulated_req_per_s")
+    if s.get("experiment") != "overload" or sim is None:
+        return ["-"] * 4
+    offered = [v["offered_rps"] for v in (s.get("loads") or {}).values()]
+    return [span(offered, ".1f"), num(sim, ".1f"), span([o / sim for o in offered], ".2f"),
+            num(cap.get("formula_over_simulated"), ".2f")]
+
+
 def runs_block(runs: Mapping[str, tuple[Mapping, Mapping]]) -> str:
-    rows = []
-    for exp, (s, run) in runs.items():
-        ld = run.get("load") or {}
-        rows.append([exp, s["workload"]["requests_simulated"],
-                     num(ld.get("offered_rps"), ".1f"), num(ld.get("capacity_rps"), ".1f"),
-                     num(ld.get("ratio"), ".2f"), num(run.get("wall_s", s.get("wall_seconds")),
-                                                      ".1f"),
-                     num(run.get("max_rss_mb"), "d")])
+    rows = [[exp, s["workload"]["requests_simulated"], *load_cells(s, run),
+             num(run.get("wall_s", s.get("wall_seconds")), ".1f"),
+             num(run.get("max_rss_mb"), "d")]
+            for exp, (s, run) in runs.items()]
     return table(("experiment", "requests simulated", "offered req/s",
-                  "capacity estimate req/s", "offered / capacity", "wall s", "peak RSS MB"), rows)
+                  "capacity req/s (simulated)", "offered / capacity", "formula / simulated",
+                  "wall s", "peak RSS MB"), rows)
 
 
 def tokens_block(runs: Mapping[str, tuple[Mapping, Mapping]]) -> str | None:
@@ -445,15 +521,30 @@ def tokens_block(runs: Mapping[str, tuple[Mapping, Mapping]]) -> str | None:
     return None
 
 
-def render_set(root: Path) -> dict[str, str]:
-    """block id (without the set) -> markdown, for every experiment run under `root`."""
+def refreshed(exp: str, run: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
+    """`run` with its `load` recomputed when it predates the simulated capacity (a
+    fixed-fleet run.json whose `load` has no `capacity_source`), from its overrides."""
+    ld = run.get("load")
+    if exp not in FIXED_FLEET or not ld or ld.get("capacity_source") == SIMULATED:
+        return run
+    if "overrides" not in run:
+        sys.exit(f"{exp}: run.json has a formula-based load and no overrides to recompute it")
+    print(f"{exp}: recomputing the offered load against the simulated capacity", flush=True)
+    return {**run, "load": offered_load(composed(exp, run["overrides"]), cache_dir)}
+
+
+def render_set(root: Path, refresh: bool = False) -> dict[str, str]:
+    """block id (without the set) -> markdown, for every experiment run under `root`;
+    `refresh`: recompute the loads of run.json files from before the simulated capacity."""
     runs: dict[str, tuple[Mapping, Mapping]] = {}
     for exp in EXPERIMENTS:
         path = root / exp / "summary.json"
         if path.is_file():
             run_path = root / exp / "run.json"
-            runs[exp] = (json.loads(path.read_text()),
-                         json.loads(run_path.read_text()) if run_path.is_file() else {})
+            run = json.loads(run_path.read_text()) if run_path.is_file() else {}
+            if refresh:
+                run = refreshed(exp, run, root.parent / "data" / "capacity")
+            runs[exp] = (json.loads(path.read_text()), run)
     blocks = {"runs": runs_block(runs)} if runs else {}
     if (tok := tokens_block(runs)) is not None:
         blocks["tokens"] = tok
@@ -522,7 +613,8 @@ def main() -> None:
             if name not in known:
                 sys.exit(f"--sets {name}: unknown; one of {', '.join(known)}")
             run_set(name, known[name], root)
-    blocks = {f"{n}/{k}": v for n in names for k, v in render_set(root / n).items()}
+    blocks = {f"{n}/{k}": v for n in names
+              for k, v in render_set(root / n, refresh=bool(args.src)).items()}
     tables = root / "results-fleet-tables.md"
     tables.write_text("\n\n".join(wrapped(k, v) for k, v in blocks.items()) + "\n")
     print(f"wrote {tables} ({len(blocks)} blocks)")
