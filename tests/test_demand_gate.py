@@ -137,3 +137,16 @@ def test_report_without_a_gate_says_so(tmp_path):
     pred = fake_predictions(n=600)
     html = write_demand_report(pred, fake_summary(pred), tmp_path).read_text()
     assert "no gate recorded in summary.json" in html
+
+
+def test_groups_in_train_but_absent_from_test_are_listed_and_reported(tmp_path):
+    import pandas as pd
+
+    from replaylab.pipelines.demand import groups_absent_from_test
+
+    train = pd.DataFrame({"category": ["chat", "code", "math", None],
+                          "selected_model": ["a", "a", "b", "b"]})
+    test = pd.DataFrame({"category": ["chat", "chat"], "selected_model": ["a", "b"]})
+    got = groups_absent_from_test(train, test, ["category", "selected_model", "missing_col"])
+    assert got == {"category": ["<none>", "code", "math"]}
+    assert groups_absent_from_test(test, train, ["category"]) == {}

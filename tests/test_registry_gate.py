@@ -197,3 +197,10 @@ def test_an_edited_go_tag_does_not_pass_the_gate():
     assert any("was edited" in r for r in reasons)
     ok, _ = registry.gate(edited, None)  # without the manifest, the tag would have passed
     assert ok
+
+
+def test_each_version_says_in_one_sentence_what_it_is_and_its_verdict(store):
+    for version, word in ((store.go, "GO"), (store.nogo, "NO-GO")):
+        d = store.client.get_model_version(NAME, version).description
+        assert d.startswith("router artifact ") and d.endswith(".") and d.count(". ") == 0
+        assert f": {word}" in d and "from run " in d

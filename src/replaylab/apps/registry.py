@@ -189,10 +189,19 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
     run = c.get_run(run_id)
     source = f"{run.info.artifact_uri.rstrip('/')}/{path}"
     mv = c.create_model_version(name, source, run_id=run_id, tags=tags,
-                                description=f"{kind} {manifest['version']} "
-                                            f"{manifest['content_hash'][:19]}")
+                                description=version_description(manifest, tags, run.info))
     return {"name": name, "version": int(mv.version), "content_hash": manifest["content_hash"],
             "go": tags[TAG + "go"], "artifact_path": path, "blobs": blobs}
+
+
+def version_description(manifest: dict, tags: dict[str, str], run_info: Any) -> str:
+    """One sentence for the version page: what it is, where from, its verdict and why."""
+    why = tags.get(TAG + "go_reasons", "").split("; ")[0]
+    go = "GO" if tags.get(TAG + "go") == "true" else "NO-GO"
+    return (f"{manifest['kind']} artifact {manifest['version']} "
+            f"({manifest['content_hash'][:19]}) from run {run_info.run_name or run_info.run_id}, "
+            f"created {manifest.get('created_at', '?')[:10]}: {go}"
+            + (f" ({why[:300]})" if why else "") + ".")
 
 
 # ---------------------------------------------------------------- large files, once

@@ -144,6 +144,19 @@ def _group_rows(test: pd.DataFrame, usable: np.ndarray, y: np.ndarray,
     return rows
 
 
+def groups_absent_from_test(train: pd.DataFrame, test: pd.DataFrame,
+                            group_columns: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+    """Per group column, the values the model trained on that no labelled test row has
+    (their coverage and pinball are not measured by this run; the report lists them)."""
+    tr, te = bucket_keys(train, group_columns), bucket_keys(test, group_columns)
+    out = {}
+    for by in group_columns:
+        gone = sorted(set(map(str, tr[by])) - set(map(str, te[by])))
+        if gone:
+            out[by] = gone
+    return out
+
+
 def _predictions_frame(test: pd.DataFrame, labels: DemandLabels, test_mask: np.ndarray,
                        scored: dict[str, _Scored], cfg: DemandConfig) -> pd.DataFrame:
     """One row per test request: keys, groups, observed total, flags, every predictor's columns."""
@@ -246,6 +259,8 @@ def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
                 all(tests[MODEL]["pinball"][top] < b["pinball"][top] for b in baselines.values()),
         },
         "groups": _group_rows(test, usable, y, scored, demand),
+        "groups_absent_from_test": groups_absent_from_test(data.frame("train"), test[usable],
+                                                           demand.group_columns),
         "censored": lower_bound_metrics(y[lb], m.test_hi[lb], labels.label_class[tm][lb]),
         "reliability": reliability,
     }

@@ -219,6 +219,16 @@ def _targets(scores, groups, interval, gate: dict | None = None) -> str:
     return _gate_box(gate) + table(["target", "measured [95% CI]", ""], rows)
 
 
+def _absent_note(summary: dict, by: str) -> str:
+    """The values of `by` the model trained on that the test rows do not have."""
+    gone = (lookup(summary, "test.groups_absent_from_test") or {}).get(by) or []
+    if not gone:
+        return ""
+    return (f"<p class='warn'>In train, absent from the labelled test rows (not measured "
+            f"here): {escape(', '.join(map(str, gone)))}. From summary.json "
+            "<code>test.groups_absent_from_test</code>.</p>")
+
+
 def _group_table(rows, interval, src) -> str:
     body = []
     for g in sorted(rows, key=lambda r: -r["n"]):
@@ -381,7 +391,8 @@ def _scored_sections(predictions, summary, figs, mask, scores, src) -> list[str]
         f"Left: coverage per {escape(by)}; dashed line {interval:.2f}, green band "
         f"{interval - GROUP_BAND:.2f}–{interval + GROUP_BAND:.2f}; red: outside it; grey: "
         f"n &lt; {MIN_GROUP_N}. Right: model's mean pinball over the best baseline's "
-        f"in the same group; {src}.")), _group_table(rows, interval, src), level=3)
+        f"in the same group; {src}.")), _group_table(rows, interval, src),
+        _absent_note(summary, by), level=3)
         for by, rows in groups.items()]
     return [
         section("Targets", "<p class='src'>The issue's targets, from summary.json "
