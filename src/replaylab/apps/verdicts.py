@@ -77,10 +77,14 @@ def forecast_line(s: dict) -> str:
     b = scores.get(best) or {}
     naive = (scores.get("seasonal_naive") or {}).get("mase")
     ok = bool(t) and all(bool(v) for v in t.values())
+    from replaylab.forecast.config import COVERAGE_TARGET
+
+    lo, hi = COVERAGE_TARGET
+    shape = (f"; {s['series']} series x {s['horizon_buckets']} buckets ahead"
+             if s.get("series") is not None and s.get("horizon_buckets") is not None else "")
     return (f"forecast: {'targets met' if ok else 'targets not met'} (best {best}: MASE "
             f"{num(b.get('mase'))} vs seasonal naive {num(naive)}, 80% coverage "
-            f"{num(b.get('coverage_80'))} [target 0.72-0.88]; {s.get('series')} series x "
-            f"{s.get('horizon_buckets')} buckets ahead)")
+            f"{num(b.get('coverage_80'))} [target {lo:g}-{hi:g}]{shape})")
 
 
 def fleet_line(s: dict) -> str:
@@ -195,7 +199,7 @@ def test_window_text(summary: dict) -> str:
               or (summary.get("split_windows") or {}).get("test"))
     text = []
     if isinstance(window, dict | list):
-        vals = list(window.values()) if isinstance(window, dict) else window
+        vals = list(window.values()) if isinstance(window, dict) else window  # first, last ms
         try:
             stamps = [dt.datetime.fromtimestamp(float(v) / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M")
                       for v in vals[:2]]

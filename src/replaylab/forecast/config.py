@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from replaylab.config import fail_field as _fail
 from replaylab.config import from_mapping
 
+# The 80% interval's target band: what the backtest's coverage must land in (the
+# report's shaded band, the summary's `targets`, the console's verdict line).
+COVERAGE_TARGET = (0.72, 0.88)
+
 FORECASTERS = ("seasonal_naive", "moving_window", "auto_ets", "mstl", "lightgbm")
 # The simple controls every other forecaster must beat to be worth its cost.
 CONTROLS = ("seasonal_naive", "moving_window")

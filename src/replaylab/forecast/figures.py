@@ -13,10 +13,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.forecast.backtest import band
+from replaylab.forecast.config import COVERAGE_TARGET
 from replaylab.forecast.panel import Panel
 from replaylab.tracking.figures import pyplot, save_figure
-
-COVERAGE_TARGET = (0.72, 0.88)
 
 
 def _times(panel: Panel, idx: np.ndarray) -> pd.DatetimeIndex:

@@ -304,6 +304,7 @@ def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -
                        "feature_columns": feature_columns(data.features)},
         "splits": {"rows": split_counts(pd.Series(data.splits)),
                    "sessions": {str(k): int(v) for k, v in sessions.items()}},
+        "time_window": _time_window(data),
         "labels": label_counts(data.labels, data.splits),
     }
 

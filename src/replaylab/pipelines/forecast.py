@@ -18,10 +18,8 @@ import pandas as pd
 from replaylab.contracts import ValidationResult, validate_aggregates, validate_ledger
 from replaylab.contracts.columns import Aggregates as A
 from replaylab.forecast.aggregate import AggregationResult, ledger_to_aggregates
-from replaylab.forecast.config import AggregationConfig, ForecastConfig
+from replaylab.forecast.config import COVERAGE_TARGET, AggregationConfig, ForecastConfig
 from replaylab.forecast.panel import ForecastDataError, build_panel, choose_seasons, plan_backtest
-
-COVERAGE_TARGET = (0.72, 0.88)
 
 
 def aggregate_ledger(ledger: ValidationResult | pd.DataFrame,
