@@ -365,7 +365,10 @@ def test_router_golden_vectors_are_checked_where_it_is_served(minilm_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_bad_router_artifacts_fall_back(minilm_run, tmp_path):
+def test_bad_router_artifacts_fall_back(minilm_run, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="replaylab")
     _, _, _, art, _ = minilm_run
     missing = Router.load(tmp_path / "none", fallback_candidate=STRONG)
     d = missing.route("What is 2 + 2?")
@@ -375,12 +378,18 @@ def test_bad_router_artifacts_fall_back(minilm_run, tmp_path):
     data = bytearray((bad / "head.onnx").read_bytes())
     data[-10] ^= 0xFF
     (bad / "head.onnx").write_bytes(bytes(data))
+    caplog.clear()
     r = Router.load(bad, fallback_candidate=STRONG)
     assert not r.loaded and r.reason == "hash_mismatch"
+    warned = [x for x in caplog.records if x.levelno >= logging.WARNING]
+    assert len(warned) == 1 and warned[0].name == "replaylab.runtime.router"
+    assert "reason hash_mismatch" in warned[0].getMessage() and str(bad) in warned[0].getMessage()
     assert r.route("hello").candidate == STRONG
     with pytest.raises(ValueError, match="fallback_candidate"):
         Router.load(bad).route("hello")
+    caplog.clear()
     good = Router.load(art)
+    assert good.loaded and not [x for x in caplog.records if x.levelno >= logging.WARNING]
     d = good.route(None)  # the tokenizer refuses it: the artifact's rules answer
     assert d.fallback and d.decision.startswith("rules:") and d.reason == "model_error"
 

@@ -46,6 +46,7 @@ online state takes a lock on update, the hint path reads a snapshot).
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -76,6 +77,9 @@ from replaylab.runtime.demand_math import (
 )
 from replaylab.runtime.hints import HINT_VERSION, DemandHint
 from replaylab.runtime.online import GLOBAL_CELL, OnlineConfig, OnlineConformal
+
+# One WARNING per load that falls back (reason code and path), nothing on a good load.
+log = logging.getLogger(__name__)
 
 KIND = "demand"
 MODEL_FILE = "model.onnx"
@@ -348,7 +352,22 @@ class DemandPredictor:
 
         online: the online recalibration (`OnlineConfig`; True / None: the
         defaults, on; False: off, the exported correction served exactly).
+
+        A load that falls back logs one WARNING on this module's logger
+        (`replaylab.runtime.demand`) naming the reason code and the path.
         """
+        predictor = cls._load(path, hmac_key=hmac_key, fallback=fallback, threads=threads,
+                              now=now, clock=clock, check_golden=check_golden, online=online)
+        if not predictor.loaded:
+            log.warning("demand artifact %s not loaded (reason %s): serving the fallback "
+                        "baseline %s", path, predictor.reason, predictor._fallback.name)
+        return predictor
+
+    @classmethod
+    def _load(cls, path: str | Path | None, *, hmac_key: bytes | None,
+              fallback: FallbackBaseline | None, threads: int, now: datetime | None,
+              clock: Callable[[], float], check_golden: bool,
+              online: OnlineConfig | bool | None) -> DemandPredictor:
         fallback = fallback or FallbackBaseline()
         if path is None or not Path(path).is_dir():
             return cls(spec=None, session=None, reason="missing_artifact", fallback=fallback,

@@ -33,6 +33,7 @@ logical model only; pools, capacity and admission are decided below it.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,9 @@ from replaylab.artifacts.golden import (
 )
 from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
 from replaylab.runtime.routing import RULES, choose_by_threshold, choose_one
+
+# One WARNING per load that falls back (reason code and path), nothing on a good load.
+log = logging.getLogger(__name__)
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -155,7 +159,22 @@ class Router:
         miss leaves the router unloaded with reason `golden_mismatch`, and the caller's
         fallback candidate answers. An artifact without golden vectors loads with
         `golden_status` "absent".
+
+        A load that falls back logs one WARNING on this module's logger
+        (`replaylab.runtime.router`) naming the reason code and the path.
         """
+        r = cls._load_checked(path, fallback_candidate=fallback_candidate, hmac_key=hmac_key,
+                              threads=threads, variant=variant, clock=clock,
+                              check_golden=check_golden)
+        if not r.loaded:
+            log.warning("router artifact %s not loaded (reason %s): routing to the fallback "
+                        "candidate %s", path, r.reason, r.fallback_candidate)
+        return r
+
+    @classmethod
+    def _load_checked(cls, path: str | Path | None, *, fallback_candidate: str | None,
+                      hmac_key: bytes | None, threads: int, variant: str,
+                      clock: Callable[[], float], check_golden: bool) -> Router:
         r = cls._load(path, fallback_candidate, hmac_key, threads, variant, clock, check_golden)
         if not r.loaded or not check_golden:
             return r
