@@ -167,6 +167,7 @@ def _lines(contract: str):
 @given(lines=_lines("ledger"))
 @example(lines=[_dumps({**GOOD_LEDGER, "prompt_tokens": 2**80})])
 @example(lines=[_dumps({**GOOD_LEDGER, "timestamp": 2**80})])
+@example(lines=[_dumps({**GOOD_LEDGER, "turn_index": 2**63})])  # a uint64 column
 @example(lines=[_dumps({**GOOD_LEDGER, "actual_cost": 10**400})])
 @example(lines=[_dumps(GOOD_LEDGER), '{"turn_index": ' + "9" * 5000 + "}"])
 @example(lines=[_dumps({**GOOD_LEDGER, "actual_cost": 1e308, "propensity": math.nan,
@@ -222,6 +223,8 @@ def test_jsonl_crashes_found_are_quarantines(tmp):
         ({**GOOD_LEDGER, "actual_cost": 10**400}, "bad_type"),
         ({**GOOD_LEDGER, "session_id": "\ud800"}, "malformed_json"),  # was UnicodeEncodeError
         ({**GOOD_LEDGER, "hint_p50": 1e308}, None),
+        # alone in its column: uint64, was TypeError (uint64 -> Int64)
+        ({**GOOD_LEDGER, "hint_age_ms": 2**63}, "bad_type"),
     ]
     lines = [_dumps({**rec, "request_id": f"r{i}"}) for i, (rec, _) in enumerate(rows)]
     lines.append('{"turn_index": ' + "9" * 5000 + "}")  # was ValueError (4300 digits)
@@ -230,6 +233,7 @@ def test_jsonl_crashes_found_are_quarantines(tmp):
     result = read_ledger(path)
     assert result.rows_read == len(lines)
     assert result.valid["request_id"].tolist() == ["r0", "r3", "r6"]
+    assert result.valid["hint_age_ms"].isna().all()
     assert result.valid["actual_cost"][1] == float(2**1000)
     got = dict(zip(result.quarantine["source_row"], result.quarantine["quarantine_reason"],
                    strict=True))
@@ -257,6 +261,13 @@ def test_parquet_crashes_found_are_quarantines(tmp):
     result = read_ledger(tmp / "l.parquet")
     assert result.rows_valid == 1 and result.by_reason() == {
         "bad_timestamp": 1, "missing_required_field": 1}
+    # uint64 past int64: was TypeError (uint64 -> Int64)
+    pq.write_table(pa.table({**{k: [v] * 2 for k, v in GOOD_LEDGER.items()},
+                             "request_id": ["a", "b"],
+                             "duration_ms": pa.array([5, 2**64 - 1], pa.uint64())}),
+                   tmp / "u.parquet")
+    u = read_ledger(tmp / "u.parquet")
+    assert u.valid["duration_ms"].tolist() == [5] and u.by_reason() == {"bad_type": 1}
     # binary that is not UTF-8 in a quarantined row: was UnicodeDecodeError in pandas' writer
     out = write_quarantine(result, tmp / "q.jsonl")
     assert [json.loads(line)["request_id"] for line in out.open()] == ["b", "c"]

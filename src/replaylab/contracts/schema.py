@@ -188,6 +188,11 @@ def _coerce_int(s: pd.Series, null: pd.Series) -> tuple[pd.Series, pd.Series]:
             pass
     if pd.api.types.is_bool_dtype(s):
         return pd.Series(pd.NA, index=s.index, dtype="Int64"), ~null
+    if pd.api.types.is_unsigned_integer_dtype(s):  # uint64 (JSON 2**63, Parquet uint64)
+        vals = s.to_numpy(dtype="uint64", na_value=0)
+        ok = pd.Series(vals < 2**62, index=s.index)
+        out = pd.Series(np.where(ok, vals, 0).astype("int64"), index=s.index).astype("Int64")
+        return out.mask(~ok | null), ~ok & ~null
     if pd.api.types.is_integer_dtype(s):
         return s.astype("Int64"), pd.Series(False, index=s.index)
     if pd.api.types.is_float_dtype(s):
