@@ -1,7 +1,10 @@
 """Leakage-safe projection of a replay ledger: dispatch-time features, labels, splits.
 
-`dispatch_time_features_dask` lives in `replaylab.projection.distributed` (it
-needs dask, an optional dependency) and is imported lazily from here.
+`dispatch_time_features_dask` and `project_dask` live in
+`replaylab.projection.distributed`, the split steps on Dask (`split_boundaries_dask`,
+`assign_splits_dask`, `split_summary_dask`, `project_and_split_dask`) in
+`replaylab.projection.splits_dask` (they need dask, an optional dependency); the
+names are imported lazily from here.
 """
 
 from replaylab.projection.config import ProjectionConfig, SplitConfig
@@ -14,7 +17,13 @@ from replaylab.projection.features import (
     feature_columns,
 )
 from replaylab.projection.leakage import LeakageError, check_no_label_leakage
-from replaylab.projection.splits import SPLITS, split_counts, time_ordered_splits
+from replaylab.projection.splits import (
+    SPLITS,
+    assign_splits,
+    split_boundaries,
+    split_counts,
+    time_ordered_splits,
+)
 from replaylab.projection.version import (
     PROJECTION_CODE_VERSION,
     ledger_fingerprint,
@@ -23,15 +32,21 @@ from replaylab.projection.version import (
 
 __all__ = [
     "FEATURE_COLUMNS", "KEY_COLUMNS", "LABEL_COLUMNS", "LeakageError", "PROJECTION_CODE_VERSION",
-    "ProjectionConfig", "Projected", "SPLITS", "SplitConfig", "check_no_label_leakage",
-    "dispatch_time_features", "dispatch_time_features_dask", "feature_columns",
-    "ledger_fingerprint", "projection_version", "split_counts", "time_ordered_splits",
+    "ProjectionConfig", "Projected", "SPLITS", "SplitConfig", "assign_splits",
+    "assign_splits_dask", "check_no_label_leakage", "dispatch_time_features",
+    "dispatch_time_features_dask", "feature_columns", "ledger_fingerprint",
+    "project_and_split_dask", "project_dask", "projection_version", "split_boundaries",
+    "split_boundaries_dask", "split_counts", "split_summary_dask", "time_ordered_splits",
 ]
+
+_LAZY = {"dispatch_time_features_dask": "distributed", "project_dask": "distributed",
+         "split_boundaries_dask": "splits_dask", "assign_splits_dask": "splits_dask",
+         "split_summary_dask": "splits_dask", "project_and_split_dask": "splits_dask"}
 
 
 def __getattr__(name: str):  # lazy: keep dask out of `import replaylab.projection`
-    if name == "dispatch_time_features_dask":
-        from replaylab.projection.distributed import dispatch_time_features_dask
+    if name in _LAZY:
+        import importlib
 
-        return dispatch_time_features_dask
+        return getattr(importlib.import_module(f"replaylab.projection.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -93,6 +93,25 @@ def _pandas_on_client(ledger: pd.DataFrame, cfg: ProjectionConfig, client: objec
     return result
 
 
+def _object_strings(part: pd.DataFrame) -> pd.DataFrame:
+    """String-dtype columns (pyarrow or python) as object with None for missing, as
+    `validate_ledger(...).valid` holds them, so the projection's output dtypes and
+    null markers are the pandas path's whatever string dtype the dask frame used."""
+    cols = [c for c, d in part.dtypes.items() if isinstance(d, pd.StringDtype)]
+    if not cols:
+        return part
+    part = part.copy(deep=False)
+    for c in cols:
+        s = part[c]
+        part[c] = pd.Series(s.to_numpy(dtype=object, na_value=None), index=s.index, dtype=object)
+    return part
+
+
+def _project_partition(part: pd.DataFrame, cfg: ProjectionConfig) -> pd.DataFrame:
+    """The pandas projection of one session-whole partition."""
+    return dispatch_time_features(_object_strings(part), cfg)
+
+
 def _dask_frame(ledger: pd.DataFrame | dd.DataFrame, cfg: ProjectionConfig,
                 parts: int | None) -> dd.DataFrame:
     """Lazy projection: shuffle on session_id (equal ids -> one partition), then map."""
@@ -104,8 +123,35 @@ def _dask_frame(ledger: pd.DataFrame | dd.DataFrame, cfg: ProjectionConfig,
         ddf = ledger[cols]
     ddf = ddf.shuffle(on=L.SESSION_ID, npartitions=parts or ddf.npartitions,
                       shuffle_method="tasks")
-    meta = dispatch_time_features(ddf._meta, replace(cfg, canary_checks=False))
-    return ddf.map_partitions(dispatch_time_features, cfg, meta=meta)
+    meta = _project_partition(ddf._meta, replace(cfg, canary_checks=False))
+    return ddf.map_partitions(_project_partition, cfg, meta=meta)
+
+
+def project_dask(valid: dd.DataFrame, cfg: ProjectionConfig | None = None, *,
+                 npartitions: int | None = None) -> dd.DataFrame:
+    """Lazy dispatch-time features of a dask frame of valid ledger-v1 rows; nothing computed.
+
+    valid: validated rows (e.g. `replaylab.contracts.dataset`), any partitioning.
+    The rows (only the columns the projection reads) are shuffled on
+    `session_id` once, with the task-based shuffle (pandas frames pickled: the
+    nullable dtypes and object strings of the pandas path survive), into
+    `npartitions` (default: the input's), and `dispatch_time_features` runs on
+    each partition with an explicit `meta` (the projection of the empty frame).
+    Every session is whole in one partition of the result (splits_dask relies on
+    it). Each partition equals the pandas projection of its rows; the driver
+    holds only the graph. Build and compute it with dataframe.convert-string off
+    (`no_string_conversion()`), or strings become pyarrow ones.
+    """
+    if not isinstance(valid, dd.DataFrame):
+        raise TypeError(f"project_dask takes a dask DataFrame (got {type(valid).__name__}); "
+                        "pandas input: dispatch_time_features_dask")
+    with no_string_conversion():
+        return _dask_frame(valid, cfg or ProjectionConfig(), npartitions)
+
+
+def no_string_conversion() -> object:
+    """dask config context: keep object strings (the pandas path's dtypes) in dask frames."""
+    return dask.config.set({"dataframe.convert-string": False})
 
 
 def dispatch_time_features_dask(ledger: pd.DataFrame | dd.DataFrame,

@@ -88,3 +88,124 @@ def split_counts(splits: pd.Series) -> dict[str, int]:
     """Rows per split, every split named (0 when empty); the values sum to len(splits)."""
     counts = splits.value_counts()
     return {name: int(counts.get(name, 0)) for name in SPLITS}
+
+
+# ------------------------------------------------------------- boundaries, then labels
+#
+# The same rule in two steps, so that it can run without the whole frame in one
+# place (projection/splits_dask.py):
+#
+# 1. `split_boundaries`: the first session of each later split. Since `before`
+#    only grows along the (start, session_id) order, the first session of
+#    `calibration` is the first one whose preceding sessions hold at least
+#    train * n rows, and the first of `test` the first one reaching
+#    (train + calibration) * n; the boundary b_k of the embargo is its start.
+# 2. `assign_splits`: a session's nominal split compares its (start, session_id)
+#    key with those first sessions; its rows need only the session itself, so
+#    any frame whose sessions are whole (a session-shuffled partition) can be
+#    labelled on its own.
+#
+# `assign_splits(f, split_boundaries(f, cfg), cfg)` equals `time_ordered_splits(f, cfg)`
+# (tested); `time_ordered_splits` stays the one-pass reference.
+
+LATER_SPLITS = (CALIBRATION, TEST)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch ms as an ISO 8601 UTC string with milliseconds."""
+    return pd.Timestamp(int(ms), unit="ms", tz="UTC").isoformat(timespec="milliseconds")
+
+
+def thresholds(n: int, cfg: SplitConfig) -> dict[str, float]:
+    """Rows that must precede the first session of each later split (the float the rule uses)."""
+    return {CALIBRATION: cfg.train * n, TEST: (cfg.train + cfg.calibration) * n}
+
+
+def first_session_record(start_ms: int, session_id: str, rows_before: int) -> dict:
+    """The JSON-ready record of a split's first session."""
+    return {"session_id": str(session_id), "start_ms": int(start_ms),
+            "start_iso": iso_ms(start_ms), "rows_before": int(rows_before)}
+
+
+def boundaries_record(n: int, sessions: int, first: dict[str, dict | None],
+                      cfg: SplitConfig) -> dict:
+    """Boundaries as a JSON-ready dict (the summary's `splits.boundaries`).
+
+    first: per later split, the record of its first session, or None when the
+    split is empty. A split whose first session would be the same as the next
+    split's is empty (the next split takes it).
+    """
+    if first.get(CALIBRATION) and first.get(TEST) and (
+            first[CALIBRATION]["session_id"] == first[TEST]["session_id"]):
+        first = {**first, CALIBRATION: None}
+    return {
+        "rows": int(n), "sessions": int(sessions),
+        "rows_before_threshold": thresholds(n, cfg),
+        "first_session": {k: first.get(k) for k in LATER_SPLITS},
+        # the embargo boundary of each later split: the start of its first session
+        "boundary_ms": {k: (None if first.get(k) is None else first[k]["start_ms"])
+                        for k in LATER_SPLITS},
+        "boundary_iso": {k: (None if first.get(k) is None else first[k]["start_iso"])
+                         for k in LATER_SPLITS},
+        "embargo_ms": int(cfg.embargo_ms), "purge": cfg.purge,
+    }
+
+
+def split_boundaries(features: pd.DataFrame, cfg: SplitConfig | None = None) -> dict:
+    """The first session (id, start, rows before it) of `calibration` and `test`.
+
+    features: (n, *) frame with `session_id` and `timestamp` (int64 epoch ms).
+    Returns `boundaries_record(...)`: sorts the per-session table in memory (the
+    pandas reference; `splits_dask.split_boundaries_dask` finds the same
+    sessions on a cluster by selection).
+    """
+    cfg = cfg or SplitConfig()
+    if len(features) == 0:
+        return boundaries_record(0, 0, {}, cfg)
+    codes, start, _, rows = _session_table(features)
+    ids = pd.factorize(features[L.SESSION_ID], sort=True)[1]
+    order = np.lexsort((np.arange(len(start)), start))  # (start, session_id)
+    n = int(rows.sum())
+    before = np.cumsum(rows[order]) - rows[order]  # along the order
+    first: dict[str, dict | None] = {}
+    for name, threshold in thresholds(n, cfg).items():
+        at = int(np.searchsorted(before >= threshold, True))  # first True (monotone)
+        first[name] = (None if at == len(order) else
+                       first_session_record(start[order[at]], ids[order[at]], before[at]))
+    return boundaries_record(n, len(start), first, cfg)
+
+
+def _key_at_or_after(start: np.ndarray, ids: np.ndarray, first: dict | None) -> np.ndarray:
+    """(start, session_id) >= the first session's key, elementwise; all False for None."""
+    if first is None:
+        return np.zeros(len(start), dtype=bool)
+    s0, id0 = first["start_ms"], first["session_id"]
+    return (start > s0) | ((start == s0) & (ids >= id0))
+
+
+def assign_splits(frame: pd.DataFrame, boundaries: dict, cfg: SplitConfig | None = None,
+                  ) -> pd.Series:
+    """Split label per row from `boundaries` (see `split_boundaries`); sessions must be whole.
+
+    frame: (n, *) with `session_id` and `timestamp` (int64 epoch ms), every
+    session of it with all its rows (the whole frame, or a session-shuffled
+    partition). Returns an (n,) object Series named `split` on frame's index.
+    """
+    cfg = cfg or SplitConfig()
+    if len(frame) == 0:
+        return pd.Series([], index=frame.index, dtype=object, name="split")
+    codes, start, last, _ = _session_table(frame)
+    ids = np.asarray(pd.factorize(frame[L.SESSION_ID], sort=True)[1], dtype=object)
+    first = boundaries["first_session"]
+    nominal = np.where(_key_at_or_after(start, ids, first[TEST]), 2,
+                       np.where(_key_at_or_after(start, ids, first[CALIBRATION]), 1, 0))
+    row_split = nominal[codes]
+    t = frame[L.TIMESTAMP].to_numpy(dtype="int64")
+    row_time = t if cfg.purge == "rows" else last[codes]
+    embargo = np.zeros(len(t), dtype=bool)
+    for k, name in ((1, CALIBRATION), (2, TEST)):
+        if first[name] is not None:
+            embargo |= (row_split < k) & (row_time >= first[name]["start_ms"] - cfg.embargo_ms)
+    label = np.array([TRAIN, CALIBRATION, TEST], dtype=object)[row_split]
+    label[embargo] = EMBARGO
+    return pd.Series(label, index=frame.index, name="split")
