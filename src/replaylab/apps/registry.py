@@ -669,13 +669,21 @@ def challenger_ledger_rows(c: Any, cfg: DictConfig, mv: Any, ledger: str) -> Any
     from replaylab.contracts.ledger import read_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
-    train_run = mv.tags.get(TAG + "source_run_id") or mv.run_id
+    # the training run, else the run that registered it (a run whose store was lost is
+    # logged again by `export register`, config/resolved.yaml included)
+    runs = list(dict.fromkeys(r for r in (mv.tags.get(TAG + "source_run_id"), mv.run_id) if r))
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            local = c.download_artifacts(train_run, "config/resolved.yaml", tmp)
-        except Exception as e:  # MlflowException / OSError
-            raise FileNotFoundError(f"v{mv.version}: its training run {train_run} has no "
-                                    f"config/resolved.yaml here ({e})") from None
+        local, errors = None, []
+        for train_run in runs:
+            try:
+                local = c.download_artifacts(train_run, "config/resolved.yaml", tmp)
+                break
+            except Exception as e:  # MlflowException / OSError
+                errors.append(f"{train_run}: {str(e).splitlines()[0][:200]}")
+        if local is None:
+            raise FileNotFoundError(f"v{mv.version}: neither its training run nor the run that "
+                                    f"registered it has config/resolved.yaml here "
+                                    f"({'; '.join(errors)})")
         tcfg = OmegaConf.load(local)
     projection = from_mapping(ProjectionConfig, plain(tcfg.projection), "projection")
     split = from_mapping(SplitConfig, plain(tcfg.split), "split")
