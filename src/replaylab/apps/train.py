@@ -91,13 +91,36 @@ def import_source(cfg: DictConfig, run_dir: Path) -> dict:
     return import_to_contract(src.name, src.path, plain(src.options), Path(cfg.out), run_dir)
 
 
+def synthesize(cfg: DictConfig, run_dir: Path) -> dict:
+    """pipeline=synthesize out=DIR: data.synthetic.n_requests rows as Parquet chunk files,
+    written in parallel (compute=dask: the cluster's workers; local: a process pool)."""
+    from replaylab.pipelines.synthesize import SynthesizeConfig, synthesize_ledger
+
+    if not cfg.get("out"):
+        raise ConfigError("pipeline=synthesize needs out=DIR (the folder the Parquet files go to)")
+    if cfg.data.ledger is not None:
+        raise ConfigError("pipeline=synthesize writes the synthetic ledger; leave data.ledger null")
+    if cfg.compute.kind not in ("local", "dask"):
+        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
+    inp = ledger_input(cfg)
+    options = from_mapping(SynthesizeConfig, plain(cfg.synthesize), "synthesize")
+    args = (inp.synthetic, inp.seed, Path(cfg.out), options, inp.defect_rate)
+    if cfg.compute.kind == "local":
+        return synthesize_ledger(*args)
+    with dask_client(cfg.compute) as client:
+        summary = synthesize_ledger(*args, client=client)
+    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
+                          "n_workers": cfg.compute.n_workers}
+    return summary
+
+
 def run_pipeline(cfg: DictConfig, run_dir: Path) -> dict:
     """The job of `python -m training`: the pipeline `cfg.pipeline` names."""
     from replaylab.apps.forecast import forecast
     from replaylab.apps.router import router
 
     table = {"project": project, "import": import_source, "demand": demand,
-             "forecast": forecast, "router": router}
+             "forecast": forecast, "router": router, "synthesize": synthesize}
     if cfg.pipeline not in table:
         raise ConfigError(f"pipeline={cfg.pipeline!r} is unknown; choose one of {sorted(table)}")
     return table[cfg.pipeline](cfg, run_dir)

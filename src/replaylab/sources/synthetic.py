@@ -46,6 +46,7 @@ from replaylab.sources.synthetic_frame import (
     STICKY,
     SUCCESS,
     UNKNOWN,
+    LedgerDraws,
     RouteDraws,
     SessionDraws,
     SessionRows,
@@ -54,9 +55,9 @@ from replaylab.sources.synthetic_frame import (
     assemble_frame,
 )
 
-__all__ = ["DEFECT_REASONS", "SyntheticLedgerConfig", "accumulate_prompts", "draw_turn_tokens",
-           "generate_synthetic_ledger", "inject_defects", "sample_sessions", "session_rows",
-           "token_quantiles"]
+__all__ = ["DEFECT_REASONS", "SyntheticLedgerConfig", "accumulate_prompts", "draw_ledger",
+           "draw_turn_tokens", "generate_synthetic_ledger", "inject_defects",
+           "sample_sessions", "session_rows", "steady_request_rate", "token_quantiles"]
 
 _DEFAULT_ARRIVAL = "chat"  # categories without an arrival trace of their own
 # Chosen constants (not fitted), documented in docs/synthetic-ledger.md.
@@ -325,6 +326,16 @@ def _sessions_for(cfg: SyntheticLedgerConfig, n_requests: int) -> int:
     return int(1.2 * n_requests / float(w @ _mean_turns(cfg))) + 64
 
 
+def steady_request_rate(cfg: SyntheticLedgerConfig, n_requests: int) -> float:
+    """Requests per second of wall time, once sessions overlap, in a draw of `n_requests`
+    rows: session starts per second (`sessions_per_s`, lower where `min_window_s` spreads a
+    small ledger) x expected turns per session."""
+    n_sessions = _sessions_for(cfg, n_requests)
+    span_s = max(n_sessions / cfg.sessions_per_s, cfg.min_window_s)
+    w = np.asarray(cfg.category_mix, dtype=float) / sum(cfg.category_mix)
+    return n_sessions / span_s * float(w @ _mean_turns(cfg))
+
+
 def _export_window(ts: np.ndarray, turn: np.ndarray, n_requests: int | None) -> np.ndarray | None:
     """Rows a ledger exported at time T holds, bool (n,): T = the n_requests-th dispatch, or
     the last session start. Sessions still running at T lose their later turns, as in a
@@ -339,14 +350,12 @@ def _export_window(ts: np.ndarray, turn: np.ndarray, n_requests: int | None) -> 
     return keep
 
 
-def generate_synthetic_ledger(cfg: SyntheticLedgerConfig, seed: int) -> pd.DataFrame:
-    """A ledger-v1 frame (one row per request, dispatch order) drawn from `cfg` with `seed`.
+def draw_ledger(cfg: SyntheticLedgerConfig, rng: np.random.Generator) -> LedgerDraws:
+    """One draw of the generator from `rng`: every stage's arrays and the export window.
 
-    Same config and seed give the same frame. Rows: exactly `cfg.n_requests` if set (the
-    export window ends at that dispatch), else the turns of `cfg.n_sessions` sessions
-    dispatched up to the last session start (1.7 per session at n_sessions=4000).
+    Rows kept: exactly `cfg.n_requests` if set (the export window ends at that dispatch), else
+    the turns of `cfg.n_sessions` sessions dispatched up to the last session start.
     """
-    rng = np.random.default_rng(seed)
     n_sessions = cfg.n_sessions if cfg.n_requests is None else _sessions_for(cfg, cfg.n_requests)
     shift = [P.CATEGORY_TOKENS[c].session_shift for c in cfg.categories]
     while True:
@@ -359,5 +368,15 @@ def generate_synthetic_ledger(cfg: SyntheticLedgerConfig, seed: int) -> pd.DataF
         times = _timing(cfg, s, r, tok, route, rng)
         keep = _export_window(times.timestamp, r.turn, cfg.n_requests)
         if keep is not None:
-            return assemble_frame(cfg, seed, s, r, tok, route, times, keep)
+            return LedgerDraws(s, r, tok, route, times, keep)
         n_sessions = int(1.5 * n_sessions) + 64  # rare: draw again with more sessions
+
+
+def generate_synthetic_ledger(cfg: SyntheticLedgerConfig, seed: int) -> pd.DataFrame:
+    """A ledger-v1 frame (one row per request, dispatch order) drawn from `cfg` with `seed`.
+
+    Same config and seed give the same frame. Rows: exactly `cfg.n_requests` if set (the
+    export window ends at that dispatch), else the turns of `cfg.n_sessions` sessions
+    dispatched up to the last session start (1.7 per session at n_sessions=4000).
+    """
+    return assemble_frame(cfg, seed, draw_ledger(cfg, np.random.default_rng(seed)))

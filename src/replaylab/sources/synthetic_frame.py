@@ -9,7 +9,6 @@ imports this module, never the reverse.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,20 +110,54 @@ class Timing:
     duration: np.ndarray
 
 
-def _names(values: Sequence[str | None], idx: np.ndarray) -> np.ndarray:
-    return np.asarray(list(values), dtype=object)[idx]
+@dataclass(frozen=True)
+class LedgerDraws:
+    """Everything one draw of the generator made: the stages' outputs and the export window."""
+
+    sessions: SessionDraws
+    rows: SessionRows
+    tokens: TurnDraws
+    route: RouteDraws
+    times: Timing
+    keep: np.ndarray  # bool (n,): rows the export holds
 
 
-def _nullable_int(values: np.ndarray, null: np.ndarray) -> pd.arrays.IntegerArray:
-    return pd.arrays.IntegerArray(np.where(null, 0, values).astype(np.int64), null.astype(bool))
+@dataclass(frozen=True)
+class Coded:
+    """An enum-like column as codes into its values: values[codes] (a value may be None)."""
+
+    values: tuple[str | None, ...]
+    codes: np.ndarray  # int64 (n,)
 
 
-def assemble_frame(cfg: SyntheticLedgerConfig, seed: int, s: SessionDraws, r: SessionRows,
-                   tok: TurnDraws, route: RouteDraws, times: Timing,
-                   keep: np.ndarray) -> pd.DataFrame:
-    """Assemble ledger-v1 columns of the `keep` rows in dispatch order; request and session
-    ids are numbered in dispatch order."""
-    rows = np.flatnonzero(keep)
+@dataclass(frozen=True)
+class NullableInt:
+    """An integer column with nulls."""
+
+    values: np.ndarray  # int64 (n,), 0 where null
+    null: np.ndarray  # bool (n,)
+
+
+# Columns whose text each writer renders itself (they carry its seed or chunk prefix).
+ID_COLUMNS = (L.REQUEST_ID, L.SESSION_ID, L.BINDING_ID)
+
+
+@dataclass(frozen=True)
+class LedgerColumns:
+    """The kept rows in dispatch order, as ledger-v1 columns in contract order: numpy arrays,
+    `Coded` and `NullableInt` columns, and None for the ID_COLUMNS, which the writer renders
+    from `session` (numbered in order of first dispatch), `binding` and the row position."""
+
+    columns: dict[str, np.ndarray | Coded | NullableInt | None]
+    session: np.ndarray  # int64 (n,): session number of each row
+    binding: np.ndarray  # int64 (n,): 0 = the first binding, 1 = after the escalation
+    n_sessions: int
+
+
+def ledger_columns(cfg: SyntheticLedgerConfig, d: LedgerDraws) -> LedgerColumns:
+    """The ledger-v1 columns of the `d.keep` rows in dispatch order (ids left to the writer)."""
+    s, r, tok, route, times = d.sessions, d.rows, d.tokens, d.route, d.times
+    rows = np.flatnonzero(d.keep)
     order = rows[np.argsort(times.timestamp[rows], kind="stable")]
     sess, st = r.sess[order], tok.state[order]
     kept, first_pos, inv = np.unique(sess, return_index=True, return_inverse=True)
@@ -134,8 +167,6 @@ def assemble_frame(cfg: SyntheticLedgerConfig, seed: int, s: SessionDraws, r: Se
     cat, gen, absent, prompt = tok.cat[order], tok.gen[order], tok.absent[order], tok.prompt[order]
     cap, model, rebound = tok.cap[order], route.model[order], route.rebound[order]
     ts, dur = times.timestamp[order], times.duration[order]
-    sid = np.array([f"s{seed}-{i:07d}" for i in range(kept.size)], dtype=object)
-    bindings = np.stack([sid + "/b0", sid + "/b1"])  # (2, S): first binding, after escalation
     unknown = st == UNKNOWN
     price = [P.MODEL_PROFILES[m] for m in cfg.models]
     p_in, p_out = (np.array([getattr(p, k) for p in price])[model]
@@ -144,32 +175,52 @@ def assemble_frame(cfg: SyntheticLedgerConfig, seed: int, s: SessionDraws, r: Se
     cost = np.where((st == FAILED) & (gen == 0), 0.0, np.where(absent, np.nan, cost))
     terminal = np.where((st == FAILED) & ~tok.upstream[order], _DEADLINE, st)
     asked = s.asked[sess]
-    cols = {
-        L.VERSION: np.full(ts.size, LEDGER_VERSION, dtype=object),
-        L.REQUEST_ID: np.array([f"r{seed}-{i:08d}" for i in range(ts.size)], dtype=object),
-        L.SESSION_ID: sid[number], L.TURN_INDEX: r.turn[order], L.TIMESTAMP: ts,
+    cols: dict[str, np.ndarray | Coded | NullableInt | None] = {
+        L.VERSION: Coded((LEDGER_VERSION,), np.zeros(ts.size, dtype=np.int64)),
+        L.REQUEST_ID: None, L.SESSION_ID: None, L.TURN_INDEX: r.turn[order], L.TIMESTAMP: ts,
         L.PROMPT_TOKENS: prompt,
-        L.COMPLETION_TOKENS: _nullable_int(gen, absent),
-        L.LIFECYCLE_STATE: _names(LifecycleState.ALL, st),
-        L.SELECTED_MODEL: _names(cfg.models, model),
-        L.ENDED_AT: _nullable_int(ts + dur, unknown), L.DURATION_MS: _nullable_int(dur, unknown),
-        L.TERMINAL_REASON: _names(_TERMINAL, terminal),
-        L.FINISH_REASON: _names(_FINISH, np.where(tok.length[order], _CAPPED, st)),
-        L.MAX_TOKENS: _nullable_int(cap, cap < 0),
+        L.COMPLETION_TOKENS: NullableInt(gen, absent),
+        L.LIFECYCLE_STATE: Coded(tuple(LifecycleState.ALL), st),
+        L.SELECTED_MODEL: Coded(tuple(cfg.models), model),
+        L.ENDED_AT: NullableInt(ts + dur, unknown), L.DURATION_MS: NullableInt(dur, unknown),
+        L.TERMINAL_REASON: Coded(_TERMINAL, terminal),
+        L.FINISH_REASON: Coded(_FINISH, np.where(tok.length[order], _CAPPED, st)),
+        L.MAX_TOKENS: NullableInt(cap, cap < 0),
         L.STREAMING: s.stream[sess], L.CACHED_PROMPT_TOKENS: tok.cached[order],
-        L.DECISION: _names([_DECISIONS.get(c, f"{c}_default") for c in cfg.categories], cat),
-        L.CATEGORY: _names(cfg.categories, cat),
-        L.ORIGINAL_MODEL: _names(("auto", *cfg.models), asked + 1),
-        L.SLO_CLASS: _names(cfg.slo_classes, s.slo[sess]),
-        L.REGION: _names(cfg.regions, s.region[sess]),
+        L.DECISION: Coded(tuple(_DECISIONS.get(c, f"{c}_default") for c in cfg.categories), cat),
+        L.CATEGORY: Coded(tuple(cfg.categories), cat),
+        L.ORIGINAL_MODEL: Coded(("auto", *cfg.models), asked + 1),
+        L.SLO_CLASS: Coded(tuple(cfg.slo_classes), s.slo[sess]),
+        L.REGION: Coded(tuple(cfg.regions), s.region[sess]),
         L.ACTUAL_COST: cost,
-        L.CURRENCY: _names((cfg.currency, None), np.isnan(cost).astype(np.int64)),
-        L.ROUTING_SOURCE: _names(ROUTING_SOURCES, route.source[order]),
-        L.BINDING_ID: bindings[rebound.astype(np.int64), number],
-        L.REBIND_REASON: _names((None, RebindReason.ESCALATION),
-                                route.rebind[order].astype(np.int64)),
-        L.PROPENSITY: route.propensity[order], L.OUTCOME_STATUS: _names(OutcomeStatus.ALL,
-                                                                        route.status[order]),
+        L.CURRENCY: Coded((cfg.currency, None), np.isnan(cost).astype(np.int64)),
+        L.ROUTING_SOURCE: Coded(ROUTING_SOURCES, route.source[order]),
+        L.BINDING_ID: None,
+        L.REBIND_REASON: Coded((None, RebindReason.ESCALATION), route.rebind[order].astype(np.int64)),
+        L.PROPENSITY: route.propensity[order],
+        L.OUTCOME_STATUS: Coded(tuple(OutcomeStatus.ALL), route.status[order]),
         L.OUTCOME_SCORE: route.score[order],
     }
-    return pd.DataFrame(cols)
+    return LedgerColumns(columns=cols, session=number, binding=rebound.astype(np.int64),
+                         n_sessions=int(kept.size))
+
+
+def _pandas(col: np.ndarray | Coded | NullableInt) -> np.ndarray | pd.arrays.IntegerArray:
+    if isinstance(col, Coded):
+        return np.asarray(list(col.values), dtype=object)[col.codes]
+    if isinstance(col, NullableInt):
+        return pd.arrays.IntegerArray(np.where(col.null, 0, col.values).astype(np.int64),
+                                      col.null.astype(bool))
+    return col
+
+
+def assemble_frame(cfg: SyntheticLedgerConfig, seed: int, d: LedgerDraws) -> pd.DataFrame:
+    """Assemble ledger-v1 columns of the `d.keep` rows in dispatch order; request and session
+    ids are numbered in dispatch order (`r{seed}-00000000`, `s{seed}-0000000`)."""
+    lc = ledger_columns(cfg, d)
+    sid = np.array([f"s{seed}-{i:07d}" for i in range(lc.n_sessions)], dtype=object)
+    bindings = np.stack([sid + "/b0", sid + "/b1"])  # (2, S): first binding, after escalation
+    ids = {L.REQUEST_ID: np.array([f"r{seed}-{i:08d}" for i in range(lc.session.size)],
+                                  dtype=object),
+           L.SESSION_ID: sid[lc.session], L.BINDING_ID: bindings[lc.binding, lc.session]}
+    return pd.DataFrame({k: ids[k] if v is None else _pandas(v) for k, v in lc.columns.items()})
