@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import math
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -71,44 +72,64 @@ def read_raw(path: str | Path, allowed: tuple[str, ...]) -> tuple[pd.DataFrame, 
 
 
 def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    try:
+        # utf-8-sig: a byte order mark (some Windows tools write one) is not part of line 0
+        with open(path, encoding="utf-8-sig") as fh:
+            records, positions, bad = _parse_lines(fh, 0)
+    except UnicodeDecodeError as e:
+        raise ContractError(f"{path}: not UTF-8 text, so not JSON Lines") from e
+    if not records and bad:
+        raise ContractError(f"{path}: not JSON Lines (no line parses as a JSON object)")
+    return _records_frame(records, positions, bad)
+
+
+def read_jsonl_lines(lines: Iterable[str], start: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Parse JSON Lines text: (rows, unparseable lines quarantined), each with `source_row`.
+
+    `lines` as a text file yields them (decoded; the first line is number `start`); a
+    block of a file is parsed exactly as the whole file would be (contracts/dataset.py).
+    Raises UnicodeDecodeError from `lines` only.
+    """
+    return _records_frame(*_parse_lines(lines, start))
+
+
+def _parse_lines(lines: Iterable[str], start: int) -> tuple[list[dict], list[int], list[dict]]:
     # Line by line so that one bad line is one quarantined row, not a lost file.
     # json.loads per line is ~1 us/row faster than pandas' reader would be after
     # a failure, and keeps every line's position (source_row).
     records: list[dict] = []
     positions: list[int] = []
     bad: list[dict] = []
-    try:
-        # utf-8-sig: a byte order mark (some Windows tools write one) is not part of line 0
-        with open(path, encoding="utf-8-sig") as fh:
-            for pos, line in enumerate(fh):
-                text = line.strip()
-                if not text:
-                    continue
-                try:
-                    obj = json.loads(text)
-                except RecursionError:  # e.g. 100,000 nested arrays
-                    bad.append(_malformed(pos, text, "nested too deeply"))
-                    continue
-                except ValueError as e:  # JSONDecodeError, or an int over 4300 digits
-                    bad.append(_malformed(pos, text, "line" if isinstance(
-                        e, json.JSONDecodeError) else str(e)[:100]))
-                    continue
-                if not isinstance(obj, dict):
-                    bad.append({SOURCE_ROW: pos, "raw_line": text[:2000],
-                                QUARANTINE_REASON: "not_an_object",
-                                QUARANTINE_DETAIL: type(obj).__name__})
-                    continue
-                if "\\u" in text and _SURROGATE_ESCAPE.search(text) and not _is_unicode(obj):
-                    # valid JSON syntax, but "\ud800" alone is no character: a str holding
-                    # it cannot be written as UTF-8 (Parquet, JSON Lines) further down
-                    bad.append(_malformed(pos, text, "lone surrogate escape (not Unicode)"))
-                    continue
-                records.append(obj)
-                positions.append(pos)
-    except UnicodeDecodeError as e:
-        raise ContractError(f"{path}: not UTF-8 text, so not JSON Lines") from e
-    if not records and bad:
-        raise ContractError(f"{path}: not JSON Lines (no line parses as a JSON object)")
+    for pos, line in enumerate(lines, start):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            obj = json.loads(text)
+        except RecursionError:  # e.g. 100,000 nested arrays
+            bad.append(_malformed(pos, text, "nested too deeply"))
+            continue
+        except ValueError as e:  # JSONDecodeError, or an int over 4300 digits
+            bad.append(_malformed(pos, text, "line" if isinstance(
+                e, json.JSONDecodeError) else str(e)[:100]))
+            continue
+        if not isinstance(obj, dict):
+            bad.append({SOURCE_ROW: pos, "raw_line": text[:2000],
+                        QUARANTINE_REASON: "not_an_object",
+                        QUARANTINE_DETAIL: type(obj).__name__})
+            continue
+        if "\\u" in text and _SURROGATE_ESCAPE.search(text) and not _is_unicode(obj):
+            # valid JSON syntax, but "\ud800" alone is no character: a str holding
+            # it cannot be written as UTF-8 (Parquet, JSON Lines) further down
+            bad.append(_malformed(pos, text, "lone surrogate escape (not Unicode)"))
+            continue
+        records.append(obj)
+        positions.append(pos)
+    return records, positions, bad
+
+
+def _records_frame(records: list[dict], positions: list[int], bad: list[dict]
+                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
     try:
         frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     except OverflowError:  # an integer no double holds (10**400): pandas cannot place it
