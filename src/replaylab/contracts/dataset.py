@@ -642,8 +642,10 @@ def read_ledger_dask(spec: str | os.PathLike, blocksize: int | str = DEFAULT_BLO
             [delayed(_ids, pure=True)(c, p.index, dask_key_name=(f"ledger-ids-{token}", p.index))
              for c, p in zip(checked, pieces, strict=True)],
             meta=_empty({L.REQUEST_ID: object, _PIECE: "int64"}), verify_meta=False)
-        split_out = max(1, math.ceil(len(pieces) / 8))
-        agg = ids.groupby(L.REQUEST_ID)[_PIECE].agg(["min", "count"], split_out=split_out)
+        # a tree reduction up to 32 pieces, hash-partitioned outputs above (task shuffle)
+        split_out = max(1, math.ceil(len(pieces) / 32))
+        agg = ids.groupby(L.REQUEST_ID)[_PIECE].agg(["min", "count"], split_out=split_out,
+                                                    shuffle_method="tasks")
         owners = delayed(_first_piece, pure=True)(
             agg[agg["count"] > 1]["min"].to_delayed(optimize_graph=False),
             dask_key_name=f"ledger-owners-{token}")
@@ -750,9 +752,9 @@ def _drop_seen(res: ValidationResult, raw: pd.DataFrame, rows: np.ndarray,
                seen: set) -> ValidationResult:
     """Quarantine (raw row, `duplicate_request_id`) the valid rows whose id an earlier block
     kept; add the rest to `seen`."""
-    ids = res.valid[L.REQUEST_ID]
-    later = ids.isin(seen).to_numpy(dtype=bool) if seen else np.zeros(len(ids), dtype=bool)
-    seen.update(ids[~later].tolist())
+    ids = res.valid[L.REQUEST_ID].tolist()
+    later = np.fromiter((i in seen for i in ids), dtype=bool, count=len(ids))
+    seen.update(ids)  # the later ones are in it already
     if not later.any():
         return res
     moved = raw.set_index(SOURCE_ROW, drop=False).loc[rows[later]].reset_index(drop=True)
