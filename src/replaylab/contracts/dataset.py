@@ -51,7 +51,12 @@ import pandas as pd
 
 from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SOURCE_ROW
 from replaylab.contracts.columns import Ledger as L
-from replaylab.contracts.io import _EXT, _jsonable, _parse_lines, _records_frame
+from replaylab.contracts.io import (
+    FORMAT_BY_EXTENSION,
+    jsonable,
+    jsonl_frame,
+    parse_jsonl_lines,
+)
 from replaylab.contracts.ledger import LEDGER_SCHEMA
 from replaylab.contracts.schema import ContractError, ValidationResult, validate_frame
 
@@ -153,7 +158,7 @@ def _glob_root(path: str) -> str | None:
 
 def _format_of(fs: Any, path: str) -> str:
     ext = PurePosixPath(path).suffix.lower()
-    fmt = _EXT.get(ext)
+    fmt = FORMAT_BY_EXTENSION.get(ext)
     if fmt in ("parquet", "jsonl"):
         return fmt
     if ext == "":
@@ -287,13 +292,13 @@ def _read_piece(fs: Any, piece: _Piece, first_line: int | None = None,
         text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if piece.block == 0
                                 else "utf-8")
         try:
-            records, positions, bad_rows = _parse_lines(text, first_line or 0)
+            records, positions, bad_rows = parse_jsonl_lines(text, first_line or 0)
         except UnicodeDecodeError as e:
             raise ContractError(f"{piece.url}: not UTF-8 text, so not JSON Lines") from e
         if piece.block == 0 and not records and bad_rows:
             raise ContractError(f"{piece.url}: not JSON Lines (no line of its first block "
                                 "parses as a JSON object)")
-        raw, bad = _records_frame(records, positions, bad_rows)
+        raw, bad = jsonl_frame(records, positions, bad_rows)
     return _with_partition(raw, piece), bad
 
 
@@ -336,9 +341,9 @@ def _quarantine_table(rows: pd.DataFrame, url: str) -> pd.DataFrame:
         return _empty(_Q_DTYPES)
     payload = rows.drop(columns=[c for c in (SOURCE_ROW, QUARANTINE_REASON, QUARANTINE_DETAIL)
                                  if c in rows.columns])
-    records = [json.dumps(_jsonable(r), allow_nan=False)
+    records = [json.dumps(jsonable(r), allow_nan=False)
                for r in payload.to_dict(orient="records")]
-    rid = (rows[L.REQUEST_ID].map(_jsonable).tolist() if L.REQUEST_ID in rows.columns
+    rid = (rows[L.REQUEST_ID].map(jsonable).tolist() if L.REQUEST_ID in rows.columns
            else [None] * len(rows))
     ids = [v if v is None or isinstance(v, str) else json.dumps(v) for v in rid]
     return pd.DataFrame({
@@ -404,7 +409,7 @@ def _meta(files: LedgerFiles, pieces: list[_Piece], sample: int) -> pd.DataFrame
                 head = fh.read(sample)
             head = head[:head.rfind(b"\n") + 1] if b"\n" in head else head
             text = io.TextIOWrapper(io.BytesIO(head), encoding="utf-8-sig", errors="replace")
-            records, _, _ = _parse_lines(text, 0)
+            records, _, _ = parse_jsonl_lines(text, 0)
             for r in records:
                 for k in r:
                     names.setdefault(k, object)
@@ -731,12 +736,12 @@ def _file_blocks(files: LedgerFiles, path: str, url: str,
                 raise ContractError(f"{url}: not UTF-8 text, so not JSON Lines") from e
             if not lines:
                 return
-            records, positions, bad = _parse_lines(lines, pos)
+            records, positions, bad = parse_jsonl_lines(lines, pos)
             if pos == 0 and not records and bad:
                 raise ContractError(f"{url}: not JSON Lines (no line of its first block "
                                     "parses as a JSON object)")
             pos += len(lines)
-            raw, bad_frame = _records_frame(records, positions, bad)
+            raw, bad_frame = jsonl_frame(records, positions, bad)
             yield _with_partition(raw, piece), bad_frame
 
 

@@ -25,7 +25,7 @@ from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SO
 from replaylab.contracts.schema import ContractError, ValidationResult
 
 FORMATS = ("parquet", "jsonl", "csv")
-_EXT = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
+FORMAT_BY_EXTENSION = _EXT = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
         ".json": "jsonl", ".csv": "csv"}
 # A \uD800-\uDFFF escape: a lone one decodes to a str that is not Unicode (no UTF-8 for it)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
@@ -75,12 +75,12 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     try:
         # utf-8-sig: a byte order mark (some Windows tools write one) is not part of line 0
         with open(path, encoding="utf-8-sig") as fh:
-            records, positions, bad = _parse_lines(fh, 0)
+            records, positions, bad = parse_jsonl_lines(fh, 0)
     except UnicodeDecodeError as e:
         raise ContractError(f"{path}: not UTF-8 text, so not JSON Lines") from e
     if not records and bad:
         raise ContractError(f"{path}: not JSON Lines (no line parses as a JSON object)")
-    return _records_frame(records, positions, bad)
+    return jsonl_frame(records, positions, bad)
 
 
 def read_jsonl_lines(lines: Iterable[str], start: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -90,10 +90,12 @@ def read_jsonl_lines(lines: Iterable[str], start: int = 0) -> tuple[pd.DataFrame
     block of a file is parsed exactly as the whole file would be (contracts/dataset.py).
     Raises UnicodeDecodeError from `lines` only.
     """
-    return _records_frame(*_parse_lines(lines, start))
+    return jsonl_frame(*parse_jsonl_lines(lines, start))
 
 
-def _parse_lines(lines: Iterable[str], start: int) -> tuple[list[dict], list[int], list[dict]]:
+def parse_jsonl_lines(lines: Iterable[str], start: int = 0,
+                      ) -> tuple[list[dict], list[int], list[dict]]:
+    """(objects, their line numbers, unparseable lines as quarantine rows) of JSON Lines text."""
     # Line by line so that one bad line is one quarantined row, not a lost file.
     # json.loads per line is ~1 us/row faster than pandas' reader would be after
     # a failure, and keeps every line's position (source_row).
@@ -128,8 +130,9 @@ def _parse_lines(lines: Iterable[str], start: int) -> tuple[list[dict], list[int
     return records, positions, bad
 
 
-def _records_frame(records: list[dict], positions: list[int], bad: list[dict]
-                   ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def jsonl_frame(records: list[dict], positions: list[int], bad: list[dict]
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`parse_jsonl_lines`' output as (rows with source_row, quarantined lines)."""
     try:
         frame = pd.DataFrame.from_records(records) if records else pd.DataFrame()
     except OverflowError:  # an integer no double holds (10**400): pandas cannot place it
@@ -196,6 +199,11 @@ def write_quarantine(result: ValidationResult, path: str | Path) -> Path | None:
             for row in result.quarantine.to_dict(orient="records"):
                 fh.write(json.dumps(_jsonable(row), allow_nan=False) + "\n")
     return path
+
+
+def jsonable(x: object) -> object:
+    """`x` as plain JSON values (see `_jsonable`): what a quarantine record holds."""
+    return _jsonable(x)
 
 
 def _jsonable(x: object) -> object:
