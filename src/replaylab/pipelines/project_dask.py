@@ -1,0 +1,208 @@
+"""`pipeline=project compute=dask` over a ledger dataset: no row of the ledger on the driver.
+
+The same summary as `project.project_ledger`, with every step a Dask graph the
+workers run; the driver receives counts, boundaries and one bounded sample for the
+figures:
+
+1. read and validate per partition (`contracts.dataset.read_ledger_dask`), the
+   quarantine written as Parquet by the workers (`DIR/quarantine/part-*.parquet`);
+2. the ledger fingerprint as a multiset digest of per-partition row hashes
+   (`ledger_fingerprint_dask`; the local fingerprint sorts every row hash, which would
+   gather them all);
+3. project and split (`projection.splits_dask.project_and_split_dask`: one shuffle on
+   session_id, exact boundaries), the features written as Parquet by the workers
+   (`DIR/features/part.*.parquet`);
+4. the ledger profile, label and split counts as partition sums;
+5. the figures and report from a uniform sample of at most `SAMPLE_ROWS` rows, which
+   the report says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab import __version__
+from replaylab.contracts import Ledger as L
+from replaylab.contracts import has_values
+from replaylab.projection import (
+    LABEL_COLUMNS,
+    PROJECTION_CODE_VERSION,
+    ProjectionConfig,
+    SplitConfig,
+    feature_columns,
+    projection_version,
+)
+from replaylab.projection import Projected as P
+
+SAMPLE_ROWS = 100_000  # rows the figures are drawn from (a uniform sample, seeded)
+PROFILE_COUNTS = (L.LIFECYCLE_STATE, L.FINISH_REASON, L.CATEGORY, L.SELECTED_MODEL)
+
+
+def fingerprint_parts(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row of a partition's multiset digest: rows, and the sum, xor and sum of
+    squares (mod 2**64) of its row hashes (columns in sorted-name order, index ignored:
+    the hashing of `projection.version.ledger_fingerprint`)."""
+    cols = sorted(map(str, frame.columns))
+    if len(frame) and cols:
+        sub = frame[cols]
+        try:
+            h = pd.util.hash_pandas_object(sub, index=False).to_numpy().astype(np.uint64)
+        except TypeError:  # unhashable cells: hash their repr, as the local fingerprint does
+            sub = sub.apply(lambda s: s.map(repr) if s.dtype == object else s)
+            h = pd.util.hash_pandas_object(sub, index=False).to_numpy().astype(np.uint64)
+    else:
+        h = np.zeros(0, np.uint64)
+    with np.errstate(over="ignore"):
+        return pd.DataFrame({"rows": [int(h.size)], "sum": [np.add.reduce(h, dtype=np.uint64)],
+                             "xor": [np.bitwise_xor.reduce(h) if h.size else np.uint64(0)],
+                             "sum2": [np.add.reduce(h * h, dtype=np.uint64)]})
+
+
+def combine_fingerprint(columns: list[str], parts: pd.DataFrame) -> str:
+    """sha256 hex of the multiset of rows from `fingerprint_parts` rows: the same rows in
+    any order and any partitioning give the same digest (not the local fingerprint's)."""
+    with np.errstate(over="ignore"):
+        body = {"scheme": "multiset-v1", "columns": sorted(map(str, columns)),
+                "rows": int(parts["rows"].sum()),
+                "sum": int(np.add.reduce(parts["sum"].to_numpy(np.uint64), dtype=np.uint64)),
+                "xor": int(np.bitwise_xor.reduce(parts["xor"].to_numpy(np.uint64))
+                           if len(parts) else 0),
+                "sum2": int(np.add.reduce(parts["sum2"].to_numpy(np.uint64), dtype=np.uint64))}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def ledger_fingerprint_dask(valid: Any) -> str:
+    """The multiset fingerprint of a dask frame of ledger rows (one row per partition
+    travels to the driver)."""
+    meta = pd.DataFrame({"rows": pd.Series(dtype="int64"), "sum": pd.Series(dtype="uint64"),
+                         "xor": pd.Series(dtype="uint64"), "sum2": pd.Series(dtype="uint64")})
+    parts = valid.map_partitions(fingerprint_parts, meta=meta).compute()
+    return combine_fingerprint(list(valid.columns), parts)
+
+
+def profile_parts(ledger: pd.DataFrame) -> pd.DataFrame:
+    """A partition's part of `project.ledger_profile` as (key, value, n) rows to be summed
+    (sessions are whole in a partition after the session shuffle, so per-partition
+    session counts add up)."""
+    rows = [("requests", "", len(ledger)), ("usage_absent", "",
+                                            int(ledger[L.COMPLETION_TOKENS].isna().sum()))]
+    for col in PROFILE_COUNTS:
+        if has_values(ledger, col):
+            for k, v in ledger[col].value_counts(dropna=False).items():
+                rows.append((col, str(k), int(v)))
+    return pd.DataFrame(rows, columns=["key", "value", "n"])
+
+
+def session_parts(features: pd.DataFrame) -> pd.DataFrame:
+    """A partition's sessions, most turns, time window and label counts (sessions whole)."""
+    turns = features.groupby(L.SESSION_ID).size()
+    absent = features[P.LABEL_USAGE_ABSENT].fillna(False).astype(bool)
+    censored = features[P.LABEL_CENSORED].fillna(False).astype(bool)
+    t = features[L.TIMESTAMP]
+    return pd.DataFrame({
+        "sessions": [int(turns.size)], "max_turns": [int(turns.max()) if turns.size else 0],
+        "t_min": [int(t.min()) if len(t) else np.iinfo(np.int64).max],
+        "t_max": [int(t.max()) if len(t) else np.iinfo(np.int64).min],
+        "rows": [len(features)], "usable": [int((~absent & ~censored).sum())],
+        "censored": [int((censored & ~absent).sum())], "absent_usage": [int(absent.sum())]})
+
+
+def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitConfig,
+                         out_dir: Path, blocksize: int | str | None = None,
+                         seed: int = 0) -> dict[str, Any]:
+    """`pipeline=project` over the ledger dataset `spec` on the current Dask client (or
+    scheduler); writes quarantine/, features/, figures/ and report.html under out_dir and
+    returns the summary (`project.project_ledger`'s keys, plus `split_boundaries`)."""
+    import dask
+
+    from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.projection.splits_dask import project_and_split_dask
+    from replaylab.tracking.html import write_html_report
+    from replaylab.tracking.report import ledger_figures
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    with dask.config.set({"dataframe.convert-string": False}):
+        t0 = time.perf_counter()
+        ds = read_ledger_dask(spec, blocksize or DEFAULT_BLOCKSIZE).persist()
+        accounting = ds.write_quarantine(str(out_dir / "quarantine"))
+        timings["read_validate"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        fingerprint = ledger_fingerprint_dask(ds.valid)
+        timings["fingerprint"] = time.perf_counter() - t0
+        version = projection_version(projection, fingerprint,
+                                     f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
+        t0 = time.perf_counter()
+        features, splits = project_and_split_dask(ds.valid, projection, split)
+        timings["projection_splits"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        features.to_parquet(str(out_dir / "features"), write_index=False)
+        timings["write_features"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        prof = ds.valid.map_partitions(
+            profile_parts, meta=pd.DataFrame({"key": pd.Series(dtype=object),
+                                              "value": pd.Series(dtype=object),
+                                              "n": pd.Series(dtype="int64")}))
+        prof = prof.groupby(["key", "value"])["n"].sum().compute()
+        sess = features.map_partitions(session_parts).compute()
+        n_rows = int(sess["rows"].sum())
+        frac = min(1.0, SAMPLE_ROWS / max(n_rows, 1))
+        sample_f = features.sample(frac=frac, random_state=seed).compute()
+        sample_l = ds.valid.sample(frac=frac, random_state=seed).compute()
+        timings["aggregates"] = time.perf_counter() - t0
+        cols = feature_columns(sample_f)
+    profile = {
+        "requests": int(prof.get(("requests", ""), 0)),
+        "sessions": int(sess["sessions"].sum()),
+        "turns_per_session": {"mean": n_rows / max(int(sess["sessions"].sum()), 1),
+                              "max": int(sess["max_turns"].max())},
+        "time_window_ms": [int(sess["t_min"].min()), int(sess["t_max"].max())],
+        **{col: {str(v): int(prof[(col, v)]) for (k, v) in prof.index if k == col}
+           for col in PROFILE_COUNTS},
+        "usage_absent": int(prof.get(("usage_absent", ""), 0)),
+    }
+    figures = ledger_figures(sample_l, sample_f, out_dir / "figures")
+    result = accounting.summary()
+    report = write_html_report(
+        out_dir / "report.html", title="replaylab: ledger and projection (Dask)",
+        facts={"source": spec, **result, "projection_version": version,
+               "split_boundaries": splits["boundaries"],
+               "figures": f"from a uniform sample of {len(sample_f):,} of {n_rows:,} rows "
+                          f"(seed {seed})"},
+        figures=figures)
+    return {
+        "pipeline": "project",
+        **{k: v for k, v in result.items() if k != "contract"},
+        "injected_defects": {},
+        "ledger": profile,
+        "ledger_fingerprint": fingerprint,
+        "fingerprint_scheme": "multiset-v1 (Dask: order- and partition-independent)",
+        "projection": {
+            "version": version, "rows": n_rows,
+            "assume_ended_before_next": projection.assume_ended_before_next,
+            "ewma_alpha": projection.ewma_alpha, "split_config": asdict(split),
+            "feature_columns": cols,
+            "label_columns": [c for c in LABEL_COLUMNS if c in sample_f.columns]},
+        "labels": {k: int(sess[k].sum()) for k in ("rows", "usable", "censored",
+                                                   "absent_usage")},
+        # as the local summary: every split's rows, the sessions of the splits that have any
+        "splits": {"rows": splits["rows"],
+                   "sessions": {k: v for k, v in splits["sessions"].items() if v}},
+        "split_boundaries": splits["boundaries"],
+        "artifacts": {"quarantine": str(out_dir / "quarantine"),
+                      "features": str(out_dir / "features")},
+        "reports": {"html": str(report), **{k: str(v) for k, v in figures.items()}},
+        "figure_sample_rows": int(len(sample_f)),
+        "partitions": int(ds.npartitions),
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "rows_per_second_projection": round(n_rows / max(timings["projection_splits"], 1e-9)),
+    }
