@@ -29,6 +29,7 @@ from replaylab.sources.synthetic_chunks import (
     chunk_duration_ms,
     chunk_layout,
     chunk_seed,
+    decoded,
     ledger_table,
 )
 from replaylab.sources.synthetic_frame import ID_COLUMNS, ledger_columns
@@ -92,7 +93,10 @@ def test_rows_ids_and_contract(two_workers, ledger):
     assert validate_ledger(ledger).rows_quarantined == 0
     one = read_ledger(sorted(out.glob("part-*.parquet"))[1])  # each file is a ledger-v1 file
     assert one.rows_read == CHUNK and one.rows_quarantined == 0
-    assert str(one.valid[L.COMPLETION_TOKENS].dtype) == "Int64"
+    # readers get the generator's frame types: nullable ints, strings (not categoricals)
+    raw = pd.read_parquet(sorted(out.glob("part-*.parquet"))[1])
+    assert str(raw[L.COMPLETION_TOKENS].dtype) == "Int64" and raw[L.CATEGORY].dtype == object
+    assert ledger[L.FINISH_REASON].dtype == object
 
 
 def test_chunks_cover_consecutive_time_ranges(two_workers):
@@ -112,7 +116,7 @@ def test_a_chunk_is_the_generator_s_draw():
     (ids apart), so the distribution is the existing generator's."""
     cfg = SyntheticLedgerConfig(n_requests=3000)
     table = ledger_table(ledger_columns(cfg, draw_ledger(cfg, np.random.default_rng(7))), 7, 0)
-    mine = table.to_pandas()
+    mine = decoded(table).to_pandas()
     ref = generate_synthetic_ledger(cfg, seed=7)
     assert list(mine.columns) == list(ref.columns)
     rest = [c for c in ref.columns if c not in ID_COLUMNS]

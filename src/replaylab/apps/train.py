@@ -94,7 +94,11 @@ def import_source(cfg: DictConfig, run_dir: Path) -> dict:
 def synthesize(cfg: DictConfig, run_dir: Path) -> dict:
     """pipeline=synthesize out=DIR: data.synthetic.n_requests rows as Parquet chunk files,
     written in parallel (compute=dask: the cluster's workers; local: a process pool)."""
-    from replaylab.pipelines.synthesize import SynthesizeConfig, synthesize_ledger
+    from replaylab.pipelines.synthesize import (
+        SynthesizeConfig,
+        glibc_malloc_defaults,
+        synthesize_ledger,
+    )
 
     if not cfg.get("out"):
         raise ConfigError("pipeline=synthesize needs out=DIR (the folder the Parquet files go to)")
@@ -107,7 +111,7 @@ def synthesize(cfg: DictConfig, run_dir: Path) -> dict:
     args = (inp.synthetic, inp.seed, Path(cfg.out), options, inp.defect_rate)
     if cfg.compute.kind == "local":
         return synthesize_ledger(*args)
-    with dask_client(cfg.compute) as client:
+    with glibc_malloc_defaults(), dask_client(cfg.compute) as client:
         summary = synthesize_ledger(*args, client=client)
     summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
                           "n_workers": cfg.compute.n_workers}

@@ -15,9 +15,10 @@ alone and the dataset does not depend on how many workers drew it or in which or
   of a chunk; chunks cover consecutive time ranges, each its own export window (a ramp-up
   of first turns at its start, sessions cut at its end), with a gap or an overlap of
   a few percent of D between neighbours (docs/synthetic-ledger.md "Big ledgers");
-- rows are rendered straight into Arrow (string columns from fixed-width id bytes
-  and `take` on the enum values), not through object arrays; this and the draw are
-  the whole cost of a chunk.
+- rows are rendered straight into Arrow, not through object arrays: ids from
+  fixed-width bytes, enum-like columns as dictionary arrays of their codes (Parquet
+  writes those codes as they are); the draw, this and the Parquet encoding are the
+  whole cost of a chunk.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from replaylab.contracts.columns import Ledger as L
 from replaylab.sources.defects import inject_defects
@@ -124,20 +127,30 @@ def fixed_width_strings(prefix: str, digit_bytes: np.ndarray, suffixes: tuple[st
 
 
 def _arrow(col: np.ndarray | Coded | NullableInt) -> pa.Array:
-    if isinstance(col, Coded):
-        return pa.array(list(col.values), type=pa.string()).take(pa.array(col.codes))
+    if isinstance(col, Coded):  # a dictionary column: Parquet writes its codes as they are
+        none = np.array([v is None for v in col.values])
+        codes = pa.array(col.codes.astype(np.int32), mask=none[col.codes] if none.any() else None)
+        values = pa.array(["" if v is None else v for v in col.values], type=pa.string())
+        return pa.DictionaryArray.from_arrays(codes, values)
     if isinstance(col, NullableInt):
         return pa.array(col.values.astype(np.int64), mask=col.null.astype(bool))
     return pa.array(col)
 
 
+def decoded(table: pa.Table) -> pa.Table:
+    """`table` with its dictionary columns as plain strings (what a reader of the file gets)."""
+    return pa.table({f.name: table.column(f.name).cast(f.type.value_type)
+                     if pa.types.is_dictionary(f.type) else table.column(f.name)
+                     for f in table.schema}).replace_schema_metadata(table.schema.metadata)
+
+
 def _pandas_metadata(table: pa.Table, nullable: list[str]) -> dict[bytes, bytes]:
     """The pandas metadata `DataFrame.to_parquet` writes, so that readers get the frame
-    generate_synthetic_ledger makes (nullable ints as Int64, not float)."""
-    empty = table.slice(0, 0).to_pandas()
+    generate_synthetic_ledger makes (nullable ints as Int64, not float; strings as object)."""
+    head = decoded(table.slice(0, 1000)).to_pandas()  # a few rows: the value kinds
     for name in nullable:
-        empty[name] = empty[name].astype("Int64")
-    return pa.Schema.from_pandas(empty, preserve_index=False).metadata
+        head[name] = head[name].astype("Int64")
+    return pa.Schema.from_pandas(head, preserve_index=False).metadata
 
 
 def ledger_table(lc: LedgerColumns, seed: int, chunk: int, width: int = CHUNK_DIGITS) -> pa.Table:
@@ -171,7 +184,7 @@ def draw_chunk(spec: ChunkSpec) -> tuple[pa.Table, int, dict[str, int]]:
     table = ledger_table(dataclasses.replace(lc, columns=cols), spec.seed, spec.index, spec.width)
     if spec.defect_rate <= 0:
         return table, lc.n_sessions, {}
-    frame, intended = inject_defects(table.to_pandas(), rate=spec.defect_rate,
+    frame, intended = inject_defects(decoded(table).to_pandas(), rate=spec.defect_rate,
                                      seed=int(defect_ss.integers(2**31)))
     return pa.Table.from_pandas(frame, preserve_index=False), lc.n_sessions, intended
 
@@ -180,17 +193,20 @@ def write_chunk(spec: ChunkSpec) -> dict:
     """Draw chunk `spec.index` and write it to `spec.path` (atomically: a temporary name,
     then a rename). Returns its facts: rows, sessions, bytes, first and last dispatch,
     seconds (wall and CPU of this process), defects. Runs in a worker; the caller never holds the rows."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     t0, c0 = time.perf_counter(), time.process_time()
     table, sessions, defects = draw_chunk(spec)
     path = spec.path
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     names = table.column_names
-    pq.write_table(table, tmp, compression=spec.compression, row_group_size=spec.row_group_rows,
-                   use_dictionary=[c for c in names if c not in _NO_DICTIONARY],
-                   write_statistics=[c for c in names if c not in ID_COLUMNS])
+    # store_schema=False: the file holds no Arrow schema, so readers see the dictionary
+    # columns as the plain strings they are (not categoricals); the pandas metadata (Int64
+    # for the nullable ints) is added back by hand, as that flag drops it too
+    with pq.ParquetWriter(tmp, table.schema, compression=spec.compression,
+                          use_dictionary=[c for c in names if c not in _NO_DICTIONARY],
+                          write_statistics=[c for c in names if c not in ID_COLUMNS],
+                          store_schema=False) as writer:
+        writer.write_table(table, row_group_size=spec.row_group_rows)
+        writer.add_key_value_metadata(dict(table.schema.metadata or {}))
     os.replace(tmp, path)
     ts = table.column(L.TIMESTAMP)
     return {"chunk": spec.index, "file": path.name, "rows": table.num_rows,
