@@ -19,10 +19,15 @@ def plain(node: Any) -> dict:
 @contextmanager
 def dask_client(compute: DictConfig):
     """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes."""
+    import logging
+
     from dask.distributed import Client, LocalCluster
 
+    log = logging.getLogger("replaylab")
     if compute.address:
         client = Client(compute.address)
+        log.info("dask: scheduler %s, %d workers", compute.address,
+                 len(client.scheduler_info().get("workers", {})))
         try:
             yield client
         finally:
@@ -31,6 +36,18 @@ def dask_client(compute: DictConfig):
     with LocalCluster(n_workers=compute.n_workers, threads_per_worker=compute.threads_per_worker,
                       processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
+
+
+def compute_facts(compute: DictConfig, client: Any) -> dict:
+    """What summary.json says of the cluster a run used (workers as the scheduler saw them)."""
+    import resource
+
+    info = client.scheduler_info()
+    # this process alone (the workers are other processes): the driver's peak memory so far
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"kind": "dask", "driver_peak_rss_mb": round(peak_mb, 1), "address": compute.address or "LocalCluster",
+            "scheduler": info.get("address"), "n_workers": len(info.get("workers", {})),
+            "dashboard": (info.get("services") or {}).get("dashboard")}
 
 
 def ledger_input(cfg: DictConfig):

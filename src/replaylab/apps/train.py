@@ -7,7 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from replaylab.apps.demand_runs import export_run, save_run_state
-from replaylab.apps.inputs import dask_client, ledger_input, plain
+from replaylab.apps.inputs import compute_facts, dask_client, ledger_input, plain
 from replaylab.apps.recording import active_run_id, nested_trial_logger
 from replaylab.config import ConfigError, from_mapping
 
@@ -20,11 +20,19 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
     inp = ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, plain(cfg.split), "split")
+    if cfg.compute.kind not in ("local", "dask"):
+        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
+    if cfg.compute.kind == "dask" and inp.path:  # the ledger never on the driver
+        from replaylab.pipelines.project_dask import project_dataset_dask
+
+        with dask_client(cfg.compute) as client:
+            summary = project_dataset_dask(str(inp.path), projection, split, run_dir,
+                                           seed=int(cfg.seed))
+            summary["compute"] = compute_facts(cfg.compute, client)
+        return summary
     loaded = load_ledger(inp)
     if cfg.compute.kind == "local":
         return project_ledger(loaded, projection, split, run_dir, write_ledger=data["write_ledger"])
-    if cfg.compute.kind != "dask":
-        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
     from replaylab.projection.distributed import dispatch_time_features_dask
 
     with dask_client(cfg.compute) as client:
@@ -33,8 +41,7 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
 
         summary = project_ledger(loaded, projection, split, run_dir, features_fn=features_fn,
                                  write_ledger=data["write_ledger"])
-    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
-                          "n_workers": cfg.compute.n_workers}
+        summary["compute"] = compute_facts(cfg.compute, client)
     return summary
 
 

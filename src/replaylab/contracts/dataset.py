@@ -784,3 +784,21 @@ def accounting_of(blocks: Iterator[ValidationResult] | list[ValidationResult],
         for k, v in b.by_reason().items():
             reasons[k] = reasons.get(k, 0) + v
     return LedgerAccounting(source, read, valid, sum(reasons.values()), dict(sorted(reasons.items())))
+
+
+def read_ledger_dataset(spec: str | os.PathLike, rows_per_block: int = 250_000, *,
+                        storage_options: dict | None = None) -> ValidationResult:
+    """The whole ledger dataset as one `ValidationResult` on this machine (compute=local:
+    the local pipelines hold the ledger in memory anyway); a single file is `read_ledger`'s
+    result exactly. The blocks' accounting adds up (`accounting_of`'s check)."""
+    from replaylab.contracts.ledger import read_ledger
+
+    if os.path.isfile(spec):
+        return read_ledger(spec)
+    blocks = list(read_ledger_blocks(spec, rows_per_block, storage_options=storage_options))
+    accounting_of(blocks, str(spec))  # raises when a block's counts do not add up
+    valid = pd.concat([b.valid for b in blocks], ignore_index=True) if blocks else pd.DataFrame()
+    quarantine = (pd.concat([b.quarantine for b in blocks], ignore_index=True) if blocks
+                  else pd.DataFrame())
+    return ValidationResult(LEDGER_SCHEMA.name, valid, quarantine,
+                            sum(b.rows_read for b in blocks), str(spec))

@@ -20,7 +20,7 @@ from replaylab.contracts import Ledger as L
 from replaylab.contracts import (
     ValidationResult,
     has_values,
-    read_ledger,
+    read_ledger_dataset,
     validate_ledger,
     write_quarantine,
 )
@@ -67,8 +67,8 @@ class LoadedLedger:
 
 def load_ledger(inp: LedgerInput) -> LoadedLedger:
     """Read and validate the ledger, or generate, corrupt (on purpose) and validate one."""
-    if inp.path:
-        return LoadedLedger(read_ledger(inp.path), origin=str(inp.path))
+    if inp.path:  # a file, or a dataset (a directory, a glob: contracts/dataset.py)
+        return LoadedLedger(read_ledger_dataset(inp.path), origin=str(inp.path))
     frame = generate_synthetic_ledger(inp.synthetic, seed=inp.seed)
     defects: dict[str, int] = {}
     if inp.defect_rate > 0:
