@@ -108,3 +108,69 @@ def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
         b.valid[cols].sort_values(key).reset_index(drop=True),
         a.valid[cols].sort_values(key).reset_index(drop=True), check_dtype=False)
     assert read_ledger_dataset(single).rows_read == a.rows_read
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_separately_started_scheduler_and_two_workers_run_the_pipeline(tmp_path):
+    """`dask scheduler` + 2 `dask worker` processes started apart; `python -m training
+    pipeline=project compute=dask compute.address=...` over a dataset equals the local run."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=2000), seed=8)
+    for i, part in enumerate((frame.iloc[:700], frame.iloc[700:1400], frame.iloc[1400:])):
+        write_table(part, tmp_path / "ds" / f"part-{i}.parquet")
+    dask_bin = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                              start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.is_file() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            procs.append(subprocess.Popen(
+                [dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                 "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env, start_new_session=True))
+        from distributed import Client
+
+        with Client(address) as c:
+            c.wait_for_workers(2, timeout=60)
+        runs = {}
+        for name, extra in (("dask", ["compute=dask", f"compute.address={address}"]),
+                            ("local", [])):
+            out = tmp_path / name
+            proc = subprocess.run(
+                [sys.executable, "-m", "training", "pipeline=project", *extra,
+                 f"data.ledger={tmp_path / 'ds'}", "tracking=off", f"hydra.run.dir={out}"],
+                cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
+                timeout=600, env=env)
+            assert proc.returncode == 0, proc.stderr[-3000:]
+            runs[name] = json.loads((out / "summary.json").read_text())
+        d, loc = runs["dask"], runs["local"]
+        assert d["compute"]["scheduler"] == address and d["compute"]["n_workers"] == 2
+        for key in ("rows_read", "rows_valid", "rows_quarantined", "labels", "splits"):
+            assert d[key] == loc[key], key
+        assert d["verdict"] == loc["verdict"]
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
