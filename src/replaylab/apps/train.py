@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -10,6 +11,8 @@ from replaylab.apps.demand_runs import export_run, save_run_state
 from replaylab.apps.inputs import compute_facts, dask_client, ledger_input, plain
 from replaylab.apps.recording import active_run_id, nested_trial_logger
 from replaylab.config import ConfigError, from_mapping
+
+log = logging.getLogger("replaylab")
 
 
 def project(cfg: DictConfig, run_dir: Path) -> dict:
@@ -27,7 +30,7 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
 
         with dask_client(cfg.compute) as client:
             summary = project_dataset_dask(str(inp.path), projection, split, run_dir,
-                                           seed=int(cfg.seed))
+                                           seed=int(cfg.seed), progress=log.info)
             summary["compute"] = compute_facts(cfg.compute, client)
         return summary
     loaded = load_ledger(inp)

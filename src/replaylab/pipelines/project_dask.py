@@ -42,6 +42,11 @@ from replaylab.projection import (
 )
 from replaylab.projection import Projected as P
 
+STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
+          "fingerprint": "ledger fingerprint from per-partition row hashes",
+          "project": "projection and exact split boundaries (one shuffle on session_id)",
+          "write": "features written by the workers",
+          "aggregates": "profile, labels and splits as partition sums; the figures' sample"}
 SAMPLE_ROWS = 100_000  # rows the figures are drawn from (a uniform sample, seeded)
 PROFILE_COUNTS = (L.LIFECYCLE_STATE, L.FINISH_REASON, L.CATEGORY, L.SELECTED_MODEL)
 
@@ -117,10 +122,11 @@ def session_parts(features: pd.DataFrame) -> pd.DataFrame:
 
 def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitConfig,
                          out_dir: Path, blocksize: int | str | None = None,
-                         seed: int = 0) -> dict[str, Any]:
+                         seed: int = 0, progress: Any = None) -> dict[str, Any]:
     """`pipeline=project` over the ledger dataset `spec` on the current Dask client (or
     scheduler); writes quarantine/, features/, figures/ and report.html under out_dir and
-    returns the summary (`project.project_ledger`'s keys, plus `split_boundaries`)."""
+    returns the summary (`project.project_ledger`'s keys, plus `split_boundaries`).
+    progress(text): called as each of the five stages starts (e.g. a logger's info)."""
     import dask
 
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
@@ -131,22 +137,34 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
+    done: list[str] = []
+
+    def stage(name: str) -> None:
+        done.append(name)
+        if progress is not None:
+            progress(f"dask stage {len(done)}/{len(STAGES)}: {STAGES[name]}")
+
     with dask.config.set({"dataframe.convert-string": False}):
+        stage("read")
         t0 = time.perf_counter()
         ds = read_ledger_dask(spec, blocksize or DEFAULT_BLOCKSIZE).persist()
         accounting = ds.write_quarantine(str(out_dir / "quarantine"))
         timings["read_validate"] = time.perf_counter() - t0
+        stage("fingerprint")
         t0 = time.perf_counter()
         fingerprint = ledger_fingerprint_dask(ds.valid)
         timings["fingerprint"] = time.perf_counter() - t0
         version = projection_version(projection, fingerprint,
                                      f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
+        stage("project")
         t0 = time.perf_counter()
         features, splits = project_and_split_dask(ds.valid, projection, split)
         timings["projection_splits"] = time.perf_counter() - t0
+        stage("write")
         t0 = time.perf_counter()
         features.to_parquet(str(out_dir / "features"), write_index=False)
         timings["write_features"] = time.perf_counter() - t0
+        stage("aggregates")
         t0 = time.perf_counter()
         prof = ds.valid.map_partitions(
             profile_parts, meta=pd.DataFrame({"key": pd.Series(dtype=object),
