@@ -63,6 +63,11 @@ def cqr_scores(lo: np.ndarray, hi: np.ndarray, y: np.ndarray, prompt: np.ndarray
     return np.maximum(forward(lo - prompt, scale) - gy, gy - forward(hi - prompt, scale))
 
 
+def cell_keys(features: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
+    """One string per row naming its conformal cell (the public name of `_cell_keys`)."""
+    return _cell_keys(features, columns)
+
+
 def _cell_keys(features: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     """One string per row naming its cell, e.g. 'llama-8b|code|interactive'."""
     if not columns:
@@ -97,12 +102,23 @@ class GroupConformal:
         y = np.asarray(y, dtype="float64")
         if y.size == 0 or not np.isfinite(y).all():
             raise ValueError("calibration needs a non-empty array of finite totals")
-        alpha = 1.0 - float(self.level)
         scores = cqr_scores(np.asarray(lo, float), np.asarray(hi, float), y,
                             prompt_tokens(features), self.scale)
-        self.n_calibration_ = int(y.size)
+        return self.fit_scores(scores, _cell_keys(features, self.group_columns))
+
+    def fit_scores(self, scores: np.ndarray, cells: np.ndarray) -> GroupConformal:
+        """Learn corrections from conformity scores (n,) and their cells (n,) (`cell_keys`):
+        what `fit` does after scoring; a distributed caller scores on its workers and
+        brings back only (score, cell) pairs."""
+        if not 0.0 < float(self.level) < 1.0:
+            raise ValueError(f"level={self.level!r}: must be in (0, 1)")
+        if int(self.min_group_size) < 1:
+            raise ValueError(f"min_group_size={self.min_group_size!r}: must be >= 1")
+        scores = np.asarray(scores, dtype="float64")
+        cells = np.asarray(cells, dtype=object)
+        alpha = 1.0 - float(self.level)
+        self.n_calibration_ = int(scores.size)
         self.global_correction_ = conformal_quantile(scores, alpha)
-        cells = _cell_keys(features, self.group_columns)
         self.cell_sizes_: dict[str, int] = {}
         self.corrections_: dict[str, float] = {}  # only cells with >= min_group_size rows
         codes, names = pd.factorize(cells)

@@ -221,3 +221,60 @@ def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, t
             boosters.append(booster)
             best.append(rounds)
     return boosters, best, tail_raw
+
+
+def _copies(one: dd.DataFrame | dd.Series, n: int) -> dd.DataFrame | dd.Series:
+    """A collection of n partitions, each the (single) partition of `one` (not gathered)."""
+    return dd.from_delayed([one.to_delayed()[0]] * n, meta=one._meta, verify_meta=False)
+
+
+def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.Series,
+                               full_X: dd.DataFrame, full_y: dd.Series,
+                               tail_X: dd.DataFrame | None, tail_y: dd.Series | None,
+                               n_tail: int, quantiles: Sequence[float],
+                               cfg: QuantileModelConfig, seed: int,
+                               ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
+    """`fit_quantile_boosters` from dask collections that stay on the workers.
+
+    head_X/head_y: the design frame and model-scale target of train without the
+    early-stopping tail (partition-aligned); full_X/full_y: all of train (the refit);
+    tail_X/tail_y: the tail (None or n_tail == 0: no early stopping). The tail is
+    brought to one partition on a worker and referenced once per training partition,
+    so every worker evaluates the whole tail (`_TailPinball`, as the scattered path).
+    Returns (boosters, best round counts, the early-stopped boosters) - the caller
+    scores the tail with the last on the workers instead of gathering it.
+    """
+    ordered = _RanksInPartOrder(client)
+    boosters: list[lgb.Booster] = []
+    best: list[int] = []
+    stopped: list[lgb.Booster] = []
+    with dask.config.set({"dataframe.convert-string": False}):
+        early = tail_X is not None and n_tail > 0
+        if early:
+            one_X = tail_X.repartition(npartitions=1).persist()
+            one_y = tail_y.repartition(npartitions=1).persist()
+            eval_X, eval_y = _copies(one_X, head_X.npartitions), _copies(one_y, head_X.npartitions)
+        for q in quantiles:
+            native = cfg.lightgbm_params(q, seed)
+            rounds = int(cfg.n_estimators)
+            if early:
+                est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
+                    {**native, "metric": "None"}, rounds, cfg.max_bin))
+                _fit(est, head_X, head_y, eval_X=(eval_X,), eval_y=(eval_y,),
+                     eval_metric=_TailPinball(n_tail, q),
+                     callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds),
+                                                   verbose=False)])
+                rounds = max(int(est.booster_.best_iteration or rounds), 1)
+                booster = _local_booster(est)
+                stopped.append(booster)
+                if cfg.refit_full_train:
+                    est = lgb.DaskLGBMRegressor(
+                        client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+                    booster = _local_booster(_fit(est, full_X, full_y))
+            else:
+                est = lgb.DaskLGBMRegressor(
+                    client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+                booster = _local_booster(_fit(est, full_X, full_y))
+            boosters.append(booster)
+            best.append(rounds)
+    return boosters, best, stopped

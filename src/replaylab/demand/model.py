@@ -48,6 +48,19 @@ _FITTED = ("censored_rows_", "base_band_", "feature_names_", "categories_", "val
 _FITTED_OPTIONAL = ("native_iterations_", "censored_rounds_")
 
 
+def model_feature_names(features: pd.DataFrame) -> list[str]:
+    """The columns of a projection frame the model reads (a pipeline's `split` and any
+    `label_*` column excluded)."""
+    return [c for c in feature_columns(features)
+            if c not in _NON_FEATURES and c not in KEY_COLUMNS]
+
+
+def is_categorical_feature(s: pd.Series) -> bool:
+    """Whether the model treats a feature column as categorical (vocabulary fixed on train)."""
+    return bool(s.dtype == object or isinstance(s.dtype, pd.CategoricalDtype)
+                or pd.api.types.is_string_dtype(s.dtype))
+
+
 def request_cap(features: pd.DataFrame) -> np.ndarray:
     """max_tokens as float64 (n,), NaN where the request set none."""
     return features[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
@@ -107,15 +120,18 @@ class QuantileDemandModel:
                 cols[c] = s.to_numpy(dtype="float64", na_value=np.nan)
         return pd.DataFrame(cols, index=features.index)
 
+    def design(self, features: pd.DataFrame) -> pd.DataFrame:
+        """The design matrix the boosters read (public: a distributed caller builds it per
+        partition); `feature_names_` and `categories_` must be set (fit, or by the caller)."""
+        return self._design(features)
+
     def _learn_vocabulary(self, features: pd.DataFrame) -> None:
-        names = [c for c in feature_columns(features)
-                 if c not in _NON_FEATURES and c not in KEY_COLUMNS]
+        names = model_feature_names(features)
         self.feature_names_ = names
         self.categories_: dict[str, list[str]] = {}
         for c in names:
             s = features[c]
-            if s.dtype == object or isinstance(s.dtype, pd.CategoricalDtype) or \
-                    pd.api.types.is_string_dtype(s.dtype):
+            if is_categorical_feature(s):
                 # vocabulary fixed on train; a value unseen there is NaN at predict time
                 self.categories_[c] = sorted({str(v) for v in s.dropna().unique()})
 

@@ -1,0 +1,194 @@
+"""pipeline=demand compute=dask (`pipelines.demand_dask.train_demand_dask`) against the local
+`train_demand` on the same rows: accounting, splits and labels equal; every baseline's
+fitted state equal; the model's test figures within a tolerance (the lightgbm.dask boosters
+differ by construction); the Poisson-bootstrap interval covers the local point estimate;
+every test row written once to the partitioned predictions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.io import write_table
+from replaylab.demand import DemandConfig, QuantileModelConfig
+from replaylab.demand.config import CensoringConfig
+from replaylab.demand.dask_ops import (
+    exact_quantiles_dask,
+    key_hash,
+    kth_smallest_hash,
+    poisson_weights,
+)
+from replaylab.pipelines.demand import train_demand
+from replaylab.pipelines.project import LedgerInput, load_ledger
+from replaylab.projection import ProjectionConfig, SplitConfig
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
+
+CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=200),
+                   censoring=CensoringConfig(method="none"), min_group_size=100)
+# the model's figures, dask vs local (observed on this ledger: see the test's comments)
+PINBALL_RTOL = 0.05
+COVERAGE_ATOL = 0.04
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import dask
+    from distributed import Client, LocalCluster
+
+    from replaylab.pipelines.demand_dask import train_demand_dask
+
+    root = tmp_path_factory.mktemp("dd")
+    frame = generate_synthetic_ledger(
+        SyntheticLedgerConfig(n_sessions=2500, sessions_per_s=0.25), seed=7)
+    single = write_table(frame, root / "one" / "ledger.parquet")
+    n = len(frame) // 3
+    for i, part in enumerate((frame.iloc[:n], frame.iloc[n:2 * n], frame.iloc[2 * n:])):
+        write_table(part, root / "ds" / f"part-{i}.parquet")
+    projection, split = ProjectionConfig(), SplitConfig(embargo_ms=300_000)
+    local, local_run = train_demand(load_ledger(LedgerInput(path=str(single))), projection,
+                                    split, CFG, root / "local")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client, \
+            dask.config.set({"dataframe.convert-string": False}):
+        dist, dist_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
+                                           root / "dask", client, blocksize=60_000)
+    return local, local_run, dist, dist_run
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_accounting_splits_and_labels_equal_local(runs):
+    local, _, dist, _ = runs
+    for key in ("rows_read", "rows_valid", "rows_quarantined", "quarantine_by_reason",
+                "splits", "labels", "time_window", "interval", "quantiles"):
+        assert dist[key] == local[key], key
+    assert dist["projection"]["rows"] == local["projection"]["rows"]
+    assert dist["projection"]["feature_columns"] == local["projection"]["feature_columns"]
+    assert dist["test"]["rows"] == local["test"]["rows"]
+    assert dist["test"]["labelled_rows"] == local["test"]["labelled_rows"]
+    assert dist["calibration"]["rows"] == local["calibration"]["rows"]
+    assert dist["partitions"] > 1
+    # every summary key of the local run is there (hpo / reports aside)
+    assert set(local) - set(dist) <= {"reports"}
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_baselines_fitted_state_and_figures_equal_local(runs):
+    local, lr, dist, dr = runs
+    assert list(dr.baselines) == list(lr.baselines)
+    for name, b in lr.baselines.items():
+        d = dr.baselines[name]
+        assert type(d) is type(b), name
+    a, b = lr.baselines["prompt_length"], dr.baselines["prompt_length"]
+    assert np.array_equal(a.output_quantiles_, b.output_quantiles_) and a.n_train_ == b.n_train_
+    a, b = lr.baselines["max_tokens_cap"], dr.baselines["max_tokens_cap"]
+    assert a.default_max_tokens_ == b.default_max_tokens_
+    assert np.array_equal(a.uses_cap_, b.uses_cap_)
+    for a, b in ((lr.baselines["category_bucket"], dr.baselines["category_bucket"]),
+                 (lr.baselines["session_ewma"].fallback_, dr.baselines["session_ewma"].fallback_)):
+        assert np.array_equal(a.global_quantiles_, b.global_quantiles_)
+        assert len(a.tables_) == len(b.tables_)
+        for ta, tb in zip(a.tables_, b.tables_, strict=True):
+            assert len(ta) > 0
+            pd.testing.assert_frame_equal(ta, tb, check_exact=True)
+    a, b = lr.baselines["session_ewma"], dr.baselines["session_ewma"]
+    assert a.n_history_ == b.n_history_
+    assert np.array_equal(a.ratio_quantiles_, b.ratio_quantiles_)
+    # same fitted state, same calibration scores: the same corrections and test figures
+    for name, cq in lr.baseline_calibrators.items():
+        dq = dr.baseline_calibrators[name]
+        assert dq.global_correction_ == cq.global_correction_, name
+        assert dq.corrections_ == cq.corrections_, name
+        assert dq.cell_sizes_ == dict(cq.cell_sizes_), name
+        lt, dt = local["test"]["baselines"][name], dist["test"]["baselines"][name]
+        for k in ("mean_pinball", "coverage", "mean_width", "mae_p50", "coverage_raw"):
+            assert dt[k] == pytest.approx(lt[k], rel=1e-9), (name, k)
+    assert dist["test"]["best_baseline"] == local["test"]["best_baseline"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_model_figures_within_tolerance_of_local(runs):
+    local, lr, dist, dr = runs
+    lm, dm = local["test"]["model"], dist["test"]["model"]
+    print("model dask vs local:", {k: (dm[k], lm[k]) for k in
+                                   ("mean_pinball", "coverage", "mean_width", "mae_p50")},
+          {q: (dm["pinball"][q], lm["pinball"][q]) for q in lm["pinball"]})
+    assert dm["mean_pinball"] == pytest.approx(lm["mean_pinball"], rel=PINBALL_RTOL)
+    for q in lm["pinball"]:
+        assert dm["pinball"][q] == pytest.approx(lm["pinball"][q], rel=2 * PINBALL_RTOL)
+    assert abs(dm["coverage"] - lm["coverage"]) <= COVERAGE_ATOL
+    assert dr.model.compute_ == "dask" and dr.model.feature_names_ == lr.model.feature_names_
+    assert dr.model.categories_ == lr.model.categories_
+    assert dr.model.validation_rows_ == lr.model.validation_rows_
+    # the same gate rule, on aggregates
+    assert set(dist["gate"]) == set(local["gate"])
+    assert dist["gate"]["vs_best_baseline"]["baseline"] == local["gate"]["vs_best_baseline"][
+        "baseline"]
+    assert [g["value"] for g in dist["test"]["groups"]] == [
+        g["value"] for g in local["test"]["groups"]]
+    assert [g["n"] for g in dist["test"]["groups"]] == [g["n"] for g in local["test"]["groups"]]
+    assert [r["nominal"] for r in dist["test"]["reliability"]] == [
+        r["nominal"] for r in local["test"]["reliability"]]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_poisson_bootstrap_interval_covers_local_estimate(runs):
+    local, _, dist, _ = runs
+    for name in ("model", *local["test"]["baselines"]):
+        lt = local["test"]["model" if name == "model" else "baselines"]
+        lt = lt if name == "model" else lt[name]
+        dt = dist["test"]["model"] if name == "model" else dist["test"]["baselines"][name]
+        for k in ("mean_pinball", "coverage", "mean_width"):
+            lo, hi = dt["ci"][k]
+            assert lo <= lt[k] <= hi, (name, k, lo, lt[k], hi)
+    # the baselines' intervals are of the same rows: close to the local multinomial ones
+    lb = local["test"]["baselines"]["category_bucket"]["ci"]["mean_pinball"]
+    db = dist["test"]["baselines"]["category_bucket"]["ci"]["mean_pinball"]
+    width = lb[1] - lb[0]
+    assert abs(db[0] - lb[0]) < 0.5 * width and abs(db[1] - lb[1]) < 0.5 * width
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_predictions_partition_files_hold_every_test_row_once(runs):
+    local, _, dist, _ = runs
+    pred = pd.read_parquet(dist["artifacts"]["predictions_test"])
+    theirs = pd.read_parquet(local["artifacts"]["predictions_test"])
+    assert len(pred) == dist["test"]["rows"] == len(theirs)
+    assert pred[L.REQUEST_ID].is_unique
+    assert set(pred[L.REQUEST_ID]) == set(theirs[L.REQUEST_ID])
+    assert list(pred.columns) == list(theirs.columns)
+    a = pred.sort_values(L.REQUEST_ID).reset_index(drop=True)
+    b = theirs.sort_values(L.REQUEST_ID).reset_index(drop=True)
+    for c in ("y", "label_class", "category_bucket-q0.5", "category_bucket-hi-80"):
+        pd.testing.assert_series_equal(a[c], b[c], check_dtype=False)
+
+
+def test_exact_quantiles_equal_numpy():
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(0)
+    for x in (rng.integers(0, 3000, 5001).astype(float), rng.standard_normal(777) * 1e3,
+              np.exp(rng.standard_normal(4000)), np.array([3.0]), np.array([1.0, 1, 1, 2])):
+        s = dd.from_pandas(pd.Series(x), npartitions=3)
+        got, n = exact_quantiles_dask(s, (0.1, 0.5, 0.9))
+        assert n == len(x)
+        assert np.array_equal(got, np.quantile(x, (0.1, 0.5, 0.9)))
+    s = dd.from_pandas(pd.Series(rng.random(1000)), npartitions=4)
+    t = kth_smallest_hash(s, 100)
+    assert int((s <= t).sum().compute()) == 100
+
+
+def test_poisson_weights_are_a_function_of_the_key():
+    h = key_hash(np.array([f"s{i}" for i in range(50_000)], dtype=object))
+    w = poisson_weights(h, 4, seed=3)
+    assert w.shape == (4, 50_000)
+    assert abs(w.mean() - 1.0) < 0.01 and abs(w.var() - 1.0) < 0.02
+    # the same session gives the same weights wherever it is evaluated
+    assert np.array_equal(poisson_weights(h[123:124], 4, 3)[:, 0], w[:, 123])
+    assert not np.array_equal(w[0], w[1])
