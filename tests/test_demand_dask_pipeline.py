@@ -6,6 +6,8 @@ every test row written once to the partitioned predictions."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -30,6 +32,7 @@ CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=200),
 # the model's figures, dask vs local (observed on this ledger: see the test's comments)
 PINBALL_RTOL = 0.05
 COVERAGE_ATOL = 0.04
+SUBSAMPLE = 300
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +57,17 @@ def runs(tmp_path_factory):
             dask.config.set({"dataframe.convert-string": False}):
         dist, dist_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
                                            root / "dask", client, blocksize=60_000)
-    return local, local_run, dist, dist_run
+        # past the collection bound: a hashed uniform subsample of SUBSAMPLE scores
+        sub, sub_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
+                                         root / "dask-sub", client, blocksize=60_000,
+                                         calibration_max=SUBSAMPLE, n_boot=50)
+    return local, local_run, dist, dist_run, sub, sub_run
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 def test_accounting_splits_and_labels_equal_local(runs):
-    local, _, dist, _ = runs
+    local, _, dist, _, *_ = runs
     for key in ("rows_read", "rows_valid", "rows_quarantined", "quarantine_by_reason",
                 "splits", "labels", "time_window", "interval", "quantiles"):
         assert dist[key] == local[key], key
@@ -70,14 +77,15 @@ def test_accounting_splits_and_labels_equal_local(runs):
     assert dist["test"]["labelled_rows"] == local["test"]["labelled_rows"]
     assert dist["calibration"]["rows"] == local["calibration"]["rows"]
     assert dist["partitions"] > 1
-    # every summary key of the local run is there (hpo / reports aside)
-    assert set(local) - set(dist) <= {"reports"}
+    # every summary key of the local run is there
+    assert set(local) <= set(dist)
+    assert Path(dist["reports"]["html"]).exists()
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 def test_baselines_fitted_state_and_figures_equal_local(runs):
-    local, lr, dist, dr = runs
+    local, lr, dist, dr, *_ = runs
     assert list(dr.baselines) == list(lr.baselines)
     for name, b in lr.baselines.items():
         d = dr.baselines[name]
@@ -112,7 +120,7 @@ def test_baselines_fitted_state_and_figures_equal_local(runs):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_model_figures_within_tolerance_of_local(runs):
-    local, lr, dist, dr = runs
+    local, lr, dist, dr, *_ = runs
     lm, dm = local["test"]["model"], dist["test"]["model"]
     print("model dask vs local:", {k: (dm[k], lm[k]) for k in
                                    ("mean_pinball", "coverage", "mean_width", "mae_p50")},
@@ -138,7 +146,7 @@ def test_model_figures_within_tolerance_of_local(runs):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_poisson_bootstrap_interval_covers_local_estimate(runs):
-    local, _, dist, _ = runs
+    local, _, dist, _, *_ = runs
     for name in ("model", *local["test"]["baselines"]):
         lt = local["test"]["model" if name == "model" else "baselines"]
         lt = lt if name == "model" else lt[name]
@@ -156,7 +164,7 @@ def test_poisson_bootstrap_interval_covers_local_estimate(runs):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_predictions_partition_files_hold_every_test_row_once(runs):
-    local, _, dist, _ = runs
+    local, _, dist, _, *_ = runs
     pred = pd.read_parquet(dist["artifacts"]["predictions_test"])
     theirs = pd.read_parquet(local["artifacts"]["predictions_test"])
     assert len(pred) == dist["test"]["rows"] == len(theirs)
@@ -192,3 +200,18 @@ def test_poisson_weights_are_a_function_of_the_key():
     # the same session gives the same weights wherever it is evaluated
     assert np.array_equal(poisson_weights(h[123:124], 4, 3)[:, 0], w[:, 123])
     assert not np.array_equal(w[0], w[1])
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_calibration_past_the_bound_uses_an_exact_size_hashed_subsample(runs):
+    local, _, dist, dr, sub, sr = runs
+    cal = sub["calibration"]
+    assert cal["rows"] == dist["calibration"]["rows"] > SUBSAMPLE
+    assert cal["scores_used"] == SUBSAMPLE and "subsample" in cal["rule"]
+    assert sr.calibrator.n_calibration_ == SUBSAMPLE
+    assert dist["calibration"]["scores_used"] == dist["calibration"]["rows"]
+    # the same rows every run (hash of request_id), only the correction's noise grows
+    assert sum(sr.calibrator.cell_sizes_.values()) == SUBSAMPLE
+    assert abs(sr.calibrator.global_correction_ - dr.calibrator.global_correction_) < 0.25
+    assert abs(sub["test"]["model"]["coverage"] - dist["test"]["model"]["coverage"]) < 0.06

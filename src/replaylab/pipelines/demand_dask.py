@@ -124,6 +124,7 @@ MODEL = "model"
 CALIBRATION_COLLECT_MAX = 5_000_000  # calibration rows whose scores are collected exactly
 N_BOOT_DASK = 200
 GOLDEN_SAMPLE = 5_000  # test rows (hashed sample) the golden rows are picked from
+REPORT_ROWS = 100_000  # test predictions (hashed sample) the report's figures are drawn from
 CLASS = "label_class"  # label_ prefix: never a feature (`feature_columns`)
 TAIL = "label_es_tail"
 _FIGS = ("mean_pinball", "coverage", "mean_width", "mae_p50")
@@ -865,10 +866,34 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     }
     from replaylab.jsonsafe import json_safe
 
+    summary = json_safe(summary)
+    t0 = time.perf_counter()
+    report, report_rows = _write_report(pred_dir, summary, out_dir, demand.seed)
+    summary["reports"] = {"html": str(report),
+                          "rows": f"figures from a uniform sample of {report_rows:,} of "
+                                  f"{int(test_rows):,} test predictions (hash of request_id); "
+                                  "every figure of summary.json is a partition sum"}
+    summary["timings_s"]["report"] = round(time.perf_counter() - t0, 3)
     run = DemandRun(demand, model, cal, baselines,
                     {k: c for k, c in calibrators.items() if k != MODEL}, version, fingerprint,
                     list(model.feature_names_), window, golden)
-    return json_safe(summary), run
+    return summary, run
+
+
+def _write_report(pred_dir: Path, summary: dict, out_dir: Path, seed: int) -> tuple[Path, int]:
+    """`write_demand_report` from the summary and a bounded uniform sample of the written
+    predictions (at most REPORT_ROWS rows, chosen on the workers by a hash of request_id)."""
+    import dask.dataframe as dd
+
+    from replaylab.tracking.demand_report import write_demand_report
+
+    n = int(summary["test"]["rows"])
+    frac = min(1.0, REPORT_ROWS / max(n, 1))
+    with dask.config.set({"dataframe.convert-string": False}):
+        preds = dd.read_parquet(str(pred_dir))
+        sample = preds.map_partitions(_golden_sample, frac, seed, meta=preds._meta).compute()
+    sample = sample.sort_values(L.TIMESTAMP, kind="stable").reset_index(drop=True)
+    return write_demand_report(sample, summary, out_dir), len(sample)
 
 
 def _censoring_section(demand: DemandConfig, counts: dict) -> tuple[str, dict]:
