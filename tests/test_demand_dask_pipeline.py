@@ -215,3 +215,21 @@ def test_calibration_past_the_bound_uses_an_exact_size_hashed_subsample(runs):
     assert sum(sr.calibrator.cell_sizes_.values()) == SUBSAMPLE
     assert abs(sr.calibrator.global_correction_ - dr.calibrator.global_correction_) < 0.25
     assert abs(sub["test"]["model"]["coverage"] - dist["test"]["model"]["coverage"]) < 0.06
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_dask_run_saves_loads_and_exports_as_a_local_one(runs, tmp_path):
+    from replaylab.apps.demand_runs import load_run_state, save_run_state
+    from replaylab.artifacts.demand_export import export_demand
+
+    _, _, dist, dr, *_ = runs
+    back = load_run_state(save_run_state(dr, tmp_path))
+    rows = dr.golden_rows
+    assert len(rows) > 0
+    assert np.array_equal(back.model.predict_quantiles(rows), dr.model.predict_quantiles(rows))
+    for name, b in dr.baselines.items():
+        assert np.array_equal(back.baselines[name].predict_quantiles(rows),
+                              b.predict_quantiles(rows)), name
+    out = export_demand(dr, dist, tmp_path / "artifact")
+    assert (out / "manifest.json").exists()
