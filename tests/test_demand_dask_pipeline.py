@@ -33,6 +33,8 @@ CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=200),
 PINBALL_RTOL = 0.05
 COVERAGE_ATOL = 0.04
 SUBSAMPLE = 300
+REALIZED_CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=50),
+                            censoring=CensoringConfig(method="realized"), min_group_size=100)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +63,9 @@ def runs(tmp_path_factory):
         sub, sub_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
                                          root / "dask-sub", client, blocksize=60_000,
                                          calibration_max=SUBSAMPLE, n_boot=50)
-    return local, local_run, dist, dist_run, sub, sub_run
+        real = train_demand_dask(str(root / "ds"), REALIZED_CFG, projection, split,
+                                 root / "dask-realized", client, blocksize=60_000, n_boot=20)
+    return local, local_run, dist, dist_run, sub, sub_run, real
 
 
 @pytest.mark.slow
@@ -205,7 +209,7 @@ def test_poisson_weights_are_a_function_of_the_key():
 @pytest.mark.slow
 @pytest.mark.integration
 def test_calibration_past_the_bound_uses_an_exact_size_hashed_subsample(runs):
-    local, _, dist, dr, sub, sr = runs
+    local, _, dist, dr, sub, sr, _ = runs
     cal = sub["calibration"]
     assert cal["rows"] == dist["calibration"]["rows"] > SUBSAMPLE
     assert cal["scores_used"] == SUBSAMPLE and "subsample" in cal["rule"]
@@ -233,3 +237,34 @@ def test_the_dask_run_saves_loads_and_exports_as_a_local_one(runs, tmp_path):
                               b.predict_quantiles(rows)), name
     out = export_demand(dr, dist, tmp_path / "artifact")
     assert (out / "manifest.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_realized_censoring_trains_on_the_cut_rows_too(runs):
+    local, _, dist, dr, _, _, (real, rr) = runs
+    sec = real["censoring"]
+    assert sec["method"] == "realized" and sec["reason"] == "configured"
+    assert sec["train_censored_rows"] == rr.model.censored_rows_ > 0
+    assert dr.model.censored_rows_ == 0 and dist["censoring"]["method"] == "none"
+
+
+def test_check_trainable_counts_says_what_the_local_check_says():
+    from replaylab.demand.labels import DemandDataError, DemandLabels, check_trainable
+    from replaylab.pipelines.demand_dask import check_trainable_counts
+
+    cls = np.array(["label"] * 40 + ["length"] * 5 + ["absent_usage"] * 3, dtype=object)
+    splits = np.array(["train"] * 30 + ["calibration"] * 5 + ["test"] * 13, dtype=object)
+    labels = DemandLabels(np.ones(len(cls)), cls, np.zeros(len(cls)), np.full(len(cls), np.nan),
+                          "x.parquet")
+    counts = pd.Series(1, index=pd.MultiIndex.from_arrays([splits, cls])).groupby(
+        level=[0, 1]).sum().to_dict()
+    check_trainable(labels, splits, 5, 10, 3)
+    check_trainable_counts(counts, 5, 10, 3, "x.parquet")  # neither raises
+    for args in ((2, 10, 3), (5, 50, 3), (1, 10, 3), (5, 10, 30)):
+        sessions, min_train, min_cal = args
+        with pytest.raises(DemandDataError) as a:
+            check_trainable(labels, splits, sessions, min_train, min_cal)
+        with pytest.raises(DemandDataError) as b:
+            check_trainable_counts(counts, sessions, min_train, min_cal, "x.parquet")
+        assert str(a.value) == str(b.value)
