@@ -64,6 +64,18 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     demand_values = plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
+    if cfg.compute.kind == "dask" and inp.path:  # the ledger never on the driver
+        from replaylab.pipelines.demand_dask import train_demand_dask
+
+        if int(hpo.trials) > 0:
+            raise ConfigError("demand.hpo.trials > 0 with compute=dask over a ledger dataset: "
+                              "the search is not distributed yet; run it with compute=local on "
+                              "a sample and pass the chosen demand.model.* values")
+        with dask_client(cfg.compute) as client:
+            summary, run = train_demand_dask(str(inp.path), demand_cfg, projection, split,
+                                             run_dir, client)
+            summary["compute"] = compute_facts(cfg.compute, client)
+        return _save_and_export(cfg, run, summary, run_dir)
     loaded = load_ledger(inp)
     kwargs = {"hpo": hpo, "on_trial": nested_trial_logger(cfg),
               "write_ledger": bool(cfg.data.write_ledger)}
@@ -73,8 +85,7 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
         with dask_client(cfg.compute) as client:
             summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir,
                                         client=client, **kwargs)
-        summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
-                              "n_workers": cfg.compute.n_workers}
+            summary["compute"] = compute_facts(cfg.compute, client)
     return _save_and_export(cfg, run, summary, run_dir)
 
 
