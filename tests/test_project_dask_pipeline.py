@@ -205,3 +205,84 @@ def test_python_m_training_demand_on_dask_over_a_dataset_exports_a_loadable_arti
     bad = subprocess.run([*base, "demand.hpo.trials=3", f"hydra.run.dir={tmp_path / 'hpo'}"],
                          cwd=repo, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().startswith("error: demand.hpo.trials")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_killed_mid_run_costs_a_retry_not_the_result(tmp_path):
+    """One of two `dask worker`s is killed while pipeline=project runs on them: Dask
+    recomputes its tasks on the other; the run completes with the local run's counts
+    (or stops with one line), and never leaves a half summary."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=120_000), seed=9)
+    for i in range(4):
+        write_table(frame.iloc[i * 30_000:(i + 1) * 30_000], tmp_path / "ds" / f"p{i}.parquet")
+    dask_bin = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp_path / "scheduler.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    repo = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                              start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.is_file() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        workers = [subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1",
+                                     "--nthreads", "1", "--no-dashboard"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=env, start_new_session=True) for _ in range(2)]
+        procs += workers
+        from distributed import Client
+
+        with Client(address) as c:
+            c.wait_for_workers(2, timeout=60)
+        out = tmp_path / "dask"
+        run = subprocess.Popen(
+            [sys.executable, "-m", "training", "pipeline=project", "compute=dask",
+             f"compute.address={address}", f"data.ledger={tmp_path / 'ds'}", "tracking=off",
+             f"hydra.run.dir={out}"], cwd=repo, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=env)
+        deadline = time.time() + 120
+        log = ""
+        while "dask stage 3/5" not in log and time.time() < deadline and run.poll() is None:
+            time.sleep(0.5)
+            log = (out / "__main__.log").read_text() if (out / "__main__.log").is_file() else ""
+        os.killpg(workers[0].pid, signal.SIGKILL)  # mid-run, with work on it
+        stdout, stderr = run.communicate(timeout=600)
+        print(f"killed a worker at stage 3/5 ({'seen' if 'stage 3/5' in log else 'not seen'}); "
+              f"the run ended with {run.returncode}")
+        if run.returncode == 0:
+            s = json.loads((out / "summary.json").read_text())
+            local = tmp_path / "local"
+            subprocess.run([sys.executable, "-m", "training", "pipeline=project",
+                            f"data.ledger={tmp_path / 'ds'}", "tracking=off",
+                            f"hydra.run.dir={local}"], cwd=repo, check=True,
+                           capture_output=True, env=env, timeout=600)
+            ref = json.loads((local / "summary.json").read_text())
+            for key in ("rows_read", "rows_valid", "labels", "splits"):
+                assert s[key] == ref[key], key
+        else:
+            lines = [x for x in stderr.splitlines() if x.strip()]
+            assert run.returncode == 2 and len(lines) == 1, stderr[-2000:]
+            assert not (out / "summary.json").exists()
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
