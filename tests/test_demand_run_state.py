@@ -325,7 +325,7 @@ def test_python_m_export_refuses_a_tampered_run_in_one_line(fitted, tmp_path):
     assert not marker.exists()
 
 
-def test_run_id_fetch_verifies_what_the_store_holds(fitted, tmp_path):
+def test_run_id_fetch_verifies_what_the_store_holds(fitted, tmp_path, monkeypatch):
     """Through a local MLflow store: the logged folder re-exports; a pickle planted among the
     run's artifacts is refused at fetch time and never unpickled."""
     mlflow = pytest.importorskip("mlflow")
@@ -335,7 +335,8 @@ def test_run_id_fetch_verifies_what_the_store_holds(fitted, tmp_path):
 
     run_dir, state, summary, _, _ = fitted
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
+    # the environment, not mlflow.set_tracking_uri (process-global: later tests would see it)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_experiment("state-test")
     with mlflow.start_run() as r:
         mlflow.log_artifacts(str(state), artifact_path=RUN_STATE)

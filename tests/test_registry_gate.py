@@ -73,6 +73,7 @@ def store(tmp_path_factory):
     yield SimpleNamespace(url=url, client=c, exp=exp, cfg=cfg, go=versions[True],
                           nogo=versions[False], tmp=tmp)
     mlflow.set_tracking_uri(None)
+    mlflow.set_registry_uri(None)  # process-global: later tests' clients must not see it
 
 
 def in_run(store, job, conf, name: str) -> dict:

@@ -339,7 +339,8 @@ def test_entry_point_on_receipt_files(files, tmp_path):
     from mlflow.tracking import MlflowClient
 
     reg = s["registry"][0]
-    mv = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_model_version(
+    db = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mv = MlflowClient(db, registry_uri=db).get_model_version(
         reg["name"], str(reg["version"]))
     assert mv.tags["replaylab.go"] == str(s["go"]).lower()  # the promotion gate reads this
     bad = tmp_path / "bad.jsonl"
