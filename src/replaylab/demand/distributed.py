@@ -163,6 +163,41 @@ def _fit(estimator: lgb.DaskLGBMRegressor, X: dd.DataFrame, y: dd.Series,
     return estimator
 
 
+def _boost_levels(ordered: object, quantiles: Sequence[float], cfg: QuantileModelConfig,
+                  seed: int, head: tuple | None, full: tuple, evals: tuple | None, n_tail: int,
+                  ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
+    """One booster per level on the cluster: early-stopped on `head` against the tail
+    (`evals`: one copy per training partition) when `head` is given, then refit on `full`
+    (`cfg.refit_full_train`); else `full` for `cfg.n_estimators` rounds. Returns (boosters,
+    best round counts, the early-stopped boosters; empty without early stopping)."""
+    boosters: list[lgb.Booster] = []
+    best: list[int] = []
+    stopped: list[lgb.Booster] = []
+    for q in quantiles:
+        native = cfg.lightgbm_params(q, seed)
+        rounds = int(cfg.n_estimators)
+        if head is not None:
+            est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
+                {**native, "metric": "None"}, rounds, cfg.max_bin))
+            _fit(est, *head, eval_X=(evals[0],), eval_y=(evals[1],),
+                 eval_metric=_TailPinball(n_tail, q),
+                 callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds), verbose=False)])
+            rounds = max(int(est.booster_.best_iteration or rounds), 1)
+            booster = _local_booster(est)
+            stopped.append(booster)
+            if cfg.refit_full_train:
+                est = lgb.DaskLGBMRegressor(
+                    client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+                booster = _local_booster(_fit(est, *full))
+        else:
+            est = lgb.DaskLGBMRegressor(
+                client=ordered, **estimator_params(native, rounds, cfg.max_bin))
+            booster = _local_booster(_fit(est, *full))
+        boosters.append(booster)
+        best.append(rounds)
+    return boosters, best, stopped
+
+
 def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
                           quantiles: Sequence[float], cfg: QuantileModelConfig, seed: int,
                           ) -> tuple[list[lgb.Booster], list[int], list[np.ndarray]]:
@@ -189,37 +224,17 @@ def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, t
             x_tail = X.iloc[tail_rows]
             y_tail = pd.Series(target[tail_rows], index=x_tail.index, name="target")
             fx, fy = client.scatter([x_tail, y_tail], broadcast=True, hash=False)
-            eval_X, eval_y = _collections([(fx, fy)] * len(head), meta)
+            evals = _collections([(fx, fy)] * len(head), meta)
+            early = (head_X, head_y)
         else:
             full_X, full_y = _collections(
                 _scatter_pieces(client, X, target, np.arange(len(X)), workers, seed), meta)
-
-        boosters: list[lgb.Booster] = []
-        best: list[int] = []
-        tail_raw: list[np.ndarray] = []
-        for q in quantiles:
-            native = cfg.lightgbm_params(q, seed)
-            rounds = int(cfg.n_estimators)
-            if tail.any():
-                est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
-                    {**native, "metric": "None"}, rounds, cfg.max_bin))
-                _fit(est, head_X, head_y, eval_X=(eval_X,), eval_y=(eval_y,),
-                     eval_metric=_TailPinball(len(tail_rows), q),
-                     callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds),
-                                                   verbose=False)])
-                rounds = max(int(est.booster_.best_iteration or rounds), 1)
-                booster = _local_booster(est)
-                tail_raw.append(booster.predict(x_tail, num_iteration=rounds))
-                if cfg.refit_full_train:
-                    est = lgb.DaskLGBMRegressor(
-                        client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-                    booster = _local_booster(_fit(est, full_X, full_y))
-            else:
-                est = lgb.DaskLGBMRegressor(
-                    client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-                booster = _local_booster(_fit(est, full_X, full_y))
-            boosters.append(booster)
-            best.append(rounds)
+            early = evals = None
+        boosters, best, stopped = _boost_levels(ordered, quantiles, cfg, seed, early,
+                                                (full_X, full_y), evals, len(tail_rows))
+    # the early-stopped boosters' raw predictions on the tail (none without a tail)
+    tail_raw = [booster.predict(x_tail, num_iteration=rounds)
+                for booster, rounds in zip(stopped, best, strict=False)]
     return boosters, best, tail_raw
 
 
@@ -245,36 +260,14 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
     scores the tail with the last on the workers instead of gathering it.
     """
     ordered = _RanksInPartOrder(client)
-    boosters: list[lgb.Booster] = []
-    best: list[int] = []
-    stopped: list[lgb.Booster] = []
     with dask.config.set({"dataframe.convert-string": False}):
         early = tail_X is not None and n_tail > 0
+        evals = None
         if early:
             one_X = tail_X.repartition(npartitions=1).persist()
             one_y = tail_y.repartition(npartitions=1).persist()
-            eval_X, eval_y = _copies(one_X, head_X.npartitions), _copies(one_y, head_X.npartitions)
-        for q in quantiles:
-            native = cfg.lightgbm_params(q, seed)
-            rounds = int(cfg.n_estimators)
-            if early:
-                est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
-                    {**native, "metric": "None"}, rounds, cfg.max_bin))
-                _fit(est, head_X, head_y, eval_X=(eval_X,), eval_y=(eval_y,),
-                     eval_metric=_TailPinball(n_tail, q),
-                     callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds),
-                                                   verbose=False)])
-                rounds = max(int(est.booster_.best_iteration or rounds), 1)
-                booster = _local_booster(est)
-                stopped.append(booster)
-                if cfg.refit_full_train:
-                    est = lgb.DaskLGBMRegressor(
-                        client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-                    booster = _local_booster(_fit(est, full_X, full_y))
-            else:
-                est = lgb.DaskLGBMRegressor(
-                    client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-                booster = _local_booster(_fit(est, full_X, full_y))
-            boosters.append(booster)
-            best.append(rounds)
+            evals = (_copies(one_X, head_X.npartitions), _copies(one_y, head_X.npartitions))
+        boosters, best, stopped = _boost_levels(ordered, quantiles, cfg, seed,
+                                                (head_X, head_y) if early else None,
+                                                (full_X, full_y), evals, n_tail)
     return boosters, best, stopped
