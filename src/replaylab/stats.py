@@ -213,3 +213,16 @@ def binomial_ci(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
         return float("nan"), float("nan")
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=level)
     return float(ci.low), float(ci.high)
+
+
+def histogram_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
+    """Increasing int64 edges from lo to hi (both included), at most buckets + 1 of them:
+    one pass of an exact distributed order statistic by histogram refinement (each pass
+    counts per bucket on every partition and keeps the bucket where the count crosses;
+    `projection.splits_dask`, `demand.dask_ops`)."""
+    span = hi - lo
+    if span <= buckets:
+        return np.arange(lo, hi + 1, dtype=np.int64)
+    return np.unique(np.array([lo + span * i // buckets for i in range(buckets + 1)],
+                              dtype=np.int64))
+

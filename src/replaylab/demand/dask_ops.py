@@ -33,6 +33,8 @@ import dask
 import numpy as np
 import pandas as pd
 
+from replaylab.stats import histogram_edges
+
 BUCKETS = 4096
 _FLIP = np.int64(0x7FFF_FFFF_FFFF_FFFF)
 _GOLDEN = np.uint64(0x9E37_79B9_7F4A_7C15)
@@ -88,14 +90,6 @@ def from_keys(k: np.ndarray | int) -> np.ndarray:
     return np.where(k < 0, k ^ _FLIP, k).view("float64")
 
 
-def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
-    span = hi - lo
-    if span <= buckets:
-        return np.arange(lo, hi + 1, dtype=np.int64)
-    return np.unique(np.array([lo + span * i // buckets for i in range(buckets + 1)],
-                              dtype=np.int64))
-
-
 def _part_stats(x: pd.Series) -> tuple[int, int | None, int | None]:
     k = sortable_keys(x.to_numpy(dtype="float64"))
     return (len(k), int(k.min()) if len(k) else None, int(k.max()) if len(k) else None)
@@ -139,7 +133,7 @@ def order_statistics_dask(x: object, ranks: Sequence[int], n: int, kmin: int, km
         if not state:
             break
         names = list(state)
-        edges = [_edges(state[r][0], state[r][1], buckets) for r in names]
+        edges = [histogram_edges(state[r][0], state[r][1], buckets) for r in names]
         hists = on_partitions(x, _part_hist, _hist_sum, edges)
         for r, e, h in zip(names, edges, hists, strict=True):
             cum = np.int64(state[r][2]) + np.cumsum(h[1:])  # count(<= e[i]) at i - 1

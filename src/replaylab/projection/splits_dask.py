@@ -60,6 +60,7 @@ from replaylab.projection.splits import (
     first_session_record,
     thresholds,
 )
+from replaylab.stats import histogram_edges
 
 BUCKETS = 4096  # histogram buckets per refinement pass
 SESSION_TABLE_META = pd.DataFrame({
@@ -173,15 +174,6 @@ def _first_id_min(parts: Sequence[list]) -> list[str | None]:
 # ------------------------------------------------------------- the selection
 
 
-def _edges(lo: int, hi: int, buckets: int) -> np.ndarray:
-    """Increasing int64 edges from lo to hi (both included), at most buckets + 1 of them."""
-    span = hi - lo
-    if span <= buckets:
-        return np.arange(lo, hi + 1, dtype=np.int64)
-    return np.unique(np.array([lo + span * i // buckets for i in range(buckets + 1)],
-                              dtype=np.int64))
-
-
 def _crossing_times(table: dd.DataFrame, n: int, start_min: int, start_max: int,
                     targets: dict[str, float], buckets: int) -> tuple[dict[str, int | None], int]:
     """Per target threshold: t1 = min{t : W(<= t) >= threshold} (None if no session can reach
@@ -202,7 +194,7 @@ def _crossing_times(table: dd.DataFrame, n: int, start_min: int, start_max: int,
             found[k] = state.pop(k)[1]
         if not names:
             break
-        edges = [_edges(state[k][0], state[k][1], buckets) for k in names]
+        edges = [histogram_edges(state[k][0], state[k][1], buckets) for k in names]
         hists = _on_cluster(table, _histograms, _histograms_sum, edges)
         passes += 1
         for k, e, h in zip(names, edges, hists, strict=True):
