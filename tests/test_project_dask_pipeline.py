@@ -4,6 +4,15 @@ does not depend on partitioning; the quarantine and features are written as Parq
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -110,127 +119,21 @@ def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
     assert read_ledger_dataset(single).rows_read == a.rows_read
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-def test_a_separately_started_scheduler_and_two_workers_run_the_pipeline(tmp_path):
-    """`dask scheduler` + 2 `dask worker` processes started apart; `python -m training
-    pipeline=project compute=dask compute.address=...` over a dataset equals the local run."""
-    import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+REPO = Path(__file__).resolve().parents[1]
 
-    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=2000), seed=8)
-    for i, part in enumerate((frame.iloc[:700], frame.iloc[700:1400], frame.iloc[1400:])):
-        write_table(part, tmp_path / "ds" / f"part-{i}.parquet")
+
+@contextlib.contextmanager
+def dask_processes(tmp: Path, n_workers: int = 2):
+    """A `dask scheduler` and `n_workers` `dask worker` processes started apart (as on a
+    cluster), on loopback; yields (address, the worker processes); all stopped after."""
+    from distributed import Client
+
     dask_bin = str(Path(sys.executable).parent / "dask")
-    sched_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    sched_file = tmp / "scheduler.json"
     procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                              start_new_session=True)]
-    try:
-        deadline = time.time() + 60
-        while not sched_file.is_file() and time.time() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        for _ in range(2):
-            procs.append(subprocess.Popen(
-                [dask_bin, "worker", address, "--nworkers", "1", "--nthreads", "1",
-                 "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                env=env, start_new_session=True))
-        from distributed import Client
-
-        with Client(address) as c:
-            c.wait_for_workers(2, timeout=60)
-        runs = {}
-        for name, extra in (("dask", ["compute=dask", f"compute.address={address}"]),
-                            ("local", [])):
-            out = tmp_path / name
-            proc = subprocess.run(
-                [sys.executable, "-m", "training", "pipeline=project", *extra,
-                 f"data.ledger={tmp_path / 'ds'}", "tracking=off", f"hydra.run.dir={out}"],
-                cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True,
-                timeout=600, env=env)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            runs[name] = json.loads((out / "summary.json").read_text())
-        d, loc = runs["dask"], runs["local"]
-        assert d["compute"]["scheduler"] == address and d["compute"]["n_workers"] == 2
-        for key in ("rows_read", "rows_valid", "rows_quarantined", "labels", "splits"):
-            assert d[key] == loc[key], key
-        assert d["verdict"] == loc["verdict"]
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-def test_python_m_training_demand_on_dask_over_a_dataset_exports_a_loadable_artifact(tmp_path):
-    """pipeline=demand compute=dask data.ledger=DIR: trained on the cluster, the artifact
-    exported and served; hpo with compute=dask over a dataset is refused in one line."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from replaylab.runtime import DemandPredictor
-
-    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=6000), seed=4)
-    for i in range(3):
-        write_table(frame.iloc[i * 2000:(i + 1) * 2000], tmp_path / "ds" / f"part-{i}.parquet")
-    repo = Path(__file__).resolve().parents[1]
-    base = [sys.executable, "-m", "training", "pipeline=demand", "compute=dask",
-            f"data.ledger={tmp_path / 'ds'}", "tracking=off", "demand.model.n_estimators=40"]
-    proc = subprocess.run([*base, f"hydra.run.dir={tmp_path / 'run'}"], cwd=repo,
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
-    assert s["rows_read"] == 6000 and proc.stdout.strip().splitlines()[-1] == s["verdict"]
-    p = DemandPredictor.load(Path(s["artifacts"]["demand"]))
-    assert p.loaded and p.predict({"prompt_tokens": 300, "max_tokens": 800}).hint_p50 > 300
-    bad = subprocess.run([*base, "demand.hpo.trials=3", f"hydra.run.dir={tmp_path / 'hpo'}"],
-                         cwd=repo, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: demand.hpo.trials")
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-def test_a_worker_killed_mid_run_costs_a_retry_not_the_result(tmp_path):
-    """One of two `dask worker`s is killed while pipeline=project runs on them: Dask
-    recomputes its tasks on the other; the run completes with the local run's counts
-    (or stops with one line), and never leaves a half summary."""
-    import json
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
-
-    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=120_000), seed=9)
-    for i in range(4):
-        write_table(frame.iloc[i * 30_000:(i + 1) * 30_000], tmp_path / "ds" / f"p{i}.parquet")
-    dask_bin = str(Path(sys.executable).parent / "dask")
-    sched_file = tmp_path / "scheduler.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    repo = Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
                               start_new_session=True)]
     try:
         deadline = time.time() + 60
@@ -240,41 +143,11 @@ def test_a_worker_killed_mid_run_costs_a_retry_not_the_result(tmp_path):
         workers = [subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1",
                                      "--nthreads", "1", "--no-dashboard"],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env=env, start_new_session=True) for _ in range(2)]
+                                    env=ENV, start_new_session=True) for _ in range(n_workers)]
         procs += workers
-        from distributed import Client
-
         with Client(address) as c:
-            c.wait_for_workers(2, timeout=60)
-        out = tmp_path / "dask"
-        run = subprocess.Popen(
-            [sys.executable, "-m", "training", "pipeline=project", "compute=dask",
-             f"compute.address={address}", f"data.ledger={tmp_path / 'ds'}", "tracking=off",
-             f"hydra.run.dir={out}"], cwd=repo, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env)
-        deadline = time.time() + 120
-        log = ""
-        while "dask stage 3/5" not in log and time.time() < deadline and run.poll() is None:
-            time.sleep(0.5)
-            log = (out / "__main__.log").read_text() if (out / "__main__.log").is_file() else ""
-        os.killpg(workers[0].pid, signal.SIGKILL)  # mid-run, with work on it
-        stdout, stderr = run.communicate(timeout=600)
-        print(f"killed a worker at stage 3/5 ({'seen' if 'stage 3/5' in log else 'not seen'}); "
-              f"the run ended with {run.returncode}")
-        if run.returncode == 0:
-            s = json.loads((out / "summary.json").read_text())
-            local = tmp_path / "local"
-            subprocess.run([sys.executable, "-m", "training", "pipeline=project",
-                            f"data.ledger={tmp_path / 'ds'}", "tracking=off",
-                            f"hydra.run.dir={local}"], cwd=repo, check=True,
-                           capture_output=True, env=env, timeout=600)
-            ref = json.loads((local / "summary.json").read_text())
-            for key in ("rows_read", "rows_valid", "labels", "splits"):
-                assert s[key] == ref[key], key
-        else:
-            lines = [x for x in stderr.splitlines() if x.strip()]
-            assert run.returncode == 2 and len(lines) == 1, stderr[-2000:]
-            assert not (out / "summary.json").exists()
+            c.wait_for_workers(n_workers, timeout=60)
+        yield address, workers
     finally:
         for p in procs:
             try:
@@ -286,3 +159,91 @@ def test_a_worker_killed_mid_run_costs_a_retry_not_the_result(tmp_path):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+
+
+def project_summary(out: Path, ledger: Path, *extra: str) -> dict:
+    """`python -m training pipeline=project data.ledger=LEDGER` into out; its summary."""
+    proc = subprocess.run([sys.executable, "-m", "training", "pipeline=project", *extra,
+                           f"data.ledger={ledger}", "tracking=off", f"hydra.run.dir={out}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_separately_started_scheduler_and_two_workers_run_the_pipeline(tmp_path):
+    """`dask scheduler` + 2 `dask worker` processes started apart; `python -m training
+    pipeline=project compute=dask compute.address=...` over a dataset equals the local run."""
+    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=2000), seed=8)
+    for i, part in enumerate((frame.iloc[:700], frame.iloc[700:1400], frame.iloc[1400:])):
+        write_table(part, tmp_path / "ds" / f"part-{i}.parquet")
+    with dask_processes(tmp_path) as (address, _):
+        d = project_summary(tmp_path / "dask", tmp_path / "ds", "compute=dask",
+                            f"compute.address={address}")
+    loc = project_summary(tmp_path / "local", tmp_path / "ds")
+    assert d["compute"]["scheduler"] == address and d["compute"]["n_workers"] == 2
+    for key in ("rows_read", "rows_valid", "rows_quarantined", "labels", "splits"):
+        assert d[key] == loc[key], key
+    assert d["verdict"] == loc["verdict"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_python_m_training_demand_on_dask_over_a_dataset_exports_a_loadable_artifact(tmp_path):
+    """pipeline=demand compute=dask data.ledger=DIR: trained on the cluster, the artifact
+    exported and served; hpo with compute=dask over a dataset is refused in one line."""
+    from replaylab.runtime import DemandPredictor
+
+    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=6000), seed=4)
+    for i in range(3):
+        write_table(frame.iloc[i * 2000:(i + 1) * 2000], tmp_path / "ds" / f"part-{i}.parquet")
+    base = [sys.executable, "-m", "training", "pipeline=demand", "compute=dask",
+            f"data.ledger={tmp_path / 'ds'}", "tracking=off", "demand.model.n_estimators=40"]
+    proc = subprocess.run([*base, f"hydra.run.dir={tmp_path / 'run'}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
+    assert s["rows_read"] == 6000 and proc.stdout.strip().splitlines()[-1] == s["verdict"]
+    p = DemandPredictor.load(Path(s["artifacts"]["demand"]))
+    assert p.loaded and p.predict({"prompt_tokens": 300, "max_tokens": 800}).hint_p50 > 300
+    bad = subprocess.run([*base, "demand.hpo.trials=3", f"hydra.run.dir={tmp_path / 'hpo'}"],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: demand.hpo.trials")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_killed_mid_run_costs_a_retry_not_the_result(tmp_path):
+    """One of two `dask worker`s is killed while pipeline=project runs on them: Dask
+    recomputes its tasks on the other; the run completes with the local run's counts
+    (or stops with one line), and never leaves a half summary."""
+    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=120_000), seed=9)
+    for i in range(4):
+        write_table(frame.iloc[i * 30_000:(i + 1) * 30_000], tmp_path / "ds" / f"p{i}.parquet")
+    out = tmp_path / "dask"
+    with dask_processes(tmp_path) as (address, workers):
+        run = subprocess.Popen(
+            [sys.executable, "-m", "training", "pipeline=project", "compute=dask",
+             f"compute.address={address}", f"data.ledger={tmp_path / 'ds'}", "tracking=off",
+             f"hydra.run.dir={out}"], cwd=REPO, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=ENV)
+        deadline = time.time() + 120
+        log = ""
+        while "dask stage 3/5" not in log and time.time() < deadline and run.poll() is None:
+            time.sleep(0.5)
+            log = (out / "__main__.log").read_text() if (out / "__main__.log").is_file() else ""
+        os.killpg(workers[0].pid, signal.SIGKILL)  # mid-run, with work on it
+        stdout, stderr = run.communicate(timeout=600)
+    print(f"killed a worker at stage 3/5 ({'seen' if 'stage 3/5' in log else 'not seen'}); "
+          f"the run ended with {run.returncode}")
+    if run.returncode == 0:
+        s = json.loads((out / "summary.json").read_text())
+        ref = project_summary(tmp_path / "local", tmp_path / "ds")
+        for key in ("rows_read", "rows_valid", "labels", "splits"):
+            assert s[key] == ref[key], key
+    else:
+        lines = [x for x in stderr.splitlines() if x.strip()]
+        assert run.returncode == 2 and len(lines) == 1, stderr[-2000:]
+        assert not (out / "summary.json").exists()
