@@ -30,6 +30,7 @@ from replaylab.sources.synthetic import (
     generate_synthetic_ledger,
     inject_defects,
 )
+from tests.conftest import REPO
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +121,6 @@ def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
 
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-REPO = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
