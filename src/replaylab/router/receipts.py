@@ -141,6 +141,45 @@ def iso(ms: float | int | None) -> str | None:
     return datetime.fromtimestamp(int(ms) / 1000.0, UTC).isoformat().replace("+00:00", "Z")
 
 
+def split_ranks(n: int, config: ReceiptsConfig) -> tuple[int, int]:
+    """0-based ranks, in opening-time order of the n sessions, of the first calibration and
+    the first test session (ReceiptsError when a split would be empty)."""
+    n_test = int(round(float(config.test_share) * n))
+    n_cal = int(round(float(config.calibration_share) * n))
+    if n_test < 1 or n_cal < 1 or n - n_test - n_cal < 1:
+        raise ReceiptsError(f"{n} sessions cannot be split into train / calibration / test "
+                            f"({config.calibration_share:g} / {config.test_share:g})")
+    return n - n_test - n_cal, n - n_test
+
+
+def assign_session_splits(opening_ms: np.ndarray, last_ms: np.ndarray, t_cal: int, t_test: int,
+                          embargo_ms: int) -> np.ndarray:
+    """(n,) split name per session from the two boundaries (sessions are independent of one
+    another here, so this runs per partition): test from t_test, calibration from t_cal,
+    else train; an earlier split's session still running within embargo_ms of the next
+    split's start is embargoed."""
+    opening_ms = np.asarray(opening_ms)
+    split = np.where(opening_ms >= t_test, "test",
+                     np.where(opening_ms >= t_cal, "calibration", "train")).astype(object)
+    nxt = np.where(split == "train", t_cal, np.where(split == "calibration", t_test, np.inf))
+    embargoed = np.asarray(last_ms, float) > nxt - float(embargo_ms)
+    split[embargoed & (split != "test")] = EMBARGO
+    return split
+
+
+def split_boundaries(first_ms: int, t_cal: int, t_test: int, last_open_ms: int,
+                     embargo_ms: int, sessions: dict[str, int]) -> dict:
+    """The summary's `splits`: boundaries (RFC 3339 and ms), sessions per split, the rule."""
+    return {"train_start": iso(first_ms), "calibration_start": iso(t_cal),
+            "test_start": iso(t_test), "test_end": iso(last_open_ms),
+            "calibration_start_ms": t_cal, "test_start_ms": t_test,
+            "embargo_ms": int(embargo_ms),
+            "sessions": {s: int(sessions.get(s, 0)) for s in (*SPLITS, EMBARGO)},
+            "rule": "sessions by opening time: the latest test_share are test, the "
+                    "calibration_share before them calibration; a session still running "
+                    "within embargo_ms of the next split's start is embargoed"}
+
+
 def session_time_split(opening_ms: np.ndarray, last_ms: np.ndarray, session: np.ndarray,
                        config: ReceiptsConfig) -> tuple[np.ndarray, dict]:
     """(n,) split name per session (train / calibration / test / embargo), boundaries.
@@ -150,27 +189,13 @@ def session_time_split(opening_ms: np.ndarray, last_ms: np.ndarray, session: np.
     """
     n = len(opening_ms)
     order = np.lexsort((np.asarray(session, dtype=str), opening_ms))
-    n_test = int(round(float(config.test_share) * n))
-    n_cal = int(round(float(config.calibration_share) * n))
-    if n_test < 1 or n_cal < 1 or n - n_test - n_cal < 1:
-        raise ReceiptsError(f"{n} sessions cannot be split into train / calibration / test "
-                            f"({config.calibration_share:g} / {config.test_share:g})")
+    k_cal, k_test = split_ranks(n, config)
     sorted_open = np.asarray(opening_ms)[order]
-    t_cal = int(sorted_open[n - n_test - n_cal])
-    t_test = int(sorted_open[n - n_test])
-    split = np.where(opening_ms >= t_test, "test",
-                     np.where(opening_ms >= t_cal, "calibration", "train")).astype(object)
-    nxt = np.where(split == "train", t_cal, np.where(split == "calibration", t_test, np.inf))
-    embargoed = np.asarray(last_ms, float) > nxt - float(config.embargo_ms)
-    split[embargoed & (split != "test")] = EMBARGO
-    bounds = {"train_start": iso(sorted_open[0]), "calibration_start": iso(t_cal),
-              "test_start": iso(t_test), "test_end": iso(sorted_open[-1]),
-              "calibration_start_ms": t_cal, "test_start_ms": t_test,
-              "embargo_ms": int(config.embargo_ms),
-              "sessions": {s: int((split == s).sum()) for s in (*SPLITS, EMBARGO)},
-              "rule": "sessions by opening time: the latest test_share are test, the "
-                      "calibration_share before them calibration; a session still running "
-                      "within embargo_ms of the next split's start is embargoed"}
+    t_cal, t_test = int(sorted_open[k_cal]), int(sorted_open[k_test])
+    split = assign_session_splits(opening_ms, last_ms, t_cal, t_test, int(config.embargo_ms))
+    bounds = split_boundaries(int(sorted_open[0]), t_cal, t_test, int(sorted_open[-1]),
+                              int(config.embargo_ms),
+                              {s: int((split == s).sum()) for s in (*SPLITS, EMBARGO)})
     return split, bounds
 
 
@@ -187,19 +212,58 @@ def _openings(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cols)
 
 
-def _explored_share_refusals(decisions: pd.DataFrame, candidates: Sequence[str], cap: float,
-                             minimum: int, sessions: int) -> tuple[dict, list[str]]:
+def exploration_counts(decisions: pd.DataFrame, candidates: Sequence[str]) -> dict:
+    """The additive counts `exploration_facts` reads (sums over partitions of the opening
+    decisions give the whole ledger's): explored sessions, the propensities of the logging
+    policy's own choices by value, explored and randomized sessions by candidate."""
     explored = decisions[Label.LABEL_SOURCE] == "exploration"
-    share = float(explored.sum()) / max(sessions, 1)
-    lo, hi = binomial_ci(int(explored.sum()), max(sessions, 1))
+    own = pd.to_numeric(decisions.loc[~explored, Label.PROPENSITY], errors="coerce").dropna()
+    prop = pd.to_numeric(decisions[Label.PROPENSITY], errors="coerce")
+    return {"explored": int(explored.sum()),
+            "own_propensity": {float(k): int(v) for k, v in own.value_counts().items()},
+            "explored_by_candidate": {str(k): int(v) for k, v in decisions.loc[
+                explored, Label.CANDIDATE].value_counts().items()},
+            "randomized_by_candidate": {str(k): int(v) for k, v in decisions.loc[
+                prop < 1.0, Label.CANDIDATE].value_counts().items()}}
+
+
+def add_counts(a: dict, b: dict) -> dict:
+    """Two count dicts (numbers, or nested dicts of numbers) summed key by key."""
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, dict):
+            out[k] = add_counts(out.get(k, {}), v)
+        else:
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def median_of_counts(counts: dict[float, int]) -> float | None:
+    """The median (pandas' and numpy's: the mean of the two middle values when even) of the
+    multiset {value: multiplicity}; None when empty."""
+    n = int(sum(counts.values()))
+    if n == 0:
+        return None
+    values = sorted(counts)
+    cum = np.cumsum([counts[v] for v in values])
+    lo = values[int(np.searchsorted(cum, (n - 1) // 2 + 1))]
+    hi = values[int(np.searchsorted(cum, n // 2 + 1))]
+    return float(np.mean([lo, hi]))
+
+
+def exploration_facts(counts: dict, candidates: Sequence[str], cap: float, minimum: int,
+                      sessions: int) -> tuple[dict, list[str]]:
+    """The exploration section of the report and the refusals, from `exploration_counts`."""
+    n_explored = int(counts["explored"])
+    share = float(n_explored) / max(sessions, 1)
+    lo, hi = binomial_ci(n_explored, max(sessions, 1))
     # the rate the logging policy says it ran: 1 - the propensity of its own choices
-    own = pd.to_numeric(decisions.loc[~explored, Label.PROPENSITY], errors="coerce")
-    logged_rate = float(1.0 - own.median()) if own.notna().any() else None
-    per = decisions.loc[explored, Label.CANDIDATE].value_counts().reindex(
-        list(candidates), fill_value=0)
-    facts = {"explored_sessions": int(explored.sum()), "explored_share": share,
+    median = median_of_counts(counts["own_propensity"])
+    logged_rate = None if median is None else float(1.0 - median)
+    per = {str(c): int(counts["explored_by_candidate"].get(str(c), 0)) for c in candidates}
+    facts = {"explored_sessions": n_explored, "explored_share": share,
              "explored_share_ci": [lo, hi], "logged_rate": logged_rate, "cap": cap,
-             "explored_by_candidate": {str(k): int(v) for k, v in per.items()},
+             "explored_by_candidate": per,
              "min_explored_per_candidate": int(minimum),
              "support_rule": "every candidate opens >= min_explored_per_candidate sessions "
                              "with a propensity < 1, and >= that many sessions are explored",
@@ -215,19 +279,100 @@ def _explored_share_refusals(decisions: pd.DataFrame, candidates: Sequence[str],
     # support of a candidate: sessions it opened under the randomized logging policy
     # (propensity < 1), as its exploration arm or as the logging policy's own choice; a
     # candidate the deterministic rules always pick is never an exploration arm in that task
-    prop = pd.to_numeric(decisions[Label.PROPENSITY], errors="coerce")
-    support = decisions.loc[prop < 1.0, Label.CANDIDATE].value_counts().reindex(
-        list(candidates), fill_value=0)
-    facts["randomized_sessions_by_candidate"] = {str(k): int(v) for k, v in support.items()}
-    few = {k: int(v) for k, v in support.items() if v < minimum}
-    if int(explored.sum()) < minimum or few:
+    support = {str(c): int(counts["randomized_by_candidate"].get(str(c), 0)) for c in candidates}
+    facts["randomized_sessions_by_candidate"] = support
+    few = {k: v for k, v in support.items() if v < minimum}
+    if n_explored < minimum or few:
         what = (f"candidate(s) {few} opened fewer than {minimum} sessions under the randomized "
                 "logging policy" if few else
-                f"only {int(explored.sum())} explored sessions in all")
+                f"only {n_explored} explored sessions in all")
         errors.append(f"too little exploration: {what} (need >= {minimum}, "
                       "router.receipts.min_explored_per_candidate): the off-policy estimates "
                       "would have no support there; log more explored traffic")
     return facts, errors
+
+
+def opening_decisions(frame: pd.DataFrame, candidates: tuple[str, ...], where: str = "data.ledger"
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Valid ledger rows (every turn of each of their sessions) -> (the opening decisions of
+    `candidates` that have an outcome, joined with their opening turn; one row per session
+    with its opening and last turn time; additive counts for the report).
+
+    Sessions are independent here, so this runs per partition once a shuffle has put each
+    session's turns in one partition; the counts add up over partitions (`add_counts`)."""
+    try:
+        rows = bandit_rows(frame, validated=True)
+    except ValueError as exc:
+        raise ReceiptsError(f"{where}: {exc}") from exc
+    openings = _openings(frame)
+    first_binding = set(openings[L.BINDING_ID].astype(str))
+    is_opening = rows[Label.BINDING_ID].astype(str).isin(first_binding).to_numpy()
+    escal = ~rows[Label.POLICY_DECISION].astype(bool).to_numpy()
+    in_cands = rows[Label.CANDIDATE].astype(str).isin(candidates).to_numpy()
+    counts: dict = {
+        "sessions": int(openings.shape[0]), "bindings": int(len(rows)),
+        "escalation_bindings": int(escal.sum()),
+        "escalation_cost_usd": float(pd.to_numeric(rows.loc[escal, Label.BINDING_COST],
+                                                   errors="coerce").sum()),
+        "mid_session_policy_rebinds_left_out": int((~is_opening & ~escal).sum()),
+        "bindings_of_other_models": int((~in_cands).sum()),
+        "other_models": {str(k): int(v) for k, v in
+                         rows.loc[~in_cands, Label.CANDIDATE].value_counts().items()},
+    }
+    dec = rows[is_opening & ~escal].copy()
+    counts["sessions_opening_other_model"] = int((~dec[Label.CANDIDATE].isin(candidates)).sum())
+    counts["openings_by_escalation_left_out"] = int(openings.shape[0] - len(dec))
+    dec = dec[dec[Label.CANDIDATE].isin(candidates)]
+    no_outcome = dec[Label.REWARD].isna()
+    counts["openings_without_outcome"] = int(no_outcome.sum())
+    dec = dec[~no_outcome]
+    dec = dec.join(openings.set_index(L.BINDING_ID), on=L.BINDING_ID, rsuffix="_opening")
+    last = frame.groupby(L.SESSION_ID, sort=False)[L.TIMESTAMP].max()
+    sessions = pd.DataFrame({
+        L.SESSION_ID: openings[L.SESSION_ID].to_numpy(),
+        "opening_ms": openings["opening_ms"].to_numpy(np.int64),
+        "last_ms": last.reindex(openings[L.SESSION_ID]).to_numpy(np.int64)})
+    return dec, sessions, counts
+
+
+def counts_report(counts: dict) -> dict:
+    """`opening_decisions`' counts (summed) as the report's keys and order."""
+    out = {k: counts[k] for k in ("sessions", "bindings", "escalation_bindings",
+                                  "escalation_cost_usd", "mid_session_policy_rebinds_left_out",
+                                  "bindings_of_other_models")}
+    other = pd.Series(counts["other_models"], dtype="int64")
+    out["other_models"] = {str(k): int(v) for k, v in
+                           other.sort_values(ascending=False, kind="stable").head(20).items()}
+    for k in ("sessions_opening_other_model", "openings_by_escalation_left_out",
+              "openings_without_outcome"):
+        out[k] = counts[k]
+    return out
+
+
+def finish_decisions(dec: pd.DataFrame, split_of: pd.Series, candidates: tuple[str, ...]
+                     ) -> pd.DataFrame:
+    """Opening decisions with their session's split (split_of: session id -> split), the
+    candidate column `action`, `category` (a `task` column stands in where absent) and
+    `prompt_tokens` (float, NaN unknown). Per partition or whole: rows are independent."""
+    dec = dec.copy()
+    dec["split"] = split_of.reindex(dec[Label.SESSION_ID].astype(str)).to_numpy()
+    dec["action"] = dec[Label.CANDIDATE].map({c: k for k, c in enumerate(candidates)}
+                                             ).astype(np.int64)
+    cat = dec[L.CATEGORY] if L.CATEGORY in dec else pd.Series(None, index=dec.index)
+    if O.TASK in dec:  # an extra `task` column stands in where `category` is absent
+        cat = cat.where(cat.notna(), dec[O.TASK])
+    dec["category"] = cat.to_numpy(dtype=object)
+    dec["prompt_tokens"] = pd.to_numeric(dec[L.PROMPT_TOKENS], errors="coerce").to_numpy(float) \
+        if L.PROMPT_TOKENS in dec else np.nan
+    return dec
+
+
+def policy_counts(dec: pd.DataFrame) -> dict:
+    """The report's `logging_policy` counts of kept decisions (additive over partitions)."""
+    return {"opening_by_candidate": {str(k): int(v) for k, v in
+                                     dec[Label.CANDIDATE].value_counts().items()},
+            "propensities": {f"{p:.6g}": int(c) for p, c in
+                             dec[Label.PROPENSITY].round(12).value_counts().sort_index().items()}}
 
 
 def receipts_table(checked: ValidationResult, candidates: Sequence[str], config: ReceiptsConfig,
@@ -251,63 +396,23 @@ def receipts_table(checked: ValidationResult, candidates: Sequence[str], config:
     if not has_values(frame, L.ROUTING_SOURCE):
         raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: explored "
                             "sessions cannot be told from the logging policy's own choices")
-    present = set(frame[L.SELECTED_MODEL].astype(str).unique())
-    absent = [c for c in cands if c not in present]
-    if absent:
-        raise ReceiptsError(f"{where}: router.candidates {absent} never appear in "
-                            f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
-    try:
-        rows = bandit_rows(frame, validated=True)
-    except ValueError as exc:
-        raise ReceiptsError(f"{where}: {exc}") from exc
-    openings = _openings(frame)
-    first_binding = set(openings[L.BINDING_ID].astype(str))
-    is_opening = rows[Label.BINDING_ID].astype(str).isin(first_binding).to_numpy()
-    escal = ~rows[Label.POLICY_DECISION].astype(bool).to_numpy()
-    in_cands = rows[Label.CANDIDATE].astype(str).isin(cands).to_numpy()
+    check_candidates_present(cands, set(frame[L.SELECTED_MODEL].astype(str).unique()), where)
+    dec, sessions, counts = opening_decisions(frame, cands, where)
     report: dict = {
         "rows_read": checked.rows_read, "rows_valid": checked.rows_valid,
         "rows_quarantined": checked.rows_quarantined,
-        "quarantine_by_reason": checked.by_reason(),
-        "sessions": int(openings.shape[0]), "bindings": int(len(rows)),
-        "escalation_bindings": int(escal.sum()),
-        "escalation_cost_usd": float(pd.to_numeric(rows.loc[escal, Label.BINDING_COST],
-                                                   errors="coerce").sum()),
-        "mid_session_policy_rebinds_left_out": int((~is_opening & ~escal).sum()),
-        "bindings_of_other_models": int((~in_cands).sum()),
-        "other_models": {str(k): int(v) for k, v in
-                         rows.loc[~in_cands, Label.CANDIDATE].value_counts().head(20).items()},
-    }
-    dec = rows[is_opening & ~escal].copy()
-    report["sessions_opening_other_model"] = int((~dec[Label.CANDIDATE].isin(cands)).sum())
-    report["openings_by_escalation_left_out"] = int(openings.shape[0] - len(dec))
-    dec = dec[dec[Label.CANDIDATE].isin(cands)]
-    no_outcome = dec[Label.REWARD].isna()
-    report["openings_without_outcome"] = int(no_outcome.sum())
-    dec = dec[~no_outcome]
-    facts, errors = _explored_share_refusals(dec, cands, float(cap),
-                                             int(config.min_explored_per_candidate),
-                                             len(openings))
+        "quarantine_by_reason": checked.by_reason(), **counts_report(counts)}
+    facts, errors = exploration_facts(exploration_counts(dec, cands), cands, float(cap),
+                                      int(config.min_explored_per_candidate), len(sessions))
     report["exploration"] = facts
     if errors:
         raise ReceiptsError(f"{where}: {errors[0]}")
-    o = openings.set_index(L.BINDING_ID)
-    dec = dec.join(o, on=L.BINDING_ID, rsuffix="_opening")
     texts, emb = _representations(dec, encoder_id, where)
-    last = frame.groupby(L.SESSION_ID, sort=False)[L.TIMESTAMP].max()
-    split_of, bounds = session_time_split(
-        openings["opening_ms"].to_numpy(np.int64),
-        last.reindex(openings[L.SESSION_ID]).to_numpy(np.int64),
-        openings[L.SESSION_ID].to_numpy(), config)
-    split = pd.Series(split_of, index=openings[L.SESSION_ID].to_numpy())
-    dec["split"] = split.reindex(dec[Label.SESSION_ID].astype(str)).to_numpy()
-    dec["action"] = dec[Label.CANDIDATE].map({c: k for k, c in enumerate(cands)}).astype(np.int64)
-    cat = dec[L.CATEGORY] if L.CATEGORY in dec else pd.Series(None, index=dec.index)
-    if O.TASK in dec:  # an extra `task` column stands in where `category` is absent
-        cat = cat.where(cat.notna(), dec[O.TASK])
-    dec["category"] = cat.to_numpy(dtype=object)
-    dec["prompt_tokens"] = pd.to_numeric(dec[L.PROMPT_TOKENS], errors="coerce").to_numpy(float) \
-        if L.PROMPT_TOKENS in dec else np.nan
+    split_of, bounds = session_time_split(sessions["opening_ms"].to_numpy(np.int64),
+                                          sessions["last_ms"].to_numpy(np.int64),
+                                          sessions[L.SESSION_ID].to_numpy(), config)
+    dec = finish_decisions(dec, pd.Series(split_of, index=sessions[L.SESSION_ID].to_numpy()),
+                           cands)
     keep = (dec["split"] != EMBARGO).to_numpy()
     report["decisions"] = {s: int((dec["split"] == s).sum()) for s in (*SPLITS, EMBARGO)}
     dec = dec[keep].reset_index(drop=True)
@@ -316,12 +421,16 @@ def receipts_table(checked: ValidationResult, candidates: Sequence[str], config:
     report["representation"] = {"prompt_text": int(sum(t is not None for t in texts)),
                                 "prompt_embedding": int(sum(t is None for t in texts)),
                                 "encoder_id": encoder_id}
-    report["logging_policy"] = {
-        "opening_by_candidate": {str(k): int(v) for k, v in
-                                 dec[Label.CANDIDATE].value_counts().items()},
-        "propensities": {f"{p:.6g}": int(c) for p, c in
-                         dec[Label.PROPENSITY].round(12).value_counts().sort_index().items()}}
+    report["logging_policy"] = policy_counts(dec)
     return ReceiptsTable(cands, dec, texts, emb, report, bounds)
+
+
+def check_candidates_present(candidates: tuple[str, ...], present: set[str], where: str) -> None:
+    """ReceiptsError naming the candidates that never appear in selected_model."""
+    absent = [c for c in candidates if c not in present]
+    if absent:
+        raise ReceiptsError(f"{where}: router.candidates {absent} never appear in "
+                            f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
 
 
 def _representations(dec: pd.DataFrame, encoder_id: str, where: str
