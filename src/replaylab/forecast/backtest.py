@@ -5,11 +5,18 @@ one failure or its timing stays separate); the global LightGBM model, which
 statsforecast cannot run, goes through the same origins by hand. Both produce
 statsforecast's frame: unique_id, ds, cutoff (the last bucket the model saw), y,
 `<name>`, `<name>-lo-80`, `<name>-hi-80`. Scores come from utilsforecast.losses.
+
+The backtest is a list of independent jobs (`backtest_jobs`): one per statsforecast
+forecaster, one per LightGBM refit group (the origins that share one fit). `run_backtest`
+runs them with a `map_fn` (default: one after the other here; `compute=dask`: one Dask
+task each, `pipelines.forecast_dask.client_map`) and assembles the result in the
+configured order, so the predictions do not depend on where the jobs ran.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,17 +67,26 @@ def _statsforecast_cv(long: pd.DataFrame, name: str, model: object, plan: Backte
     return cv.reset_index() if "unique_id" not in cv.columns else cv
 
 
-def lightgbm_cv(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan,
-                seasons: Seasons) -> pd.DataFrame:
-    """The global model through the same origins; it sees buckets [0, origin) only."""
-    lo, mid, hi = band("lightgbm")
+def lightgbm_groups(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan) -> list[list[int]]:
+    """The plan's origins in refit groups: the model is fitted at each group's first
+    origin (`refit_every_windows`; 0: one group) and re-applied at the others."""
+    origins = list(plan.origins(panel.n_buckets))
     every = cfg.backtest.refit_every_windows
-    model, frames = None, []
-    for k, origin in enumerate(plan.origins(panel.n_buckets)):
-        if model is None or (every > 0 and k % every == 0):
-            model = GlobalQuantileLGBM(cfg.lightgbm, plan.horizon, seasons.naive, cfg.seed,
-                                       cfg.lightgbm.calibration_buckets(cfg.backtest))
-            model.fit(panel.y[:, :origin], panel.bucket_start_ms[:origin])
+    if every <= 0:
+        return [origins]
+    return [origins[i:i + every] for i in range(0, len(origins), every)]
+
+
+def lightgbm_origins(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan, seasons: Seasons,
+                     origins: Sequence[int]) -> pd.DataFrame:
+    """One refit group: fit on buckets [0, origins[0]), forecast from each origin (the
+    model sees buckets [0, origin) only)."""
+    lo, mid, hi = band("lightgbm")
+    model = GlobalQuantileLGBM(cfg.lightgbm, plan.horizon, seasons.naive, cfg.seed,
+                               cfg.lightgbm.calibration_buckets(cfg.backtest))
+    model.fit(panel.y[:, :origins[0]], panel.bucket_start_ms[:origins[0]])
+    frames = []
+    for origin in origins:
         steps = np.arange(origin, origin + plan.horizon)
         q = model.predict(panel.y[:, :origin], panel.bucket_start_ms[steps])
         frames.append(pd.DataFrame({
@@ -81,34 +97,102 @@ def lightgbm_cv(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan,
     return pd.concat(frames, ignore_index=True)
 
 
-def run_backtest(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan,
-                 seasons: Seasons) -> BacktestResult:
-    """Every configured forecaster over the plan's origins; failures are reported, not fatal."""
-    long = panel.long()
+def lightgbm_cv(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan,
+                seasons: Seasons) -> pd.DataFrame:
+    """The global model through the same origins; it sees buckets [0, origin) only."""
+    return pd.concat([lightgbm_origins(panel, cfg, plan, seasons, g)
+                      for g in lightgbm_groups(panel, cfg, plan)], ignore_index=True)
+
+
+@dataclass(frozen=True)
+class BacktestJob:
+    """One independent piece of the backtest: a statsforecast forecaster (`model`), or a
+    LightGBM refit group (`origins`). Carries its inputs, so it runs anywhere."""
+
+    name: str
+    panel: Panel
+    cfg: ForecastConfig
+    plan: BacktestPlan
+    seasons: Seasons
+    model: object | None = None
+    origins: tuple[int, ...] = ()
+
+
+@dataclass
+class JobResult:
+    name: str
+    frame: pd.DataFrame | None  # None: failed (error says why)
+    error: str | None
+    seconds: float
+
+
+def run_job(job: BacktestJob) -> JobResult:
+    """Run one job; a failure is a result (seasonal naive's, which is required, raises)."""
+    t0 = time.perf_counter()
+    try:
+        if job.name == "lightgbm":
+            frame = lightgbm_origins(job.panel, job.cfg, job.plan, job.seasons, job.origins)
+        else:
+            frame = _statsforecast_cv(job.panel.long(), job.name, job.model, job.plan, job.cfg)
+    except Exception as e:  # noqa: BLE001 - one forecaster's failure is a result
+        if job.name == "seasonal_naive":
+            raise
+        return JobResult(job.name, None, f"{type(e).__name__}: {e}"[:300],
+                         time.perf_counter() - t0)
+    return JobResult(job.name, frame, None, time.perf_counter() - t0)
+
+
+def backtest_jobs(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan,
+                  seasons: Seasons) -> tuple[list[BacktestJob], dict[str, str]]:
+    """The jobs of every configured forecaster that can run, and why the others cannot."""
     models = statsforecast_models(cfg.forecasters, seasons, plan.horizon,
                                   cfg.moving_window_buckets, cfg.backtest.conformal_windows,
                                   history=panel.n_buckets - plan.test_size())
+    jobs: list[BacktestJob] = []
+    skipped: dict[str, str] = {}
+    for name in cfg.forecasters:
+        if name == "lightgbm":
+            jobs.extend(BacktestJob(name, panel, cfg, plan, seasons, origins=tuple(g))
+                        for g in lightgbm_groups(panel, cfg, plan))
+        elif name in models:
+            jobs.append(BacktestJob(name, panel, cfg, plan, seasons, model=models[name]))
+        elif name == "seasonal_naive":  # the MASE scale and the control: required
+            raise ForecastDataError(f"seasonal naive cannot run: {_why_not(name, seasons)}; "
+                                    "use more history (fewer windows, narrower buckets)")
+        else:
+            skipped[name] = _why_not(name, seasons)
+    return jobs, skipped
+
+
+def serial_map(fn: Callable, items: list) -> list:
+    """The default `map_fn`: here, one after the other, in order."""
+    return [fn(x) for x in items]
+
+
+def run_backtest(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan, seasons: Seasons,
+                 map_fn: Callable[[Callable, list], list] | None = None) -> BacktestResult:
+    """Every configured forecaster over the plan's origins; failures are reported, not fatal.
+
+    map_fn(fn, jobs) -> [fn(job) for job in jobs], in order, run wherever it likes (default
+    `serial_map`; `pipelines.forecast_dask.client_map(client)`: one Dask task per job).
+    The result does not depend on it: each job is the same computation on the same inputs.
+    """
+    jobs, skipped = backtest_jobs(panel, cfg, plan, seasons)
+    results = (map_fn or serial_map)(run_job, jobs)
     result = BacktestResult(predictions=pd.DataFrame(), forecasters=[])
     merged: pd.DataFrame | None = None
     for name in cfg.forecasters:
-        t0 = time.perf_counter()
-        try:
-            if name == "lightgbm":
-                frame = lightgbm_cv(panel, cfg, plan, seasons)
-            elif name in models:
-                frame = _statsforecast_cv(long, name, models[name], plan, cfg)
-            elif name == "seasonal_naive":  # the MASE scale and the control: required
-                raise ForecastDataError(f"seasonal naive cannot run: {_why_not(name, seasons)}; "
-                                        "use more history (fewer windows, narrower buckets)")
-            else:
-                result.skipped[name] = _why_not(name, seasons)
-                continue
-        except Exception as e:  # noqa: BLE001 - one forecaster's failure is a result
-            if name == "seasonal_naive":
-                raise
-            result.skipped[name] = f"{type(e).__name__}: {e}"[:300]
+        if name in skipped:
+            result.skipped[name] = skipped[name]
             continue
-        result.timings_s[name] = round(time.perf_counter() - t0, 3)
+        mine = [r for r in results if r.name == name]
+        failed = [r.error for r in mine if r.frame is None]
+        if failed:
+            result.skipped[name] = failed[0]
+            continue
+        result.timings_s[name] = round(sum(r.seconds for r in mine), 3)
+        frame = mine[0].frame if len(mine) == 1 else pd.concat([r.frame for r in mine],
+                                                               ignore_index=True)
         frame = frame[KEYS + list(band(name))]
         merged = frame if merged is None else merged.merge(frame, on=KEYS, how="inner")
         result.forecasters.append(name)
