@@ -12,10 +12,11 @@
     autoscaling      static vs HPA vs forecast-driven controllers over a day (steady, burst,
                      mix drift, under-forecast) and a target sweep          autoscaling.py
 
-Each module exposes `run(cfg, run_dir) -> dict` and its config dataclass, and imports
-only the harness (`harness.py`: pools, policies, simulation, replicate statistics;
-`workloads.py`: the shared `fleet.workload` section and its loading), never another
-experiment. `run_fleet_experiment(name, cfg, run_dir)` imports the module by name when
+Each module exposes `run(cfg, run_dir, runner=None) -> dict` and its config dataclass,
+and imports only the harness (`harness.py`: pools, policies, simulation, replicate
+statistics; `workloads.py`: the shared `fleet.workload` section and its loading;
+`grid.py`: the fan-out of its (policy x window/load x seed) cells, a local loop or Dask
+tasks, same results), never another experiment. `run_fleet_experiment(name, cfg, run_dir)` imports the module by name when
 it runs; nothing is imported here at import time.
 
 `cfg` is the plain experiment mapping as Hydra composes it (conf/experiment/<name>.yaml)
@@ -39,12 +40,16 @@ FLEET_EXPERIMENTS = ("energy", "hint_admission", "stale_telemetry", "rollout", "
                      "autoscaling")
 
 
-def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Run fleet experiment `name` with its plain config; returns the JSON-safe summary."""
+def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path,
+                         runner: Any = None) -> dict[str, Any]:
+    """Run fleet experiment `name` with its plain config; returns the JSON-safe summary.
+
+    runner: how the experiment's grid of cells runs (`grid.LocalGrid`, the default: a loop
+    here; `grid.DaskGrid(client)`: one Dask task per cell); the summary is the same."""
     from replaylab.config import ConfigError
 
     if name not in FLEET_EXPERIMENTS:
         raise ConfigError(f"fleet experiment {name!r} unknown; one of {sorted(FLEET_EXPERIMENTS)}")
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(f"{__name__}.{name}")
-    return module.run(cfg, Path(run_dir))
+    return module.run(cfg, Path(run_dir), runner=runner)

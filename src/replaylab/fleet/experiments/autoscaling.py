@@ -15,8 +15,9 @@ computed from these numbers) and the figures and report.html written under
 
 Config: `AutoscalingConfig` (frozen dataclasses, one per section);
 `autoscaling_config(mapping)` builds it from a plain mapping (a composed YAML),
-naming any unknown field. `workers` > 1 runs (scenario, seed) jobs in forked
-processes; results do not depend on it.
+naming any unknown field. The (scenario, seed) jobs are the cells of a
+`grid` runner: with compute=local, `workers` > 1 runs them in forked processes;
+with compute=dask, one Dask task each. Results do not depend on either.
 """
 
 from __future__ import annotations
@@ -25,10 +26,7 @@ import math
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +58,7 @@ from replaylab.fleet.capacity import (
     replicas_for_rate,
     work_per_request,
 )
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import slo_targets
 from replaylab.fleet.experiments.workloads import (
     WorkloadSpec,
@@ -370,33 +369,32 @@ def jobs_of(c: AutoscalingConfig) -> list[tuple]:
     return jobs
 
 
-def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1) -> list[dict]:
-    """Results in job order; `workers` > 1 forks that many processes. A progress bar on
-    stderr (tqdm; off when stderr is not a terminal)."""
-    from tqdm.auto import tqdm
-
-    fn = partial(run_job, ctx)
-    bar = partial(tqdm, total=len(jobs), desc="autoscaling jobs (scenario x seed)",
-                  unit="job", disable=None)
-    if workers <= 1 or len(jobs) <= 1:
-        return [fn(j) for j in bar(jobs)]
-    with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=get_context("fork")) as ex:
-        return list(bar(ex.map(fn, jobs)))
+def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1,
+             runner: GridRunner | None = None) -> list[dict]:
+    """Results in job order, each job one cell of `runner` (`grid.LocalGrid` by default:
+    `workers` > 1 forks that many processes; `grid.DaskGrid`: one Dask task per job, the
+    context sent to the workers once). A progress bar on stderr (tqdm; off when stderr is
+    not a terminal)."""
+    return (runner or local_grid()).map(run_job, jobs, shared=ctx, workers=workers,
+                                        desc="autoscaling jobs (scenario x seed)")
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
     """The package's entry: the plain experiment mapping (with `workload`) -> the summary."""
-    return run_autoscaling_experiment(autoscaling_config(cfg), run_dir)
+    return run_autoscaling_experiment(autoscaling_config(cfg), run_dir, runner)
 
 
-def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict[str, Any]:
-    """Run the scenarios, policies, seeds and sweep; write figures and report.html; the summary."""
+def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path,
+                               runner: GridRunner | None = None) -> dict[str, Any]:
+    """Run the scenarios, policies, seeds and sweep; write figures and report.html; the summary.
+    runner: how the (scenario, seed) jobs run (`run_jobs`)."""
     from replaylab.fleet.autoscaling_report import summarize_experiment, write_report
 
     wall = time.perf_counter()
     ctx = build_context(config)
     jobs = jobs_of(config)
-    results = run_jobs(ctx, jobs, config.workers)
+    results = run_jobs(ctx, jobs, config.workers, runner)
     summary = summarize_experiment(ctx, results)
     summary["workload"] = {**ctx.workload, "requests_simulated": int(
         sum(r["requests"] * len(r["runs"]) for r in results))}
@@ -407,5 +405,7 @@ def run_autoscaling_experiment(config: AutoscalingConfig, out_dir: Path) -> dict
                                                       for r in results)),
                         "simulate_s_per_run": round(float(np.mean(
                             [x["wall_s"] for r in results for x in r["runs"]])), 2)}
+    if runner is not None and runner.kind != "local":   # `workers` is the local pool's
+        summary["speed"]["workers"] = runner.kind
     summary["reports"] = write_report(results, summary, Path(out_dir))
     return summary

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
@@ -51,8 +52,24 @@ class EnergyConfig:
     power_error: dict = field(default_factory=dict)  # name -> {pool: relative error}
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
+NOMINAL = None   # the cells' key of the nominal power curves (no power_error name is None)
+
+
+def energy_cell(shared: Mapping[str, Any], cell: tuple[str | None, int, str]):
+    """One cell (power curves: NOMINAL or a power_error name, window index, policy name)
+    -> its SimResult."""
+    curves, k, name = cell
+    w = shared["workloads"][k]
+    return simulate(shared["pools"][curves], sim_config(shared["sim"], w),
+                    make_policy(shared["policies"][name]), w)
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
     """Least-loaded vs static efficient pool vs energy-aware on a mixed fleet (module docstring).
+
+    Cells: power curves (nominal, then each power_error) x window x policy, all in one
+    `runner.map` (local loop by default, or Dask tasks).
 
     Every policy runs every window at the nominal power curves. Power-model error
     is then evaluated two ways for each perturbation (pool -> relative error):
@@ -74,16 +91,18 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
         f"the workload ({workload.get('file') or workload.get('source')}) carries none (every hint_p90 "
         "null or the column absent)")
     names = list(specs)
-
-    def run_all(pool_list) -> dict[str, list]:
-        out: dict[str, list] = {n: [] for n in names}
-        for w in wls:
-            conf = sim_config(c.sim, w)
-            for n in names:
-                out[n].append(simulate(pool_list, conf, make_policy(specs[n]), w))
-        return out
-
-    nominal = run_all(pools)
+    factors = {ename: {str(p): 1.0 + float(e) for p, e in dict(fs).items()}
+               for ename, fs in c.power_error.items()}
+    curves = {NOMINAL: pools, **{ename: build_pools(c.pools, c.shared_dir, c.model, f)
+                                 for ename, f in factors.items()}}
+    cells = [(cv, k, n) for cv in curves for k in range(len(wls)) for n in names]
+    shared = {"pools": curves, "sim": c.sim, "policies": specs, "workloads": wls}
+    results = (runner or local_grid()).map(
+        energy_cell, cells, shared=shared, desc="energy cells (curves x window x policy)")
+    runs: dict[str | None, dict[str, list]] = {cv: {n: [] for n in names} for cv in curves}
+    for (cv, _, n), result in zip(cells, results, strict=True):
+        runs[cv][n].append(result)
+    nominal = runs[NOMINAL]
     policies = {n: pooled_summary(nominal[n], slo) for n in names}
     per_rep = {n: replicate_metrics(nominal[n], slo) for n in names}
 
@@ -92,10 +111,9 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
 
     base_rank = ranking(policies)
     errors: dict[str, Any] = {}
-    for ename, factors in c.power_error.items():
-        f = {str(p): 1.0 + float(e) for p, e in dict(factors).items()}
+    for ename, f in factors.items():
         fixed = {n: pooled_summary(nominal[n], slo, f) for n in names}
-        informed_runs = run_all(build_pools(c.pools, c.shared_dir, c.model, f))
+        informed_runs = runs[ename]
         informed = {n: pooled_summary(informed_runs[n], slo) for n in names}
         errors[ename] = {
             "relative_error": {p: f[p] - 1.0 for p in f},

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
     PoolSpec,
     build_profile,
@@ -327,9 +328,22 @@ def window_replicates(c: HintConfig, led, windows: Mapping, hinted_train: pd.Dat
             "spread": [{"ledger": led.file, **_by_mode(sizing)}], "facts": facts}
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """See the module docstring; returns the summary (policies = admission modes)."""
+def hint_cell(shared: Mapping[str, Any], cell: tuple[int, str, int]):
+    """One cell (replicate index, mode name, replicas of the pool) -> its SimResult."""
     from replaylab.fleet.sim_fleet import PoolConfig
+
+    k, name, replicas = cell
+    w = shared["workloads"][k]
+    pools = [PoolConfig("pool", shared["model"], shared["profile"], replicas=replicas,
+                        cold_start_s=shared["cold_start_s"])]
+    return simulate(pools, sim_config(shared["sim"], w), make_policy(shared["modes"][name]), w)
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
+    """See the module docstring; returns the summary (policies = admission modes).
+    Cells: replicate x mode x (common fleet, the mode's own sizing when it differs);
+    `runner`: local loop by default, or Dask tasks."""
     from replaylab.hints.replay import replay_hints
     from replaylab.hints.residuals import residual_summary
 
@@ -361,24 +375,24 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     workloads, hint_quality = replicates["workloads"], replicates["quality"]
     sizing_spread = replicates["spread"]
 
-    def fleet(replicas: int) -> list:
-        return [PoolConfig("pool", c.model, profile, replicas=replicas,
-                           cold_start_s=spec.cold_start_s)]
-
     names = list(c.modes)
+    own_reps = {n: sizing.get(_mode_of(c.modes[n]), sizing["hint"])["replicas"] for n in names}
+    cells = []
+    for k in range(len(workloads)):
+        for n in names:
+            cells.append((k, n, fleet_replicas))
+            if own_reps[n] != fleet_replicas:
+                cells.append((k, n, own_reps[n]))
+    shared = {"workloads": [w for _, w in workloads], "model": c.model, "profile": profile,
+              "cold_start_s": spec.cold_start_s, "sim": c.sim, "modes": dict(c.modes)}
+    outs = iter((runner or local_grid()).map(hint_cell, cells, shared=shared,
+                                             desc="hint_admission cells (replicate x mode)"))
     common: dict[str, list] = {n: [] for n in names}
     own: dict[str, list] = {n: [] for n in names}
-    for _, w in workloads:
-        conf = sim_config(c.sim, w)
+    for _ in workloads:
         for n in names:
-            common[n].append(simulate(fleet(fleet_replicas), conf,
-                                      make_policy(c.modes[n]), w))
-            mode = _mode_of(c.modes[n])
-            reps = sizing.get(mode, sizing["hint"])["replicas"]
-            if reps == fleet_replicas:
-                own[n].append(common[n][-1])
-            else:
-                own[n].append(simulate(fleet(reps), conf, make_policy(c.modes[n]), w))
+            common[n].append(next(outs))
+            own[n].append(common[n][-1] if own_reps[n] == fleet_replicas else next(outs))
     policies = {n: pooled_summary(common[n], slo) for n in names}
     for n in names:
         policies[f"{n}@own_sizing"] = pooled_summary(own[n], slo)

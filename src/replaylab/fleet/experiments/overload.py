@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError, from_mapping
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
     SimSpec,
     build_pools,
@@ -240,8 +241,18 @@ def fleet_capacity(c: OverloadConfig, pools: list, stream: Stream) -> dict[str, 
             "stated": stated}
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Arrivals ramped past capacity; every policy conserves requests, with/without admission."""
+def overload_cell(shared: Mapping[str, Any], cell: tuple[str, int, str]):
+    """One cell (load key, replicate index, policy name) -> its SimResult."""
+    key, k, name = cell
+    w = shared["workloads"][key][k]
+    return simulate(shared["pools"], sim_config(shared["sim"], w),
+                    make_policy(shared["policies"][name]), w)
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
+    """Arrivals ramped past capacity; every policy conserves requests, with/without admission.
+    Cells: load factor x replicate x policy (`runner`: local loop by default, or Dask)."""
     c = parse_config(OverloadConfig, cfg, {})
     if not c.pools or not c.policies:
         raise ConfigError("experiment=overload needs pools and policies")
@@ -256,16 +267,20 @@ def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     names = list(policy_specs)
     runs: dict[str, dict[str, list]] = {}
     scales: dict[str, list[float] | None] = {}
+    workloads: dict[str, list] = {}
     n_total = 0
     for f in c.load_factors:
         key = f"{float(f):g}x"
         runs[key] = {n: [] for n in names}
-        wls, scales[key] = stream.at_rate(cap_rps * float(f))
-        for w in wls:
-            n_total += w.n
-            conf = sim_config(c.sim, w)
-            for n in names:
-                runs[key][n].append(simulate(pools, conf, make_policy(policy_specs[n]), w))
+        workloads[key], scales[key] = stream.at_rate(cap_rps * float(f))
+        n_total += sum(w.n for w in workloads[key])
+    cells = [(key, k, n) for key, wls in workloads.items() for k in range(len(wls))
+             for n in names]
+    shared = {"pools": pools, "sim": c.sim, "policies": policy_specs, "workloads": workloads}
+    results = (runner or local_grid()).map(overload_cell, cells, shared=shared,
+                                           desc="overload cells (load x replicate x policy)")
+    for (key, _, n), result in zip(cells, results, strict=True):
+        runs[key][n].append(result)
     policies: dict[str, dict] = {}
     by_load: dict[str, dict] = {}
     loads: dict[str, dict] = {}

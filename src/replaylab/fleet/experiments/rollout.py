@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
@@ -194,38 +195,75 @@ def _guard(split: CanarySplit, rb: RollbackSpec, duration_s: float) -> RollbackG
                          else rb.max_predicted_tpot_s)
 
 
-def _rollout_candidate(c: RolloutConfig, cand: Mapping, wls: list, pools: list, slo,
-                       baseline_runs: list) -> tuple[dict[str, list], dict[str, Any]]:
-    """Shadow, every canary share and the rollback of one candidate on every window."""
+def rollout_cell(shared: Mapping[str, Any], cell: tuple) -> dict[str, Any]:
+    """One cell (candidate name or None, window index, step, share) -> the step's run:
+    step `baseline` (the baseline policy alone), `shadow` (+ its shadow report), `canary`
+    at `share` (+ decisions per side) or `rollback` (+ decisions, when and why)."""
     from replaylab.fleet.shadow import ShadowPolicy, shadow_report
 
+    cname, k, step, share = cell
+    c: RolloutConfig = shared["config"]
+    pools, slo, w = shared["pools"], shared["slo"], shared["workloads"][k]
+    conf = sim_config(c.sim, w)
+    if step == BASELINE:
+        return {"result": simulate(pools, conf, make_policy(c.baseline), w)}
+    cand = shared["candidates"][cname]
+    if step == "shadow":
+        shadow = ShadowPolicy(make_policy(c.baseline), make_policy(cand))
+        res = simulate(pools, conf, shadow, w)
+        return {"result": res, "report": shadow_report(shadow.log, res, slo)}
+    split = CanarySplit(make_policy(c.baseline), make_policy(cand), share)
+    if step == "canary":
+        res = simulate(pools, conf, split, w)
+        return {"result": res, "decisions": Counter(split.decisions)}
+    guard = _guard(split, c.rollback, w.duration_s)
+    res = simulate(pools, replace(conf, control_interval_s=c.rollback.control_interval_s),
+                   split, w, controller=guard)
+    return {"result": res, "decisions": Counter(split.decisions),
+            "rolled_back_at": guard.rolled_back_at, "reason": guard.reason}
+
+
+def rollout_cells(c: RolloutConfig, n_windows: int) -> list[tuple]:
+    """Every cell, in the order the experiment reads them: the baseline on every window, then
+    per candidate and window its shadow, canary shares (> 0) and rollback."""
+    cells: list[tuple] = [(None, k, BASELINE, 0.0) for k in range(n_windows)]
+    for cname in c.candidates:
+        for k in range(n_windows):
+            cells.append((cname, k, "shadow", 0.0))
+            cells += [(cname, k, "canary", float(s)) for s in c.shares if s > 0]
+            cells.append((cname, k, "rollback", float(c.rollback.share)))
+    return cells
+
+
+def _rollout_candidate(c: RolloutConfig, wls: list, slo, baseline_runs: list,
+                       outs) -> tuple[dict[str, list], dict[str, Any]]:
+    """Shadow, every canary share and the rollback of one candidate on every window, from
+    its cells' outputs `outs` (in `rollout_cells` order)."""
     steps: dict[str, list] = {"shadow": [], **{_share_name(s): [] for s in c.shares if s > 0},
                               "rollback": []}
     sides = {k: Counter() for k in steps}
     reports, rollback_facts, shadow_clean = [], [], True
     for w, base in zip(wls, baseline_runs, strict=True):
-        conf = sim_config(c.sim, w)
-        shadow = ShadowPolicy(make_policy(c.baseline), make_policy(cand))
-        res = simulate(pools, conf, shadow, w)
+        out = next(outs)
+        res = out["result"]
         steps["shadow"].append(res)
-        reports.append(shadow_report(shadow.log, res, slo))
+        reports.append(out["report"])
         shadow_clean = shadow_clean and bool(
             np.array_equal(res.state, base.state) and np.array_equal(res.replica, base.replica)
             and np.array_equal(res.end_s, base.end_s, equal_nan=True))
         for s in c.shares:
             if s > 0:
-                split = CanarySplit(make_policy(c.baseline), make_policy(cand), s)
-                steps[_share_name(s)].append(simulate(pools, conf, split, w))
-                sides[_share_name(s)].update(split.decisions)
-        split = CanarySplit(make_policy(c.baseline), make_policy(cand), c.rollback.share)
-        guard = _guard(split, c.rollback, w.duration_s)
-        res = simulate(pools, replace(conf, control_interval_s=c.rollback.control_interval_s),
-                       split, w, controller=guard)
+                out = next(outs)
+                steps[_share_name(s)].append(out["result"])
+                sides[_share_name(s)].update(out["decisions"])
+        out = next(outs)
+        res = out["result"]
         steps["rollback"].append(res)
-        sides["rollback"].update(split.decisions)
-        t_rb = guard.rolled_back_at if guard.rolled_back_at is not None else math.inf
+        sides["rollback"].update(out["decisions"])
+        rolled_back_at = out["rolled_back_at"]
+        t_rb = rolled_back_at if rolled_back_at is not None else math.inf
         before = w.arrival_s < t_rb
-        rollback_facts.append({"rolled_back_at_s": guard.rolled_back_at, "reason": guard.reason,
+        rollback_facts.append({"rolled_back_at_s": rolled_back_at, "reason": out["reason"],
                                "before": masked_slo(res, slo, before),
                                "after": masked_slo(res, slo, ~before)})
     shadow_all = _merge_shadow(reports)
@@ -240,18 +278,26 @@ def _rollout_candidate(c: RolloutConfig, cand: Mapping, wls: list, pools: list, 
     return steps, facts
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Shadow, canary shares and a rollback of each candidate policy; see the module docstring."""
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
+    """Shadow, canary shares and a rollback of each candidate policy; see the module docstring.
+    Cells (`rollout_cells`): step x window x candidate, all in one `runner.map` (local loop
+    by default, or Dask tasks)."""
     c = _rollout_config(cfg)
     slo = slo_targets(c.slo)
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
-    base_runs = [simulate(pools, sim_config(c.sim, w), make_policy(c.baseline), w) for w in wls]
+    cells = rollout_cells(c, len(wls))
+    shared = {"config": c, "pools": pools, "slo": slo, "workloads": wls,
+              "candidates": {n: dict(cand or {}) for n, cand in c.candidates.items()}}
+    outs = iter((runner or local_grid()).map(rollout_cell, cells, shared=shared,
+                                             desc="rollout cells (step x window x candidate)"))
+    base_runs = [next(outs)["result"] for _ in wls]
     policies = {BASELINE: pooled_summary(base_runs, slo)}
     per_rep = {BASELINE: replicate_metrics(base_runs, slo)}
     candidates: dict[str, Any] = {}
     for cname, cand in c.candidates.items():
-        steps, facts = _rollout_candidate(c, dict(cand or {}), wls, pools, slo, base_runs)
+        steps, facts = _rollout_candidate(c, wls, slo, base_runs, outs)
         gates = {}
         for k, results in steps.items():
             key = f"{cname}/{k}"

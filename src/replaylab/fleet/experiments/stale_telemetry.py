@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
+from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
     build_pools,
     ci_table,
@@ -90,36 +91,66 @@ def _telemetry_run(pools, conf, policy_spec, w, spec: FeedSpec, outage: tuple):
     return result, pol, feed
 
 
-def run(cfg: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
-    """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring."""
+RUN_KINDS = ("live", "telemetry_no_outage", "telemetry_outage")
+
+
+def window_outage(c_feed: FeedSpec, w) -> tuple[float, float]:
+    """The scrape outage [a, b) of window `w` (simulated seconds)."""
+    a, b = (f * w.duration_s for f in c_feed.outage_fraction)
+    return a, b
+
+
+def stale_cell(shared: Mapping[str, Any], cell: tuple[int, str]) -> dict[str, Any]:
+    """One cell (window index, run kind) -> {result, decisions (telemetry runs: per mode),
+    same (telemetry_outage: a second run made identical decisions and outcomes)}."""
+    k, kind = cell
+    w, spec, pools = shared["workloads"][k], shared["feed"], shared["pools"]
+    conf = sim_config(shared["sim"], w)
+    if kind == "live":
+        return {"result": simulate(pools, conf, make_policy(shared["policy"]), w),
+                "decisions": None, "same": None}
+    outage = (window_outage(spec, w),) if kind == "telemetry_outage" else ()
+    res, pol, _ = _telemetry_run(pools, conf, shared["policy"], w, spec, outage)
+    same = None
+    if kind == "telemetry_outage":
+        res2, pol2, _ = _telemetry_run(pools, conf, shared["policy"], w, spec, outage)
+        same = bool(pol.trace == pol2.trace and np.array_equal(res.state, res2.state)
+                    and np.array_equal(res.replica, res2.replica)
+                    and np.allclose(res.end_s, res2.end_s, equal_nan=True, rtol=0, atol=0))
+    return {"result": res, "decisions": Counter(pol.decisions), "same": same}
+
+
+def run(cfg: Mapping[str, Any], run_dir: Path,
+        runner: GridRunner | None = None) -> dict[str, Any]:
+    """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring.
+    Cells: window x run kind (`runner`: local loop by default, or Dask)."""
     c = _stale_config(cfg)
     slo = slo_targets(c.slo)
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
-    runs: dict[str, list] = {"live": [], "telemetry_no_outage": [], "telemetry_outage": []}
+    runs: dict[str, list] = {k: [] for k in RUN_KINDS}
     modes: dict[str, Counter] = {k: Counter() for k in runs if k != "live"}
     inside: dict[str, list] = {k: [] for k in runs}
     outside: dict[str, list] = {k: [] for k in runs}
     deterministic = True
     windows = []
+    cells = [(k, kind) for k in range(len(wls)) for kind in RUN_KINDS]
+    shared = {"pools": pools, "sim": c.sim, "policy": c.policy, "feed": c.feed,
+              "workloads": wls}
+    outs = iter((runner or local_grid()).map(stale_cell, cells, shared=shared,
+                                             desc="stale_telemetry cells (window x run)"))
     for w in wls:
-        conf = sim_config(c.sim, w)
-        a, b = (f * w.duration_s for f in c.feed.outage_fraction)
+        a, b = window_outage(c.feed, w)
         blind = (a + c.feed.ttl_s, b + c.feed.delay_s)  # decisions on the fallback
         windows.append({"outage_s": [a, b], "blind_s": list(blind)})
         in_mask = (w.arrival_s >= blind[0]) & (w.arrival_s < blind[1])
-        live = simulate(pools, conf, make_policy(c.policy), w)
-        runs["live"].append(live)
-        for key, outage in (("telemetry_no_outage", ()), ("telemetry_outage", ((a, b),))):
-            res, pol, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
-            runs[key].append(res)
-            modes[key].update(pol.decisions)
-            if key == "telemetry_outage":
-                res2, pol2, _ = _telemetry_run(pools, conf, c.policy, w, c.feed, outage)
-                same = (pol.trace == pol2.trace and np.array_equal(res.state, res2.state)
-                        and np.array_equal(res.replica, res2.replica)
-                        and np.allclose(res.end_s, res2.end_s, equal_nan=True, rtol=0, atol=0))
-                deterministic = deterministic and bool(same)
+        for key in RUN_KINDS:
+            out = next(outs)
+            runs[key].append(out["result"])
+            if out["decisions"] is not None:
+                modes[key].update(out["decisions"])
+            if out["same"] is not None:
+                deterministic = deterministic and out["same"]
         for key in runs:
             inside[key].append(masked_slo(runs[key][-1], slo, in_mask))
             outside[key].append(masked_slo(runs[key][-1], slo, ~in_mask))
