@@ -320,17 +320,200 @@ def _spread(seed: int, point: dict, ope: dict, others: list[dict], margin: float
             "go": [bool(r["go"]) for r in rows], "rows": rows}
 
 
-def _golden_inputs(table: ReceiptsTable, test: np.ndarray) -> list[dict]:
-    d = table.decisions
-    idx = [i for i in np.flatnonzero(test) if table.texts[i] is not None]
+def golden_inputs(texts: list, te_d: pd.DataFrame) -> list[dict]:
+    """Up to 12 test openings with text, evenly spaced, plus an empty and a Unicode prompt:
+    the inputs the artifact's golden vectors are made from."""
+    idx = [i for i, t in enumerate(texts) if t is not None]
     pick = [idx[j] for j in np.unique(np.linspace(0, len(idx) - 1, num=min(12, len(idx)))
                                       .astype(int))] if idx else []
-    out = [{"text": table.texts[i], "category": None if pd.isna(d["category"].iat[i])
-            else str(d["category"].iat[i]),
-            "prompt_tokens": None if not np.isfinite(d["prompt_tokens"].iat[i])
-            else float(d["prompt_tokens"].iat[i])} for i in pick]
+    out = [{"text": texts[i], "category": None if pd.isna(te_d["category"].iat[i])
+            else str(te_d["category"].iat[i]),
+            "prompt_tokens": None if not np.isfinite(te_d["prompt_tokens"].iat[i])
+            else float(te_d["prompt_tokens"].iat[i])} for i in pick]
     return out + [{"text": "", "category": None, "prompt_tokens": None},
                   {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
+
+
+def train_sample(session: np.ndarray | pd.Series, cap: int | None, seed: int) -> np.ndarray:
+    """(n,) bool: the train decisions the head's fits use. All of them when n <= cap (or no
+    cap), else the `cap` sessions with the smallest seeded hash of their id: a uniform
+    sample that does not depend on row order or partitioning, so the Dask path
+    (`pipelines.router_dask`) draws the same sessions (`dask_ops.kth_smallest_hash`)."""
+    from replaylab.demand.dask_ops import hash_uniform, key_hash
+
+    n = len(session)
+    if cap is None or n <= cap:
+        return np.ones(n, dtype=bool)
+    u = hash_uniform(key_hash(np.asarray(session, dtype=object)), int(seed))
+    keep = np.zeros(n, dtype=bool)
+    keep[np.argsort(u, kind="stable")[:cap]] = True
+    return keep
+
+
+@dataclass
+class FitData:
+    """What the head's fits read (the driver's, bounded): `decisions` {"train",
+    "calibration"}: decision frames whose index is the row id `replays["row"]` refers to;
+    `E`: their embeddings (rows aligned); `replays`: replay label rows of those splits
+    (`receipts.replay_rows`' columns)."""
+
+    decisions: dict[str, pd.DataFrame]
+    E: dict[str, np.ndarray]
+    replays: pd.DataFrame
+
+    @property
+    def meta(self) -> dict[str, dict[str, np.ndarray]]:
+        return {s: _meta(d) for s, d in self.decisions.items()}
+
+
+@dataclass
+class FittedRouter:
+    """The chosen head, its served graph and operating point (chosen on calibration)."""
+
+    head: SuccessHead
+    deployed: Any
+    config: HeadConfig
+    point: dict
+    top: int
+    selection: dict
+    data: FitData
+    candidates: tuple[str, ...]
+    unit_cost: np.ndarray
+    rule: str
+    n_thresholds: int
+    head_scorer: str
+
+    def rows_for(self, max_weight: float | None) -> dict:
+        local = {s: pd.Series(np.arange(len(d)), index=d.index)
+                 for s, d in self.data.decisions.items()}
+        rep = self.data.replays
+        return {s: _rows(self.data.decisions[s], rep[rep["split"] == s], local[s], max_weight)
+                for s in ("train", "calibration")}
+
+    def refit(self, seed: int) -> tuple[Any, dict, int]:
+        """The same head configuration fitted with another seed: (served graph, its
+        operating point on calibration, fallback column)."""
+        _, dep = _fit(self.config, seed, self.data.E, self.data.meta,
+                      self.rows_for(self.config.max_weight), len(self.candidates),
+                      self.head_scorer)
+        point, top, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
+                                        self.rule, self.n_thresholds)
+        return dep, point, top
+
+
+def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: np.ndarray,
+                    rule: str, n_thresholds: int) -> tuple[dict, int, np.ndarray]:
+    """The served head's threshold on CALIBRATION (`choose_threshold`), its fallback
+    column (the strongest constant policy) and its calibration probabilities."""
+    ca_d = data.decisions["calibration"]
+    prob_ca = dep.predict_proba(data.E["calibration"], _meta(ca_d))
+    b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
+    top = _strongest(b_q, prob_ca, unit_cost)
+    target = float(b_q.reward.mean())  # the logging policy's own calibration quality
+    point = choose_threshold(prob_ca, b_q, b_c, np.repeat(unit_cost[None, :], b_q.n, axis=0),
+                             target, rule, top, n_thresholds)
+    return point, top, prob_ca
+
+
+def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
+               candidates: tuple[str, ...], head_scorer: str,
+               say: Callable[[str], None]) -> FittedRouter:
+    """Steps 2-3 of the module docstring on `data` (train and calibration only): the head
+    chosen by `router.head_select`, its served graph and operating point."""
+    k = len(candidates)
+    pool, rows_by_clip = TeacherPool(), {}
+    holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
+                          cfg.policy.rule, cfg.labels.evaluation.n_thresholds, head_scorer)
+
+    def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
+        """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
+        its DR operating point; criterion the DR cost per opening call there (module doc
+        of router/head_select.py)."""
+        if cfg.head_select.enabled:
+            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
+                f"hidden {list(hc.hidden)}")
+        if hc.max_weight not in rows_by_clip:
+            rows_by_clip[hc.max_weight] = holder.rows_for(hc.max_weight)
+        h, dep = _fit(hc, cfg.seed, data.E, data.meta, rows_by_clip[hc.max_weight], k,
+                      head_scorer, pool)
+        pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
+                                     cfg.labels.evaluation.n_thresholds)
+        figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
+                   "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
+        return (pt["met"], pt["dr_cost"] if pt["met"] else -pt["dr_quality"], figures,
+                (h, dep, (pt, tp, pc)))
+
+    trial, selection = select_head(
+        cfg.head, cfg.head_select, evaluate,
+        "DR cost per opening call at the calibration operating point (DR quality >= the "
+        "logging policy's calibration quality; a head that cannot reach it ranks last)")
+    head, deployed, (point, top, _) = trial.fitted
+    holder.head, holder.deployed, holder.config = head, deployed, trial.head
+    holder.point, holder.top, holder.selection = point, top, selection
+    return holder
+
+
+def spread_row(seed: int, point: dict, ope: dict, margin: float) -> dict:
+    """One head seed's headline figures for `_spread`."""
+    return {"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
+            "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
+            "go": gate(ope, margin, ope["explored_sessions"], 1.0, 1.0)["go"]}
+
+
+def unit_costs(train: pd.DataFrame, replays: pd.DataFrame, k: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The cost model: per-candidate mean cost of every train call (decisions and train
+    replays), and per-candidate mean session cost of the train decisions."""
+    tr_rep = replays[replays["split"] == "train"]
+    tr_cost = np.concatenate([pd.to_numeric(train[Label.COST], errors="coerce").to_numpy(float),
+                              tr_rep[Label.COST].to_numpy(float)])
+    tr_act = np.concatenate([train["action"].to_numpy(), tr_rep["action"].to_numpy()])
+    return (_mean_by_action(tr_cost, tr_act, k),
+            _mean_by_action(pd.to_numeric(train[Label.SESSION_COST], errors="coerce")
+                            .to_numpy(float), train["action"].to_numpy(), k))
+
+
+def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
+                     boundaries: dict, cfg: RouterPipelineConfig, rules: ScenarioRules,
+                     fitted: FittedRouter, n_train_all: int, n_labels: dict, ope: dict,
+                     verdict: dict, spread: dict, unit_cost: np.ndarray, plan_rows: int,
+                     artifacts: dict, timings: dict) -> dict:
+    """The receipts run's summary.json (both compute modes)."""
+    deployed, head, point = fitted.deployed, fitted.head, fitted.point
+    return json_safe({
+        "pipeline": "router", "mode": "receipts", "candidates": list(cands),
+        "receipts": report, "replays": rep_report, "splits": boundaries,
+        "exploration": {"rate": float(report["exploration"]["explored_share"]),
+                        "cap": float(cfg.labels.exploration.cap),
+                        "sessions": int(report["sessions"]),
+                        "explored_sessions": int(report["exploration"]["explored_sessions"])},
+        "logging_policy": {**report["logging_policy"], "rules": rules.describe()},
+        "labels": {"train": {"decisions": int(n_labels["train"]),
+                             "decisions_available": int(n_train_all),
+                             "max_train_decisions": cfg.receipts.max_train_decisions,
+                             "replays": int(n_labels["train_replays"])},
+                   "calibration": {"decisions": int(n_labels["calibration"]),
+                                   "replays": int(n_labels["calibration_replays"])},
+                   "ips_clip": fitted.config.max_weight},
+        "head": deployed.report() if hasattr(deployed, "report") else head.report(),
+        "head_selection": fitted.selection,
+        "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
+        | {"rule": fitted.rule, "fallback_candidate": cands[fitted.top],
+           "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
+                        "reaches the logging policy's calibration quality"},
+        "ope": ope, **verdict, "spread": spread,
+        "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
+                 "logging": {"quality": ope["logging"]["quality"]["estimate"],
+                             "cost": ope["logging"]["cost"]["estimate"]}},
+        "cost_model": {"unit_cost_usd": dict(zip(cands, unit_cost.tolist(), strict=True)),
+                       "what": "per-candidate mean cost of the train calls (the DR cost model)"},
+        "replay_plan": {"rows": int(plan_rows), "budget": cfg.replay_plan.budget,
+                        "splits": list(cfg.replay_plan.splits), "path": artifacts["replay_plan"],
+                        "ranking": "p(1-p) of the served head x exp(-|routing score - "
+                                   "threshold| / 0.1) over unobserved (prompt, candidate)"},
+        "artifacts": artifacts,
+        "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
+    })
 
 
 def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | None,
@@ -366,104 +549,55 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
             raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
     idx = {s: np.flatnonzero(m) for s, m in masks.items()}
     n_train_all, cap = len(idx["train"]), cfg.receipts.max_train_decisions
-    train_all, rep_all = idx["train"], rep  # the cost model reads every train call
-    if cap is not None and n_train_all > cap:  # ReceiptsConfig.max_train_decisions
-        keep = np.sort(np.random.default_rng(cfg.seed).choice(n_train_all, size=cap,
-                                                               replace=False))
-        dropped = np.setdiff1d(idx["train"], idx["train"][keep])
+    unit_cost, unit_session = unit_costs(d.iloc[idx["train"]], rep, k)  # every train call
+    keep = train_sample(d[Label.SESSION_ID].to_numpy()[idx["train"]], cap, cfg.seed)
+    if not keep.all():  # ReceiptsConfig.max_train_decisions: their replays go with them
+        rep = rep[~rep["row"].isin(idx["train"][~keep])]
         idx["train"] = idx["train"][keep]
-        rep = rep[~rep["row"].isin(dropped)]
-    local = {s: pd.Series(np.arange(len(i)), index=i) for s, i in idx.items()}
-    E = {s: E_all[i] for s, i in idx.items()}
-    meta = {s: _meta(d.iloc[i]) for s, i in idx.items()}
-
-    def rows_for(max_weight: float | None) -> dict:
-        return {s: _rows(d.iloc[idx[s]], rep[rep["split"] == s], local[s], max_weight)
-                for s in ("train", "calibration")}
-
+    data = FitData({s: d.iloc[idx[s]] for s in ("train", "calibration")},
+                   {s: E_all[idx[s]] for s in ("train", "calibration")},
+                   rep[rep["split"].isin(["train", "calibration"])])
     ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
                           n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
-    tr_d = d.iloc[train_all]
-    tr_cost = np.concatenate([pd.to_numeric(tr_d[Label.COST], errors="coerce").to_numpy(float),
-                              rep_all.loc[rep_all["split"] == "train", Label.COST].to_numpy(float)])
-    tr_act = np.concatenate([tr_d["action"].to_numpy(), rep_all.loc[rep_all["split"] == "train",
-                                                                    "action"].to_numpy()])
-    unit_cost = _mean_by_action(tr_cost, tr_act, k)            # the cost model: train means
-    unit_session = _mean_by_action(pd.to_numeric(tr_d[Label.SESSION_COST], errors="coerce")
-                                   .to_numpy(float), tr_d["action"].to_numpy(), k)
+    te_d, E_te = d.iloc[idx["test"]], E_all[idx["test"]]
+    meta_te = _meta(te_d)
+    rule = cfg.policy.rule
+
+    def session_model(n: int) -> np.ndarray:
+        return np.repeat(unit_session[None, :], n, axis=0)
 
     def cost_model(n: int) -> np.ndarray:
         return np.repeat(unit_cost[None, :], n, axis=0)
 
-    ca_d, te_d = d.iloc[idx["calibration"]], d.iloc[idx["test"]]
-    rule = cfg.policy.rule
-
-    def operating_point(dep: Any) -> tuple[dict, int, np.ndarray]:
-        prob_ca = dep.predict_proba(E["calibration"], meta["calibration"])
-        b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
-        top = _strongest(b_q, prob_ca, unit_cost)
-        target = float(b_q.reward.mean())  # the logging policy's own calibration quality
-        point = choose_threshold(prob_ca, b_q, b_c, cost_model(b_q.n), target, rule, top,
-                                 ev.n_thresholds)
-        return point, top, prob_ca
-
     t0 = time.perf_counter()
     say("training the head")
-    pool, rows_by_clip = TeacherPool(), {}
-
-    def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
-        """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
-        its DR operating point; criterion the DR cost per opening call there (module doc
-        of router/head_select.py)."""
-        if cfg.head_select.enabled:
-            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
-                f"hidden {list(hc.hidden)}")
-        if hc.max_weight not in rows_by_clip:
-            rows_by_clip[hc.max_weight] = rows_for(hc.max_weight)
-        h, dep = _fit(hc, cfg.seed, E, meta, rows_by_clip[hc.max_weight], k, head_scorer, pool)
-        pt, tp, pc = operating_point(dep)
-        figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
-                   "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
-        return (pt["met"], pt["dr_cost"] if pt["met"] else -pt["dr_quality"], figures,
-                (h, dep, (pt, tp, pc)))
-
-    trial, selection = select_head(
-        cfg.head, cfg.head_select, evaluate,
-        "DR cost per opening call at the calibration operating point (DR quality >= the "
-        "logging policy's calibration quality; a head that cannot reach it ranks last)")
-    head, deployed, (point, top, prob_ca) = trial.fitted
-    hc = trial.head
-    mw = hc.max_weight
+    fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
+    head, deployed, point, top = fitted.head, fitted.deployed, fitted.point, fitted.top
     timings["head"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     say("the threshold chosen on calibration (DR, logged data only)")
-    prob_te = deployed.predict_proba(E["test"], meta["test"])
+    prob_te = deployed.predict_proba(E_te, meta_te)
     choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=top, rule=rule)
     say("off-policy evaluation on the test sessions")
     ope = evaluate_test(prob_te, choice_te, te_d, cands, cost_model(len(te_d)),
-                        np.repeat(unit_session[None, :], len(te_d), axis=0), ev)
+                        session_model(len(te_d)), ev)
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     spread_rows = []
+    margin = float(cfg.go.quality_margin)
     for j in range(1, int(cfg.spread_seeds)):
         say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-        _, dep_j = _fit(hc, cfg.seed + j, E, meta, rows_for(mw), k, head_scorer)
-        point_j, top_j, _ = operating_point(dep_j)
-        prob_j = dep_j.predict_proba(E["test"], meta["test"])
+        dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
+        prob_j = dep_j.predict_proba(E_te, meta_te)
         choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
         ope_j = evaluate_test(prob_j, choice_j, te_d, cands, cost_model(len(te_d)),
-                              np.repeat(unit_session[None, :], len(te_d), axis=0), ev)
-        spread_rows.append({"seed": cfg.seed + j, "threshold": point_j["threshold"],
-                            "dr_quality": ope_j["dr"]["estimate"],
-                            "diff_quality": ope_j["diff"]["quality"],
-                            "diff_cost": ope_j["diff"]["cost"],
-                            "go": gate(ope_j, float(cfg.go.quality_margin),
-                                       ope_j["explored_sessions"], 1.0, 1.0)["go"]})
-    spread = _spread(cfg.seed, point, ope, spread_rows, float(cfg.go.quality_margin))
+                              session_model(len(te_d)), ev)
+        spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
+    spread = _spread(cfg.seed, point, ope, spread_rows, margin)
     timings["spread"] = time.perf_counter() - t0
     rate = ope["explored_sessions"] / max(ope["sessions"], 1)
-    verdict = gate(ope, float(cfg.go.quality_margin), ope["explored_sessions"],
-                   max(rate, 1e-9), float(cfg.go.sessions_per_day))
+    verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
+                   float(cfg.go.sessions_per_day))
 
     # the test curve: DR quality and cost of every threshold, the served point on it
     b_tq, b_tc = _logged(te_d, cands, Label.REWARD), _logged(te_d, cands, Label.COST)
@@ -478,78 +612,68 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     point["curve"].assign(policy="learned").to_parquet(
         out_dir / "router_curves_calibration.parquet", index=False)
 
-    decisions = pd.DataFrame({"prompt_id": te_d[OPENING_REQUEST].to_numpy(),
-                              "session_id": te_d[Label.SESSION_ID].to_numpy(),
-                              "logged": te_d[Label.CANDIDATE].to_numpy(),
-                              "propensity": te_d[Label.PROPENSITY].to_numpy(float),
-                              "candidate": np.asarray(cands, dtype=object)[choice_te]})
-    for j, c in enumerate(cands):
-        decisions[f"p_{c}"] = prob_te[:, j]
+    decisions = test_decisions(te_d, cands, prob_te, choice_te)
     decisions.to_parquet(out_dir / "router_decisions_test.parquet", index=False)
     labels = d.drop(columns=[c for c in ("prompt_text", "prompt_embedding") if c in d.columns])
     if len(rep):  # ids, labels, metadata: no text, no embeddings
-        labels = pd.concat([labels, rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]})],
-                           ignore_index=True, sort=False)
+        labels = pd.concat([labels, replay_labels(rep)], ignore_index=True, sort=False)
     labels.to_parquet(out_dir / "router_labels.parquet", index=False)
 
     plan_rows = np.flatnonzero(d["split"].isin(cfg.replay_plan.splits).to_numpy())
-    plan_prob = deployed.predict_proba(E_all[plan_rows], _meta(d.iloc[plan_rows]))
-    plan = replay_plan(plan_prob, d["action"].to_numpy()[plan_rows], point["threshold"], rule,
-                       pd.DataFrame({"prompt_id": d[OPENING_REQUEST].to_numpy()[plan_rows],
-                                     "session_id": d[Label.SESSION_ID].to_numpy()[plan_rows],
-                                     "opening_ms": d["opening_ms"].to_numpy()[plan_rows]}),
-                       cands, cfg.replay_plan.budget)
+    plan = replay_plan(deployed.predict_proba(E_all[plan_rows], _meta(d.iloc[plan_rows])),
+                       d["action"].to_numpy()[plan_rows], point["threshold"], rule,
+                       plan_meta(d.iloc[plan_rows]), cands, cfg.replay_plan.budget)
     plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
 
     rules_doc = logging_rules(table)
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
                                        rules_doc["fitted_on"], cfg.labels.rules)
-    n_explored_total = table.report["exploration"]["explored_sessions"]
-    summary = {
-        "pipeline": "router", "mode": "receipts", "candidates": list(cands),
-        "receipts": table.report, "replays": rep_report, "splits": table.boundaries,
-        "exploration": {"rate": float(table.report["exploration"]["explored_share"]),
-                        "cap": float(cfg.labels.exploration.cap),
-                        "sessions": int(table.report["sessions"]),
-                        "explored_sessions": int(n_explored_total)},
-        "logging_policy": {**table.report["logging_policy"], "rules": rules.describe()},
-        "labels": {"train": {"decisions": int(len(idx["train"])),
-                             "decisions_available": int(n_train_all),
-                             "max_train_decisions": cap,
-                             "replays": int((rep["split"] == "train").sum())},
-                   "calibration": {"decisions": int(len(idx["calibration"])),
-                                   "replays": int((rep["split"] == "calibration").sum())},
-                   "ips_clip": mw},
-        "head": deployed.report() if hasattr(deployed, "report") else head.report(),
-        "head_selection": selection,
-        "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
-        | {"rule": rule, "fallback_candidate": cands[top],
-           "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
-                        "reaches the logging policy's calibration quality"},
-        "ope": ope, **verdict, "spread": spread,
-        "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
-                 "logging": {"quality": ope["logging"]["quality"]["estimate"],
-                             "cost": ope["logging"]["cost"]["estimate"]}},
-        "cost_model": {"unit_cost_usd": dict(zip(cands, unit_cost.tolist(), strict=True)),
-                       "what": "per-candidate mean cost of the train calls (the DR cost model)"},
-        "replay_plan": {"rows": int(len(plan)), "budget": cfg.replay_plan.budget,
-                        "splits": list(cfg.replay_plan.splits), "path": str(plan_path),
-                        "ranking": "p(1-p) of the served head x exp(-|routing score - "
-                                   "threshold| / 0.1) over unobserved (prompt, candidate)"},
-        "artifacts": {"curves": str(out_dir / "router_curves_test.parquet"),
-                      "labels": str(out_dir / "router_labels.parquet"),
-                      "test_decisions": str(out_dir / "router_decisions_test.parquet"),
-                      "replay_plan": str(plan_path)},
-        "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
-    }
-    summary = json_safe(summary)
-    run = ReceiptsRun(config=dataclasses.replace(cfg, head=hc), candidates=cands, head=head, threshold=float(point["threshold"]),
-                      rules=rules, summary=summary, rule=rule, fallback=int(top),
+    summary = receipts_summary(
+        cands=cands, report=table.report, rep_report=rep_report, boundaries=table.boundaries,
+        cfg=cfg, rules=rules, fitted=fitted, n_train_all=n_train_all,
+        n_labels={"train": len(idx["train"]), "calibration": len(idx["calibration"]),
+                  "train_replays": int((rep["split"] == "train").sum()),
+                  "calibration_replays": int((rep["split"] == "calibration").sum())},
+        ope=ope, verdict=verdict, spread=spread, unit_cost=unit_cost, plan_rows=len(plan),
+        artifacts={"curves": str(out_dir / "router_curves_test.parquet"),
+                   "labels": str(out_dir / "router_labels.parquet"),
+                   "test_decisions": str(out_dir / "router_decisions_test.parquet"),
+                   "replay_plan": str(plan_path)},
+        timings=timings)
+    run = ReceiptsRun(config=dataclasses.replace(cfg, head=fitted.config), candidates=cands,
+                      head=head, threshold=float(point["threshold"]), rules=rules,
+                      summary=summary, rule=rule, fallback=int(top),
                       deployed=deployed if isinstance(deployed, DeployedHead) else None,
-                      golden_inputs=_golden_inputs(table, masks["test"]), rules_equal=None,
-                      test_choice=choice_te, test_embeddings=E["test"],
-                      test_meta=meta["test"],
+                      golden_inputs=golden_inputs(
+                          [table.texts[i] for i in idx["test"]], te_d), rules_equal=None,
+                      test_choice=choice_te, test_embeddings=E_te, test_meta=meta_te,
                       test_texts=[table.texts[i] for i in idx["test"]],
                       test_sessions=te_d[Label.SESSION_ID].astype(str).to_numpy())
     return summary, run
+
+
+def test_decisions(te_d: pd.DataFrame, cands: tuple[str, ...], prob: np.ndarray,
+                   choice: np.ndarray) -> pd.DataFrame:
+    """router_decisions_test rows: ids, the logged choice and propensity, the served
+    choice and its P(success) per candidate (per partition under Dask)."""
+    out = pd.DataFrame({"prompt_id": te_d[OPENING_REQUEST].to_numpy(),
+                        "session_id": te_d[Label.SESSION_ID].to_numpy(),
+                        "logged": te_d[Label.CANDIDATE].to_numpy(),
+                        "propensity": te_d[Label.PROPENSITY].to_numpy(float),
+                        "candidate": np.asarray(cands, dtype=object)[choice]})
+    for j, c in enumerate(cands):
+        out[f"p_{c}"] = prob[:, j]
+    return out
+
+
+def replay_labels(rep: pd.DataFrame) -> pd.DataFrame:
+    """Replay rows as router_labels rows (their opening request id is the context key)."""
+    return rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]})
+
+
+def plan_meta(d: pd.DataFrame) -> pd.DataFrame:
+    """The ids `replay_plan` ranks openings by."""
+    return pd.DataFrame({"prompt_id": d[OPENING_REQUEST].to_numpy(),
+                         "session_id": d[Label.SESSION_ID].to_numpy(),
+                         "opening_ms": d["opening_ms"].to_numpy()})
