@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -351,7 +351,22 @@ def sim_config(spec: Mapping | None, workload, **extra):
 def simulate(pools: list, config, policy, workload, controller=None):
     from replaylab.fleet.sim import FleetSim
 
-    return FleetSim(pools, config, policy, controller).run(workload)
+    return FleetSim(pools, config, policy, controller).run(aligned_workload(workload))
+
+
+def aligned_workload(workload):
+    """`workload` itself, or a copy whose arrays are all aligned and C-contiguous.
+
+    The simulator reads the arrays through memoryviews, which cannot index an unaligned
+    array (numpy then reports the buffer format `=d`). A workload unpickled from a
+    Dask message (the cells of a `grid.DaskGrid`) can carry such arrays: the buffers
+    lie at arbitrary offsets of one frame. The values are unchanged."""
+    bad = {}
+    for f in fields(workload):
+        v = getattr(workload, f.name)
+        if isinstance(v, np.ndarray) and not (v.flags.aligned and v.flags.c_contiguous):
+            bad[f.name] = np.require(v, requirements=("A", "C"))
+    return replace(workload, **bad) if bad else workload
 
 
 def pyplot():
