@@ -238,40 +238,55 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
     b_q = _logged(d, cands, Label.REWARD)
     b_c = _logged(d, cands, Label.COST)
     est = ope_estimates(b_q, target, prob, ev)
-    tag = ev.level_tag
-    out: dict = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
     cost = ope_estimates(b_c, target, q_cost, ev)
-    out["cost"] = feasible_interval(cost, "dr", 0.0, math.inf, tag)
-    out["cost"]["ips"] = feasible_interval(cost, "ips", 0.0, math.inf, tag)
-    sess = d[Label.SESSION_COST].notna().all()
-    if sess:
+    s_est, s_log = None, None
+    if d[Label.SESSION_COST].notna().all():
         b_s = _logged(d, cands, Label.SESSION_COST)
         s_est = ope_estimates(b_s, target, q_session, ev)
-        out["session_cost"] = feasible_interval(s_est, "dr", 0.0, math.inf, tag)
-    out["diff"] = {"quality": paired_difference(b_q, target, prob, ev),
-                   "cost": paired_difference(b_c, target, q_cost, ev)}
+        s_log = on_policy_value(b_s, ev)
+    explored = (d[Label.LABEL_SOURCE] == "exploration").to_numpy()
+    own = ~explored  # a non-explored opening logged the logging policy's own choice
+    counts = {"agreement": float((choice == b_q.action).mean()) if b_q.n else float("nan"),
+              "explored_sessions": int(explored.sum()),
+              "served_choice": {c: int((choice == j).sum()) for j, c in enumerate(cands)},
+              "departure_share": (float((choice[own] != b_q.action[own]).mean()) if own.any()
+                                  else float("nan")),
+              "departure_support": int((explored & (choice == b_q.action)).sum())}
+    return assemble_test_ope(
+        est, cost, s_est,
+        {"quality": paired_difference(b_q, target, prob, ev),
+         "cost": paired_difference(b_c, target, q_cost, ev)},
+        {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
+         **({"session_cost": s_log} if s_log is not None else {})}, counts, ev.level_tag)
+
+
+def assemble_test_ope(est: dict, cost: dict, session: dict | None, diff: dict, logging: dict,
+                      counts: dict, tag: str) -> dict:
+    """The summary's `ope` section from the estimators' outputs (`ope_estimates`' keys for
+    quality, cost and session cost; paired differences; the logging policy's own values)
+    and the decision counts; both compute modes (local arrays, Dask partition sums)."""
+    out: dict = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
+    out["cost"] = feasible_interval(cost, "dr", 0.0, math.inf, tag)
+    out["cost"]["ips"] = feasible_interval(cost, "ips", 0.0, math.inf, tag)
+    if session is not None:
+        out["session_cost"] = feasible_interval(session, "dr", 0.0, math.inf, tag)
+    out["diff"] = diff
     for key, (lo, hi) in (("quality", (-1.0, 1.0)), ("cost", (-math.inf, math.inf))):
         dd = out["diff"][key]
         a, b = clip_interval(dd["ci"], lo, hi)
         dd["ci"] = [min(a, dd["estimate"]), max(b, dd["estimate"])]
-    out["logging"] = {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
-                      **({"session_cost": on_policy_value(_logged(d, cands, Label.SESSION_COST),
-                                                          ev)} if sess else {})}
-    explored = (d[Label.LABEL_SOURCE] == "exploration").to_numpy()
+    out["logging"] = logging
     out.update(n=int(est["n"]), sessions=int(est["sessions"]), ess=float(est["ess"]),
                support=float(est["support"]), mean_weight=float(est["mean_weight"]),
-               max_weight=float(est["max_weight"]),
-               agreement=float((choice == b_q.action).mean()) if b_q.n else float("nan"),
-               explored_sessions=int(explored.sum()),
-               served_choice={c: int((choice == j).sum()) for j, c in enumerate(cands)})
+               max_weight=float(est["max_weight"]), agreement=float(counts["agreement"]),
+               explored_sessions=int(counts["explored_sessions"]),
+               served_choice=dict(counts["served_choice"]))
     # Departures: where the served router chooses other than the logging policy did, the
     # only direct evidence is explored sessions that happened to log the served choice;
     # with few of them the DR interval leans on the reward model (seen: a round-1 run with
     # 5 such sessions missed the truth by 0.13 with ESS 93 > LOW_ESS)
-    own = ~explored  # a non-explored opening logged the logging policy's own choice
-    out["departure_share"] = (float((choice[own] != b_q.action[own]).mean()) if own.any()
-                              else float("nan"))
-    out["departure_support"] = int((explored & (choice == b_q.action)).sum())
+    out["departure_share"] = float(counts["departure_share"])
+    out["departure_support"] = int(counts["departure_support"])
     warn = []
     if out["departure_share"] >= 0.05 and out["departure_support"] < LOW_DEPARTURE_SUPPORT:
         warn.append(f"low support: the served router departs from the logging policy on "
