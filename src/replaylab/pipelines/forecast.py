@@ -10,6 +10,7 @@ handed, and returns the summary (DIR/summary.json).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,8 @@ def _report(out_dir: Path, panel, bt, scores, best, drift, cfg, facts) -> dict[s
     return {"html": str(html), **{k: str(v) for k, v in figures.items()}}
 
 
-def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig) -> dict[str, Any]:
+def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig,
+              map_fn: Callable[[Callable, list], list] | None = None) -> dict[str, Any]:
     """Panel, plan, seasons, backtest, scores, comparison and drift of one input."""
     from replaylab.forecast.backtest import (
         choose_best,
@@ -111,7 +113,7 @@ def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig) -> dict[str, Any]:
     plan = plan_backtest(panel.n_buckets, cfg.backtest)
     seasons = choose_seasons(cfg.seasonalities_s, panel.bucket_seconds,
                              panel.n_buckets - plan.test_size())
-    bt = run_backtest(panel, cfg, plan, seasons)
+    bt = run_backtest(panel, cfg, plan, seasons, map_fn=map_fn)
     scores = score_backtest(bt, panel, seasons)
     drift = {"archetype_mix": archetype_mix_drift(aggregates, cfg.drift_window_s),
              "calibration": calibration_drift(bt.predictions, bt.forecasters)}
@@ -141,7 +143,8 @@ def _summary(r: dict[str, Any], source: dict, cfg: ForecastConfig) -> dict[str, 
 
 
 def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
-                 cfg: ForecastConfig, out_dir: Path) -> dict[str, Any]:
+                 cfg: ForecastConfig, out_dir: Path,
+                 map_fn: Callable[[Callable, list], list] | None = None) -> dict[str, Any]:
     """Backtest, score, forecast the next horizon, write artifacts; return the summary.
 
     `data`: aggregates-v1 rows (a frame, validated here, or `read_aggregates`'s
@@ -149,6 +152,8 @@ def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
     Writes under `out_dir`: forecast.parquet (the last origin's forecast, every
     forecaster), backtest.parquet (every origin's forecast with the actuals),
     aggregates.parquet (when built from a ledger), report.html and figures/.
+    map_fn: runs the backtest's jobs (`forecast.backtest.run_backtest`; compute=dask:
+    `pipelines.forecast_dask.client_map`); the summary does not depend on it.
     """
     from replaylab.forecast.future import future_forecast, to_forecast_form
 
@@ -156,7 +161,7 @@ def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     aggregates, source = _inputs(data)
-    r = _backtest(aggregates, cfg)
+    r = _backtest(aggregates, cfg, map_fn)
     timings = {"backtest_total": time.perf_counter() - t0}
     panel, bt = r["panel"], r["bt"]
     t0 = time.perf_counter()
