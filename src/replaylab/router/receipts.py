@@ -515,21 +515,52 @@ def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
     return out[cols], report
 
 
-def logging_rules(table: ReceiptsTable) -> dict:
-    """The logging policy as observed on train: per category the candidate it chose most
-    often outside exploration, and its overall most frequent choice as the default (the
-    rules the served router falls back to; `ScenarioRules.from_choices`)."""
-    d = table.decisions
-    d = d[(d["split"] == "train") & (d[Label.LABEL_SOURCE] != "exploration")]
-    if d.empty:
-        d = table.decisions[table.decisions[Label.LABEL_SOURCE] != "exploration"]
-    default = str(d[Label.CANDIDATE].value_counts().idxmax()) if len(d) else table.candidates[-1]
-    by_cat = {}
-    cats = d["category"].dropna().astype(str)
-    for c, grp in d.loc[cats.index].groupby(cats):
-        by_cat[str(c)] = str(grp[Label.CANDIDATE].value_counts().idxmax())
-    return {"task_candidate": by_cat, "default_candidate": default,
-            "fitted_on": int(len(d)),
+def rule_counts(decisions: pd.DataFrame) -> pd.DataFrame:
+    """(scope, category, candidate, n) counts of non-explored opening decisions, scope
+    "train" (train split) or "all" (every split); category "" counts every row. Additive
+    over partitions: `logging_rules_from_counts` reads their sums."""
+    d = decisions[decisions[Label.LABEL_SOURCE] != "exploration"]
+    parts = []
+    for scope, rows in (("train", d[d["split"] == "train"]), ("all", d)):
+        cats = rows["category"].where(rows["category"].notna(), None)
+        by = pd.DataFrame({"category": cats.map(lambda v: None if v is None else str(v)),
+                           "candidate": rows[Label.CANDIDATE].astype(str)})
+        per = by.dropna(subset=["category"]).value_counts(["category", "candidate"]).reset_index()
+        tot = by["candidate"].value_counts().rename_axis("candidate").reset_index()
+        tot.insert(0, "category", "")
+        parts += [per.assign(scope=scope), tot.assign(scope=scope)]
+    out = pd.concat(parts, ignore_index=True)
+    out.columns = [str(c) for c in out.columns]
+    out = out.rename(columns={"count": "n"})
+    return out[["scope", "category", "candidate", "n"]].astype({"n": "int64"})
+
+
+def logging_rules_from_counts(counts: pd.DataFrame, candidates: tuple[str, ...]) -> dict:
+    """The logging policy as observed on train (`rule_counts` summed): per category the
+    candidate it chose most often outside exploration, and its overall most frequent
+    choice as the default (all splits when train has none); ties go to the candidate
+    listed first (the cheaper). The rules the served router falls back to
+    (`ScenarioRules.from_choices`)."""
+    c = counts.groupby(["scope", "category", "candidate"], as_index=False)["n"].sum()
+    scope = "train" if (c[(c["scope"] == "train") & (c["category"] == "")]["n"].sum() > 0) \
+        else "all"
+    c = c[c["scope"] == scope]
+    order = {name: i for i, name in enumerate(candidates)}
+
+    def most(rows: pd.DataFrame) -> str:
+        r = rows.assign(o=rows["candidate"].map(order).fillna(len(order)))
+        return str(r.sort_values(["n", "o"], ascending=[False, True]).iloc[0]["candidate"])
+
+    tot = c[c["category"] == ""]
+    fitted_on = int(tot["n"].sum())
+    default = most(tot) if fitted_on else candidates[-1]
+    by_cat = {str(cat): most(g) for cat, g in c[c["category"] != ""].groupby("category")}
+    return {"task_candidate": dict(sorted(by_cat.items())), "default_candidate": default,
+            "fitted_on": fitted_on,
             "note": "the logging policy's most frequent non-explored choice per category on "
                     "the train sessions (observed, not fitted on outcomes)"}
 
+
+def logging_rules(table: ReceiptsTable) -> dict:
+    """`logging_rules_from_counts` of the whole table."""
+    return logging_rules_from_counts(rule_counts(table.decisions), table.candidates)
