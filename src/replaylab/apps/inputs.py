@@ -16,9 +16,39 @@ def plain(node: Any) -> dict:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}
 
 
+def dashboard_address() -> str | None:
+    """Where a LocalCluster's dashboard listens: a free port on loopback, or None (and one
+    line saying so) when bokeh, which the dashboard needs, is not installed."""
+    import logging
+    from importlib.util import find_spec
+
+    if find_spec("bokeh") is None:
+        logging.getLogger("replaylab").info(
+            "dask: no dashboard (bokeh is not installed: pip install 'bokeh>=3.1')")
+        return None
+    return "127.0.0.1:0"
+
+
+def log_dashboard(client: Any) -> None:
+    """One line: the Dask dashboard's link, or that there is none."""
+    import logging
+
+    log = logging.getLogger("replaylab")
+    try:
+        link = client.dashboard_link if (client.scheduler_info().get("services") or {}).get(
+            "dashboard") else None
+    except Exception:  # a link the client cannot format: not worth stopping a run
+        link = None
+    if link:
+        log.info("dask: dashboard %s", link)
+    else:
+        log.info("dask: no dashboard (the scheduler serves none)")
+
+
 @contextmanager
 def dask_client(compute: DictConfig):
-    """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes."""
+    """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes
+    (its dashboard on a free loopback port when bokeh is installed); logs the dashboard link."""
     import logging
 
     from dask.distributed import Client, LocalCluster
@@ -28,13 +58,18 @@ def dask_client(compute: DictConfig):
         client = Client(compute.address)
         log.info("dask: scheduler %s, %d workers", compute.address,
                  len(client.scheduler_info().get("workers", {})))
+        log_dashboard(client)
         try:
             yield client
         finally:
             client.close()
         return
+    address = dashboard_address()
     with LocalCluster(n_workers=compute.n_workers, threads_per_worker=compute.threads_per_worker,
-                      processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
+                      processes=True, dashboard_address=address) as cluster, \
+            Client(cluster) as client:
+        if address is not None:
+            log_dashboard(client)
         yield client
 
 
