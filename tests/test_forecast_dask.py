@@ -39,7 +39,7 @@ AGGREGATIONS = {
 }
 # a small, fast backtest whose LightGBM has two refit groups (two tasks)
 BACKTEST_CFG = ForecastConfig(
-    forecasters=("seasonal_naive", "moving_window", "auto_ets", "lightgbm"),
+    forecasters=("seasonal_naive", "moving_window", "auto_ets", "mstl", "lightgbm"),
     backtest=BacktestConfig(horizon_buckets=6, n_windows=4, min_train_buckets=36,
                             conformal_windows=12, refit_every_windows=2),
     lightgbm=LightGBMConfig(n_estimators=20), include_total=False)
