@@ -1,0 +1,146 @@
+"""The fleet experiments' (policy x window/load x seed) cells as Dask tasks equal the local loop.
+
+`replaylab.fleet.experiments.grid`: `LocalGrid` (compute=local) maps the cells in a loop,
+`DaskGrid` (compute=dask) submits one task per cell and gathers them in cell order. Each
+experiment runs at a tiny size both ways (2 windows or 2 seeds) on a real LocalCluster
+of two worker processes, and the summaries agree key by key (timings and figure paths
+aside); `python -m evaluation experiment=overload compute=dask` runs end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from replaylab.fleet.experiments import run_fleet_experiment
+from replaylab.fleet.experiments.grid import DaskGrid, LocalGrid
+from tests.conftest import REPO
+from tests.test_fleet_experiments import experiment_config
+
+# what differs between two runs of the same cells: wall time, where the figures went, and
+# whether overload's saturation run was computed or found in this process's memory cache
+TIMINGS = {"speed", "wall_s", "reports", "path", "cache"}
+
+SMALL = {
+    "overload": {"fleet.workload.duration_s": 15.0, "fleet.workload.seeds": [0, 1],
+                 "experiment.load_factors": [1.0, 2.0]},
+    "stale_telemetry": {"fleet.workload.windows": 2, "fleet.workload.window_s": 600.0},
+    "rollout": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 300},
+    "energy": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 200},
+}
+
+
+def differences(a, b, path: str = "") -> list[str]:
+    """Paths where two summaries differ (NaN equals NaN; TIMINGS keys skipped)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        keys = (set(a) | set(b)) - TIMINGS
+        out = []
+        for k in sorted(keys, key=str):
+            if k not in a or k not in b:
+                out.append(f"{path}.{k}: only in one")
+            else:
+                out += differences(a[k], b[k], f"{path}.{k}")
+        return out
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        if len(a) != len(b):
+            return [f"{path}: length {len(a)} != {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True))
+                for d in differences(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return []
+    return [] if a == b else [f"{path}: {a!r} != {b!r}"]
+
+
+def square(shared, cell):
+    """A cell function for the runner tests: top level, so Dask pickles it by reference."""
+    if cell == "boom":
+        raise ValueError("cell boom failed")
+    return (shared["offset"] + cell) ** 2
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as c:
+        yield c
+
+
+def test_local_grid_maps_in_cell_order():
+    cells = [3, 1, 2]
+    assert LocalGrid().map(square, cells, shared={"offset": 1}) == [16, 4, 9]
+    assert LocalGrid(progress=False).map(square, [], shared={"offset": 1}) == []
+    # autoscaling's own `workers` option: forked processes, same order
+    assert LocalGrid().map(square, cells, shared={"offset": 1}, workers=2) == [16, 4, 9]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_dask_grid_gathers_in_cell_order_and_raises_a_cells_error(client):
+    cells = list(range(12))[::-1]
+    assert DaskGrid(client).map(square, cells, shared={"offset": 2}) == \
+        [(2 + c) ** 2 for c in cells]
+    with pytest.raises(ValueError, match="cell boom failed"):
+        DaskGrid(client, progress=False).map(square, [1, "boom"], shared={"offset": 0})
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_dask_summary_equals_local(name, client, shared_data, tmp_path):
+    cfg = experiment_config(name, shared_data, **SMALL[name])
+    local = run_fleet_experiment(name, cfg, tmp_path / "local")
+    dist = run_fleet_experiment(name, cfg, tmp_path / "dask", runner=DaskGrid(client))
+    assert differences(local, dist) == []
+    assert local["conserved"] is True
+    # the same policy numbers, also as the JSON the entry point writes (NaN as null)
+    assert json.dumps(local["policies"], sort_keys=True) == \
+        json.dumps(dist["policies"], sort_keys=True)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_autoscaling_jobs_on_dask_equal_local(client, shared_data, tmp_path):
+    from replaylab.fleet.experiments.autoscaling import (
+        autoscaling_config,
+        run_autoscaling_experiment,
+    )
+
+    cfg = autoscaling_config({
+        "shared_dir": str(shared_data), "seeds": [0, 1], "workers": 1,
+        "trace": {"source": "synthetic", "hours": 0.25, "scale": 0.1},
+        "policies": ["static", "reactive", "forecast"],
+        "scenarios": {"burst": {"kind": "burst", "factor": 3.0, "minutes": 5.0}},
+        "sweep": {"scenario": "burst", "reactive_targets": [0.3], "forecast_targets": [0.6]}})
+    local = run_autoscaling_experiment(cfg, tmp_path / "local")
+    dist = run_autoscaling_experiment(cfg, tmp_path / "dask", DaskGrid(client))
+    assert differences(local, dist) == []
+    assert dist["speed"]["jobs"] == local["speed"]["jobs"] == 2 + 2 * 2   # + the sweep
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_entry_point_overload_on_dask(shared_data, tmp_path):
+    out = tmp_path / "run"
+    small = ["fleet.workload.duration_s=15", "fleet.workload.seeds=[0,1]",
+             "experiment.load_factors=[1.0,2.0]"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "evaluation", "experiment=overload", "compute=dask",
+         "compute.n_workers=2", "tracking=off", f"hydra.run.dir={out}",
+         f"paths.shared_dir={shared_data}", *small],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["pipeline"] == "fleet" and s["experiment"] == "overload"
+    assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
+    # the library's sections hold the numbers of the local loop on the same config (the
+    # entry point adds its own: pipeline, compute, verdict, ...)
+    cfg = experiment_config("overload", shared_data, **SMALL["overload"])
+    local = json.loads(json.dumps(run_fleet_experiment("overload", cfg, tmp_path / "local")))
+    assert differences(local, {k: s[k] for k in local if k in s}) == []
+    assert set(local) <= set(s)
