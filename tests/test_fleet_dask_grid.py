@@ -1,6 +1,6 @@
 """The fleet experiments' (policy x window/load x seed) cells as Dask tasks equal the local loop.
 
-`replaylab.fleet.experiments.grid`: `LocalGrid` (compute=local) maps the cells in a loop,
+`replaylab.fleet.experiments.harness`: `LocalGrid` (compute=local) maps the cells in a loop,
 `DaskGrid` (compute=dask) submits one task per cell and gathers them in cell order. Each
 experiment runs at a tiny size both ways (2 windows or 2 seeds) on a real LocalCluster
 of two worker processes, and the summaries agree key by key (timings and figure paths
@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from replaylab.fleet.experiments import run_fleet_experiment
-from replaylab.fleet.experiments.grid import DaskGrid, LocalGrid
+from replaylab.fleet.experiments.harness import DaskGrid, LocalGrid
 from tests.conftest import REPO
 from tests.test_fleet_experiments import experiment_config
 

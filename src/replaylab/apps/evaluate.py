@@ -32,7 +32,7 @@ def fleet(cfg: DictConfig, run_dir: Path) -> dict:
     if kind == "local":
         return {"pipeline": "fleet", **run_fleet_experiment(name, values, run_dir)}
     from replaylab.apps.inputs import compute_facts, dask_client
-    from replaylab.fleet.experiments.grid import DaskGrid
+    from replaylab.fleet.experiments.harness import DaskGrid
 
     with dask_client(cfg.compute) as client:
         summary = run_fleet_experiment(name, values, run_dir, runner=DaskGrid(client))

@@ -15,7 +15,7 @@
 Each module exposes `run(cfg, run_dir, runner=None) -> dict` and its config dataclass,
 and imports only the harness (`harness.py`: pools, policies, simulation, replicate
 statistics; `workloads.py`: the shared `fleet.workload` section and its loading;
-`grid.py`: the fan-out of its (policy x window/load x seed) cells, a local loop or Dask
+and the fan-out of its (policy x window/load x seed) cells, a local loop or Dask
 tasks, same results), never another experiment. `run_fleet_experiment(name, cfg, run_dir)` imports the module by name when
 it runs; nothing is imported here at import time.
 
@@ -44,8 +44,8 @@ def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path,
                          runner: Any = None) -> dict[str, Any]:
     """Run fleet experiment `name` with its plain config; returns the JSON-safe summary.
 
-    runner: how the experiment's grid of cells runs (`grid.LocalGrid`, the default: a loop
-    here; `grid.DaskGrid(client)`: one Dask task per cell); the summary is the same."""
+    runner: how the experiment's grid of cells runs (`harness.LocalGrid`, the default: a loop
+    here; `harness.DaskGrid(client)`: one Dask task per cell); the summary is the same."""
     from replaylab.config import ConfigError
 
     if name not in FLEET_EXPERIMENTS:

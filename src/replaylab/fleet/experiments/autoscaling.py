@@ -16,7 +16,7 @@ computed from these numbers) and the figures and report.html written under
 Config: `AutoscalingConfig` (frozen dataclasses, one per section);
 `autoscaling_config(mapping)` builds it from a plain mapping (a composed YAML),
 naming any unknown field. The (scenario, seed) jobs are the cells of a
-`grid` runner: with compute=local, `workers` > 1 runs them in forked processes;
+`harness.LocalGrid` / `harness.DaskGrid` runner: with compute=local, `workers` > 1 runs them in forked processes;
 with compute=dask, one Dask task each. Results do not depend on either.
 """
 
@@ -58,8 +58,7 @@ from replaylab.fleet.capacity import (
     replicas_for_rate,
     work_per_request,
 )
-from replaylab.fleet.experiments.grid import GridRunner, local_grid
-from replaylab.fleet.experiments.harness import slo_targets
+from replaylab.fleet.experiments.harness import GridRunner, local_grid, slo_targets
 from replaylab.fleet.experiments.workloads import (
     WorkloadSpec,
     ledger_facts,
@@ -371,8 +370,8 @@ def jobs_of(c: AutoscalingConfig) -> list[tuple]:
 
 def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1,
              runner: GridRunner | None = None) -> list[dict]:
-    """Results in job order, each job one cell of `runner` (`grid.LocalGrid` by default:
-    `workers` > 1 forks that many processes; `grid.DaskGrid`: one Dask task per job, the
+    """Results in job order, each job one cell of `runner` (`harness.LocalGrid` by default:
+    `workers` > 1 forks that many processes; `harness.DaskGrid`: one Dask task per job, the
     context sent to the workers once). A progress bar on stderr (tqdm; off when stderr is
     not a terminal)."""
     return (runner or local_grid()).map(run_job, jobs, shared=ctx, workers=workers,

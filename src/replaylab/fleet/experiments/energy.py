@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
+    GridRunner,
     build_pools,
     ci_table,
     has_hints,
     hint_policy_check,
+    local_grid,
     make_policy,
     parse_config,
     pooled_summary,

@@ -41,11 +41,12 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError, from_mapping
-from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
+    GridRunner,
     PoolSpec,
     build_profile,
     ci_table,
+    local_grid,
     make_policy,
     parse_config,
     pooled_summary,

@@ -35,13 +35,14 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError, from_mapping
-from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
+    GridRunner,
     SimSpec,
     build_pools,
     ci_table,
     has_hints,
     hint_policy_check,
+    local_grid,
     make_policy,
     parse_config,
     pooled_summary,

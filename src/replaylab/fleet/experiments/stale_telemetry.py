@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 
 from replaylab.config import ConfigError
-from replaylab.fleet.experiments.grid import GridRunner, local_grid
 from replaylab.fleet.experiments.harness import (
+    GridRunner,
     build_pools,
     ci_table,
+    local_grid,
     make_policy,
     masked_slo,
     parse_config,
