@@ -50,8 +50,8 @@ def test_each_pipeline_composes_only_what_it_reads(pipeline):
     groups = set(cfg) - {"pipeline", "seed", "out"}
     needs = {"project": {"data", "projection", "split", "compute"},
              "demand": {"data", "projection", "split", "demand", "export", "compute"},
-             "forecast": {"data", "forecast"}, "import": set(),
-             "router": {"data", "router", "export"}}[pipeline]
+             "forecast": {"data", "forecast", "compute"}, "import": set(),
+             "router": {"data", "router", "export", "compute"}}[pipeline]
     assert groups == {"paths", "tracking"} | needs
 
 
