@@ -356,7 +356,8 @@ def test_departures_without_explored_support_are_flagged():
     """A served router that departs from the logging policy where almost no explored
     session shows its choice gets a low-support warning; one that departs where explored
     sessions do show it does not."""
-    from replaylab.pipelines.router_receipts import LOW_DEPARTURE_SUPPORT, evaluate_test
+    from replaylab.pipelines.router_receipts import evaluate_test
+    from replaylab.router.ope_sums import LOW_DEPARTURE_SUPPORT
     from replaylab.router.receipts import OPENING_REQUEST
     from replaylab.router.replay import Label
 
@@ -373,16 +374,16 @@ def test_departures_without_explored_support_are_flagged():
                       Label.SESSION_COST: np.nan,
                       Label.LABEL_SOURCE: np.where(explored, "exploration", "logged")})
     prob = np.full((n, 2), 0.5)
-    cost = np.tile([0.0001, 0.01], (n, 1))
+    cost = np.array([0.0001, 0.01])  # the cost model: per-candidate unit cost
     ev = RouterEvalConfig(n_boot=50, seed=0)
     # departs on 30% of sessions, but chooses STRONG wherever CHEAP was explored
     choice = np.where(~explored & (rng.random(n) < 0.3), 0, 1)
-    out = evaluate_test(prob, choice, d, cands, cost, cost, ev)
+    out, _ = evaluate_test(prob, choice, d, cands, cost, cost, ev)
     assert out["departure_support"] == 0 and out["departure_share"] > 0.2
     assert any("departs from the logging policy" in w for w in out["warnings"])
     # the same departures, and every explored CHEAP session now shows the served choice
     choice2 = np.where(explored, 0, choice)
-    out2 = evaluate_test(prob, choice2, d, cands, cost, cost, ev)
+    out2, _ = evaluate_test(prob, choice2, d, cands, cost, cost, ev)
     assert out2["departure_support"] == int(explored.sum()) >= LOW_DEPARTURE_SUPPORT
     assert not any("departs from the logging policy" in w for w in out2["warnings"])
 

@@ -199,26 +199,39 @@ PARITY_FALLBACK = ["What is the capital of France?", "Write a Python function th
                    "Solve for x: 3x + 7 = 22.", ""]
 
 
+def read_replays(cfg: DictConfig) -> tuple[Any, Any]:
+    """`data.replays` (outcomes-v1) read and validated: (valid rows, file summary) or Nones."""
+    from replaylab.contracts import read_outcomes
+
+    if not cfg.data.get("replays"):
+        return None, None
+    rpath = str(cfg.data.replays)
+    if not Path(rpath).is_file():
+        raise FileNotFoundError(f"data.replays={rpath}: no such file")
+    got = read_outcomes(rpath)
+    return got.valid, got.summary()
+
+
 def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -> dict:
     """pipeline=router data.ledger=FILE: train on the receipts, judge on the latest sessions,
     export, and check the exported artifact's decisions (as the runtime loads it) are the
-    ones that were judged (pipelines/router_receipts.py)."""
-    from replaylab.contracts import read_ledger, read_outcomes, write_quarantine
+    ones that were judged (pipelines/router_receipts.py; compute=dask over a ledger
+    dataset: pipelines/router_dask.py)."""
+    from replaylab.contracts import read_ledger, write_quarantine
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.embed_cache import cached_embed
     from replaylab.router.receipts import ReceiptsError
 
+    compute = cfg.get("compute")
+    if compute is not None and compute.kind not in ("local", "dask"):
+        raise ConfigError(f"compute.kind={compute.kind!r}; choose local or dask")
+    if compute is not None and compute.kind == "dask":
+        return router_from_receipts_dask(cfg, run_dir, rcfg, enc)
     path = str(cfg.data.ledger)
     if not Path(path).exists():
         raise FileNotFoundError(f"data.ledger={path}: no such file")
     checked = read_ledger(path)
-    replays, replay_file = None, None
-    if cfg.data.get("replays"):
-        rpath = str(cfg.data.replays)
-        if not Path(rpath).is_file():
-            raise FileNotFoundError(f"data.replays={rpath}: no such file")
-        got = read_outcomes(rpath)
-        replays, replay_file = got.valid, got.summary()
+    replays, replay_file = read_replays(cfg)
     texts = [t for t in checked.valid.get("prompt_text", []) if isinstance(t, str)][:500]
     folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
     embed, cache = cached_embed(encoder, Path(enc["cache_dir"]) / "embeddings")
@@ -229,15 +242,22 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
     except ReceiptsError as exc:
         raise ConfigError(str(exc)) from exc
     q = write_quarantine(checked, run_dir / "quarantine" / "ledger.jsonl")
-    summary["data"] = {"ledger": path, "replays": None if replay_file is None
-                       else str(cfg.data.replays)}
-    if replay_file is not None:
-        summary["replays"]["file"] = replay_file
     if q is not None:
         summary["artifacts"]["quarantine"] = str(q)
     summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
+    return finish_receipts(cfg, run_dir, summary, run, folder, path, replay_file)
+
+
+def finish_receipts(cfg: DictConfig, run_dir: Path, summary: dict, run: Any, folder: Path,
+                    path: str, replay_file: Any) -> dict:
+    """Both compute modes: inputs in the summary, the report and the artifact, and the
+    exported artifact's served check (agreement 1.0 or a RuntimeError: a bug)."""
+    summary["data"] = {"ledger": path, "replays": None if replay_file is None
+                       else str(cfg.data.replays)}
+    if replay_file is not None:
+        summary["replays"]["file"] = replay_file
     _report_and_export(cfg, run, summary, run_dir, folder, receipts=True)
     summary["served_check"] = served_check(Path(summary["artifacts"]["router"]), run,
                                            key=hmac_key(cfg.export.get("hmac_key_env")))
@@ -248,6 +268,44 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
     for w in summary["ope"].get("warnings") or []:
         log.warning("router (receipts): %s", w)
     return summary
+
+
+def router_from_receipts_dask(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -> dict:
+    """compute=dask: the receipts ledger dataset stays on the workers
+    (pipelines/router_dask.py); the encoder is prepared here once and loaded by each
+    worker from the same verified folder, the embedding cache folder shared."""
+    from replaylab.apps.inputs import compute_facts, dask_client
+    from replaylab.contracts.dataset import ledger_paths, read_ledger_blocks
+    from replaylab.pipelines.router_dask import train_router_receipts_dask
+    from replaylab.router.receipts import ReceiptsError
+    from replaylab.router.worker_encoder import EncoderSpec
+
+    path = str(cfg.data.ledger)
+    ledger_paths(path)  # a missing or empty dataset: one line, before any cluster starts
+    replays, replay_file = read_replays(cfg)
+    texts: list[str] = []
+    for block in read_ledger_blocks(path, rows_per_block=2_000):  # parity texts: one block
+        texts = [t for t in block.valid.get("prompt_text", []) if isinstance(t, str)][:500]
+        break
+    folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
+    spec = EncoderSpec(tier=tier, folder=str(folder), encoder_id=encoder.encoder_id,
+                       dimension=int(encoder.dimension),
+                       variant=str(getattr(encoder, "variant", "fp32") or "fp32"),
+                       threads=int(enc.get("threads", 1)),
+                       cache_dir=str(Path(enc["cache_dir"]) / "embeddings"))
+    try:
+        with dask_client(cfg.compute) as client:
+            summary, run = train_router_receipts_dask(
+                path, replays, rcfg, run_dir, spec,
+                head_scorer="numpy" if tier == "static" else "onnx", progress=log.info)
+            summary["compute"] = compute_facts(cfg.compute, client)
+    except ReceiptsError as exc:
+        raise ConfigError(str(exc)) from exc
+    summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
+                          "variant": encoder.variant, "cache_hits": None, "cache_misses": None,
+                          "cache": "per worker process, one shared folder",
+                          **encoder_verdicts(folder, encoder)}
+    return finish_receipts(cfg, run_dir, summary, run, folder, path, replay_file)
 
 
 def served_check(folder: Path, run: Any, key: bytes | None = None, end_to_end: int = 200) -> dict:

@@ -52,15 +52,9 @@ from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.ope import (
     LoggedDecisions,
-    clip_interval,
-    feasible_interval,
-    on_policy_value,
-    ope_estimates,
-    paired_difference,
     point_values,
-    policy_matrix,
-    support_check,
 )
+from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.receipts import (
     OPENING_REQUEST,
@@ -74,9 +68,6 @@ from replaylab.router.replay import Label
 from replaylab.router.replay_plan import replay_plan, write_replay_plan
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import choose_by_threshold, routing_scores
-
-# fewer explored test sessions than this showing the served router's departures: flagged
-LOW_DEPARTURE_SUPPORT = 20
 
 
 @dataclass
@@ -231,70 +222,17 @@ def gate(ope: dict, margin: float, n_explored: int, explored_rate: float,
 
 
 def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: tuple[str, ...],
-                  q_cost: np.ndarray, q_session: np.ndarray, ev: RouterEvalConfig) -> dict:
-    """OPE of the served router's test choices vs the logging policy (module doc, step 4)."""
+                  unit_cost: np.ndarray, unit_session: np.ndarray, ev: RouterEvalConfig,
+                  thresholds: np.ndarray | None = None, top: int = -1,
+                  rule: str = "margin") -> tuple[dict, pd.DataFrame | None]:
+    """OPE of the served router's test choices vs the logging policy (module doc, step 4):
+    the `ope` section and, with `thresholds`, the test curve (`router.ope_sums`: the Dask
+    run sums the same terms per partition)."""
     k = len(cands)
-    target = policy_matrix(choice, k)
-    b_q = _logged(d, cands, Label.REWARD)
-    b_c = _logged(d, cands, Label.COST)
-    est = ope_estimates(b_q, target, prob, ev)
-    cost = ope_estimates(b_c, target, q_cost, ev)
-    s_est, s_log = None, None
-    if d[Label.SESSION_COST].notna().all():
-        b_s = _logged(d, cands, Label.SESSION_COST)
-        s_est = ope_estimates(b_s, target, q_session, ev)
-        s_log = on_policy_value(b_s, ev)
-    explored = (d[Label.LABEL_SOURCE] == "exploration").to_numpy()
-    own = ~explored  # a non-explored opening logged the logging policy's own choice
-    counts = {"agreement": float((choice == b_q.action).mean()) if b_q.n else float("nan"),
-              "explored_sessions": int(explored.sum()),
-              "served_choice": {c: int((choice == j).sum()) for j, c in enumerate(cands)},
-              "departure_share": (float((choice[own] != b_q.action[own]).mean()) if own.any()
-                                  else float("nan")),
-              "departure_support": int((explored & (choice == b_q.action)).sum())}
-    return assemble_test_ope(
-        est, cost, s_est,
-        {"quality": paired_difference(b_q, target, prob, ev),
-         "cost": paired_difference(b_c, target, q_cost, ev)},
-        {"quality": on_policy_value(b_q, ev), "cost": on_policy_value(b_c, ev),
-         **({"session_cost": s_log} if s_log is not None else {})}, counts, ev.level_tag)
-
-
-def assemble_test_ope(est: dict, cost: dict, session: dict | None, diff: dict, logging: dict,
-                      counts: dict, tag: str) -> dict:
-    """The summary's `ope` section from the estimators' outputs (`ope_estimates`' keys for
-    quality, cost and session cost; paired differences; the logging policy's own values)
-    and the decision counts; both compute modes (local arrays, Dask partition sums)."""
-    out: dict = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
-    out["cost"] = feasible_interval(cost, "dr", 0.0, math.inf, tag)
-    out["cost"]["ips"] = feasible_interval(cost, "ips", 0.0, math.inf, tag)
-    if session is not None:
-        out["session_cost"] = feasible_interval(session, "dr", 0.0, math.inf, tag)
-    out["diff"] = diff
-    for key, (lo, hi) in (("quality", (-1.0, 1.0)), ("cost", (-math.inf, math.inf))):
-        dd = out["diff"][key]
-        a, b = clip_interval(dd["ci"], lo, hi)
-        dd["ci"] = [min(a, dd["estimate"]), max(b, dd["estimate"])]
-    out["logging"] = logging
-    out.update(n=int(est["n"]), sessions=int(est["sessions"]), ess=float(est["ess"]),
-               support=float(est["support"]), mean_weight=float(est["mean_weight"]),
-               max_weight=float(est["max_weight"]), agreement=float(counts["agreement"]),
-               explored_sessions=int(counts["explored_sessions"]),
-               served_choice=dict(counts["served_choice"]))
-    # Departures: where the served router chooses other than the logging policy did, the
-    # only direct evidence is explored sessions that happened to log the served choice;
-    # with few of them the DR interval leans on the reward model (seen: a round-1 run with
-    # 5 such sessions missed the truth by 0.13 with ESS 93 > LOW_ESS)
-    out["departure_share"] = float(counts["departure_share"])
-    out["departure_support"] = int(counts["departure_support"])
-    warn = []
-    if out["departure_share"] >= 0.05 and out["departure_support"] < LOW_DEPARTURE_SUPPORT:
-        warn.append(f"low support: the served router departs from the logging policy on "
-                    f"{out['departure_share']:.0%} of test sessions, and only "
-                    f"{out['departure_support']} explored test sessions show its choice there "
-                    "(the interval leans on the reward model)")
-    out["warnings"] = warn + support_check(out)
-    return out
+    total = ope_part(scored_rows(d, prob, choice), k, unit_cost, unit_session, ev.n_boot,
+                     ev.seed, ev.max_weight, thresholds, top % k, rule)
+    ope = ope_from_sums(total, cands, len(d), ev.level, ev.level_tag)
+    return ope, (None if thresholds is None else sweep_curve(total, thresholds))
 
 
 def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
@@ -316,7 +254,7 @@ def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
     return head, deployed
 
 
-def _spread(seed: int, point: dict, ope: dict, others: list[dict], margin: float) -> dict:
+def seed_spread(seed: int, point: dict, ope: dict, others: list[dict], margin: float) -> dict:
     """The headline figures over head seeds (same data, same split): values, min, max."""
     rows = [{"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
              "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
@@ -469,7 +407,7 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
 
 
 def spread_row(seed: int, point: dict, ope: dict, margin: float) -> dict:
-    """One head seed's headline figures for `_spread`."""
+    """One head seed's headline figures for `seed_spread`."""
     return {"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
             "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
             "go": gate(ope, margin, ope["explored_sessions"], 1.0, 1.0)["go"]}
@@ -508,6 +446,10 @@ def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
                              "max_train_decisions": cfg.receipts.max_train_decisions,
                              "replays": int(n_labels["train_replays"])},
                    "calibration": {"decisions": int(n_labels["calibration"]),
+                                   "decisions_available": int(n_labels.get(
+                                       "calibration_available", n_labels["calibration"])),
+                                   "max_calibration_decisions":
+                                       cfg.receipts.max_calibration_decisions,
                                    "replays": int(n_labels["calibration_replays"])},
                    "ips_clip": fitted.config.max_weight},
         "head": deployed.report() if hasattr(deployed, "report") else head.report(),
@@ -564,11 +506,17 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
             raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
     idx = {s: np.flatnonzero(m) for s, m in masks.items()}
     n_train_all, cap = len(idx["train"]), cfg.receipts.max_train_decisions
+    n_cal_all = len(idx["calibration"])
     unit_cost, unit_session = unit_costs(d.iloc[idx["train"]], rep, k)  # every train call
     keep = train_sample(d[Label.SESSION_ID].to_numpy()[idx["train"]], cap, cfg.seed)
     if not keep.all():  # ReceiptsConfig.max_train_decisions: their replays go with them
         rep = rep[~rep["row"].isin(idx["train"][~keep])]
         idx["train"] = idx["train"][keep]
+    keep = train_sample(d[Label.SESSION_ID].to_numpy()[idx["calibration"]],
+                        cfg.receipts.max_calibration_decisions, cfg.seed + 1)
+    if not keep.all():  # ReceiptsConfig.max_calibration_decisions (the same way)
+        rep = rep[~rep["row"].isin(idx["calibration"][~keep])]
+        idx["calibration"] = idx["calibration"][keep]
     data = FitData({s: d.iloc[idx[s]] for s in ("train", "calibration")},
                    {s: E_all[idx[s]] for s in ("train", "calibration")},
                    rep[rep["split"].isin(["train", "calibration"])])
@@ -577,12 +525,6 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     te_d, E_te = d.iloc[idx["test"]], E_all[idx["test"]]
     meta_te = _meta(te_d)
     rule = cfg.policy.rule
-
-    def session_model(n: int) -> np.ndarray:
-        return np.repeat(unit_session[None, :], n, axis=0)
-
-    def cost_model(n: int) -> np.ndarray:
-        return np.repeat(unit_cost[None, :], n, axis=0)
 
     t0 = time.perf_counter()
     say("training the head")
@@ -594,8 +536,10 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     prob_te = deployed.predict_proba(E_te, meta_te)
     choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=top, rule=rule)
     say("off-policy evaluation on the test sessions")
-    ope = evaluate_test(prob_te, choice_te, te_d, cands, cost_model(len(te_d)),
-                        session_model(len(te_d)), ev)
+    # the test curve's thresholds: quantiles of the test routing scores (both ends open)
+    ts = default_thresholds(routing_scores(prob_te, rule), ev.n_thresholds)
+    ope, curve = evaluate_test(prob_te, choice_te, te_d, cands, unit_cost, unit_session, ev,
+                               ts, top, rule)
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     spread_rows = []
@@ -605,24 +549,14 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
         prob_j = dep_j.predict_proba(E_te, meta_te)
         choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
-        ope_j = evaluate_test(prob_j, choice_j, te_d, cands, cost_model(len(te_d)),
-                              session_model(len(te_d)), ev)
+        ope_j, _ = evaluate_test(prob_j, choice_j, te_d, cands, unit_cost, unit_session, ev)
         spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
-    spread = _spread(cfg.seed, point, ope, spread_rows, margin)
+    spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
     timings["spread"] = time.perf_counter() - t0
     rate = ope["explored_sessions"] / max(ope["sessions"], 1)
     verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
                    float(cfg.go.sessions_per_day))
 
-    # the test curve: DR quality and cost of every threshold, the served point on it
-    b_tq, b_tc = _logged(te_d, cands, Label.REWARD), _logged(te_d, cands, Label.COST)
-    ts = default_thresholds(routing_scores(prob_te, rule), ev.n_thresholds)
-    sweep = np.stack([choose_by_threshold(prob_te, float(x), fallback=top, rule=rule) for x in ts])
-    pv = point_values(b_tq, sweep, prob_te)
-    curve = pd.DataFrame({"threshold": ts, "strong_share": (sweep == top).mean(axis=1),
-                          "quality": pv["dr"], "quality_ips": pv["ips"],
-                          "cost": point_values(b_tc, sweep, cost_model(b_tc.n))["dr"],
-                          "policy": "learned"})
     curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
     point["curve"].assign(policy="learned").to_parquet(
         out_dir / "router_curves_calibration.parquet", index=False)
@@ -648,6 +582,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         cands=cands, report=table.report, rep_report=rep_report, boundaries=table.boundaries,
         cfg=cfg, rules=rules, fitted=fitted, n_train_all=n_train_all,
         n_labels={"train": len(idx["train"]), "calibration": len(idx["calibration"]),
+                  "calibration_available": n_cal_all,
                   "train_replays": int((rep["split"] == "train").sum()),
                   "calibration_replays": int((rep["split"] == "calibration").sum())},
         ope=ope, verdict=verdict, spread=spread, unit_cost=unit_cost, plan_rows=len(plan),

@@ -81,6 +81,10 @@ class ReceiptsConfig:
         sampling keeps the IPS weights unbiased; calibration, the cost model and every
         estimate still use every session. It bounds the head's fits (selection, served,
         spread) on large ledgers; the summary says how many were used of how many.
+    max_calibration_decisions: the head's calibration, the head selection and the
+        threshold read at most this many calibration decisions, a seeded uniform sample of
+        calibration sessions by the same hash (null: all). It bounds what the Dask path
+        brings to the driver; the cost model and every test estimate use every session.
     """
 
     calibration_share: float = 0.2
@@ -90,6 +94,7 @@ class ReceiptsConfig:
     n_boot: int = 1000
     level: float = 0.95
     max_train_decisions: int | None = 50_000
+    max_calibration_decisions: int | None = 100_000
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -105,9 +110,11 @@ class ReceiptsConfig:
                 fail_field(name, key, v, f"must be an integer >= {low}")
         if not 0.5 <= float(self.level) < 1.0:
             fail_field(name, "level", self.level, "must be in [0.5, 1)")
-        cap = self.max_train_decisions
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 100):
-            fail_field(name, "max_train_decisions", cap, "must be null or an integer >= 100")
+        for key in ("max_train_decisions", "max_calibration_decisions"):
+            cap = getattr(self, key)
+            if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)
+                                    or cap < 100):
+                fail_field(name, key, cap, "must be null or an integer >= 100")
 
 
 @dataclass

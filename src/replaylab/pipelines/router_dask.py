@@ -1,0 +1,667 @@
+"""`pipeline=router compute=dask data.ledger=DATASET`: the receipts router with the ledger
+on the workers.
+
+The same steps, checks and summary as `pipelines.router_receipts.train_router_receipts`
+(read its module docstring first); what differs is where each row lives:
+
+1. read and validate per partition (`contracts.dataset.read_ledger_dask`), the
+   quarantine written by the workers;
+2. one shuffle on session_id, then per partition the opening decision of every
+   session (`router.receipts.opening_decisions`: a session's turns are all in one
+   partition), its counts and the exploration counts summed on the driver;
+3. the refusals from those sums, the split boundaries as exact order statistics of the
+   sessions' opening times (`demand.dask_ops.order_statistics_dask`), the split and the
+   embargo per partition (`receipts.assign_session_splits`);
+4. the opening prompts embedded per partition on the worker that holds them, one
+   encoder per worker process (`router.worker_encoder.EncoderSpec`), the embedding
+   cache folder shared by all of them;
+5. the head's fits on the driver: the train decisions of at most
+   `receipts.max_train_decisions` sessions and the calibration decisions of at most
+   `receipts.max_calibration_decisions` sessions, both chosen by a seeded hash of the
+   session id (`router_receipts.train_sample`: the local run draws the same sessions),
+   ordered by session id as the local table is; the cost model from partition sums;
+6. the test sessions judged on the workers with the served graph
+   (`head_onnx.PortableHead`): every estimator, paired difference and the threshold
+   curve are partition sums; the thresholds are exact quantiles of the test routing
+   scores; intervals by a session Poisson bootstrap whose weights are a hash of
+   (session id, replicate, seed) (`dask_ops.poisson_weights`), so partitions agree
+   without talking. The local run resamples sessions (a multinomial bootstrap): point
+   estimates agree to float rounding, intervals to bootstrap noise (docs/results-scale.md);
+7. the test decisions and the label rows written as Parquet by the workers; the replay
+   plan as per-partition top-k merged on the driver; a bounded hashed sample of test
+   decisions (`SERVED_SAMPLE`) comes back for the exported artifact's served check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts import Ledger as L
+from replaylab.pipelines.router_receipts import (
+    FitData,
+    ReceiptsRun,
+    fit_router,
+    gate,
+    golden_inputs,
+    plan_meta,
+    receipts_summary,
+    seed_spread,
+    spread_row,
+    test_decisions,
+)
+from replaylab.router.config import RouterEvalConfig
+from replaylab.router.ope_sums import add_ope, ope_from_sums, ope_part, prob_of, sweep_curve
+from replaylab.router.pipeline_config import RouterPipelineConfig
+from replaylab.router.receipts import (
+    EMBARGO,
+    OPENING_REQUEST,
+    SPLITS,
+    ReceiptsError,
+    ReceiptsTable,
+    add_counts,
+    assign_session_splits,
+    check_candidates_present,
+    counts_report,
+    exploration_counts,
+    exploration_facts,
+    finish_decisions,
+    logging_rules_from_counts,
+    opening_decisions,
+    policy_counts,
+    replay_rows,
+    rule_counts,
+    split_boundaries,
+    split_ranks,
+)
+from replaylab.router.replay import Label
+from replaylab.router.replay_plan import replay_plan, write_replay_plan
+from replaylab.router.rules import ScenarioRules
+from replaylab.router.worker_encoder import EncoderSpec
+from replaylab.runtime.routing import choose_by_threshold, routing_scores
+
+STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
+          "decisions": "one shuffle on session_id; the opening decisions per partition",
+          "split": "refusals and exact split boundaries from partition sums; split per partition",
+          "embed": "opening prompts embedded per partition (one encoder per worker, shared cache)",
+          "fit": "the head fitted on the driver on bounded hashed samples of train and calibration",
+          "judge": "test decisions and OPE as partition sums (session Poisson bootstrap)",
+          "write": "test decisions and labels written by the workers; the replay plan"}
+SERVED_SAMPLE = 2_000  # test decisions brought back for the exported artifact's check
+EMB = "emb_"           # embedding columns emb_0000..: float32
+# the decision columns every partition carries (a column absent from a partition: null)
+DEC_COLUMNS = {
+    Label.SESSION_ID: object, Label.BINDING_ID: object, Label.CONTEXT_KEY: object,
+    Label.CANDIDATE: object, Label.REWARD: "float64", Label.COST: "float64",
+    Label.PROPENSITY: "float64", Label.LABEL_SOURCE: object, Label.BINDING_TURNS: "float64",
+    Label.BINDING_COST: "float64", Label.SESSION_COST: "float64", OPENING_REQUEST: object,
+    "opening_ms": "int64", "last_ms": "int64", L.PROMPT_TEXT: object,
+    L.PROMPT_EMBEDDING: object, L.EMBEDDING_MODEL: object, "category": object,
+    "prompt_tokens": "float64", "action": "int64", "split": object}
+
+
+def emb_columns(d: int) -> list[str]:
+    return [f"{EMB}{j:04d}" for j in range(d)]
+
+
+def conform(dec: pd.DataFrame) -> pd.DataFrame:
+    """A partition's decisions in the fixed `DEC_COLUMNS` schema."""
+    out = pd.DataFrame(index=range(len(dec)))
+    for col, dtype in DEC_COLUMNS.items():
+        v = dec[col].to_numpy() if col in dec.columns else np.full(len(dec), None, dtype=object)
+        if dtype is object:
+            col_v = pd.Series(v, dtype=object)
+            out[col] = col_v.where(col_v.notna(), None)
+        elif dtype == "int64":
+            out[col] = pd.to_numeric(pd.Series(v), errors="coerce").fillna(-1).astype("int64")
+        else:
+            out[col] = pd.to_numeric(pd.Series(v), errors="coerce").astype("float64")
+    return out
+
+
+def representation_counts(dec: pd.DataFrame, encoder_id: str) -> dict:
+    """Decisions with text, with a usable ledger embedding, with neither; widths."""
+    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
+    has_text = np.array([isinstance(t, str) for t in text], dtype=bool)
+    vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
+    has_vec = np.array([v is not None and not (isinstance(v, float) and np.isnan(v))
+                        for v in vec], dtype=bool)
+    models = dec[L.EMBEDDING_MODEL].to_numpy(dtype=object)
+    matching = has_vec & (models == encoder_id)
+    missing = ~has_text & ~matching
+    other = sorted({str(m) for m, hv, ht in zip(models, has_vec, has_text, strict=True)
+                    if hv and not ht and m != encoder_id})
+    widths = sorted({len(v) for v in vec[~has_text & matching]})
+    return {"missing": int(missing.sum()), "n": int(len(dec)),
+            "other_models": {m: 1 for m in other}, "widths": {str(w): 1 for w in widths}}
+
+
+def decision_part(frame: pd.DataFrame, cands: tuple[str, ...], encoder_id: str) -> dict:
+    """One partition (sessions whole): its opening decisions (conformed), its sessions'
+    times and the additive counts."""
+    if frame.empty:
+        empty = conform(pd.DataFrame())
+        return {"dec": empty, "sessions": pd.DataFrame({
+                    L.SESSION_ID: pd.Series([], dtype=object),
+                    "opening_ms": pd.Series([], dtype="int64"),
+                    "last_ms": pd.Series([], dtype="int64")}),
+                "counts": {}, "exploration": {}, "representation": {}}
+    dec, sessions, counts = opening_decisions(frame, cands)
+    dec = finish_decisions(dec, pd.Series(dtype=object), cands)
+    dec["last_ms"] = dec[Label.SESSION_ID].astype(str).map(
+        sessions.set_index(L.SESSION_ID)["last_ms"]).to_numpy()
+    return {"dec": conform(dec), "sessions": sessions.astype({L.SESSION_ID: object}),
+            "counts": counts, "exploration": exploration_counts(dec, cands),
+            "representation": representation_counts(dec, encoder_id)}
+
+
+def with_split(dec: pd.DataFrame, t_cal: int, t_test: int, embargo_ms: int) -> pd.DataFrame:
+    out = dec.copy()
+    out["split"] = assign_session_splits(out["opening_ms"].to_numpy(np.int64),
+                                         out["last_ms"].to_numpy(np.int64), t_cal, t_test,
+                                         embargo_ms) if len(out) else \
+        np.array([], dtype=object)
+    return out
+
+
+def session_split_counts(sessions: pd.DataFrame, t_cal: int, t_test: int,
+                         embargo_ms: int) -> pd.DataFrame:
+    s = assign_session_splits(sessions["opening_ms"].to_numpy(np.int64),
+                              sessions["last_ms"].to_numpy(np.int64), t_cal, t_test,
+                              embargo_ms) if len(sessions) else np.array([], dtype=object)
+    v = pd.Series(s, dtype=object).value_counts()
+    return pd.DataFrame({"split": [str(k) for k in v.index], "n": v.to_numpy(np.int64)})
+
+
+def embed_part(dec: pd.DataFrame, spec: EncoderSpec) -> pd.DataFrame:
+    """The partition's decisions with their embedding as float32 columns (text embedded by
+    the worker's encoder; a ledger vector of the configured encoder used as given)."""
+    d = spec.dimension
+    E = np.full((len(dec), d), np.nan, dtype=np.float32)
+    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
+    has = np.array([isinstance(t, str) for t in text], dtype=bool)
+    if has.any():
+        E[has] = spec.embed([str(t) for t in text[has]])
+    if (~has).any():
+        vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)[~has]
+        E[~has] = np.stack([np.asarray(v, dtype=np.float32) for v in vec])
+    out = dec.drop(columns=[L.PROMPT_EMBEDDING]).reset_index(drop=True)
+    return pd.concat([out, pd.DataFrame(E, columns=emb_columns(d))], axis=1)
+
+
+def hashed_u(part: pd.DataFrame, seed: int) -> np.ndarray:
+    from replaylab.demand.dask_ops import hash_uniform, key_hash
+
+    return hash_uniform(key_hash(part[Label.SESSION_ID].to_numpy(dtype=object)), int(seed)) \
+        if len(part) else np.zeros(0)
+
+
+def with_u(part: pd.DataFrame, seed: int) -> pd.DataFrame:
+    return part.assign(u=hashed_u(part, seed))
+
+
+def action_sums(part: pd.DataFrame, k: int) -> np.ndarray:
+    """(4, K): per action the sum and count of finite train call costs and session costs."""
+    out = np.zeros((4, k))
+    a = part["action"].to_numpy(np.int64)
+    for row, col in ((0, Label.COST), (2, Label.SESSION_COST)):
+        v = part[col].to_numpy(float)
+        ok = np.isfinite(v)
+        out[row] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
+        out[row + 1] = np.bincount(a[ok], minlength=k)[:k]
+    return out
+
+
+def mean_from_sums(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """`router_receipts` cost model from per-action sums: the mean per action, an action
+    without any finite value: the overall mean (0 when there is none)."""
+    overall = float(total.sum() / count.sum()) if count.sum() > 0 else 0.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), overall)
+
+
+def score_part(part: pd.DataFrame, head: Any, threshold: float, top: int, rule: str, k: int,
+               d: int, splits: tuple[str, ...]) -> pd.DataFrame:
+    """Rows of `splits` with the served head's P(success) per candidate and its choice;
+    the embedding columns dropped."""
+    part = part[part["split"].isin(list(splits))]
+    out = part[[c for c in part.columns if not c.startswith(EMB) and c != L.PROMPT_TEXT]
+               ].reset_index(drop=True)
+    if len(part):
+        E = part[emb_columns(d)].to_numpy(np.float32)
+        prob = head.predict_proba(E, {"category": part["category"].to_numpy(dtype=object),
+                                      "prompt_tokens": part["prompt_tokens"].to_numpy(float)})
+        choice = choose_by_threshold(prob, threshold, fallback=top, rule=rule)
+    else:
+        prob, choice = np.zeros((0, k)), np.zeros(0, np.int64)
+    for j in range(k):
+        out[f"p{j}"] = prob[:, j].astype("float64")
+    out["choice"] = choice.astype("int64")
+    return out
+
+
+def score_values(part: pd.DataFrame, k: int, rule: str) -> pd.Series:
+    """The test rows' routing scores, flattened (the thresholds' quantiles are over them)."""
+    t = part[part["split"] == "test"]
+    return pd.Series(routing_scores(prob_of(t, k), rule).ravel() if len(t) else
+                     np.zeros(0), dtype="float64")
+
+
+def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
+                               cfg: RouterPipelineConfig, out_dir: Path, encoder: EncoderSpec,
+                               head_scorer: str = "onnx",
+                               progress: Callable[[str], None] | None = None
+                               ) -> tuple[dict, ReceiptsRun]:
+    """The receipts router over the ledger dataset `spec` on the current Dask client (module
+    docstring). Returns (summary, run) as `train_router_receipts` does; the summary adds
+    `dask` (what reached the driver, the bootstrap) and the artifacts are folders."""
+    import dask
+    from dask import delayed
+
+    from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.demand.dask_ops import (
+        exact_quantiles_dask,
+        kth_smallest_hash,
+        on_partitions,
+        order_statistics_dask,
+    )
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cands = tuple(str(c) for c in cfg.candidates)
+    k = len(cands)
+    where = "data.ledger"
+    if k < 2 or len(set(cands)) != k:
+        raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
+                            "distinct candidates (cheapest first)")
+    rc = cfg.receipts
+    timings: dict[str, float] = {}
+    done: list[str] = []
+    clock = [time.perf_counter()]
+
+    def stage(name: str) -> None:
+        if done:
+            timings[done[-1]] = time.perf_counter() - clock[0]
+        clock[0] = time.perf_counter()
+        done.append(name)
+        if progress is not None:
+            progress(f"dask stage {len(done)}/{len(STAGES)}: {STAGES[name]}")
+
+    with dask.config.set({"dataframe.convert-string": False}):
+        # 1. read
+        stage("read")
+        ds = read_ledger_dask(spec, DEFAULT_BLOCKSIZE).persist()
+        accounting = ds.write_quarantine(str(out_dir / "quarantine"))
+        acc = accounting.summary()
+        q = ds.quarantine
+        bad_prop = int(q["quarantine_detail"].astype(str).str.contains(
+            L.PROPENSITY, regex=False).sum().compute()) if acc["rows_quarantined"] else 0
+        if bad_prop:
+            raise ReceiptsError(f"{where}: {bad_prop} row(s) have a {L.PROPENSITY} outside "
+                                "(0, 1] (quarantined): off-policy estimates need the exact "
+                                "logged probability of every choice")
+        if not acc["rows_valid"]:
+            raise ReceiptsError(f"{where}: no valid ledger-v1 rows "
+                                f"({acc.get('quarantine_by_reason')})")
+        valid = ds.valid
+        if L.ROUTING_SOURCE not in valid.columns or not int(
+                valid[L.ROUTING_SOURCE].count().compute()):
+            raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: "
+                                "explored sessions cannot be told from the logging policy's "
+                                "own choices")
+        present = set(valid[L.SELECTED_MODEL].dropna().astype(str).unique().compute())
+        check_candidates_present(cands, present, where)
+
+        # 2. opening decisions per partition, sessions whole after one shuffle
+        stage("decisions")
+        shuffled = valid.shuffle(on=L.SESSION_ID, npartitions=valid.npartitions)
+        parts = dask.persist(*[delayed(decision_part)(p, cands, encoder.encoder_id)
+                               for p in shuffled.to_delayed()])
+        got = dask.compute(*[delayed(lambda r: {x: r[x] for x in (
+            "counts", "exploration", "representation")})(p) for p in parts])
+        counts: dict = {}
+        expl: dict = {}
+        rep_c: dict = {}
+        for g in got:
+            counts = add_counts(counts, g["counts"])
+            expl = add_counts(expl, g["exploration"])
+            rep_c = add_counts(rep_c, g["representation"])
+        dec = dask.dataframe.from_delayed(
+            [delayed(operator.getitem)(p, "dec") for p in parts], meta=conform(pd.DataFrame()),
+            verify_meta=False)
+        sessions = dask.dataframe.from_delayed(
+            [delayed(operator.getitem)(p, "sessions") for p in parts],
+            meta=pd.DataFrame({L.SESSION_ID: pd.Series([], dtype=object),
+                               "opening_ms": pd.Series([], dtype="int64"),
+                               "last_ms": pd.Series([], dtype="int64")}), verify_meta=False)
+
+        # 3. refusals, boundaries, split
+        stage("split")
+        n_sessions = int(counts.get("sessions", 0))
+        report: dict = {"rows_read": acc["rows_read"], "rows_valid": acc["rows_valid"],
+                        "rows_quarantined": acc["rows_quarantined"],
+                        "quarantine_by_reason": acc.get("quarantine_by_reason", {}),
+                        **counts_report({"other_models": {}, **counts})}
+        facts, errors = exploration_facts(
+            {"explored": 0, "own_propensity": {}, "explored_by_candidate": {},
+             "randomized_by_candidate": {}, **expl}, cands, float(cfg.labels.exploration.cap),
+            int(rc.min_explored_per_candidate), n_sessions)
+        report["exploration"] = facts
+        if errors:
+            raise ReceiptsError(f"{where}: {errors[0]}")
+        if rep_c.get("missing"):
+            other = sorted(rep_c.get("other_models", {}))
+            why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
+                   f"{encoder.encoder_id!r}" if other else "")
+            raise ReceiptsError(f"{where}: {rep_c['missing']} of {rep_c['n']} opening decisions "
+                                f"have neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of "
+                                f"the configured encoder{why}: the router cannot see those "
+                                "prompts")
+        widths = sorted(int(w) for w in rep_c.get("widths", {}))
+        if len(widths) > 1:
+            raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths "
+                                f"{widths}")
+        if widths and widths[0] != encoder.dimension:
+            raise ReceiptsError(f"{where}: prompt_embedding width {widths[0]} differs from the "
+                                f"encoder's {encoder.dimension}")
+        k_cal, k_test = split_ranks(n_sessions, rc)
+        opening = sessions["opening_ms"].astype("float64")
+        nn, kmin, kmax = on_partitions(opening, _stats_of, _stats_total)
+        ranks = order_statistics_dask(opening, [0, k_cal, k_test, n_sessions - 1], nn,
+                                      kmin, kmax)
+        t_first, t_cal, t_test, t_last = (int(ranks[r]) for r in
+                                          (0, k_cal, k_test, n_sessions - 1))
+        emb_ms = int(rc.embargo_ms)
+        per_split = sessions.map_partitions(
+            session_split_counts, t_cal, t_test, emb_ms,
+            meta=pd.DataFrame({"split": pd.Series([], dtype=object),
+                               "n": pd.Series([], dtype="int64")})
+        ).groupby("split")["n"].sum().compute()
+        boundaries = split_boundaries(t_first, t_cal, t_test, t_last, emb_ms,
+                                      {str(a): int(b) for a, b in per_split.items()})
+        dec_split = dec.map_partitions(with_split, t_cal, t_test, emb_ms,
+                                       meta=conform(pd.DataFrame())).persist()
+        dsc = dec_split["split"].value_counts().compute()
+        report["decisions"] = {s: int(dsc.get(s, 0)) for s in (*SPLITS, EMBARGO)}
+        kept = dec_split[dec_split["split"] != EMBARGO]
+        for s in SPLITS:
+            if not report["decisions"][s]:
+                raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
+        pol = dask.compute(*[delayed(policy_counts)(p) for p in kept.to_delayed()])
+        n_text = int(kept[L.PROMPT_TEXT].map_partitions(
+            lambda s: s.map(lambda t: isinstance(t, str)), meta=(L.PROMPT_TEXT, bool)
+        ).sum().compute())
+        n_kept = int(sum(report["decisions"][s] for s in SPLITS))
+        report["representation"] = {"prompt_text": n_text, "prompt_embedding": n_kept - n_text,
+                                    "encoder_id": encoder.encoder_id}
+        report["logging_policy"] = _policy_total(pol)
+        rules_doc = logging_rules_from_counts(
+            kept.map_partitions(rule_counts, meta=pd.DataFrame({
+                "scope": pd.Series([], dtype=object), "category": pd.Series([], dtype=object),
+                "candidate": pd.Series([], dtype=object),
+                "n": pd.Series([], dtype="int64")})).compute(), cands)
+
+        # 4. embeddings per partition
+        stage("embed")
+        meta_e = embed_part(conform(pd.DataFrame()), encoder)
+        emb = kept.map_partitions(embed_part, encoder, meta=meta_e).persist()
+
+        # 5. the fits on the driver
+        stage("fit")
+        tr_all = emb[emb["split"] == "train"]
+        sums = np.sum(dask.compute(*[delayed(action_sums)(p, k) for p in
+                                     tr_all.to_delayed()]), axis=0)
+        rep, rep_report, matched = _replays(replays, kept, cands, cfg)
+        if len(rep):
+            tr_rep = rep[rep["split"] == "train"]
+            ok = np.isfinite(tr_rep[Label.COST].to_numpy(float))
+            sums[0] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok],
+                                   weights=tr_rep[Label.COST].to_numpy(float)[ok], minlength=k)
+            sums[1] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok], minlength=k)
+        unit_cost = mean_from_sums(sums[0], sums[1])
+        unit_session = mean_from_sums(sums[2], sums[3])
+        fit_frames = {}
+        n_avail = {"train": report["decisions"]["train"],
+                   "calibration": report["decisions"]["calibration"]}
+        for s, cap, salt in (("train", rc.max_train_decisions, cfg.seed),
+                             ("calibration", rc.max_calibration_decisions, cfg.seed + 1)):
+            rows = emb[emb["split"] == s]
+            if cap is not None and n_avail[s] > cap:
+                u = rows.map_partitions(with_u, salt)
+                thr = kth_smallest_hash(u["u"], int(cap))
+                rows = u[u["u"] <= thr].drop(columns=["u"])
+            frame = rows.compute().sort_values(Label.SESSION_ID, kind="stable")
+            fit_frames[s] = frame
+        n_tr = len(fit_frames["train"])
+        fit_frames["train"].index = pd.RangeIndex(n_tr)
+        fit_frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(fit_frames["calibration"]))
+        cols = emb_columns(encoder.dimension)
+        rep_fit = _replays_for_fit(rep, matched, fit_frames)
+        data = FitData({s: f.drop(columns=cols) for s, f in fit_frames.items()},
+                       {s: f[cols].to_numpy(np.float32) for s, f in fit_frames.items()},
+                       rep_fit)
+        say = progress or (lambda _m: None)
+        fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
+        point, top, rule = fitted.point, fitted.top, fitted.rule
+        head = _portable(fitted.deployed)
+
+        # 6. judge on the workers
+        stage("judge")
+        n_boot, level = int(rc.n_boot), float(rc.level)
+        tag = RouterEvalConfig(level=level).level_tag
+        plan_splits = tuple(cfg.replay_plan.splits)
+        meta_s = score_part(meta_e, head, 0.0, 0, rule, k, encoder.dimension, ("test",))
+        scored = emb.map_partitions(
+            score_part, head, float(point["threshold"]), top, rule, k, encoder.dimension,
+            tuple(sorted({"test", *plan_splits})), meta=meta_s).persist()
+        qs = np.linspace(0.0, 1.0, cfg.labels.evaluation.n_thresholds)
+        scores = scored.map_partitions(score_values, k, rule, meta=pd.Series([], dtype="float64"))
+        qv, _ = exact_quantiles_dask(scores, qs)
+        thresholds = np.unique(np.concatenate([[-np.inf], qv, [np.inf]]))
+        n_test = report["decisions"]["test"]
+        total = _ope_total(scored, k, unit_cost, unit_session, n_boot, cfg.seed, thresholds,
+                           top, rule)
+        ope = ope_from_sums(total, cands, n_test, level, tag)
+        spread_rows = []
+        margin = float(cfg.go.quality_margin)
+        for j in range(1, int(cfg.spread_seeds)):
+            say(f"seed-to-seed spread: head seed {cfg.seed + j}")
+            dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
+            sc_j = emb.map_partitions(
+                score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
+                encoder.dimension, ("test",), meta=meta_s)
+            ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
+                                        None, top_j, rule), cands, n_test, level, tag)
+            spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
+        spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
+        rate = ope["explored_sessions"] / max(ope["sessions"], 1)
+        verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
+                       float(cfg.go.sessions_per_day))
+        curve = sweep_curve(total, thresholds)
+
+        # 7. files
+        stage("write")
+        curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
+        point["curve"].assign(policy="learned").to_parquet(
+            out_dir / "router_curves_calibration.parquet", index=False)
+        tests = scored[scored["split"] == "test"]
+        tests.map_partitions(_decisions_part, cands, meta=_decisions_part(
+            meta_s, cands)).to_parquet(str(out_dir / "router_decisions_test"),
+                                             write_index=False)
+        kept.drop(columns=[L.PROMPT_TEXT, L.PROMPT_EMBEDDING]).to_parquet(
+            str(out_dir / "router_labels"), write_index=False)
+        if len(rep):
+            rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]}).to_parquet(
+                out_dir / "router_labels_replays.parquet", index=False)
+        budget = int(cfg.replay_plan.budget)
+        plans = dask.compute(*[delayed(_plan_part)(p, k, float(point["threshold"]), rule, cands,
+                                                   budget, plan_splits)
+                               for p in scored.to_delayed()])
+        plan = _merge_plans(list(plans), budget)
+        plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
+        sample = _served_sample(emb, cfg.seed + 2)
+        timings[done[-1]] = time.perf_counter() - clock[0]
+
+    rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
+                                       rules_doc["default_candidate"], rules_doc["note"],
+                                       rules_doc["fitted_on"], cfg.labels.rules)
+    n_labels = {"train": len(fit_frames["train"]), "calibration": len(fit_frames["calibration"]),
+                "calibration_available": n_avail["calibration"],
+                "train_replays": int((rep_fit["split"] == "train").sum()) if len(rep_fit) else 0,
+                "calibration_replays": int((rep_fit["split"] == "calibration").sum())
+                if len(rep_fit) else 0}
+    artifacts = {"curves": str(out_dir / "router_curves_test.parquet"),
+                 "labels": str(out_dir / "router_labels"),
+                 "test_decisions": str(out_dir / "router_decisions_test"),
+                 "replay_plan": str(plan_path), "quarantine": str(out_dir / "quarantine")}
+    if len(rep):
+        artifacts["labels_replays"] = str(out_dir / "router_labels_replays.parquet")
+    summary = receipts_summary(
+        cands=cands, report=report, rep_report=rep_report, boundaries=boundaries, cfg=cfg,
+        rules=rules, fitted=fitted, n_train_all=n_avail["train"], n_labels=n_labels, ope=ope,
+        verdict=verdict, spread=spread, unit_cost=unit_cost, plan_rows=len(plan),
+        artifacts=artifacts, timings=timings)
+    summary["dask"] = {
+        "partitions": int(valid.npartitions), "stages": STAGES,
+        "driver_rows": {"train": n_labels["train"], "calibration": n_labels["calibration"],
+                        "served_check_sample": int(len(sample))},
+        "bootstrap": "session Poisson(1) weights hashed from (session_id, replicate, seed); "
+                     "the local run's is a multinomial session bootstrap: the same point "
+                     "estimates, intervals equal up to bootstrap noise",
+        "sampling": "train and calibration sessions for the head's fits: the smallest "
+                    "seeded hashes of the session id (the local run draws the same)"}
+    cols = emb_columns(encoder.dimension)
+    meta_s = {"category": sample["category"].to_numpy(dtype=object),
+              "prompt_tokens": sample["prompt_tokens"].to_numpy(float)}
+    E_s = sample[cols].to_numpy(np.float32)
+    prob_s = fitted.deployed.predict_proba(E_s, meta_s) if len(sample) else np.zeros((0, k))
+    choice_s = choose_by_threshold(prob_s, float(point["threshold"]), fallback=top, rule=rule) \
+        if len(sample) else np.zeros(0, np.int64)
+    texts_s = [t if isinstance(t, str) else None for t in sample[L.PROMPT_TEXT]]
+    run = ReceiptsRun(config=dataclasses.replace(cfg, head=fitted.config), candidates=cands,
+                      head=fitted.head, threshold=float(point["threshold"]), rules=rules,
+                      summary=summary, rule=rule, fallback=int(top),
+                      deployed=fitted.deployed if hasattr(fitted.deployed, "portable") else None,
+                      golden_inputs=golden_inputs(texts_s, sample), rules_equal=None,
+                      test_choice=choice_s, test_embeddings=E_s, test_meta=meta_s,
+                      test_texts=texts_s,
+                      test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy())
+    return summary, run
+
+
+def _stats_of(x: pd.Series) -> tuple:
+    from replaylab.demand.dask_ops import sortable_keys
+
+    kk = sortable_keys(x.to_numpy(dtype="float64"))
+    return (len(kk), int(kk.min()) if len(kk) else None, int(kk.max()) if len(kk) else None)
+
+
+def _stats_total(parts: list) -> tuple:
+    n = sum(p[0] for p in parts)
+    lo = [p[1] for p in parts if p[1] is not None]
+    hi = [p[2] for p in parts if p[2] is not None]
+    return n, (min(lo) if lo else None), (max(hi) if hi else None)
+
+
+def _policy_total(parts: tuple) -> dict:
+    by: dict = {}
+    props: dict = {}
+    for p in parts:
+        by = add_counts(by, p["opening_by_candidate"])
+        props = add_counts(props, p["propensities"])
+    return {"opening_by_candidate": dict(sorted(by.items(), key=lambda kv: -kv[1])),
+            "propensities": dict(sorted(props.items(), key=lambda kv: float(kv[0])))}
+
+
+def _portable(deployed: Any) -> Any:
+    """What the workers score with: the served graph as plain data, or (an isotonic head,
+    which has no graph) the fitted head itself."""
+    return getattr(deployed, "portable", deployed)
+
+
+def _ope_total(scored: Any, k: int, unit_cost: np.ndarray, unit_session: np.ndarray,
+               n_boot: int, seed: int, thresholds: np.ndarray | None, top: int,
+               rule: str) -> dict:
+    import dask
+    from dask import delayed
+
+    parts = [delayed(ope_part)(p, k, unit_cost, unit_session, n_boot, seed, None, thresholds,
+                               top, rule) for p in scored.to_delayed()]
+    got = dask.compute(*parts)
+    total = got[0]
+    for g in got[1:]:
+        total = add_ope(total, g)
+    return total
+
+
+def _decisions_part(part: pd.DataFrame, cands: tuple[str, ...]) -> pd.DataFrame:
+    return test_decisions(part, cands, prob_of(part, len(cands)),
+                          part["choice"].to_numpy(np.int64))
+
+
+def _plan_part(part: pd.DataFrame, k: int, threshold: float, rule: str,
+               cands: tuple[str, ...], budget: int, splits: tuple[str, ...]) -> pd.DataFrame:
+    rows = part[part["split"].isin(list(splits))]
+    return replay_plan(prob_of(rows, k), rows["action"].to_numpy(np.int64), threshold, rule,
+                       plan_meta(rows), cands, budget)
+
+
+def _merge_plans(plans: list[pd.DataFrame], budget: int) -> pd.DataFrame:
+    """The per-partition top-`budget` plans merged: the global top by priority (ties: the
+    later opening first, as `replay_plan` orders them), ranks renumbered."""
+    plans = [p for p in plans if len(p)]
+    if not plans:
+        return replay_plan(np.zeros((0, 2)), np.zeros(0, np.int64), 0.0, "absolute",
+                           pd.DataFrame(), ("a", "b"), budget)
+    allp = pd.concat(plans, ignore_index=True)
+    allp = allp.sort_values(["priority", "opening_ms"], ascending=[False, False],
+                            kind="stable").head(budget).reset_index(drop=True)
+    allp["rank"] = np.arange(1, len(allp) + 1)
+    return allp
+
+
+def _served_sample(emb: Any, seed: int) -> pd.DataFrame:
+    """At most SERVED_SAMPLE test decisions (smallest seeded hashes), ordered by session."""
+    from replaylab.demand.dask_ops import kth_smallest_hash
+
+    test = emb[emb["split"] == "test"].map_partitions(with_u, seed)
+    thr = kth_smallest_hash(test["u"], SERVED_SAMPLE)
+    got = test[test["u"] <= thr].drop(columns=["u"]).compute()
+    return got.sort_values(Label.SESSION_ID, kind="stable").reset_index(drop=True)
+
+
+def _replays(replays: pd.DataFrame | None, kept: Any, cands: tuple[str, ...],
+             cfg: RouterPipelineConfig) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """`receipts.replay_rows` against the decisions the replays name (brought back: at most
+    one per replay row), so every count is the local run's."""
+    if replays is None:
+        empty, report = replay_rows(None, ReceiptsTable(cands, pd.DataFrame(), [], None))
+        return empty, report, pd.DataFrame()
+    ids = set(replays["prompt_id"].astype(str)) if "prompt_id" in replays else set()
+    matched = kept[kept[OPENING_REQUEST].isin(list(ids))].drop(
+        columns=[L.PROMPT_TEXT, L.PROMPT_EMBEDDING]).compute().reset_index(drop=True)
+    table = ReceiptsTable(cands, matched, [None] * len(matched), None)
+    rep, report = replay_rows(replays, table, cfg.labels.cost)
+    return rep, report, matched
+
+
+def _replays_for_fit(rep: pd.DataFrame, matched: pd.DataFrame,
+                     frames: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Replay rows re-pointed at the fit frames' rows; replays of openings left out of the
+    fit samples go with them (as in the local run)."""
+    if not len(rep):
+        return rep
+    pos = pd.concat([pd.Series(f.index, index=f[OPENING_REQUEST].astype(str).to_numpy())
+                     for f in frames.values()])
+    key = matched[OPENING_REQUEST].astype(str).to_numpy()[rep["row"].to_numpy(np.int64)]
+    row = pos.reindex(key)
+    out = rep.assign(row=row.to_numpy())
+    out = out[row.notna().to_numpy()]
+    return out.astype({"row": "int64"}).reset_index(drop=True)
