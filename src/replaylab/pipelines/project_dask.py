@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,9 @@ STAGES = {"read": "read and validate per partition, the quarantine written by th
           "write": "features written by the workers",
           "aggregates": "profile, labels and splits as partition sums; the figures' sample"}
 SAMPLE_ROWS = 100_000  # rows the figures are drawn from (a uniform sample, seeded)
+TIMING_KEYS = {"read": "read_validate", "fingerprint": "fingerprint",
+               "project": "projection_splits", "write": "write_features",
+               "aggregates": "aggregates"}  # summary.json's timings_s keys
 PROFILE_COUNTS = (L.LIFECYCLE_STATE, L.FINISH_REASON, L.CATEGORY, L.SELECTED_MODEL)
 
 
@@ -126,58 +128,45 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
     """`pipeline=project` over the ledger dataset `spec` on the current Dask client (or
     scheduler); writes quarantine/, features/, figures/ and report.html under out_dir and
     returns the summary (`project.project_ledger`'s keys, plus `split_boundaries`).
-    progress(text): called as each of the five stages starts (e.g. a logger's info)."""
+    progress(text): the stage lines (`pipelines.stages.DaskStages`: as each of the five
+    stages starts and ends; default the `replaylab` logger), with a task bar on a TTY."""
     import dask
 
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.pipelines.stages import DaskStages
     from replaylab.projection.splits_dask import project_and_split_dask
     from replaylab.tracking.html import write_html_report
     from replaylab.tracking.report import ledger_figures
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    done: list[str] = []
 
-    def stage(name: str) -> None:
-        done.append(name)
-        if progress is not None:
-            progress(f"dask stage {len(done)}/{len(STAGES)}: {STAGES[name]}")
-
-    with dask.config.set({"dataframe.convert-string": False}):
-        stage("read")
-        t0 = time.perf_counter()
-        ds = read_ledger_dask(spec, blocksize or DEFAULT_BLOCKSIZE).persist()
-        accounting = ds.write_quarantine(str(out_dir / "quarantine"))
-        timings["read_validate"] = time.perf_counter() - t0
-        stage("fingerprint")
-        t0 = time.perf_counter()
-        fingerprint = ledger_fingerprint_dask(ds.valid)
-        timings["fingerprint"] = time.perf_counter() - t0
+    with dask.config.set({"dataframe.convert-string": False}), \
+            DaskStages(STAGES, progress) as stage:
+        with stage("read"):
+            ds = read_ledger_dask(spec, blocksize or DEFAULT_BLOCKSIZE).persist()
+            accounting = ds.write_quarantine(str(out_dir / "quarantine"))
+        with stage("fingerprint"):
+            fingerprint = ledger_fingerprint_dask(ds.valid)
         version = projection_version(projection, fingerprint,
                                      f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
-        stage("project")
-        t0 = time.perf_counter()
-        features, splits = project_and_split_dask(ds.valid, projection, split)
-        timings["projection_splits"] = time.perf_counter() - t0
-        stage("write")
-        t0 = time.perf_counter()
-        features.to_parquet(str(out_dir / "features"), write_index=False)
-        timings["write_features"] = time.perf_counter() - t0
-        stage("aggregates")
-        t0 = time.perf_counter()
-        prof = ds.valid.map_partitions(
-            profile_parts, meta=pd.DataFrame({"key": pd.Series(dtype=object),
-                                              "value": pd.Series(dtype=object),
-                                              "n": pd.Series(dtype="int64")}))
-        prof = prof.groupby(["key", "value"])["n"].sum().compute()
-        sess = features.map_partitions(session_parts).compute()
-        n_rows = int(sess["rows"].sum())
-        frac = min(1.0, SAMPLE_ROWS / max(n_rows, 1))
-        sample_f = features.sample(frac=frac, random_state=seed).compute()
-        sample_l = ds.valid.sample(frac=frac, random_state=seed).compute()
-        timings["aggregates"] = time.perf_counter() - t0
-        cols = feature_columns(sample_f)
+        with stage("project"):
+            features, splits = project_and_split_dask(ds.valid, projection, split)
+        with stage("write"):
+            features.to_parquet(str(out_dir / "features"), write_index=False)
+        with stage("aggregates"):
+            prof = ds.valid.map_partitions(
+                profile_parts, meta=pd.DataFrame({"key": pd.Series(dtype=object),
+                                                  "value": pd.Series(dtype=object),
+                                                  "n": pd.Series(dtype="int64")}))
+            prof = prof.groupby(["key", "value"])["n"].sum().compute()
+            sess = features.map_partitions(session_parts).compute()
+            n_rows = int(sess["rows"].sum())
+            frac = min(1.0, SAMPLE_ROWS / max(n_rows, 1))
+            sample_f = features.sample(frac=frac, random_state=seed).compute()
+            sample_l = ds.valid.sample(frac=frac, random_state=seed).compute()
+    timings = {TIMING_KEYS[k]: v for k, v in stage.timings.items()}
+    cols = feature_columns(sample_f)
     profile = {
         "requests": int(prof.get(("requests", ""), 0)),
         "sessions": int(sess["sessions"].sum()),
