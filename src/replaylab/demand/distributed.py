@@ -31,6 +31,7 @@ prediction, export and serving stay local.
 
 from __future__ import annotations
 
+import logging
 import re
 import warnings
 from collections.abc import Sequence
@@ -93,10 +94,19 @@ class _RanksInPartOrder:
     order; LightGBM builds each feature's bins on one rank from that rank's rows,
     so the model changed from run to run. Answered in part order, rank r holds
     piece r and the fit is repeatable. Everything else is the client itself.
+
+    pinned: the workers (sorted addresses) the parts go to, part i to
+    pinned[i % len(pinned)] (a loose restriction: a part whose worker is gone runs
+    elsewhere, and the caller sees the lost worker): which rows each rank holds then
+    depends only on the partitioning and the number of workers, not on where the
+    scheduler happened to keep them, so a refit on as many workers is the same model.
     """
 
-    def __init__(self, client: object) -> None:
+    def __init__(self, client: object, pinned: Sequence[str] | None = None) -> None:
         self._client = client
+        self._pinned = list(pinned or [])
+        self._futures: list[object] = []  # what lightgbm.dask submitted, cancelled by `abort`
+        self._aborted = False
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._client, name)
@@ -104,6 +114,55 @@ class _RanksInPartOrder:
     def who_has(self, futures: Sequence[object], **kwargs: object) -> dict:
         found = self._client.who_has(futures, **kwargs)
         return {f.key: found[f.key] for f in futures if f.key in found}
+
+    def _track(self, got: object) -> object:
+        if self._aborted:
+            raise RuntimeError("lightgbm.dask: the fit was stopped (a worker was lost)")
+        self._futures.extend(got if isinstance(got, list) else [got])
+        return got
+
+    def submit(self, *args: object, **kwargs: object) -> object:
+        return self._track(self._client.submit(*args, **kwargs))
+
+    def compute(self, collections: object, **kwargs: object) -> object:
+        if not self._pinned or not isinstance(collections, list | tuple) or "workers" in kwargs:
+            return self._track(self._client.compute(collections, **kwargs))
+        n = len(self._pinned)
+        return self._track([self._client.compute(c, workers=[self._pinned[i % n]],
+                                                 allow_other_workers=True, **kwargs)
+                            for i, c in enumerate(collections)])
+
+    def abort(self) -> None:
+        """Cancel what lightgbm.dask submitted (its tasks pinned to a lost worker would wait
+        for it forever) and refuse what it submits next: the blocked fit raises."""
+        self._aborted = True
+        try:
+            self._client.cancel(self._futures, force=True)
+        except Exception:  # a client already closing: nothing left to free
+            pass
+
+
+class WorkersLost(RuntimeError):
+    """lightgbm.dask lost a worker and the cluster did not return to the workers the fit
+    needs for the same model; the message is one line."""
+
+
+def live_workers(client: object) -> dict[str, str]:
+    """{address: server id} of the workers the scheduler has now (a restarted worker has a
+    new id, often a new address)."""
+    return {a: str(w.get("id", a)) for a, w in client.scheduler_info()["workers"].items()}
+
+
+def await_workers(client: object, n: int, wait_s: float) -> dict[str, str]:
+    """The live workers once there are at least `n` (waiting up to wait_s seconds)."""
+    import time
+
+    deadline = time.monotonic() + max(float(wait_s), 0.0)
+    while True:
+        live = live_workers(client)
+        if len(live) >= n or time.monotonic() >= deadline:
+            return live
+        time.sleep(0.5)
 
 
 def _workers(client: object) -> list[str]:
@@ -243,11 +302,16 @@ def _copies(one: dd.DataFrame | dd.Series, n: int) -> dd.DataFrame | dd.Series:
     return dd.from_delayed([one.to_delayed()[0]] * n, meta=one._meta, verify_meta=False)
 
 
+LOST_WORKER_WAIT_S = 120.0  # seconds a refit waits for the cluster to be back to its workers
+
+
 def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.Series,
                                full_X: dd.DataFrame, full_y: dd.Series,
                                tail_X: dd.DataFrame | None, tail_y: dd.Series | None,
                                n_tail: int, quantiles: Sequence[float],
-                               cfg: QuantileModelConfig, seed: int,
+                               cfg: QuantileModelConfig, seed: int, *,
+                               n_workers: int | None = None,
+                               wait_s: float = LOST_WORKER_WAIT_S,
                                ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
     """`fit_quantile_boosters` from dask collections that stay on the workers.
 
@@ -258,8 +322,100 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
     so every worker evaluates the whole tail (`_TailPinball`, as the scattered path).
     Returns (boosters, best round counts, the early-stopped boosters) - the caller
     scores the tail with the last on the workers instead of gathering it.
+
+    Trained on `n_workers` workers (default: those live now), partition i on the i-th
+    (sorted addresses) modulo their number (`_RanksInPartOrder`), so the model is a
+    function of the rows, their partitioning and n_workers. lightgbm.dask does not
+    survive a lost worker (its ranks talk over sockets): when a worker is lost during
+    the fit (or the cluster has fewer than n_workers), the fit waits up to wait_s
+    seconds for the cluster to be back to n_workers workers (a nanny restarts a killed
+    worker; a cluster manager replaces it), then refits once from the collections (Dask
+    recomputes their lost partitions from the graph): the same model as an undisturbed
+    fit. Raises `WorkersLost` (one line) when the workers do not come back in time or a
+    worker is lost again.
     """
-    ordered = _RanksInPartOrder(client)
+    import time
+
+    n_workers = int(n_workers or len(live_workers(client)))
+    if n_workers < 1:
+        raise WorkersLost("the Dask cluster has no workers: cannot train the demand model")
+    lost: list[str] = []
+    error: BaseException | None = None
+    for _ in (1, 2):
+        t0 = time.monotonic()
+        before = await_workers(client, n_workers, wait_s)
+        if len(before) < n_workers:
+            why = f"lost worker {lost[0]} during training; " if lost else ""
+            raise WorkersLost(
+                f"lightgbm.dask: {why}workers up: {len(before)} of the {n_workers} the fit needs, "
+                f"after waiting {time.monotonic() - t0:.0f} s; the same model needs as "
+                "many workers (ranks hold fixed partitions): bring the workers back (or start "
+                "new ones) and rerun")
+        pinned = sorted(before)[:n_workers]
+        ordered = _RanksInPartOrder(client, pinned)
+        watch = _LostWorkerWatch(client, {a: before[a] for a in pinned}, ordered)
+        try:
+            result = _fit_pinned(ordered, head_X, head_y, full_X, full_y, tail_X, tail_y,
+                                 n_tail, quantiles, cfg, seed)
+        except Exception as e:  # judged below: a lost worker's error, or the fit's own
+            result, error = None, e
+        finally:
+            watch.stop()
+        after = live_workers(client)
+        lost = watch.lost or [a for a in pinned if after.get(a) != before[a]]
+        if lost:
+            ordered.abort()  # free the tasks still waiting for the lost worker
+            logging.getLogger("replaylab").warning(
+                "lightgbm.dask: lost worker %s during training; refitting once on %d workers "
+                "(waiting up to %.0f s for them)", lost[0], n_workers, wait_s)
+        if not lost:
+            if result is None:
+                raise error
+            return result
+    raise WorkersLost(f"lightgbm.dask: lost worker {lost[0]} during the refit too; check the "
+                      "workers (memory, restarts) and rerun")
+
+
+class _LostWorkerWatch:
+    """Polls the scheduler every `POLL_S` during a fit; when one of `expected` ({address:
+    id}) is gone or restarted, records it and aborts the fit (`_RanksInPartOrder.abort`):
+    lightgbm.dask would otherwise wait forever for tasks pinned to the lost worker."""
+
+    POLL_S = 1.0
+
+    def __init__(self, client: object, expected: dict[str, str],
+                 ordered: _RanksInPartOrder) -> None:
+        import threading
+
+        self.client, self.expected, self.ordered = client, expected, ordered
+        self.lost: list[str] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="replaylab-lgbm-watch",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        while not self.done.wait(self.POLL_S):
+            try:
+                now = live_workers(self.client)
+            except Exception:  # the scheduler unreachable: the fit's own error will say so
+                return
+            lost = [a for a, i in self.expected.items() if now.get(a) != i]
+            if lost:
+                self.lost = lost
+                self.ordered.abort()
+                return
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=10)
+
+
+def _fit_pinned(ordered: _RanksInPartOrder, head_X: dd.DataFrame, head_y: dd.Series,
+                full_X: dd.DataFrame, full_y: dd.Series, tail_X: dd.DataFrame | None,
+                tail_y: dd.Series | None, n_tail: int, quantiles: Sequence[float],
+                cfg: QuantileModelConfig, seed: int,
+                ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
     with dask.config.set({"dataframe.convert-string": False}):
         early = tail_X is not None and n_tail > 0
         evals = None
@@ -267,7 +423,6 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
             one_X = tail_X.repartition(npartitions=1).persist()
             one_y = tail_y.repartition(npartitions=1).persist()
             evals = (_copies(one_X, head_X.npartitions), _copies(one_y, head_X.npartitions))
-        boosters, best, stopped = _boost_levels(ordered, quantiles, cfg, seed,
-                                                (head_X, head_y) if early else None,
-                                                (full_X, full_y), evals, n_tail)
-    return boosters, best, stopped
+        return _boost_levels(ordered, quantiles, cfg, seed,
+                             (head_X, head_y) if early else None,
+                             (full_X, full_y), evals, n_tail)

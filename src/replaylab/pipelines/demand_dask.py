@@ -72,7 +72,7 @@ from __future__ import annotations
 
 import math
 import os
-import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -134,6 +134,14 @@ from replaylab.runtime.demand_math import forward, raw_to_total
 MODEL = "model"
 CALIBRATION_COLLECT_MAX = 5_000_000  # calibration rows whose scores are collected exactly
 N_BOOT_DASK = 200
+STAGES = {"read": "read and validate per partition, the quarantine written by the workers; "
+                  "the ledger fingerprint",
+          "project": "projection, exact split boundaries and labels per partition; the "
+                     "features written by the workers",
+          "model": "the quantile boosters (lightgbm.dask)",
+          "calibrate": "baselines (exact) and conformal calibration scores",
+          "evaluate": "test metrics as partition sums, predictions written by the workers",
+          "report": "the report's figures from a uniform sample of the predictions"}
 GOLDEN_SAMPLE = 5_000  # test rows (hashed sample) the golden rows are picked from
 REPORT_ROWS = 100_000  # test predictions (hashed sample) the report's figures are drawn from
 CLASS = "label_class"  # label_ prefix: never a feature (`feature_columns`)
@@ -413,11 +421,14 @@ def _model_rows(lab: Any, demand: DemandConfig, method: str) -> Any:
     return train[ok]
 
 
-def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object
-                   ) -> QuantileDemandModel:
+def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object,
+                   n_workers: int | None = None) -> QuantileDemandModel:
     """`QuantileDemandModel` with boosters trained by lightgbm.dask on `rows` (a dask frame
-    of train rows, session-whole partitions); the fitted model is local, as `fit`'s."""
-    from replaylab.demand.distributed import fit_quantile_boosters_dask
+    of train rows, session-whole partitions); the fitted model is local, as `fit`'s.
+    n_workers: the workers the boosters train on (default: those live now); a worker lost
+    during the fit is waited for and the fit redone once, the same model, or `WorkersLost`
+    (`demand.distributed.fit_quantile_boosters_dask`)."""
+    from replaylab.demand.distributed import LOST_WORKER_WAIT_S, fit_quantile_boosters_dask
     from replaylab.projection.splits_dask import assign_splits_dask, split_boundaries_dask
 
     qs = check_quantiles(demand.quantiles)
@@ -462,7 +473,9 @@ def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object
     else:
         head_X, head_y, tail_X, tail_y, tail_rows = full_X, full_y, None, None, None
     boosters, best, stopped = fit_quantile_boosters_dask(
-        client, head_X, head_y, full_X, full_y, tail_X, tail_y, n_tail, qs, cfg, demand.seed)
+        client, head_X, head_y, full_X, full_y, tail_X, tail_y, n_tail, qs, cfg, demand.seed,
+        n_workers=n_workers, wait_s=dask.config.get("replaylab.lost-worker-wait",
+                                                    LOST_WORKER_WAIT_S))
     model.boosters_, model.best_iterations_ = boosters, best
     model.compute_ = "dask"
     model.n_features_in_ = len(names)
@@ -740,7 +753,8 @@ def _golden_sample(part: pd.DataFrame, frac: float, seed: int) -> pd.DataFrame:
 def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: ProjectionConfig,
                       split: SplitConfig, out_dir: Path, client: object = None, *,
                       blocksize: int | str | None = None, n_boot: int = N_BOOT_DASK,
-                      calibration_max: int = CALIBRATION_COLLECT_MAX) -> tuple[dict, Any]:
+                      calibration_max: int = CALIBRATION_COLLECT_MAX,
+                      progress: Callable[[str], None] | None = None) -> tuple[dict, Any]:
     """`pipelines.demand.train_demand` on a Dask cluster over a ledger dataset.
 
     spec_or_dataset: a ledger dataset spec (`contracts.dataset.ledger_paths`: file,
@@ -749,79 +763,97 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     features/ and predictions_test/ (Parquet, by the workers) under out_dir and
     returns (summary with `train_demand`'s keys, `DemandRun`). Raises
     DemandDataError when nothing can be trained (`labels.check_trainable`'s rules).
+
+    progress(text): the stage lines (`pipelines.stages.DaskStages`, `STAGES`; default the
+    `replaylab` logger), with a task bar on a TTY. A worker lost mid-run: Dask recomputes
+    its tasks from the graph; the boosters, which lightgbm.dask trains on a fixed set of
+    workers, wait (dask config `replaylab.lost-worker-wait`, default
+    `demand.distributed.LOST_WORKER_WAIT_S` s) for the cluster to be back to the workers
+    it had when the run started and are refitted once: the same result as an undisturbed
+    run; else `StageFailed`, one line naming the stage.
     """
     from distributed import default_client
 
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.demand.distributed import WorkersLost
     from replaylab.pipelines.demand import DemandRun, select_golden_rows
     from replaylab.pipelines.project_dask import ledger_fingerprint_dask
+    from replaylab.pipelines.stages import DaskStages, StageFailed
     from replaylab.projection.distributed import no_string_conversion
     from replaylab.projection.splits_dask import project_and_split_dask
 
     client = client or default_client()
+    n_workers = len(client.scheduler_info()["workers"])  # the boosters train on as many
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    with no_string_conversion():
-        t0 = time.perf_counter()
-        ds = (read_ledger_dask(spec_or_dataset, blocksize or DEFAULT_BLOCKSIZE)
-              if isinstance(spec_or_dataset, (str, os.PathLike)) else spec_or_dataset).persist()
-        accounting = ds.write_quarantine(str(out_dir / "quarantine"))
-        source = str(spec_or_dataset) if isinstance(spec_or_dataset, (str, os.PathLike)) \
-            else accounting.source
-        if accounting.rows_valid == 0:
-            raise DemandDataError(f"{source}: no valid ledger rows ({accounting.rows_quarantined}"
-                                  " quarantined, see quarantine/): nothing to train on")
-        fingerprint = ledger_fingerprint_dask(ds.valid)
+    stage = DaskStages(STAGES, progress, client=client)
+    with no_string_conversion(), stage:
+        with stage("read"):
+            ds = (read_ledger_dask(spec_or_dataset, blocksize or DEFAULT_BLOCKSIZE)
+                  if isinstance(spec_or_dataset, (str, os.PathLike))
+                  else spec_or_dataset).persist()
+            accounting = ds.write_quarantine(str(out_dir / "quarantine"))
+            source = str(spec_or_dataset) if isinstance(spec_or_dataset, (str, os.PathLike)) \
+                else accounting.source
+            if accounting.rows_valid == 0:
+                raise DemandDataError(f"{source}: no valid ledger rows "
+                                      f"({accounting.rows_quarantined} quarantined, see "
+                                      "quarantine/): nothing to train on")
+            fingerprint = ledger_fingerprint_dask(ds.valid)
         version = projection_version(projection, fingerprint,
                                      f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
-        features, splits = project_and_split_dask(ds.valid, projection, split)
-        lab = attach_labels(features, ds.valid, demand.failed_is_censored).persist()
-        facts = on_partitions(lab, _facts_part, _facts_sum, tuple(demand.group_columns))
-        sessions = sum(splits["sessions"].values())
-        check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
-                               demand.min_calibration_rows, source)
-        lab.drop(columns=[CLASS]).to_parquet(str(out_dir / "features"), write_index=False)
-        timings["projection"] = time.perf_counter() - t0
+        with stage("project"):
+            features, splits = project_and_split_dask(ds.valid, projection, split)
+            lab = attach_labels(features, ds.valid, demand.failed_is_censored).persist()
+            facts = on_partitions(lab, _facts_part, _facts_sum, tuple(demand.group_columns))
+            sessions = sum(splits["sessions"].values())
+            check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
+                                   demand.min_calibration_rows, source)
+            lab.drop(columns=[CLASS]).to_parquet(str(out_dir / "features"), write_index=False)
 
-        t0 = time.perf_counter()
-        method, censoring = _censoring_section(demand, facts["counts"])
-        model = fit_model_dask(_model_rows(lab, demand, method), demand, method, client)
-        timings["model_fit"] = time.perf_counter() - t0
+        with stage("model"):
+            method, censoring = _censoring_section(demand, facts["counts"])
+            try:
+                model = fit_model_dask(_model_rows(lab, demand, method), demand, method,
+                                       client, n_workers)
+            except WorkersLost as e:
+                raise StageFailed(f"dask stage {stage.number('model')} (model) stopped: {e}; "
+                                  "no summary was written") from e
 
-        t0 = time.perf_counter()
-        train = lab[(lab["split"] == "train") & (lab[CLASS] == LABEL)].persist()
-        baselines = fit_baselines_dask(train, demand)
-        predictors = {MODEL: model, **baselines}
-        calib = lab[(lab["split"] == "calibration") & (lab[CLASS] == LABEL)]
-        calibrators, scores, cal_how = calibrate_dask(calib, predictors, demand,
-                                                      calibration_max)
-        cells = scores["cell"].to_numpy(dtype=object)
-        reliability = {float(level): GroupConformal(
-            level, demand.group_columns, demand.min_group_size, demand.scale).fit_scores(
-                scores[f"score:{MODEL}"].to_numpy(), cells)
-            for level in demand.reliability_levels}
-        del scores
-        timings["baselines_and_calibration"] = time.perf_counter() - t0
+        with stage("calibrate"):
+            train = lab[(lab["split"] == "train") & (lab[CLASS] == LABEL)].persist()
+            baselines = fit_baselines_dask(train, demand)
+            predictors = {MODEL: model, **baselines}
+            calib = lab[(lab["split"] == "calibration") & (lab[CLASS] == LABEL)]
+            calibrators, scores, cal_how = calibrate_dask(calib, predictors, demand,
+                                                          calibration_max)
+            cells = scores["cell"].to_numpy(dtype=object)
+            reliability = {float(level): GroupConformal(
+                level, demand.group_columns, demand.min_group_size, demand.scale).fit_scores(
+                    scores[f"score:{MODEL}"].to_numpy(), cells)
+                for level in demand.reliability_levels}
+            del scores
 
-        t0 = time.perf_counter()
-        test = lab[lab["split"] == "test"]
-        pred_dir = out_dir / "predictions_test"
-        pred_dir.mkdir(parents=True, exist_ok=True)
-        for old in pred_dir.glob("part-*.parquet"):
-            old.unlink()
-        shared = client.scatter([predictors, calibrators, reliability], broadcast=True,
-                                hash=False)
-        parts = [dask.delayed(_eval_part)(p, i, *shared, demand, n_boot, str(pred_dir))
-                 for i, p in enumerate(test.to_delayed())]
-        agg = dask.delayed(_eval_sum)(parts).compute()
-        test_rows = splits["rows"].get("test", 0)
-        section = _test_section(agg, list(predictors), demand, n_boot, facts["train_groups"],
-                                test_rows)
-        timings["evaluation"] = time.perf_counter() - t0
-        frac = min(1.0, GOLDEN_SAMPLE / max(test_rows, 1))
-        sample = test.map_partitions(_golden_sample, frac, demand.seed,
-                                     meta=test._meta).compute()
+        with stage("evaluate"):
+            test = lab[lab["split"] == "test"]
+            pred_dir = out_dir / "predictions_test"
+            pred_dir.mkdir(parents=True, exist_ok=True)
+            for old in pred_dir.glob("part-*.parquet"):
+                old.unlink()
+            shared = client.scatter([predictors, calibrators, reliability], broadcast=True,
+                                    hash=False)
+            parts = [dask.delayed(_eval_part)(p, i, *shared, demand, n_boot, str(pred_dir))
+                     for i, p in enumerate(test.to_delayed())]
+            agg = dask.delayed(_eval_sum)(parts).compute()
+            test_rows = splits["rows"].get("test", 0)
+            section = _test_section(agg, list(predictors), demand, n_boot,
+                                    facts["train_groups"], test_rows)
+            frac = min(1.0, GOLDEN_SAMPLE / max(test_rows, 1))
+            sample = test.map_partitions(_golden_sample, frac, demand.seed,
+                                         meta=test._meta).compute()
+    took = stage.timings
+    timings = {"projection": took["read"] + took["project"], "model_fit": took["model"],
+               "baselines_and_calibration": took["calibrate"], "evaluation": took["evaluate"]}
     sample = sample.sort_values(L.REQUEST_ID).reset_index(drop=True)
     cap_s = request_cap(sample) if demand.clip_to_cap else None
     golden = select_golden_rows(sample, model.predict_quantiles(sample), cap_s,
@@ -857,7 +889,8 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             "validation": {"rows": model.validation_rows_, "pinball": val,
                            "mean_pinball": float(np.mean(list(val.values()))) if val else None},
             "feature_importance_gain": dict(importance[:15]),
-            "trained_with": "lightgbm.dask (demand.distributed.fit_quantile_boosters_dask)"},
+            "trained_with": "lightgbm.dask (demand.distributed.fit_quantile_boosters_dask)",
+            "workers": n_workers},  # the model is a function of the rows and of this number
         "censoring": censoring,
         "hpo": {"trials_run": 0, "note": "not run under compute=dask"},
         "calibration": {
@@ -878,13 +911,13 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     from replaylab.jsonsafe import json_safe
 
     summary = json_safe(summary)
-    t0 = time.perf_counter()
-    report, report_rows = _write_report(pred_dir, summary, out_dir, demand.seed)
+    with stage, stage("report"):
+        report, report_rows = _write_report(pred_dir, summary, out_dir, demand.seed)
     summary["reports"] = {"html": str(report),
                           "rows": f"figures from a uniform sample of {report_rows:,} of "
                                   f"{int(test_rows):,} test predictions (hash of request_id); "
                                   "every figure of summary.json is a partition sum"}
-    summary["timings_s"]["report"] = round(time.perf_counter() - t0, 3)
+    summary["timings_s"]["report"] = round(stage.timings["report"], 3)
     run = DemandRun(demand, model, cal, baselines,
                     {k: c for k, c in calibrators.items() if k != MODEL}, version, fingerprint,
                     list(model.feature_names_), window, golden)
