@@ -234,7 +234,11 @@ def log_reports(summary: dict) -> int:
 
 
 def write_summary(path: Path, summary: dict) -> None:
-    path.write_text(json.dumps(summary, indent=2, default=str))
+    """Whole or not at all: written beside, then renamed over `path` (a run killed while
+    writing leaves no half summary.json)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    tmp.replace(path)
 
 
 def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | None:

@@ -159,6 +159,7 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from replaylab.contracts import ContractError
     from replaylab.demand.labels import DemandDataError
     from replaylab.pipelines.router import RouterDataError
+    from replaylab.pipelines.stages import StageFailed  # a Dask stage stopped (a lost worker)
 
     return (ContractError, ConfigError, DemandDataError, RouterDataError, FileNotFoundError,
-            ImportError, OmegaConfValidationError, ParityError)
+            ImportError, OmegaConfValidationError, ParityError, StageFailed)
