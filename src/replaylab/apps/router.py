@@ -217,7 +217,7 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
     export, and check the exported artifact's decisions (as the runtime loads it) are the
     ones that were judged (pipelines/router_receipts.py; compute=dask over a ledger
     dataset: pipelines/router_dask.py)."""
-    from replaylab.contracts import read_ledger, write_quarantine
+    from replaylab.contracts import read_ledger_dataset, write_quarantine
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.embed_cache import cached_embed
     from replaylab.router.receipts import ReceiptsError
@@ -228,9 +228,7 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
     if compute is not None and compute.kind == "dask":
         return router_from_receipts_dask(cfg, run_dir, rcfg, enc)
     path = str(cfg.data.ledger)
-    if not Path(path).exists():
-        raise FileNotFoundError(f"data.ledger={path}: no such file")
-    checked = read_ledger(path)
+    checked = read_ledger_dataset(path)  # a file, or a dataset (a directory, a glob)
     replays, replay_file = read_replays(cfg)
     texts = [t for t in checked.valid.get("prompt_text", []) if isinstance(t, str)][:500]
     folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
