@@ -107,6 +107,12 @@ DEC_COLUMNS = {
     "prompt_tokens": "float64", "action": "int64", "split": object}
 
 
+# what the head's fits read of a decision (router_receipts: _rows, _logged, _meta)
+FIT_COLUMNS = (Label.SESSION_ID, OPENING_REQUEST, Label.CANDIDATE, "action", Label.REWARD,
+               Label.COST, Label.PROPENSITY, Label.LABEL_SOURCE, Label.SESSION_COST,
+               "category", "prompt_tokens", "split", "opening_ms")
+
+
 def emb_columns(d: int) -> list[str]:
     return [f"{EMB}{j:04d}" for j in range(d)]
 
@@ -432,13 +438,12 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                    "calibration": report["decisions"]["calibration"]}
         for s, cap, salt in (("train", rc.max_train_decisions, cfg.seed),
                              ("calibration", rc.max_calibration_decisions, cfg.seed + 1)):
-            rows = emb[emb["split"] == s]
+            rows = emb[emb["split"] == s][[*FIT_COLUMNS, *emb_columns(encoder.dimension)]]
             if cap is not None and n_avail[s] > cap:
                 u = rows.map_partitions(with_u, salt)
                 thr = kth_smallest_hash(u["u"], int(cap))
                 rows = u[u["u"] <= thr].drop(columns=["u"])
-            frame = rows.compute().sort_values(Label.SESSION_ID, kind="stable")
-            fit_frames[s] = frame
+            fit_frames[s] = rows.compute().sort_values(Label.SESSION_ID, kind="stable")
         n_tr = len(fit_frames["train"])
         fit_frames["train"].index = pd.RangeIndex(n_tr)
         fit_frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(fit_frames["calibration"]))
@@ -447,6 +452,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         data = FitData({s: f.drop(columns=cols) for s, f in fit_frames.items()},
                        {s: f[cols].to_numpy(np.float32) for s, f in fit_frames.items()},
                        rep_fit)
+        fit_frames = {s: f[[Label.SESSION_ID]] for s, f in fit_frames.items()}  # free the copies
         say = progress or (lambda _m: None)
         fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
         point, top, rule = fitted.point, fitted.top, fitted.rule
@@ -645,8 +651,9 @@ def _replays(replays: pd.DataFrame | None, kept: Any, cands: tuple[str, ...],
         empty, report = replay_rows(None, ReceiptsTable(cands, pd.DataFrame(), [], None))
         return empty, report, pd.DataFrame()
     ids = set(replays["prompt_id"].astype(str)) if "prompt_id" in replays else set()
-    matched = kept[kept[OPENING_REQUEST].isin(list(ids))].drop(
-        columns=[L.PROMPT_TEXT, L.PROMPT_EMBEDDING]).compute().reset_index(drop=True)
+    matched = kept[kept[OPENING_REQUEST].isin(list(ids))][
+        [OPENING_REQUEST, "split", Label.CANDIDATE, Label.SESSION_ID]
+    ].compute().reset_index(drop=True)  # the columns replay_rows reads, one row per replay
     table = ReceiptsTable(cands, matched, [None] * len(matched), None)
     rep, report = replay_rows(replays, table, cfg.labels.cost)
     return rep, report, matched
