@@ -118,6 +118,7 @@ def run_router(data: Path, out: Path, cache: Path, dask: bool, workers: int) -> 
             "dr_quality": s["ope"]["dr"], "diff_quality": s["ope"]["diff"]["quality"],
             "diff_cost": s["ope"]["diff"]["cost"], "threshold": s["operating_point"]["threshold"],
             "driver_rows": (s.get("dask") or {}).get("driver_rows"),
+            "driver_peak_rss_mb_after": (s.get("dask") or {}).get("driver_peak_rss_mb_after"),
             "served_check": s.get("served_check", {}).get("agreement")}
 
 

@@ -113,6 +113,13 @@ FIT_COLUMNS = (Label.SESSION_ID, OPENING_REQUEST, Label.CANDIDATE, "action", Lab
                "category", "prompt_tokens", "split", "opening_ms")
 
 
+def driver_peak_mb() -> float:
+    """This process's peak RSS so far (MB): the driver's, the workers are other processes."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def emb_columns(d: int) -> list[str]:
     return [f"{EMB}{j:04d}" for j in range(d)]
 
@@ -292,9 +299,12 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
     done: list[str] = []
     clock = [time.perf_counter()]
 
+    peaks: dict[str, float] = {}
+
     def stage(name: str) -> None:
         if done:
             timings[done[-1]] = time.perf_counter() - clock[0]
+            peaks[done[-1]] = driver_peak_mb()
         clock[0] = time.perf_counter()
         done.append(name)
         if progress is not None:
@@ -514,6 +524,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
         sample = _served_sample(emb, cfg.seed + 2)
         timings[done[-1]] = time.perf_counter() - clock[0]
+        peaks[done[-1]] = driver_peak_mb()
 
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
@@ -536,6 +547,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         artifacts=artifacts, timings=timings)
     summary["dask"] = {
         "partitions": int(valid.npartitions), "stages": STAGES,
+        "driver_peak_rss_mb_after": {k: round(v, 1) for k, v in peaks.items()},
         "driver_rows": {"train": n_labels["train"], "calibration": n_labels["calibration"],
                         "served_check_sample": int(len(sample))},
         "bootstrap": "session Poisson(1) weights hashed from (session_id, replicate, seed); "
