@@ -268,3 +268,111 @@ def test_check_trainable_counts_says_what_the_local_check_says():
         with pytest.raises(DemandDataError) as b:
             check_trainable_counts(counts, sessions, min_train, min_cal, "x.parquet")
         assert str(a.value) == str(b.value)
+
+
+# ------------------------------------------------------------------ a worker lost mid-run
+
+LOST_CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=60),
+                        censoring=CensoringConfig(method="none"), min_group_size=100)
+
+
+def small_dataset(root: Path, n_sessions: int = 800) -> Path:
+    frame = generate_synthetic_ledger(
+        SyntheticLedgerConfig(n_sessions=n_sessions, sessions_per_s=0.25), seed=7)
+    n = len(frame) // 3
+    for i in range(3):
+        write_table(frame.iloc[i * n:(i + 1) * n], root / "ds" / f"p{i}.parquet")
+    return root / "ds"
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_killed_during_the_fit_and_restarted_gives_the_same_result(
+        tmp_path, monkeypatch, caplog):
+    """Two `dask worker`s (with their nannies); the worker process of one is SIGKILLed while
+    lightgbm.dask trains, its nanny starts it again: the fit is aborted (no hang), redone
+    once on the two workers, and the run ends with the undisturbed run's model, bit for
+    bit, and its figures."""
+    import logging
+    import os
+    import signal
+    import threading
+    import time
+
+    import dask
+    import lightgbm.dask as lgb_dask
+    import psutil
+    from distributed import Client
+
+    from replaylab.pipelines.demand_dask import train_demand_dask
+    from tests.test_project_dask_pipeline import dask_processes
+
+    ds = small_dataset(tmp_path)
+    split = SplitConfig(embargo_ms=300_000)
+    with dask_processes(tmp_path) as (address, workers), Client(address) as client, \
+            dask.config.set({"dataframe.convert-string": False}):
+        ref, ref_run = train_demand_dask(str(ds), LOST_CFG, ProjectionConfig(), split,
+                                         tmp_path / "ref", client, n_boot=20)
+        real_train, calls = lgb_dask._train, []
+
+        def kill_during_the_second_fit(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                def kill():
+                    time.sleep(0.3)
+                    for child in psutil.Process(workers[0].pid).children(recursive=True):
+                        os.kill(child.pid, signal.SIGKILL)  # the worker, not its nanny
+                threading.Thread(target=kill, daemon=True).start()
+            return real_train(*args, **kwargs)
+
+        monkeypatch.setattr(lgb_dask, "_train", kill_during_the_second_fit)
+        with caplog.at_level(logging.WARNING, logger="replaylab"):
+            got, got_run = train_demand_dask(str(ds), LOST_CFG, ProjectionConfig(), split,
+                                             tmp_path / "got", client, n_boot=20)
+        assert len(client.scheduler_info()["workers"]) == 2
+    assert any("lost worker" in r.getMessage() for r in caplog.records), "no refit seen"
+    assert [b.model_to_string() for b in got_run.model.boosters_] == \
+        [b.model_to_string() for b in ref_run.model.boosters_]
+    for key in ("rows_read", "splits", "labels", "model", "calibration", "gate", "test"):
+        assert got[key] == ref[key], key
+    assert got["model"]["workers"] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_a_worker_lost_for_good_stops_the_run_in_one_line_without_a_summary(tmp_path):
+    """`python -m training pipeline=demand compute=dask compute.address=...`: one of two
+    `dask worker`s is SIGKILLed with its nanny as the model stage starts and does not come
+    back: the run waits (dask config replaylab.lost-worker-wait, 5 s here), then stops
+    with one `error:` line naming the stage, exit code 2, and no summary.json."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO
+    from tests.test_project_dask_pipeline import ENV, dask_processes
+
+    ds = small_dataset(tmp_path)
+    out = tmp_path / "run"
+    env = {**ENV, "DASK_REPLAYLAB__LOST_WORKER_WAIT": "5"}
+    with dask_processes(tmp_path) as (address, workers):
+        run = subprocess.Popen(
+            [sys.executable, "-m", "training", "pipeline=demand", "compute=dask",
+             f"compute.address={address}", f"data.ledger={ds}", "tracking=off",
+             "demand.model.n_estimators=60", f"hydra.run.dir={out}"], cwd=REPO,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        deadline, log = time.time() + 300, ""
+        while "dask stage 3/6" not in log and time.time() < deadline and run.poll() is None:
+            time.sleep(0.2)
+            log = (out / "__main__.log").read_text() if (out / "__main__.log").is_file() else ""
+        os.killpg(workers[0].pid, signal.SIGKILL)  # the worker and its nanny: gone for good
+        _, stderr = run.communicate(timeout=600)
+    assert "dask stage 3/6" in log
+    errors = [x for x in stderr.splitlines() if x.startswith("error:")]
+    assert run.returncode == 2 and len(errors) == 1, stderr[-3000:]
+    assert errors[0].startswith("error: dask stage 3/6 (model) stopped: lightgbm.dask")
+    print(errors[0])
+    assert "rerun" in errors[0] and "Traceback" not in stderr
+    assert not (out / "summary.json").exists()

@@ -366,14 +366,33 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
         if lost:
             ordered.abort()  # free the tasks still waiting for the lost worker
             logging.getLogger("replaylab").warning(
-                "lightgbm.dask: lost worker %s during training; refitting once on %d workers "
-                "(waiting up to %.0f s for them)", lost[0], n_workers, wait_s)
+                "lightgbm.dask: lost worker %s during training; restarting the other %d, "
+                "refitting once on %d workers (waiting up to %.0f s for them)", lost[0],
+                len(pinned) - len(lost), n_workers, wait_s)
+            restart_survivors(client, [a for a in pinned if a not in lost], lost[0], wait_s)
         if not lost:
             if result is None:
                 raise error
             return result
     raise WorkersLost(f"lightgbm.dask: lost worker {lost[0]} during the refit too; check the "
                       "workers (memory, restarts) and rerun")
+
+
+def restart_survivors(client: object, survivors: list[str], lost: str, wait_s: float) -> None:
+    """Restart (through their nannies) the workers that trained beside a lost one: their
+    LightGBM may block on the lost rank's socket for minutes (connect retries, the socket
+    time_out) and would hold their threads from the refit. Their data is recomputed from
+    the graph. Raises `WorkersLost` when they cannot be restarted (no nanny)."""
+    if not survivors:
+        return
+    try:
+        client.restart_workers(survivors, timeout=max(float(wait_s), 30.0))
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise WorkersLost(
+            f"lightgbm.dask: lost worker {lost} during training and could not restart the "
+            f"others for the refit ({type(e).__name__}: {first}); start the workers with a "
+            "nanny (the default of `dask worker`) or rerun") from e
 
 
 class _LostWorkerWatch:
