@@ -4,8 +4,10 @@ Ledgers: `simulate_receipts` on the shipped RouteLLM GSM8K outcomes (5% explorat
 escalations; the GSM8K prompts reused across sessions, so the embedding cache serves
 most openings after the first), written as a deployment writes them
 (`deployment_ledger`) into Parquet files of at most 500,000 rows under
-`--root/receipts-<rows>/`, with replays of 25% of the opening prompts. Made once per size
-in a child process (not timed) and reused.
+`--root/receipts-<rows>/`, with replays of 25% of the opening prompts, of which the runs
+read a seeded `REPLAY_ROWS` (an offline-replay file is bounded by the replay plan's
+budget, not by the ledger, and is read on the driver). Made once per size in a child
+process (not timed) and reused.
 
 Each run is `python -m training pipeline=router ...` in its own process, the static
 encoder tier, the default router config except a single head (`head_select.enabled=false`,
@@ -34,6 +36,7 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 MB = 2**20
 ROWS_PER_FILE = 500_000
+REPLAY_ROWS = 20_000
 QUICK = ["router.head_select.enabled=false", "router.head.teachers=1", "router.spread_seeds=1",
          "router.encoder.tier=static"]
 
@@ -95,9 +98,20 @@ class PidPeak:
             time.sleep(0.02)
 
 
+def replay_file(data: Path) -> Path:
+    """The replays the runs read: a seeded REPLAY_ROWS of the generated ones."""
+    import pandas as pd
+
+    path = data / f"replays-{REPLAY_ROWS}.parquet"
+    if not path.exists():
+        rep = pd.read_parquet(data / "replays.parquet")
+        rep.sample(n=min(REPLAY_ROWS, len(rep)), random_state=0).to_parquet(path, index=False)
+    return path
+
+
 def run_router(data: Path, out: Path, cache: Path, dask: bool, workers: int) -> dict:
     cmd = [sys.executable, "-m", "training", "pipeline=router", f"data.ledger={data / 'ledger'}",
-           f"data.replays={data / 'replays.parquet'}", f"router.encoder.cache_dir={cache}",
+           f"data.replays={replay_file(data)}", f"router.encoder.cache_dir={cache}",
            "tracking=off", f"hydra.run.dir={out}", *QUICK]
     if dask:
         cmd += ["compute=dask", f"compute.n_workers={workers}"]

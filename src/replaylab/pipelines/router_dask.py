@@ -209,6 +209,26 @@ def embed_part(dec: pd.DataFrame, spec: EncoderSpec) -> pd.DataFrame:
     return pd.concat([out, pd.DataFrame(E, columns=emb_columns(d))], axis=1)
 
 
+def fit_part(part: pd.DataFrame, cols: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """A partition's fit rows as (the decision columns, the (n, d) float32 embeddings)."""
+    return part.drop(columns=cols), part[cols].to_numpy(np.float32)
+
+
+def gather_fit_rows(rows: Any, cols: list[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """The fit rows on the driver, ordered by session id as the local table is (the head's
+    minibatches follow row order): decision columns and one float32 matrix, built without
+    a wide frame of embedding columns (what keeps the fit stage's peak near 2 x the matrix)."""
+    import dask
+    from dask import delayed
+
+    parts = dask.compute(*[delayed(fit_part)(p, cols) for p in rows.to_delayed()])
+    frame = pd.concat([f for f, _ in parts], ignore_index=True)
+    E = np.concatenate([e for _, e in parts]) if parts else np.zeros((0, len(cols)), np.float32)
+    del parts
+    order = np.argsort(frame[Label.SESSION_ID].to_numpy(dtype=str), kind="stable")
+    return frame.iloc[order].reset_index(drop=True), E[order]
+
+
 def hashed_u(part: pd.DataFrame, seed: int) -> np.ndarray:
     from replaylab.demand.dask_ops import hash_uniform, key_hash
 
@@ -443,26 +463,24 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             sums[1] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok], minlength=k)
         unit_cost = mean_from_sums(sums[0], sums[1])
         unit_session = mean_from_sums(sums[2], sums[3])
-        fit_frames = {}
         n_avail = {"train": report["decisions"]["train"],
                    "calibration": report["decisions"]["calibration"]}
+        cols = emb_columns(encoder.dimension)
+        frames, E_fit = {}, {}
         for s, cap, salt in (("train", rc.max_train_decisions, cfg.seed),
                              ("calibration", rc.max_calibration_decisions, cfg.seed + 1)):
-            rows = emb[emb["split"] == s][[*FIT_COLUMNS, *emb_columns(encoder.dimension)]]
+            rows = emb[emb["split"] == s][[*FIT_COLUMNS, *cols]]
             if cap is not None and n_avail[s] > cap:
                 u = rows.map_partitions(with_u, salt)
                 thr = kth_smallest_hash(u["u"], int(cap))
                 rows = u[u["u"] <= thr].drop(columns=["u"])
-            fit_frames[s] = rows.compute().sort_values(Label.SESSION_ID, kind="stable")
-        n_tr = len(fit_frames["train"])
-        fit_frames["train"].index = pd.RangeIndex(n_tr)
-        fit_frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(fit_frames["calibration"]))
-        cols = emb_columns(encoder.dimension)
-        rep_fit = _replays_for_fit(rep, matched, fit_frames)
-        data = FitData({s: f.drop(columns=cols) for s, f in fit_frames.items()},
-                       {s: f[cols].to_numpy(np.float32) for s, f in fit_frames.items()},
-                       rep_fit)
-        fit_frames = {s: f[[Label.SESSION_ID]] for s, f in fit_frames.items()}  # free the copies
+            frames[s], E_fit[s] = gather_fit_rows(rows, cols)
+        n_tr = len(frames["train"])
+        frames["train"].index = pd.RangeIndex(n_tr)
+        frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(frames["calibration"]))
+        rep_fit = _replays_for_fit(rep, matched, frames)
+        data = FitData(frames, E_fit, rep_fit)
+        n_fit = {s: len(f) for s, f in frames.items()}
         say = progress or (lambda _m: None)
         fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
         point, top, rule = fitted.point, fitted.top, fitted.rule
@@ -529,7 +547,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
                                        rules_doc["fitted_on"], cfg.labels.rules)
-    n_labels = {"train": len(fit_frames["train"]), "calibration": len(fit_frames["calibration"]),
+    n_labels = {"train": n_fit["train"], "calibration": n_fit["calibration"],
                 "calibration_available": n_avail["calibration"],
                 "train_replays": int((rep_fit["split"] == "train").sum()) if len(rep_fit) else 0,
                 "calibration_replays": int((rep_fit["split"] == "calibration").sum())
