@@ -69,8 +69,10 @@ def task_counter() -> Any:
     class is built here so that cloudpickle ships it by value."""
     from distributed.diagnostics.plugin import SchedulerPlugin
 
+    plugin_name = PLUGIN_NAME
+
     class TaskCounter(SchedulerPlugin):
-        name = PLUGIN_NAME
+        name = plugin_name
 
         def __init__(self) -> None:
             self.finished = 0
@@ -82,15 +84,21 @@ def task_counter() -> Any:
     return TaskCounter()
 
 
-def scheduler_counts(dask_scheduler: Any) -> tuple[int, int]:
-    """(tasks finished so far, tasks waiting, queued or processing) on the scheduler."""
-    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
-    pending = 0
-    for group in list(dask_scheduler.task_groups.values()):
-        states = group.states
-        pending += sum(states.get(s, 0) for s in ("waiting", "queued", "processing",
-                                                  "no-worker"))
-    return (plugin.finished if plugin is not None else 0), pending
+def scheduler_counts() -> Callable[[Any], tuple[int, int]]:
+    """fn(dask_scheduler) -> (tasks finished so far, tasks waiting, queued or processing),
+    for `Client.run_on_scheduler`; nested so that cloudpickle ships it by value."""
+    name = PLUGIN_NAME
+
+    def counts(dask_scheduler: Any) -> tuple[int, int]:
+        plugin = dask_scheduler.plugins.get(name)
+        pending = 0
+        for group in list(dask_scheduler.task_groups.values()):
+            states = group.states
+            pending += sum(states.get(s, 0) for s in ("waiting", "queued", "processing",
+                                                      "no-worker"))
+        return (plugin.finished if plugin is not None else 0), pending
+
+    return counts
 
 
 class TaskBar:
@@ -100,7 +108,8 @@ class TaskBar:
         from tqdm.auto import tqdm
 
         self.client = client
-        self.base, _ = client.run_on_scheduler(scheduler_counts)
+        self.counts = scheduler_counts()
+        self.base, _ = client.run_on_scheduler(self.counts)
         self.bar = tqdm(total=0, desc=label, unit="task", file=sys.stderr, leave=False,
                         dynamic_ncols=True)
         self.stop = threading.Event()
@@ -108,7 +117,7 @@ class TaskBar:
         self.thread.start()
 
     def update(self) -> None:
-        done, pending = self.client.run_on_scheduler(scheduler_counts)
+        done, pending = self.client.run_on_scheduler(self.counts)
         done = max(done - self.base, 0)
         self.bar.total = done + pending
         self.bar.n = done
