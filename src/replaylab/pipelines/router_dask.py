@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from replaylab.pipelines.router_receipts import (
     spread_row,
     test_decisions,
 )
+from replaylab.pipelines.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.ope_sums import add_ope, ope_from_sums, ope_part, prob_of, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
@@ -315,234 +316,226 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
                             "distinct candidates (cheapest first)")
     rc = cfg.receipts
-    timings: dict[str, float] = {}
-    done: list[str] = []
-    clock = [time.perf_counter()]
-
     peaks: dict[str, float] = {}
 
-    def stage(name: str) -> None:
-        if done:
-            timings[done[-1]] = time.perf_counter() - clock[0]
-            peaks[done[-1]] = driver_peak_mb()
-        clock[0] = time.perf_counter()
-        done.append(name)
-        if progress is not None:
-            progress(f"dask stage {len(done)}/{len(STAGES)}: {STAGES[name]}")
+    @contextmanager
+    def step(stages: DaskStages, name: str) -> Iterator[None]:
+        with stages(name):
+            yield
+        peaks[name] = driver_peak_mb()
 
-    with dask.config.set({"dataframe.convert-string": False}):
+    with dask.config.set({"dataframe.convert-string": False}), \
+            DaskStages(STAGES, progress) as stages:
         # 1. read
-        stage("read")
-        ds = read_ledger_dask(spec, DEFAULT_BLOCKSIZE).persist()
-        accounting = ds.write_quarantine(str(out_dir / "quarantine"))
-        acc = accounting.summary()
-        q = ds.quarantine
-        bad_prop = int(q["quarantine_detail"].astype(str).str.contains(
-            L.PROPENSITY, regex=False).sum().compute()) if acc["rows_quarantined"] else 0
-        if bad_prop:
-            raise ReceiptsError(f"{where}: {bad_prop} row(s) have a {L.PROPENSITY} outside "
-                                "(0, 1] (quarantined): off-policy estimates need the exact "
-                                "logged probability of every choice")
-        if not acc["rows_valid"]:
-            raise ReceiptsError(f"{where}: no valid ledger-v1 rows "
-                                f"({acc.get('quarantine_by_reason')})")
-        valid = ds.valid
-        if L.ROUTING_SOURCE not in valid.columns or not int(
-                valid[L.ROUTING_SOURCE].count().compute()):
-            raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: "
-                                "explored sessions cannot be told from the logging policy's "
-                                "own choices")
-        present = set(valid[L.SELECTED_MODEL].dropna().astype(str).unique().compute())
-        check_candidates_present(cands, present, where)
+        with step(stages, "read"):
+            ds = read_ledger_dask(spec, DEFAULT_BLOCKSIZE).persist()
+            accounting = ds.write_quarantine(str(out_dir / "quarantine"))
+            acc = accounting.summary()
+            q = ds.quarantine
+            bad_prop = int(q["quarantine_detail"].astype(str).str.contains(
+                L.PROPENSITY, regex=False).sum().compute()) if acc["rows_quarantined"] else 0
+            if bad_prop:
+                raise ReceiptsError(f"{where}: {bad_prop} row(s) have a {L.PROPENSITY} outside "
+                                    "(0, 1] (quarantined): off-policy estimates need the exact "
+                                    "logged probability of every choice")
+            if not acc["rows_valid"]:
+                raise ReceiptsError(f"{where}: no valid ledger-v1 rows "
+                                    f"({acc.get('quarantine_by_reason')})")
+            valid = ds.valid
+            if L.ROUTING_SOURCE not in valid.columns or not int(
+                    valid[L.ROUTING_SOURCE].count().compute()):
+                raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: "
+                                    "explored sessions cannot be told from the logging policy's "
+                                    "own choices")
+            present = set(valid[L.SELECTED_MODEL].dropna().astype(str).unique().compute())
+            check_candidates_present(cands, present, where)
 
         # 2. opening decisions per partition, sessions whole after one shuffle
-        stage("decisions")
-        shuffled = valid.shuffle(on=L.SESSION_ID, npartitions=valid.npartitions)
-        parts = dask.persist(*[delayed(decision_part)(p, cands, encoder.encoder_id)
-                               for p in shuffled.to_delayed()])
-        got = dask.compute(*[delayed(lambda r: {x: r[x] for x in (
-            "counts", "exploration", "representation")})(p) for p in parts])
-        counts: dict = {}
-        expl: dict = {}
-        rep_c: dict = {}
-        for g in got:
-            counts = add_counts(counts, g["counts"])
-            expl = add_counts(expl, g["exploration"])
-            rep_c = add_counts(rep_c, g["representation"])
-        dec = dask.dataframe.from_delayed(
-            [delayed(operator.getitem)(p, "dec") for p in parts], meta=conform(pd.DataFrame()),
-            verify_meta=False)
-        sessions = dask.dataframe.from_delayed(
-            [delayed(operator.getitem)(p, "sessions") for p in parts],
-            meta=pd.DataFrame({L.SESSION_ID: pd.Series([], dtype=object),
-                               "opening_ms": pd.Series([], dtype="int64"),
-                               "last_ms": pd.Series([], dtype="int64")}), verify_meta=False)
+        with step(stages, "decisions"):
+            shuffled = valid.shuffle(on=L.SESSION_ID, npartitions=valid.npartitions)
+            parts = dask.persist(*[delayed(decision_part)(p, cands, encoder.encoder_id)
+                                   for p in shuffled.to_delayed()])
+            got = dask.compute(*[delayed(lambda r: {x: r[x] for x in (
+                "counts", "exploration", "representation")})(p) for p in parts])
+            counts: dict = {}
+            expl: dict = {}
+            rep_c: dict = {}
+            for g in got:
+                counts = add_counts(counts, g["counts"])
+                expl = add_counts(expl, g["exploration"])
+                rep_c = add_counts(rep_c, g["representation"])
+            dec = dask.dataframe.from_delayed(
+                [delayed(operator.getitem)(p, "dec") for p in parts], meta=conform(pd.DataFrame()),
+                verify_meta=False)
+            sessions = dask.dataframe.from_delayed(
+                [delayed(operator.getitem)(p, "sessions") for p in parts],
+                meta=pd.DataFrame({L.SESSION_ID: pd.Series([], dtype=object),
+                                   "opening_ms": pd.Series([], dtype="int64"),
+                                   "last_ms": pd.Series([], dtype="int64")}), verify_meta=False)
 
         # 3. refusals, boundaries, split
-        stage("split")
-        n_sessions = int(counts.get("sessions", 0))
-        report: dict = {"rows_read": acc["rows_read"], "rows_valid": acc["rows_valid"],
-                        "rows_quarantined": acc["rows_quarantined"],
-                        "quarantine_by_reason": acc.get("quarantine_by_reason", {}),
-                        **counts_report({"other_models": {}, **counts})}
-        facts, errors = exploration_facts(
-            {"explored": 0, "own_propensity": {}, "explored_by_candidate": {},
-             "randomized_by_candidate": {}, **expl}, cands, float(cfg.labels.exploration.cap),
-            int(rc.min_explored_per_candidate), n_sessions)
-        report["exploration"] = facts
-        if errors:
-            raise ReceiptsError(f"{where}: {errors[0]}")
-        if rep_c.get("missing"):
-            other = sorted(rep_c.get("other_models", {}))
-            why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
-                   f"{encoder.encoder_id!r}" if other else "")
-            raise ReceiptsError(f"{where}: {rep_c['missing']} of {rep_c['n']} opening decisions "
-                                f"have neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of "
-                                f"the configured encoder{why}: the router cannot see those "
-                                "prompts")
-        widths = sorted(int(w) for w in rep_c.get("widths", {}))
-        if len(widths) > 1:
-            raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths "
-                                f"{widths}")
-        if widths and widths[0] != encoder.dimension:
-            raise ReceiptsError(f"{where}: prompt_embedding width {widths[0]} differs from the "
-                                f"encoder's {encoder.dimension}")
-        k_cal, k_test = split_ranks(n_sessions, rc)
-        opening = sessions["opening_ms"].astype("float64")
-        nn, kmin, kmax = on_partitions(opening, _stats_of, _stats_total)
-        ranks = order_statistics_dask(opening, [0, k_cal, k_test, n_sessions - 1], nn,
-                                      kmin, kmax)
-        t_first, t_cal, t_test, t_last = (int(ranks[r]) for r in
-                                          (0, k_cal, k_test, n_sessions - 1))
-        emb_ms = int(rc.embargo_ms)
-        per_split = sessions.map_partitions(
-            session_split_counts, t_cal, t_test, emb_ms,
-            meta=pd.DataFrame({"split": pd.Series([], dtype=object),
-                               "n": pd.Series([], dtype="int64")})
-        ).groupby("split")["n"].sum().compute()
-        boundaries = split_boundaries(t_first, t_cal, t_test, t_last, emb_ms,
-                                      {str(a): int(b) for a, b in per_split.items()})
-        dec_split = dec.map_partitions(with_split, t_cal, t_test, emb_ms,
-                                       meta=conform(pd.DataFrame())).persist()
-        dsc = dec_split["split"].value_counts().compute()
-        report["decisions"] = {s: int(dsc.get(s, 0)) for s in (*SPLITS, EMBARGO)}
-        kept = dec_split[dec_split["split"] != EMBARGO]
-        for s in SPLITS:
-            if not report["decisions"][s]:
-                raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
-        pol = dask.compute(*[delayed(policy_counts)(p) for p in kept.to_delayed()])
-        n_text = int(kept[L.PROMPT_TEXT].map_partitions(
-            lambda s: s.map(lambda t: isinstance(t, str)), meta=(L.PROMPT_TEXT, bool)
-        ).sum().compute())
-        n_kept = int(sum(report["decisions"][s] for s in SPLITS))
-        report["representation"] = {"prompt_text": n_text, "prompt_embedding": n_kept - n_text,
-                                    "encoder_id": encoder.encoder_id}
-        report["logging_policy"] = _policy_total(pol)
-        rules_doc = logging_rules_from_counts(
-            kept.map_partitions(rule_counts, meta=pd.DataFrame({
-                "scope": pd.Series([], dtype=object), "category": pd.Series([], dtype=object),
-                "candidate": pd.Series([], dtype=object),
-                "n": pd.Series([], dtype="int64")})).compute(), cands)
+        with step(stages, "split"):
+            n_sessions = int(counts.get("sessions", 0))
+            report: dict = {"rows_read": acc["rows_read"], "rows_valid": acc["rows_valid"],
+                            "rows_quarantined": acc["rows_quarantined"],
+                            "quarantine_by_reason": acc.get("quarantine_by_reason", {}),
+                            **counts_report({"other_models": {}, **counts})}
+            facts, errors = exploration_facts(
+                {"explored": 0, "own_propensity": {}, "explored_by_candidate": {},
+                 "randomized_by_candidate": {}, **expl}, cands, float(cfg.labels.exploration.cap),
+                int(rc.min_explored_per_candidate), n_sessions)
+            report["exploration"] = facts
+            if errors:
+                raise ReceiptsError(f"{where}: {errors[0]}")
+            if rep_c.get("missing"):
+                other = sorted(rep_c.get("other_models", {}))
+                why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
+                       f"{encoder.encoder_id!r}" if other else "")
+                raise ReceiptsError(f"{where}: {rep_c['missing']} of {rep_c['n']} opening decisions "
+                                    f"have neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of "
+                                    f"the configured encoder{why}: the router cannot see those "
+                                    "prompts")
+            widths = sorted(int(w) for w in rep_c.get("widths", {}))
+            if len(widths) > 1:
+                raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths "
+                                    f"{widths}")
+            if widths and widths[0] != encoder.dimension:
+                raise ReceiptsError(f"{where}: prompt_embedding width {widths[0]} differs from the "
+                                    f"encoder's {encoder.dimension}")
+            k_cal, k_test = split_ranks(n_sessions, rc)
+            opening = sessions["opening_ms"].astype("float64")
+            nn, kmin, kmax = on_partitions(opening, _stats_of, _stats_total)
+            ranks = order_statistics_dask(opening, [0, k_cal, k_test, n_sessions - 1], nn,
+                                          kmin, kmax)
+            t_first, t_cal, t_test, t_last = (int(ranks[r]) for r in
+                                              (0, k_cal, k_test, n_sessions - 1))
+            emb_ms = int(rc.embargo_ms)
+            per_split = sessions.map_partitions(
+                session_split_counts, t_cal, t_test, emb_ms,
+                meta=pd.DataFrame({"split": pd.Series([], dtype=object),
+                                   "n": pd.Series([], dtype="int64")})
+            ).groupby("split")["n"].sum().compute()
+            boundaries = split_boundaries(t_first, t_cal, t_test, t_last, emb_ms,
+                                          {str(a): int(b) for a, b in per_split.items()})
+            dec_split = dec.map_partitions(with_split, t_cal, t_test, emb_ms,
+                                           meta=conform(pd.DataFrame())).persist()
+            dsc = dec_split["split"].value_counts().compute()
+            report["decisions"] = {s: int(dsc.get(s, 0)) for s in (*SPLITS, EMBARGO)}
+            kept = dec_split[dec_split["split"] != EMBARGO]
+            for s in SPLITS:
+                if not report["decisions"][s]:
+                    raise ReceiptsError(f"data.ledger: no usable opening decision in the {s} split")
+            pol = dask.compute(*[delayed(policy_counts)(p) for p in kept.to_delayed()])
+            n_text = int(kept[L.PROMPT_TEXT].map_partitions(
+                lambda s: s.map(lambda t: isinstance(t, str)), meta=(L.PROMPT_TEXT, bool)
+            ).sum().compute())
+            n_kept = int(sum(report["decisions"][s] for s in SPLITS))
+            report["representation"] = {"prompt_text": n_text, "prompt_embedding": n_kept - n_text,
+                                        "encoder_id": encoder.encoder_id}
+            report["logging_policy"] = _policy_total(pol)
+            rules_doc = logging_rules_from_counts(
+                kept.map_partitions(rule_counts, meta=pd.DataFrame({
+                    "scope": pd.Series([], dtype=object), "category": pd.Series([], dtype=object),
+                    "candidate": pd.Series([], dtype=object),
+                    "n": pd.Series([], dtype="int64")})).compute(), cands)
 
         # 4. embeddings per partition
-        stage("embed")
-        meta_e = embed_part(conform(pd.DataFrame()), encoder)
-        emb = kept.map_partitions(embed_part, encoder, meta=meta_e).persist()
+        with step(stages, "embed"):
+            meta_e = embed_part(conform(pd.DataFrame()), encoder)
+            emb = kept.map_partitions(embed_part, encoder, meta=meta_e).persist()
 
         # 5. the fits on the driver
-        stage("fit")
-        tr_all = emb[emb["split"] == "train"]
-        sums = np.sum(dask.compute(*[delayed(action_sums)(p, k) for p in
-                                     tr_all.to_delayed()]), axis=0)
-        rep, rep_report, matched = _replays(replays, kept, cands, cfg)
-        if len(rep):
-            tr_rep = rep[rep["split"] == "train"]
-            ok = np.isfinite(tr_rep[Label.COST].to_numpy(float))
-            sums[0] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok],
-                                   weights=tr_rep[Label.COST].to_numpy(float)[ok], minlength=k)
-            sums[1] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok], minlength=k)
-        unit_cost = mean_from_sums(sums[0], sums[1])
-        unit_session = mean_from_sums(sums[2], sums[3])
-        n_avail = {"train": report["decisions"]["train"],
-                   "calibration": report["decisions"]["calibration"]}
-        cols = emb_columns(encoder.dimension)
-        frames, E_fit = {}, {}
-        for s, cap, salt in (("train", rc.max_train_decisions, cfg.seed),
-                             ("calibration", rc.max_calibration_decisions, cfg.seed + 1)):
-            rows = emb[emb["split"] == s][[*FIT_COLUMNS, *cols]]
-            if cap is not None and n_avail[s] > cap:
-                u = rows.map_partitions(with_u, salt)
-                thr = kth_smallest_hash(u["u"], int(cap))
-                rows = u[u["u"] <= thr].drop(columns=["u"])
-            frames[s], E_fit[s] = gather_fit_rows(rows, cols)
-        n_tr = len(frames["train"])
-        frames["train"].index = pd.RangeIndex(n_tr)
-        frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(frames["calibration"]))
-        rep_fit = _replays_for_fit(rep, matched, frames)
-        data = FitData(frames, E_fit, rep_fit)
-        n_fit = {s: len(f) for s, f in frames.items()}
-        say = progress or (lambda _m: None)
-        fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
-        point, top, rule = fitted.point, fitted.top, fitted.rule
-        head = _portable(fitted.deployed)
+        with step(stages, "fit"):
+            tr_all = emb[emb["split"] == "train"]
+            sums = np.sum(dask.compute(*[delayed(action_sums)(p, k) for p in
+                                         tr_all.to_delayed()]), axis=0)
+            rep, rep_report, matched = _replays(replays, kept, cands, cfg)
+            if len(rep):
+                tr_rep = rep[rep["split"] == "train"]
+                ok = np.isfinite(tr_rep[Label.COST].to_numpy(float))
+                sums[0] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok],
+                                       weights=tr_rep[Label.COST].to_numpy(float)[ok], minlength=k)
+                sums[1] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok], minlength=k)
+            unit_cost = mean_from_sums(sums[0], sums[1])
+            unit_session = mean_from_sums(sums[2], sums[3])
+            n_avail = {"train": report["decisions"]["train"],
+                       "calibration": report["decisions"]["calibration"]}
+            cols = emb_columns(encoder.dimension)
+            frames, E_fit = {}, {}
+            for s, cap, salt in (("train", rc.max_train_decisions, cfg.seed),
+                                 ("calibration", rc.max_calibration_decisions, cfg.seed + 1)):
+                rows = emb[emb["split"] == s][[*FIT_COLUMNS, *cols]]
+                if cap is not None and n_avail[s] > cap:
+                    u = rows.map_partitions(with_u, salt)
+                    thr = kth_smallest_hash(u["u"], int(cap))
+                    rows = u[u["u"] <= thr].drop(columns=["u"])
+                frames[s], E_fit[s] = gather_fit_rows(rows, cols)
+            n_tr = len(frames["train"])
+            frames["train"].index = pd.RangeIndex(n_tr)
+            frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(frames["calibration"]))
+            rep_fit = _replays_for_fit(rep, matched, frames)
+            data = FitData(frames, E_fit, rep_fit)
+            n_fit = {s: len(f) for s, f in frames.items()}
+            say = progress or (lambda _m: None)
+            fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
+            point, top, rule = fitted.point, fitted.top, fitted.rule
+            head = _portable(fitted.deployed)
 
         # 6. judge on the workers
-        stage("judge")
-        n_boot, level = int(rc.n_boot), float(rc.level)
-        tag = RouterEvalConfig(level=level).level_tag
-        plan_splits = tuple(cfg.replay_plan.splits)
-        meta_s = score_part(meta_e, head, 0.0, 0, rule, k, encoder.dimension, ("test",))
-        scored = emb.map_partitions(
-            score_part, head, float(point["threshold"]), top, rule, k, encoder.dimension,
-            tuple(sorted({"test", *plan_splits})), meta=meta_s).persist()
-        qs = np.linspace(0.0, 1.0, cfg.labels.evaluation.n_thresholds)
-        scores = scored.map_partitions(score_values, k, rule, meta=pd.Series([], dtype="float64"))
-        qv, _ = exact_quantiles_dask(scores, qs)
-        thresholds = np.unique(np.concatenate([[-np.inf], qv, [np.inf]]))
-        n_test = report["decisions"]["test"]
-        total = _ope_total(scored, k, unit_cost, unit_session, n_boot, cfg.seed, thresholds,
-                           top, rule)
-        ope = ope_from_sums(total, cands, n_test, level, tag)
-        spread_rows = []
-        margin = float(cfg.go.quality_margin)
-        for j in range(1, int(cfg.spread_seeds)):
-            say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-            dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
-            sc_j = emb.map_partitions(
-                score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
-                encoder.dimension, ("test",), meta=meta_s)
-            ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
-                                        None, top_j, rule), cands, n_test, level, tag)
-            spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
-        spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
-        rate = ope["explored_sessions"] / max(ope["sessions"], 1)
-        verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
-                       float(cfg.go.sessions_per_day))
-        curve = sweep_curve(total, thresholds)
+        with step(stages, "judge"):
+            n_boot, level = int(rc.n_boot), float(rc.level)
+            tag = RouterEvalConfig(level=level).level_tag
+            plan_splits = tuple(cfg.replay_plan.splits)
+            meta_s = score_part(meta_e, head, 0.0, 0, rule, k, encoder.dimension, ("test",))
+            scored = emb.map_partitions(
+                score_part, head, float(point["threshold"]), top, rule, k, encoder.dimension,
+                tuple(sorted({"test", *plan_splits})), meta=meta_s).persist()
+            qs = np.linspace(0.0, 1.0, cfg.labels.evaluation.n_thresholds)
+            scores = scored.map_partitions(score_values, k, rule, meta=pd.Series([], dtype="float64"))
+            qv, _ = exact_quantiles_dask(scores, qs)
+            thresholds = np.unique(np.concatenate([[-np.inf], qv, [np.inf]]))
+            n_test = report["decisions"]["test"]
+            total = _ope_total(scored, k, unit_cost, unit_session, n_boot, cfg.seed, thresholds,
+                               top, rule)
+            ope = ope_from_sums(total, cands, n_test, level, tag)
+            spread_rows = []
+            margin = float(cfg.go.quality_margin)
+            for j in range(1, int(cfg.spread_seeds)):
+                say(f"seed-to-seed spread: head seed {cfg.seed + j}")
+                dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
+                sc_j = emb.map_partitions(
+                    score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
+                    encoder.dimension, ("test",), meta=meta_s)
+                ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
+                                            None, top_j, rule), cands, n_test, level, tag)
+                spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
+            spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
+            rate = ope["explored_sessions"] / max(ope["sessions"], 1)
+            verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
+                           float(cfg.go.sessions_per_day))
+            curve = sweep_curve(total, thresholds)
 
         # 7. files
-        stage("write")
-        curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
-        point["curve"].assign(policy="learned").to_parquet(
-            out_dir / "router_curves_calibration.parquet", index=False)
-        tests = scored[scored["split"] == "test"]
-        tests.map_partitions(_decisions_part, cands, meta=_decisions_part(
-            meta_s, cands)).to_parquet(str(out_dir / "router_decisions_test"),
-                                             write_index=False)
-        kept.drop(columns=[L.PROMPT_TEXT, L.PROMPT_EMBEDDING]).to_parquet(
-            str(out_dir / "router_labels"), write_index=False)
-        if len(rep):
-            rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]}).to_parquet(
-                out_dir / "router_labels_replays.parquet", index=False)
-        budget = int(cfg.replay_plan.budget)
-        plans = dask.compute(*[delayed(_plan_part)(p, k, float(point["threshold"]), rule, cands,
-                                                   budget, plan_splits)
-                               for p in scored.to_delayed()])
-        plan = _merge_plans(list(plans), budget)
-        plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
-        sample = _served_sample(emb, cfg.seed + 2)
-        timings[done[-1]] = time.perf_counter() - clock[0]
-        peaks[done[-1]] = driver_peak_mb()
+        with step(stages, "write"):
+            curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
+            point["curve"].assign(policy="learned").to_parquet(
+                out_dir / "router_curves_calibration.parquet", index=False)
+            tests = scored[scored["split"] == "test"]
+            tests.map_partitions(_decisions_part, cands, meta=_decisions_part(
+                meta_s, cands)).to_parquet(str(out_dir / "router_decisions_test"),
+                                                 write_index=False)
+            kept.drop(columns=[L.PROMPT_TEXT, L.PROMPT_EMBEDDING]).to_parquet(
+                str(out_dir / "router_labels"), write_index=False)
+            if len(rep):
+                rep.assign(**{OPENING_REQUEST: rep[Label.CONTEXT_KEY]}).to_parquet(
+                    out_dir / "router_labels_replays.parquet", index=False)
+            budget = int(cfg.replay_plan.budget)
+            plans = dask.compute(*[delayed(_plan_part)(p, k, float(point["threshold"]), rule, cands,
+                                                       budget, plan_splits)
+                                   for p in scored.to_delayed()])
+            plan = _merge_plans(list(plans), budget)
+            plan_path = write_replay_plan(plan, out_dir / "replay_plan.jsonl")
+            sample = _served_sample(emb, cfg.seed + 2)
 
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
@@ -562,7 +555,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         cands=cands, report=report, rep_report=rep_report, boundaries=boundaries, cfg=cfg,
         rules=rules, fitted=fitted, n_train_all=n_avail["train"], n_labels=n_labels, ope=ope,
         verdict=verdict, spread=spread, unit_cost=unit_cost, plan_rows=len(plan),
-        artifacts=artifacts, timings=timings)
+        artifacts=artifacts, timings=stages.timings)
     summary["dask"] = {
         "partitions": int(valid.npartitions), "stages": STAGES,
         "driver_peak_rss_mb_after": {k: round(v, 1) for k, v in peaks.items()},
