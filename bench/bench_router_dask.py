@@ -142,6 +142,7 @@ def main() -> None:
     ap.add_argument("--local-max", type=int, default=1_000_000)
     ap.add_argument("--root", default="/tmp/replaylab-router-scale")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--modes", default="dask,local", help="which runs: dask, local or both")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     root = Path(args.root)
@@ -159,7 +160,8 @@ def main() -> None:
                 raise SystemExit(f"making the {rows}-row ledger failed ({p.exitcode})")
         facts = json.loads((data / "facts.json").read_text())
         for dask in (True, False):
-            if not dask and rows > args.local_max:
+            if (not dask and rows > args.local_max) or \
+                    ("dask" if dask else "local") not in args.modes.split(","):
                 continue
             out = root / f"run-{rows}-{'dask' if dask else 'local'}-{int(time.time())}"
             got = run_router(data, out, cache, dask, args.workers)
