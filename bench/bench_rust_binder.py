@@ -1,6 +1,6 @@
 """Benchmark: the session binder's overhead per turn over the route alone, Python and Rust.
 
-Issue 29 item 6: the binder (docs/binder-spec.md) must add under 5 us (p99) to a turn.
+Issue 29 item 6: the binder (docs/specs/binder.md) must add under 5 us (p99) to a turn.
 
 - `python`: `replaylab.runtime.SessionBinder` over `Router.load` (static tier), its default
   clock (`time.monotonic`). Per query, interleaved (the order alternating): `router.route`

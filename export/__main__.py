@@ -7,7 +7,7 @@
   python -m export compare name=M version=N [alias=champion]      challenger vs champion
 
 The first word, when it is not a key=value override, is `action=<word>`
-(`replaylab.apps.export`, `replaylab.apps.registry`, docs/mlflow.md). Nothing
+(`replaylab.apps.export`, `replaylab.apps.registry`, docs/howto/mlflow.md). Nothing
 else lives here. A refused promotion exits 3 (it is recorded as an MLflow run).
 """
 

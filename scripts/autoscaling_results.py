@@ -1,8 +1,8 @@
-"""The tables of docs/autoscaling.md from one run of the autoscaling experiment.
+"""The tables of docs/results/autoscaling.md from one run of the autoscaling experiment.
 
     python -m evaluation experiment=autoscaling tracking=off hydra.run.dir=DIR \
         'experiment.policies=[static,reactive,forecast,forecast_no_floor]'
-    python scripts/autoscaling_results.py --summary DIR/summary.json --write-doc docs/autoscaling.md
+    python scripts/autoscaling_results.py --summary DIR/summary.json --write-doc docs/results/autoscaling.md
 
 Renders `replaylab.fleet.autoscaling_report.results_markdown(summary)` (per scenario and
 policy: means and 95 % intervals over seeds; the target sweep; matched SLO; the

@@ -1,4 +1,4 @@
-"""Censoring-aware demand training: none vs realized vs censored pinball; tabulate for docs/results-demand.md.
+"""Censoring-aware demand training: none vs realized vs censored pinball; tabulate for docs/results/demand.md.
 
     python scripts/demand_censoring_results.py --out outputs/demand-censoring [--shared ../shared/data]
         [--seeds 0 1 2] [--only NAME ...] [--reuse]

@@ -1,10 +1,10 @@
-"""Frozen vs online-recalibrated demand hints on time-ordered replays; tabulate for docs/results-demand.md.
+"""Frozen vs online-recalibrated demand hints on time-ordered replays; tabulate for docs/results/demand.md.
 
     python scripts/demand_online_results.py --out outputs/demand-online [--shared ../shared/data]
         [--only NAME ...] [--reuse] [--step 0.005] [--max-narrowing 0.15]
 
 Datasets: the real traces azure_conv and azure_code+conv (`replaylab.demand.real_traces`,
-the overrides of docs/results-demand.md), the embedded synthetic ledger as it is
+the overrides of docs/results/demand.md), the embedded synthetic ledger as it is
 (`synthetic`) and with an injected mix shift halfway through its test window
 (`synthetic+mix`: `replaylab.sources.shift.inject_mix_shift`, the category mix of
 the post-shift sessions reversed, seed 0) and with a hidden verbose population

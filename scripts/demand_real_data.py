@@ -2,7 +2,7 @@
 
     python scripts/demand_real_data.py --out outputs/demand-real [--shared ../shared/data]
         [--sharegpt-limit 5000] [--only NAME ...] [--with-defaults]
-        [--write-doc docs/results-demand.md] [--doc-only]
+        [--write-doc docs/results/demand.md] [--doc-only]
 
 Each dataset of `replaylab.demand.real_traces.datasets.TRACE_DATASETS` is imported
 with its replaylab importer, validated against ledger-v1, written as Parquet, and

@@ -3,7 +3,7 @@
 Reads ../shared/data (or the folder given), prints the fitted parameters as JSON and
 writes them to --out; `src/replaylab/sources/synthetic_params.py` holds a copy with
 comments. With --compare N it also draws an N-row synthetic ledger and prints the
-real-vs-synthetic quantile table of docs/synthetic-ledger.md.
+real-vs-synthetic quantile table of docs/design/synthetic-ledger.md.
 
     .venv/bin/python scripts/fit_synthetic.py --out /tmp/synthetic_fit.json --compare 200000
 

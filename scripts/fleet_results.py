@@ -1,7 +1,7 @@
-"""The runs behind docs/results-fleet.md: the fleet experiments at their defaults and on a ledger.
+"""The runs behind docs/results/fleet.md: the fleet experiments at their defaults and on a ledger.
 
-    python scripts/fleet_results.py --out outputs/fleet-results --write-doc docs/results-fleet.md
-    python scripts/fleet_results.py --from outputs/fleet-results --write-doc docs/results-fleet.md
+    python scripts/fleet_results.py --out outputs/fleet-results --write-doc docs/results/fleet.md
+    python scripts/fleet_results.py --from outputs/fleet-results --write-doc docs/results/fleet.md
     python scripts/fleet_results.py --out OUT --sets mine --ledger mine=my_ledger.parquet \
         --experiments energy rollout --override fleet.workload.time_scale=6
 
@@ -22,7 +22,7 @@ offered rate against the fleet's capacity measured on the simulator
 counts: the completion rate of a saturated backlog, ~0.2 s, cached per fingerprint in
 memory and in OUT/data/capacity), the capacity `overload` also uses; the analytic formula
 (`overload.capacity_estimate`: full KV-limited batches, no queueing) is kept beside it
-for comparison only (it overstates the simulated capacity, `docs/fleet.md` "Capacity").
+for comparison only (it overstates the simulated capacity, `docs/design/fleet.md` "Capacity").
 `--from DIR` renders existing runs; a run.json written before the simulated capacity
 (its `load` without `capacity_source`) has its load recomputed from its overrides.
 

@@ -1,4 +1,4 @@
-"""The runs behind docs/results-forecast.md: import each trace, backtest every forecaster.
+"""The runs behind docs/results/forecast.md: import each trace, backtest every forecaster.
 
     python scripts/forecast_results.py --out outputs/forecast-results [--shared ../shared/data]
 

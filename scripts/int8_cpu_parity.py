@@ -1,4 +1,4 @@
-"""Int8 MiniLM parity on CPUs with and without VNNI (issue 12): the figures in docs/int8-cpus.md.
+"""Int8 MiniLM parity on CPUs with and without VNNI (issue 12): the figures in docs/results/int8-cpus.md.
 
 onnxruntime's u8s8 kernels without AVX-512 VNNI (AVX2, AVX-512BW) multiply with
 vpmaddubsw, which saturates the int16 sum of two u8*s8 products; VNNI does not.
@@ -12,7 +12,7 @@ call) on each CPU, and compares them with sentence-transformers fp32.
     qemu-x86_64 -cpu Haswell $P $S embed --out $D --cpu qemu-haswell --n-prompts 100 \
         --variants a_s8_pc b_s8_pc_rr c_u8_pc       # ~10-15 min per variant (qemu 7.2)
     $P $S latency --out $D --reps 300                 # native, interleaved, one thread
-    $P $S report --out $D --json docs/int8-cpus.json
+    $P $S report --out $D --json docs/results/int8-cpus.json
 
 `embed` records a kernel probe (`u8s8_saturates`): a 1x64 MatMulInteger of
 255 * 127 that is exact with VNNI and saturates to 32 * 32767 without it, so each

@@ -8,7 +8,7 @@ decision sitting on the threshold may flip. This script measures how many do.
     $P $S prepare --run outputs/make-run/router --out $D --n 60   # native: pick queries
     $P $S route --out $D --cpu native                             # runtime only
     qemu-x86_64 -cpu Haswell $P $S route --out $D --cpu qemu-haswell   # AVX2 model, slow
-    $P $S report --out $D --json docs/router-cpus.json
+    $P $S report --out $D --json docs/results/router-cpus.json
 
 `prepare` takes the run's test decisions (`router_decisions_test.parquet`) and
 the prompts from the run's outcome table, and keeps `--n` queries: half a seeded

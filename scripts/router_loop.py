@@ -1,4 +1,4 @@
-"""Two rounds of the router's loop, as a deployment runs it (docs/results-router.md, "The loop").
+"""Two rounds of the router's loop, as a deployment runs it (docs/results/router.md, "The loop").
 
     python scripts/router_loop.py OUT_DIR [--seed 0] [--rate 0.05] [--sessions-per-prompt 3]
         [--round1-sessions 4000] [--tier static] [--override KEY=VALUE ...]

@@ -1,4 +1,4 @@
-"""Does the receipts-mode OPE cover the truth? The table behind docs/results-router.md
+"""Does the receipts-mode OPE cover the truth? The table behind docs/results/router.md
 "From your receipts: coverage over seeds".
 
     python scripts/router_receipts_coverage.py OUT.json [DATA_DIR] [--seeds 0 1 ... 19]

@@ -1,4 +1,4 @@
-"""The runs behind docs/results-router.md: every outcome set, replay share, seed and tier.
+"""The runs behind docs/results/router.md: every outcome set, replay share, seed and tier.
 
     python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2] [--shares 0.25 1.0]
         [--sets gsm8k mmlu llmrouter routerarena] [--tier minilm|static] [--cache-dir DIR]

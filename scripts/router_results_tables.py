@@ -1,4 +1,4 @@
-"""Markdown tables of docs/results-router.md from scripts/router_results.py's rows, both tiers.
+"""Markdown tables of docs/results/router.md from scripts/router_results.py's rows, both tiers.
 
     python scripts/router_results_tables.py ROWS.json [ROWS.json ...] --runs-dir DIR \
         [--replicates REPS.json ...]

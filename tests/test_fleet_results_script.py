@@ -1,5 +1,5 @@
 """scripts/fleet_results.py: table formatting, marker rewriting, and the markers of
-docs/results-fleet.md (no experiment is run here)."""
+docs/results/fleet.md (no experiment is run here)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_write_doc_replaces_rendered_blocks_and_keeps_other_sets(fr, tmp_path):
 
 
 def test_every_marker_of_the_results_doc_names_a_block_the_script_renders(fr):
-    text = (REPO / "docs" / "results-fleet.md").read_text()
+    text = (REPO / "docs" / "results" / "fleet.md").read_text()
     opened = re.findall(r"<!-- fleet_results:(\S+) -->\n", text)
     closed = re.findall(r"<!-- /fleet_results:(\S+) -->", text)
     assert opened and opened == closed

@@ -52,7 +52,7 @@ def test_saturated_capacity_matches_a_longer_run_and_is_cached(shared_data, tmp_
     assert sum(cap["pools"].values()) == pytest.approx(cap["req_per_s"])
     longer = saturated_capacity(pools, prompt, completion, requests=160_000, seed=1)
     assert cap["req_per_s"] == pytest.approx(longer["req_per_s"], rel=0.03)
-    # the formula overstates what the simulator serves (1.2x and 3x: docs/fleet.md)
+    # the formula overstates what the simulator serves (1.2x and 3x: docs/design/fleet.md)
     assert capacity_estimate(pools, prompt, completion)["rps"] > 1.1 * cap["req_per_s"]
     # cached: in memory, then (a fresh process's view) on disk
     again = saturated_capacity(pools, prompt, completion, cache_dir=tmp_path)
@@ -75,7 +75,7 @@ def test_overload_named_loads_are_the_loads(shared_data, tmp_path, pool):
     cfg["policies"] = {"least_loaded": {"kind": "least_loaded"}}
     # every offered request is eventually served: what is served is the offered mix (with
     # queue timeouts the large requests blocked at the head for KV time out first, and the
-    # req/s served past saturation rises above capacity: a smaller mix, docs/fleet.md)
+    # req/s served past saturation rises above capacity: a smaller mix, docs/design/fleet.md)
     cfg["sim"] = {**cfg["sim"], "queue_timeout_s": None, "queue_capacity": 100_000}
     s = run_fleet_experiment("overload", cfg, tmp_path)
     cap = s["capacity"]

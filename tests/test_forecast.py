@@ -40,7 +40,7 @@ from replaylab.pipelines.forecast import aggregate_ledger, run_forecast
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 
 # sha256 of arch-1's vocabulary, one label a line: relabelling arch-1 in place fails here
-# (a new taxonomy is a new version; docs/archetypes.md).
+# (a new taxonomy is a new version; docs/design/archetypes.md).
 ARCH_1_SHA256 = "c2f0fc1c8a237d86760feb5088a361eb9aad4408d7ff281903ba8101b39598a6"
 
 

@@ -1,4 +1,4 @@
-"""Integration: the Model Registry through a real `mlflow server` on loopback (docs/mlflow.md).
+"""Integration: the Model Registry through a real `mlflow server` on loopback (docs/howto/mlflow.md).
 
 Two tiny seeded demand runs on the same ledger (so the same test window) register
 versions at the end of `python -m training pipeline=demand`, the second scored

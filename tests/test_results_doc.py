@@ -1,4 +1,4 @@
-"""Re-rendering docs/results-demand.md keeps the sections other scripts measured."""
+"""Re-rendering docs/results/demand.md keeps the sections other scripts measured."""
 
 from __future__ import annotations
 

@@ -109,7 +109,7 @@ def test_export_folder_layout_and_manifest(exported):
     assert (cfg["max_seq_length"], cfg["pooling"], cfg["normalize"]) == (256, "mean", True)
     # one text per call for every variant: a vector never depends on its batch mates
     assert all(v["per_text"] for v in cfg["variants"].values())
-    assert cfg["variants"]["int8"]["quantization"]["reduce_range"] is True  # docs/int8-cpus.md
+    assert cfg["variants"]["int8"]["quantization"]["reduce_range"] is True  # docs/results/int8-cpus.md
     tok = json.loads((folder / "tokenizer.json").read_text())
     assert tok["truncation"]["max_length"] == 256 and tok["padding"] is None
     print("export parity:", json.dumps(parity))
@@ -146,7 +146,7 @@ def test_int8_parity_reported(exported, reference, prompts):
     print("int8 parity:", json.dumps(fig))
     # CPU-dependent bounds: onnxruntime's int8 kernels differ by CPU. With reduce_range
     # (7-bit weights) AVX2 and AVX-512 VNNI compute the same integers; measured on both
-    # (docs/int8-cpus.md): prompts mean 0.9940, min 0.9880; edge cases min 0.9742. The
+    # (docs/results/int8-cpus.md): prompts mean 0.9940, min 0.9880; edge cases min 0.9742. The
     # bounds are the export gates (INT8_GATES), which hold on both with margin.
     from replaylab.artifacts.golden import cpu_info
     from replaylab.router.encoder import INT8_GATES

@@ -6,7 +6,7 @@ data.ledger=...` trains on them and exports the artifact. Round 1: the artifact 
 by `replaylab.runtime.Router` and served through `replaylab.runtime.SessionBinder` over new
 traffic on the same outcome table; the receipts the binder wrote are a file, and the
 second training run reads that file. Everything runs through `scripts/router_loop.py`, the
-script behind docs/results-router.md "The loop", on the real static MiniLM tier.
+script behind docs/results/router.md "The loop", on the real static MiniLM tier.
 """
 
 from __future__ import annotations

@@ -246,7 +246,7 @@ def test_choose_one_is_choose_by_threshold(rule):
 
 
 def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarray:
-    """docs/scorer-spec.md "Head", written out unfolded (the reference for NumpyHead)."""
+    """docs/specs/router-scorer.md "Head", written out unfolded (the reference for NumpyHead)."""
     f = {k: v.astype(np.float64) for k, v in t.items()}
     x = 0.0 if math.isnan(tokens) else (math.log1p(max(tokens, 0.0)) - f["tok_mean"][0]) / \
         f["tok_scale"][0]
@@ -288,7 +288,7 @@ def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
     codes = numpy_head.scorer.codes(meta["category"])
     spec = np.stack([_spec_forward(tensors, E[i], int(codes[i]), meta["prompt_tokens"][i])
                      for i in range(n)])
-    # the float32 trunk: ~1e-8 from the float64 spec (docs/scorer-spec.md allows 1e-5)
+    # the float32 trunk: ~1e-8 from the float64 spec (docs/specs/router-scorer.md allows 1e-5)
     assert 0 < np.abs(p_np - spec).max() <= 1e-6
     from replaylab.runtime.router import NumpyHead
 

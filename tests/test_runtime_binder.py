@@ -1,5 +1,5 @@
 """The Python session binder's draw and memory, statistically and by invariants
-(docs/binder-spec.md; the Rust parity is tests/test_rust_binder.py).
+(docs/specs/binder.md; the Rust parity is tests/test_rust_binder.py).
 
 A stub router (four candidates, its choice a hash of the text, the rules answering the
 strongest) stands in for a trained artifact: the binder only reads `loaded`,

@@ -1,5 +1,5 @@
 """The Rust session binder (scorers/rust/src/binder.rs) against the Python one, receipt for
-receipt (docs/binder-spec.md, "Golden sessions").
+receipt (docs/specs/binder.md, "Golden sessions").
 
 Fixtures are tests/test_rust_scorer.py's: the crate built with `cargo build --offline
 --release` (the module skips without cargo) and a static-tier router trained by the real
@@ -20,7 +20,7 @@ bit), escalation answers and the final counts. Scenarios:
 The draw and the explored index alone (K = 2..5) are compared on ids of every script
 without an artifact (`replaylab-route draw`). The opening texts are those whose Python
 decision is farther from the threshold than the artifact's `static_prob_abs` can move it
-(docs/scorer-spec.md: probabilities agree to that tolerance, not bit for bit).
+(docs/specs/router-scorer.md: probabilities agree to that tolerance, not bit for bit).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def router(static_router):  # noqa: F811
 @pytest.fixture(scope="module")
 def texts(router, static_router):  # noqa: F811
     """Opening texts whose decision is stable under the tolerance the two implementations
-    share (docs/scorer-spec.md), with a category and a prompt length."""
+    share (docs/specs/router-scorer.md), with a category and a prompt length."""
     from replaylab.runtime.routing import decision_margin
 
     tol = json.loads((static_router / "golden.json").read_text())["tolerances"]["static_prob_abs"]

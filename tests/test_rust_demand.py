@@ -1,4 +1,4 @@
-"""The demand artifact's flat trees and the Rust demand scorer (docs/demand-scorer-spec.md).
+"""The demand artifact's flat trees and the Rust demand scorer (docs/specs/demand-scorer.md).
 
 Python side (no cargo needed): `trees.safetensors` (replaylab.artifacts.demand_flat)
 walked by its numpy reference gives LightGBM's raw scores bit for bit, on the test rows

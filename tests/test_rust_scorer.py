@@ -1,4 +1,4 @@
-"""The Rust reference scorer (scorers/rust, docs/scorer-spec.md) against the Python runtime.
+"""The Rust reference scorer (scorers/rust, docs/specs/router-scorer.md) against the Python runtime.
 
 The crate is built with `cargo build --offline --release` (the test module skips, saying
 so, when `cargo` is neither on PATH nor in ~/.cargo/bin). Then:

@@ -1,4 +1,4 @@
-//! Session binder (docs/binder-spec.md): sticky, session-scoped bindings over a loaded
+//! Session binder (docs/specs/binder.md): sticky, session-scoped bindings over a loaded
 //! [`Router`], the same as `replaylab.runtime.binder.SessionBinder` (Python), receipt for
 //! receipt.
 //!
@@ -423,7 +423,7 @@ impl Binder {
         self.rung.get(&self.fallback_candidate).copied().unwrap_or(self.ladder.len() - 1)
     }
 
-    /// The record of one bind (canonical JSON object; docs/binder-spec.md, event format).
+    /// The record of one bind (canonical JSON object; docs/specs/binder.md, event format).
     pub fn bind_record(&self, session_id: &str, r: &Receipt) -> Json {
         let mut m = BTreeMap::new();
         let s = |x: &str| Json::Str(x.to_string());

@@ -1,6 +1,6 @@
 //! Load a demand artifact (verified) and answer pre-dispatch hints, as
 //! `replaylab.runtime.DemandPredictor` does with the exported (frozen) corrections
-//! (docs/demand-scorer-spec.md is the specification).
+//! (docs/specs/demand-scorer.md is the specification).
 //!
 //! Load: manifest (kind `demand`, every file's size and sha256, content hash, validity)
 //! -> the feature schema, outputs, calibration and fallback sections -> `trees.safetensors`.

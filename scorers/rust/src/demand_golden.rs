@@ -1,4 +1,4 @@
-//! The demand artifact's golden vectors, checked here (docs/demand-scorer-spec.md section 7),
+//! The demand artifact's golden vectors, checked here (docs/specs/demand-scorer.md section 7),
 //! and a hint as one JSON line.
 //!
 //! Per case of `golden.json` (kind "demand"), the hint is recomputed with the clock at

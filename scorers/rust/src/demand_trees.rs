@@ -1,4 +1,4 @@
-//! The demand model's trees (`trees.safetensors`, docs/demand-scorer-spec.md section 3):
+//! The demand model's trees (`trees.safetensors`, docs/specs/demand-scorer.md section 3):
 //! LightGBM's node arrays, walked with LightGBM's own decision rule
 //! (`Tree::NumericalDecision` / `Tree::CategoricalDecision`) and summed per quantile in
 //! file order from 0.0, as `GBDT::PredictRaw` does: the raw scores equal

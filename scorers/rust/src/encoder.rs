@@ -1,5 +1,5 @@
 //! The static encoder: token ids -> sum of embedding rows in float64 (token order) ->
-//! L2 normalization in float64 -> float32 (docs/scorer-spec.md, "Embedding").
+//! L2 normalization in float64 -> float32 (docs/specs/router-scorer.md, "Embedding").
 
 use crate::tokenizer::Tokenizer;
 

@@ -1,5 +1,5 @@
 //! replaylab-scorer: the reference scorer of replaylab's static-tier router artifacts,
-//! standard library only (docs/scorer-spec.md is the specification it implements).
+//! standard library only (docs/specs/router-scorer.md is the specification it implements).
 //!
 //! `Router::load(dir, now)` verifies the artifact (both manifests: sizes, sha256,
 //! content hashes, validity), reads the static encoder (charmap.tsv, vocab.txt,
@@ -7,11 +7,11 @@
 //! category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
 //!
 //! `Binder::new(router, config)`: sticky session bindings over a router, with
-//! exploration, escalation and a bounded memory (docs/binder-spec.md).
+//! exploration, escalation and a bounded memory (docs/specs/binder.md).
 //!
 //! `Demand::load(dir, now)` verifies a demand artifact and reads its flat trees
 //! (trees.safetensors); `Demand::hint(request, now_ms)` answers a pre-dispatch demand
-//! hint (docs/demand-scorer-spec.md).
+//! hint (docs/specs/demand-scorer.md).
 
 pub mod binder;
 pub mod demand;

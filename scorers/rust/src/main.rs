@@ -1,4 +1,4 @@
-//! replaylab-route: route queries with a static-tier router artifact (docs/scorer-spec.md).
+//! replaylab-route: route queries with a static-tier router artifact (docs/specs/router-scorer.md).
 //!
 //!   replaylab-route route ARTIFACT_DIR [--no-golden]
 //!       JSON lines on stdin {"text", "category"?, "prompt_tokens"?} -> JSON lines on
@@ -11,7 +11,7 @@
 //!       the process (wall clock, one thread, each call: tokenize, embed, head, decide);
 //!       prints one JSON object with p50/p90/p99 in microseconds (--samples: every call's).
 //!   replaylab-route demand ARTIFACT_DIR [--no-golden] [--explain] [--now-ms MS]
-//!       a demand artifact (docs/demand-scorer-spec.md): JSON lines on stdin (request
+//!       a demand artifact (docs/specs/demand-scorer.md): JSON lines on stdin (request
 //!       objects, the Python runtime's fields) -> JSON lines on stdout (the hint; with
 //!       --explain also the feature row and raw scores). --now-ms: the clock for requests
 //!       without `timestamp` (default: now). Golden vectors checked first unless --no-golden.
@@ -22,7 +22,7 @@
 //!       each call is one `Demand::hint` on a parsed request (no JSON I/O timed).
 //!   replaylab-route bind --artifact DIR --events FILE.jsonl [--rate R] [--cap C] [--salt S]
 //!                        [--ladder a,b,c] [--max-sessions N] [--ttl-s T] [--fallback M] [--no-golden]
-//!       the session binder (docs/binder-spec.md) over the artifact: JSONL events in order
+//!       the session binder (docs/specs/binder.md) over the artifact: JSONL events in order
 //!       ({"op": "bind", "session_id", "text", "category", "prompt_tokens", "turn_index",
 //!       "now"}, {"op": "fail", "session_id"}, {"op": "stats"}) -> one canonical JSON record
 //!       per event on stdout (a bind's receipt, a fail's `escalated`, the counts). An
@@ -54,7 +54,7 @@ use replaylab_scorer::json::{self, py_float_repr, write_str, Json, Number};
 use replaylab_scorer::binder::{self, Binder, Config, Event};
 use replaylab_scorer::{demand_golden, sha256, timefmt, Decision, Demand, Error, Router};
 
-const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/scorer-spec.md, docs/demand-scorer-spec.md, docs/binder-spec.md)";
+const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/specs/router-scorer.md, docs/specs/demand-scorer.md, docs/specs/binder.md)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

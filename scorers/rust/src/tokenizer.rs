@@ -1,6 +1,6 @@
 //! The static tier's tokenizer from its files: `charmap.tsv` (the BERT normalizer and
 //! pre-tokenizer as a per-codepoint table) and `vocab.txt` (WordPiece), with the
-//! numbers of `static_config.json`. docs/scorer-spec.md, "Tokenizer", gives the rules;
+//! numbers of `static_config.json`. docs/specs/router-scorer.md, "Tokenizer", gives the rules;
 //! `replaylab.runtime.static_encoder.CharmapTokenizer` is the Python implementation.
 
 use std::collections::HashMap;

@@ -5,7 +5,7 @@ of summary.json), the resolved config as YAML, summary.json, and every report
 file the pipeline wrote; a readable name (`demand seed=0`), a `go` tag and the
 verdict line the console ends with (`replaylab.apps.verdicts`).
 
-A tracking fault costs seconds, never the run's work (docs/mlflow.md):
+A tracking fault costs seconds, never the run's work (docs/howto/mlflow.md):
 - before anything runs, `preflight` checks the store answers (an HTTP server:
   its /health within `tracking.preflight_timeout_s`; SQLite: its folder exists)
   and a dead store is one line and exit 2;
@@ -253,7 +253,7 @@ def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | Non
 
     try:
         log_outcome(run, summary, run_dir, cfg)
-        registered = register_outcome(run, summary, cfg)  # export.register (docs/mlflow.md)
+        registered = register_outcome(run, summary, cfg)  # export.register (docs/howto/mlflow.md)
         if registered:
             summary["registry"] = registered
             write_summary(run_dir / "summary.json", summary)

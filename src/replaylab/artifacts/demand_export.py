@@ -5,14 +5,14 @@
     out_dir/model.onnx      every quantile booster, exact (double) TreeEnsemble
     out_dir/trees.safetensors  the same trees as flat LightGBM node arrays, for engines
                             without onnxruntime (replaylab.artifacts.demand_flat,
-                            docs/demand-scorer-spec.md)
+                            docs/specs/demand-scorer.md)
     out_dir/golden.json     golden vectors: ~32 test-split requests and the hints
                             the runtime computes for them here, with tolerances
                             (replaylab.artifacts.golden; checked again at load);
                             each case also holds the feature vector (`features`,
                             null = NaN) and LightGBM's raw scores (`raw`) for a
                             non-Python engine's checks
-    out_dir/manifest.json   schema 1 (docs/artifacts.md): features, outputs,
+    out_dir/manifest.json   schema 1 (docs/specs/artifacts.md): features, outputs,
                             conformal corrections per cell, training facts,
                             runtime requirements, fallback baseline, file hashes
 
@@ -70,14 +70,14 @@ from replaylab.runtime.hints import SUPPORTED_HINT_VERSIONS
 # First-turn values of the history features: counts are 0, everything else missing.
 _FIRST_TURN_ZERO = (*HISTORY_COUNTS, "hist_turns_censored")
 # Golden-vector tolerances, checked on the serving machine (replaylab.runtime.demand).
-# The graph is exact in double (docs/artifacts.md: 1e-15 relative to LightGBM) and the
+# The graph is exact in double (docs/specs/artifacts.md: 1e-15 relative to LightGBM) and the
 # post-processing is the same numpy code on both sides, so another CPU can differ only
 # by summation order and an ulp or two of expm1 / log1p: ~1e-13 relative at most. A
 # tree read differently (a threshold or a leaf rounded, a branch flipped) moves a hint
 # by a leaf value, typically 1e-4 relative or more. 1e-6 relative and 0.01 token sit between the
 # two with orders of magnitude to spare either side; both bounds must hold.
 # raw_abs: the per-quantile raw scores of an engine walking trees.safetensors (summed in
-# file order, docs/demand-scorer-spec.md) against LightGBM's: 0, bit for bit.
+# file order, docs/specs/demand-scorer.md) against LightGBM's: 0, bit for bit.
 GOLDEN_TOLERANCES = {"hint_abs": 0.01, "hint_rel": 1e-6, "raw_abs": 0.0}
 UNSEEN_CATEGORY = "golden-unseen-category"  # a value no vocabulary holds
 

@@ -1,7 +1,7 @@
 """The demand model as flat tree arrays (`trees.safetensors`), for engines without onnxruntime.
 
 `flat_trees(model)` turns a fitted QuantileDemandModel into LightGBM's own node
-arrays (docs/demand-scorer-spec.md is the byte-level specification):
+arrays (docs/specs/demand-scorer.md is the byte-level specification):
 
     tree_output     I32 (T,)    the quantile column (position in outputs.quantiles) a tree adds to
     tree_root       I32 (T,)    its root: a node index >= 0, or ~leaf (< 0) for a one-leaf tree

@@ -2,7 +2,7 @@
 
 Light at import (configs, labels, errors); the LightGBM model, baselines,
 conformal calibration and metrics load on first use (`replaylab.demand.X`).
-See docs/demand-target.md for the target, censoring and evaluation rules.
+See docs/design/demand-target.md for the target, censoring and evaluation rules.
 """
 
 from replaylab.demand.config import DemandConfig, QuantileModelConfig

@@ -2,7 +2,7 @@
 
 A request cut at its cap (`finish_reason=length`) proves demand >= its observed
 total; it never says by how much. Three ways to train on it (config
-`demand.censoring.method`, docs/demand-target.md):
+`demand.censoring.method`, docs/design/demand-target.md):
 
 - `none`: drop it (the label rows alone; biased low near the cap);
 - `realized`: take the observed total as the label; the hint is clipped to

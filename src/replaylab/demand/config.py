@@ -108,7 +108,7 @@ class CensoringConfig:
         raises the capped rows' hi >= observed by at least `min_capped_gain`
         (absolute share) without raising the uncensored mean pinball more than
         `max_pinball_increase` (relative).
-    classes: lower-bound classes used (docs/demand-target.md); a cancellation
+    classes: lower-bound classes used (docs/design/demand-target.md); a cancellation
         says little about the demand the user wanted, so only `length` by default.
     rounds: boosting round counts of the censored-pinball stage, ascending (learning
         rate of `model`); more rounds move the quantiles further toward the bounds.

@@ -2,7 +2,7 @@
 
 Light at import (configs, taxonomy); aggregation, statsforecast / LightGBM
 forecasters, backtests and drift load on first use (`replaylab.forecast.X`).
-See docs/archetypes.md and docs/results-forecast.md.
+See docs/design/archetypes.md and docs/results/forecast.md.
 """
 
 from replaylab.forecast.config import (

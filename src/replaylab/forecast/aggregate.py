@@ -1,4 +1,4 @@
-"""Ledger-v1 rows -> aggregates-v1 buckets, with k_min suppression (docs/archetypes.md).
+"""Ledger-v1 rows -> aggregates-v1 buckets, with k_min suppression (docs/design/archetypes.md).
 
 What can reach the output, by construction:
 - the contract's columns only (ids, model names, text and any extra ledger column

@@ -59,7 +59,7 @@ def _nested(obj: object, name: str, cls: type, where: str) -> None:
 
 @dataclass(frozen=True)
 class AggregationConfig:
-    """Ledger -> aggregates-v1 (docs/archetypes.md).
+    """Ledger -> aggregates-v1 (docs/design/archetypes.md).
 
     bucket_seconds: bucket width (600 = 10 minutes).
     k_min: a cell (bucket x archetype x slo_class x region) with fewer requests is

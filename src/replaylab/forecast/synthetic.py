@@ -2,7 +2,7 @@
 
 Series i has a daily profile (a smooth peak in the afternoon, UTC), a weekly
 weekday/weekend factor and Poisson counts around it; volume grows with i. Modeled,
-not measured: the real-data runs use ServeGen and Azure (docs/results-forecast.md).
+not measured: the real-data runs use ServeGen and Azure (docs/results/forecast.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The versioned workload-archetype taxonomy (docs/archetypes.md).
+"""The versioned workload-archetype taxonomy (docs/design/archetypes.md).
 
 An archetype is a band of MEASURABLE demand, never of prompt meaning: the
 prompt-length band, the output-length band and the session-depth band of a

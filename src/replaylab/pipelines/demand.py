@@ -5,7 +5,7 @@ splits them (time-ordered, session-grouped, embargoed), fits every predictor on
 train labels, calibrates each one's interval on the calibration split, scores
 all of them on the same test rows, writes `predictions_test.parquet` and
 returns the summary plus a `DemandRun` holding the fitted objects (for export).
-The rules for censored, cancelled and absent-usage rows: docs/demand-target.md;
+The rules for censored, cancelled and absent-usage rows: docs/design/demand-target.md;
 how the model trains on rows cut at their cap (`demand.censoring`, chosen on the
 calibration split by default): `replaylab.demand.censoring`.
 """

@@ -26,7 +26,7 @@ The same steps, checks and summary as `pipelines.router_receipts.train_router_re
    scores; intervals by a session Poisson bootstrap whose weights are a hash of
    (session id, replicate, seed) (`dask_ops.poisson_weights`), so partitions agree
    without talking. The local run resamples sessions (a multinomial bootstrap): point
-   estimates agree to float rounding, intervals to bootstrap noise (docs/results-scale.md);
+   estimates agree to float rounding, intervals to bootstrap noise (docs/results/scale.md);
 7. the test decisions and the label rows written as Parquet by the workers; the replay
    plan as per-partition top-k merged on the driver; a bounded hashed sample of test
    decisions (`SERVED_SAMPLE`) comes back for the exported artifact's served check.

@@ -4,7 +4,7 @@ Layout (every file listed in the top-level `manifest.json`, kind `router`):
 
     head.onnx                  the MLP head (embedding, category, prompt_tokens -> success_prob, cost)
     head.safetensors           the same head's weights as named float32 tensors, for engines that
-                               run its forward pass themselves (docs/scorer-spec.md)
+                               run its forward pass themselves (docs/specs/router-scorer.md)
     router.json                candidates (cheapest first), threshold, category vocabulary,
                                prompt-length rule, the scenario rules (the fallback)
     encoder/encoder.onnx       the MiniLM encoder the head was trained on (fp32; int8 too when
@@ -68,7 +68,7 @@ CONFIG_FILE = "router.json"
 FIT_PROMPTS_FILE = "fit_prompts.json"
 ENCODER_DIR = "encoder"
 # Router golden tolerances: P(success) may differ by the encoder's rounding on another CPU
-# (fp32: float rounding; int8: its kernels, docs/int8-cpus.md). A decision must agree
+# (fp32: float rounding; int8: its kernels, docs/results/int8-cpus.md). A decision must agree
 # wherever its margin from the threshold exceeds the probability tolerance.
 # The static tier's vectors are fixed float64 arithmetic; only the head's float32 kernels
 # differ between engines and CPUs (onnxruntime vs a plain loop: ~1e-7).
@@ -123,7 +123,7 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
     sections["runtime"].update(packages={"numpy": ">=2.0", "onnxruntime": ">=1.18",
                                          **({"tokenizers": ">=0.19"} if tier == "minilm" else {})},
                                loader="replaylab.runtime.Router", head_file=HEAD_FILE,
-                               head_tensors=HEAD_TENSORS_FILE, spec="docs/scorer-spec.md")
+                               head_tensors=HEAD_TENSORS_FILE, spec="docs/specs/router-scorer.md")
     sections["fallback"] = {
         "trusted_artifact": "the scenario rules in router.json (task -> candidate, long prompts)",
         "untrusted_artifact": "the caller's fallback candidate (default: the strongest)",

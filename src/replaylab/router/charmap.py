@@ -4,7 +4,7 @@ A BERT WordPiece tokenizer (MiniLM's, kept by model2vec's distillation) is
 `BertNormalizer` -> `BertPreTokenizer` -> `WordPiece`. An engine without the
 HF `tokenizers` library cannot run its Rust code, so the exporter writes what
 those two first steps do, codepoint by codepoint, as a table any language can
-apply (docs/scorer-spec.md, "Tokenizer"):
+apply (docs/specs/router-scorer.md, "Tokenizer"):
 
     # replaylab charmap 1
     <HEX codepoint> \t <class> \t <replacement: space-separated HEX codepoints, empty = deleted>

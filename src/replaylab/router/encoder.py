@@ -86,7 +86,7 @@ INT8_SUFFIX = "+int8r"
 OUTPUT_NAME = "last_hidden_state"
 DEFAULT_OPSET = 17
 log = logging.getLogger(__name__)
-# The int8 scheme (docs/int8-cpus.md): dynamic quantization of the MatMuls, per-channel
+# The int8 scheme (docs/results/int8-cpus.md): dynamic quantization of the MatMuls, per-channel
 # int8 weights, uint8 activations quantized per call. reduce_range: 7-bit weights, so
 # that u8 x s8 pair sums fit in int16 and onnxruntime's AVX2 kernel (vpmaddubsw, which
 # saturates at 8-bit weights) computes the same integers as the VNNI one: measured cosine
@@ -97,14 +97,14 @@ INT8_SCHEME: dict[str, Any] = {"method": "quantize_dynamic", "op_types": ["MatMu
                                "reduce_range": True}
 # Export gates of the optional int8 variant vs sentence-transformers (fp32 torch): the mean
 # and minimum over the parity prompts and the minimum over the edge cases (1-3 token inputs
-# sit lowest). Set to hold with margin on AVX2 and AVX-512 VNNI (docs/int8-cpus.md: 0.9940,
+# sit lowest). Set to hold with margin on AVX2 and AVX-512 VNNI (docs/results/int8-cpus.md: 0.9940,
 # 0.9880, 0.9742 on both). The same bounds are re-checked on the serving machine at load.
 INT8_GATES: dict[str, float] = {"mean_cosine_prompts": 0.99, "min_cosine_prompts": 0.98,
                                 "min_cosine_edge_cases": 0.96}
 GOLDEN_PROMPTS = 8  # prompts in golden.json (plus the short edge cases): ~0.3 s of fp32 at load
-# Golden-vector tolerances (docs/artifacts.md "Golden vectors"): fp32 on another CPU
+# Golden-vector tolerances (docs/specs/artifacts.md "Golden vectors"): fp32 on another CPU
 # differs by float rounding only; int8 by its kernels' rounding (measured in
-# docs/int8-cpus.md); the int8 quality bounds are the export gates.
+# docs/results/int8-cpus.md); the int8 quality bounds are the export gates.
 GOLDEN_TOLERANCES: dict[str, float] = {
     "fp32_min_cosine": 0.99999, "int8_min_cosine": 0.99,  # int8 VNNI vs AVX2: min 0.9958
     "int8_reference_mean_cosine": INT8_GATES["mean_cosine_prompts"],
@@ -296,7 +296,7 @@ def _quantize_int8(src: Path, dst: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     # MatMul only: quantizing the embedding Gathers as well lowered the minimum
-    # prompt cosine from 0.990 to 0.987 for no measurable speed (docs/router-encoder.md).
+    # prompt cosine from 0.990 to 0.987 for no measurable speed (docs/design/router-encoder.md).
     root = logging.getLogger()
     level = root.level
     root.setLevel(max(level, logging.WARNING))  # it logs every tensor at INFO on the root logger

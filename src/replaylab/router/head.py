@@ -47,7 +47,7 @@ weight 1, cost the teachers' mean predicted cost. It is one head of the usual
 shape, so the artifact, its ONNX and safetensors forms and every scorer are
 unchanged; training costs M + 1 fits. Why distil rather than serve the bag: the
 static tier's route is a ~100 us budget, M heads would be M times its head. Chosen
-on the calibration split (docs/router.md, step 6): over GSM8K, MMLU and LLMRouter
+on the calibration split (docs/design/router.md, step 6): over GSM8K, MMLU and LLMRouter
 at replay 0.25 (both tiers) and 1.0 (MiniLM), 3 seeds each, the mean calibration
 cost_ratio_at_95 was 0.457 with 5 teachers, 0.463 for the bag served as is and
 0.464 for one head (Hinton, Vinyals & Dean, "Distilling the Knowledge in a Neural

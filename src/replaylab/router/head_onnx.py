@@ -198,7 +198,7 @@ HEAD_TENSORS_FILE = "head.safetensors"
 
 def head_tensors(head: SuccessHead) -> dict[str, np.ndarray]:
     """The fitted head's weights as plain float32 arrays, named for engines that run the
-    forward pass themselves (docs/scorer-spec.md, "Head"): emb_mean, emb_scale, tok_mean,
+    forward pass themselves (docs/specs/router-scorer.md, "Head"): emb_mean, emb_scale, tok_mean,
     tok_scale, category, layer{i}.weight / .bias (every Linear of the trunk, ReLU after
     each), success.weight / .bias, platt_a, platt_b, and for a wide head wide_category
     and wide_tokens. Scalars are arrays of shape (1,)."""

@@ -1,4 +1,4 @@
-"""The public outcome sets of docs/results-router.md and the figures read off each run.
+"""The public outcome sets of docs/results/router.md and the figures read off each run.
 
 `public_outcome_sets(root, gsm8k_csv, sets)` yields (name, outcomes-v1 frame,
 router config overrides) for RouteLLM GSM8K and MMLU, LLMRouter (RouterDC) and

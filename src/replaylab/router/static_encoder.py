@@ -6,7 +6,7 @@ vocabulary token through the transformer, keeps the mean-pooled vector, reduces
 it to `pca_dims` with PCA and weights each row by SIF (a / (a + p(token)), with
 p from Zipf's law on the vocabulary order). Encoding is then tokenization, a
 table lookup and a mean: microseconds instead of MiniLM's milliseconds
-(docs/router-encoder.md, "Static tier").
+(docs/design/router-encoder.md, "Static tier").
 
 `export_static_encoder(model, out_dir, parity_texts=...)`:
   1. refuses a tokenizer other than BertNormalizer -> BertPreTokenizer ->
@@ -14,7 +14,7 @@ table lookup and a mean: microseconds instead of MiniLM's milliseconds
   2. writes `vocab.txt`, `charmap.tsv`, `embeddings.safetensors` (F32
      [vocab, d]), `tokenizer.json` (HF, for reference) and
      `static_config.json`: the whole encoder as files any language reads
-     (docs/scorer-spec.md);
+     (docs/specs/router-scorer.md);
   3. checks the runtime's own path (`replaylab.runtime.static_encoder`, built
      from those files) on the parity texts plus the MiniLM exporter's edge
      cases: token ids equal to model2vec's `StaticModel.tokenize` on every text
@@ -172,7 +172,7 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
                                  "texts_sha256": texts_sha, **parity}},
             runtime={"packages": {"numpy": ">=2.0"}, "config": CONFIG_FILE,
                      "loader": "replaylab.runtime.static_encoder.load_static_encoder",
-                     "spec": "docs/scorer-spec.md"},
+                     "spec": "docs/specs/router-scorer.md"},
             fallback={"on_failure": "router routes by its scenario rules"})
         write_manifest(tmp, manifest, hmac_key=hmac_key)
     return StaticExport(path=out_dir, manifest=manifest, parity=parity)

@@ -7,7 +7,7 @@ returns the ledger-v1 receipt fields of each turn under their contract names
 (`BindingReceipt.as_record()`: `selected_model`, `binding_id`, `routing_source`,
 `propensity`, `rebind_reason`, optionally `prompt_embedding` + `embedding_model`),
 which is exactly what `python -m training pipeline=router data.ledger=FILE` trains
-and judges the next round on. docs/binder-spec.md is the normative text (the Rust
+and judges the next round on. docs/specs/binder.md is the normative text (the Rust
 crate in scorers/rust implements the same binder).
 
 Opening decision of session s (K candidates, exploration rate eps <= cap):
@@ -342,7 +342,7 @@ class SessionBinder:
 
 def replay_events(binder: SessionBinder, events: Iterable[dict[str, Any]],
                   clock: Any) -> list[dict[str, Any]]:
-    """Run the binder's event format (docs/binder-spec.md; the Rust crate's `replaylab-route
+    """Run the binder's event format (docs/specs/binder.md; the Rust crate's `replaylab-route
     bind`) through `binder`, in order; one record per event, the records the crate writes
     (as dicts: `canonical_json` of each is its line, byte for byte).
 

@@ -342,7 +342,7 @@ class DemandPredictor:
 
         check_golden: after verification, recompute the artifact's golden
         vectors on this machine (`check_golden`, about a millisecond, see
-        docs/artifacts.md). A miss (or an unreadable golden.json) falls back
+        docs/specs/artifacts.md). A miss (or an unreadable golden.json) falls back
         like any other load failure, reason `golden_mismatch` (`golden_malformed`),
         with the manifest's own fallback parameters (the manifest verified: it
         is the model that does not compute here what it computed at export).

@@ -74,7 +74,7 @@ _NORM_EPS = 1e-12     # torch.nn.functional.normalize's default eps
 # (onnxruntime 1.32, one AVX-512 thread) that kernel took 1.6 ms of 13 ms at 128
 # tokens, and leaving the fusion out cut int8 from 13.2 to 12.0 ms p50 with the
 # same vectors (cosine to sentence-transformers unchanged to 1e-5). No effect on
-# fp32, where the fusion does not apply. Measured in docs/router-encoder.md.
+# fp32, where the fusion does not apply. Measured in docs/design/router-encoder.md.
 DISABLED_OPTIMIZERS: tuple[str, ...] = ("SkipLayerNormFusion",)
 
 

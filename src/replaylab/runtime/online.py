@@ -3,7 +3,7 @@
 The artifact freezes one conformal correction Q0 per cell (`calibration.corrections`,
 the global one for other cells) on the model scale g (log1p of output tokens by
 default). Between retrains the runtime keeps, per cell c, an adaptive correction
-q_c updated from the actuals of requests that have ended (docs/online-recalibration.md):
+q_c updated from the actuals of requests that have ended (docs/design/online-recalibration.md):
 
     err_t = 1 if the actual fell outside the SERVED [hint_lo, hint_hi], else 0
     q_c  <- clip(q_c + step * (err_t - alpha),  floor_c,  ceiling_c)      alpha = 1 - level

@@ -423,7 +423,7 @@ HEAD_TENSORS_FILE = "head.safetensors"
 
 class NumpyHead:
     """The head's forward pass in numpy from `head.safetensors` (the static tier's scorer:
-    no ML runtime; docs/scorer-spec.md, "Head", gives the forward pass).
+    no ML runtime; docs/specs/router-scorer.md, "Head", gives the forward pass).
 
     Same interface as `HeadScorer`. The linear steps around the first and the last
     layer are folded at load, in float64: the standardization of the embedding and
@@ -434,7 +434,7 @@ class NumpyHead:
     success layer, Platt and the sigmoids run in float64. The float32 trunk halves the
     weights a route reads (0.38 MB instead of 0.77 MB for the 256-256-128 head, which
     with the token rows no longer fill a 1 MB L2) and its time; it differs from the
-    spec's float64 forward pass by ~1e-8 in P(success) (docs/scorer-spec.md section 8
+    spec's float64 forward pass by ~1e-8 in P(success) (docs/specs/router-scorer.md section 8
     allows 1e-5; tested). One row at a time whatever n, so a query's probabilities
     never depend on its batch mates, and training's decisions (`DeployedHead(scorer=
     "numpy")`) are the served ones bit for bit.

@@ -1,8 +1,8 @@
 """Serving-side static encoder: WordPiece by table, a token-embedding lookup, mean pooling (numpy).
 
-The static tier (docs/router-encoder.md, "Static tier") is all-MiniLM-L6-v2
+The static tier (docs/design/router-encoder.md, "Static tier") is all-MiniLM-L6-v2
 distilled by model2vec into one vector per vocabulary token. Encoding a text
-is, with the numbers of `static_config.json` (docs/scorer-spec.md has the
+is, with the numbers of `static_config.json` (docs/specs/router-scorer.md has the
 same rules for engines in other languages):
 
 1. keep the first `max_chars` codepoints (model2vec's cut: max_tokens x the

@@ -347,7 +347,7 @@ def _censoring_section(summary) -> str:
                 "the calibration rows only; test figures are reported, never used to choose. "
                 "Pinball, coverage and width on label rows; capped: rows cut at their cap, share "
                 "with hi ≥ observed; consumption pinball: label and cut rows against what they "
-                "consumed (docs/demand-target.md).</p>"
+                "consumed (docs/design/demand-target.md).</p>"
                 + table(["variant", "split", "mean pinball", "coverage", "mean width",
                          "capped rows", "capped hi ≥ obs", "consumption pinball"], rows))
     return out

@@ -1,4 +1,4 @@
-"""The demand pipeline measured on public traces (docs/results-demand.md).
+"""The demand pipeline measured on public traces (docs/results/demand.md).
 
 `datasets`: which traces, imported how, run with which overrides and why;
 `scoring`: the paired session bootstrap and the verdict against issue 3's targets;

@@ -1,6 +1,6 @@
 """The public traces the demand pipeline is measured on, and how each is imported.
 
-`TRACE_DATASETS` names every dataset of docs/results-demand.md: the importers
+`TRACE_DATASETS` names every dataset of docs/results/demand.md: the importers
 (`replaylab.sources.registry`) and files under the shared data folder it is built
 from, the `python -m training` overrides it runs with and why, and the reading of
 its recorded results. Overrides are split / projection settings chosen from the
@@ -34,7 +34,7 @@ WHY_ONE_MINUTE = (
 
 @dataclass(frozen=True)
 class TraceDataset:
-    """One dataset of docs/results-demand.md: where its ledger comes from, how it is run,
+    """One dataset of docs/results/demand.md: where its ledger comes from, how it is run,
     and the words the document says about it."""
 
     sources: list[tuple[str, str | None, dict]]  # (importer, path under shared, options)
