@@ -7,10 +7,12 @@ import typing
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
+from replaylab.contracts.errors import InputError
+
 T = TypeVar("T")
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError, ValueError):
     """A configuration value that cannot be used; the message names the field and the value."""
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from replaylab.config import ConfigError
+from replaylab.contracts.errors import InputError
 
 
 def fleet_values(cfg: DictConfig) -> dict:
@@ -73,15 +74,12 @@ def positional_experiment(argv: list[str]) -> list[str]:
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
-    """A bad input or config (not a bug): one `error: ...` line and exit code 2.
-    ContractError: a ledger that cannot be read as ledger-v1; ResidualDataError: one
-    with no hints; DemandDataError: one that cannot train the demand model
-    (experiment=hint_admission on fleet.workload.ledger)."""
+    """A bad input or config (not a bug): one `error: ...` line and exit code 2. Every
+    such error of the library is an `InputError`: a ContractError (a ledger that cannot
+    be read as ledger-v1), a ResidualDataError (one with no hints), a DemandDataError
+    (one that cannot train the demand model: experiment=hint_admission on
+    fleet.workload.ledger)...; the others are a missing file, a missing optional
+    dependency and a config that fails its schema."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
-    from replaylab.contracts import ContractError
-    from replaylab.demand.labels import DemandDataError
-    from replaylab.hints.residuals import ResidualDataError
-
-    return (ContractError, ConfigError, ResidualDataError, DemandDataError, FileNotFoundError,
-            ImportError, OmegaConfValidationError)
+    return (InputError, FileNotFoundError, ImportError, OmegaConfValidationError)

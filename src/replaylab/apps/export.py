@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from replaylab.apps.demand_runs import RUN_STATE, export_run, load_run_state
 from replaylab.apps.recording import active_run_id
 from replaylab.config import ConfigError
+from replaylab.contracts.errors import InputError
 
 
 def fetch_run(cfg: DictConfig, run_id: str, into: Path) -> Path:
@@ -195,12 +196,10 @@ def exit_code(summary: dict) -> int:
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
-    """A bad input or config (not a bug): one `error: ...` line and exit code 2."""
+    """A bad input or config (not a bug): one `error: ...` line and exit code 2. Every
+    such error of the library is an `InputError` (a refused fetch, a manifest that does
+    not verify, an unreadable run state...); the others are a missing file, a missing
+    optional dependency and a config that fails its schema."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
-    from replaylab.apps.registry import FetchRefused
-    from replaylab.artifacts.manifest import ManifestError
-    from replaylab.demand.state import RunStateError
-
-    return (ConfigError, FileNotFoundError, ImportError, OmegaConfValidationError, FetchRefused,
-            ManifestError, RunStateError)
+    return (InputError, FileNotFoundError, ImportError, OmegaConfValidationError)

@@ -45,6 +45,7 @@ from replaylab.artifacts.manifest import (
     verify_manifest,
 )
 from replaylab.config import ConfigError
+from replaylab.contracts.errors import InputError
 
 KINDS = ("demand", "router")
 ARTIFACT_PATH = {"demand": "demand_artifact", "router": "router_artifact"}  # in the run
@@ -54,7 +55,7 @@ BLOB_STORE_TAG = TAG + "blob_store"
 TAG_MAX = 4000  # model version tag values: MLflow keeps 5000 characters
 
 
-class FetchRefused(Exception):
+class FetchRefused(InputError):
     """A downloaded version did not verify (an input error: exit code 2, DIR untouched)."""
 
 

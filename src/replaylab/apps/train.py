@@ -11,6 +11,7 @@ from replaylab.apps.demand_runs import export_run, save_run_state
 from replaylab.apps.inputs import compute_facts, dask_client, ledger_input, plain
 from replaylab.apps.recording import active_run_id, nested_trial_logger
 from replaylab.config import ConfigError, from_mapping
+from replaylab.contracts.errors import InputError
 
 log = logging.getLogger("replaylab")
 
@@ -152,14 +153,10 @@ def run_pipeline(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def input_errors() -> tuple[type[BaseException], ...]:
-    """A bad input or config (not a bug): one `error: ...` line and exit code 2."""
+    """A bad input or config (not a bug): one `error: ...` line and exit code 2. Every
+    such error of the library is an `InputError` (a `StageFailed`, a Dask stage stopped
+    by a lost worker, included); the others are a missing file, a missing optional
+    dependency and a config that fails its schema."""
     from omegaconf.errors import ValidationError as OmegaConfValidationError
 
-    from replaylab.artifacts.golden import ParityError
-    from replaylab.contracts import ContractError
-    from replaylab.demand.labels import DemandDataError
-    from replaylab.pipelines.router import RouterDataError
-    from replaylab.pipelines.stages import StageFailed  # a Dask stage stopped (a lost worker)
-
-    return (ContractError, ConfigError, DemandDataError, RouterDataError, FileNotFoundError,
-            ImportError, OmegaConfValidationError, ParityError, StageFailed)
+    return (InputError, FileNotFoundError, ImportError, OmegaConfValidationError)

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from replaylab.artifacts.manifest import ManifestError, read_verified_file
+from replaylab.contracts.errors import InputError
 
 GOLDEN_FILE = "golden.json"
 GOLDEN_FORMAT = 1
@@ -45,7 +46,7 @@ KERNEL_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx
                 "amx_int8", "amx_bf16", "asimd", "sve")
 
 
-class ParityError(ValueError):
+class ParityError(InputError, ValueError):
     """A required output of an export misses its parity gate (nothing is published).
 
     Optional outputs (the int8 encoder) never raise this: they are left out and

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SOURCE_ROW
+from replaylab.contracts.errors import InputError
 
 Kind = Literal["str", "int", "float", "bool", "timestamp", "enum", "list"]
 
@@ -34,7 +35,7 @@ _TS_MIN_MS = 0
 _TS_MAX_MS = 7_258_118_400_000
 
 
-class ContractError(ValueError):
+class ContractError(InputError, ValueError):
     """A file or frame that cannot be read as the contract at all (not a row problem)."""
 
 

@@ -28,6 +28,7 @@ import pandas as pd
 from replaylab.contracts import LEDGER_SCHEMA, SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.enums import FinishReason, LifecycleState
+from replaylab.contracts.errors import InputError
 from replaylab.projection import Projected as P
 
 LABEL, LENGTH, CANCELLED, FAILED = "label", "length", "cancelled", "failed"
@@ -36,7 +37,7 @@ LOWER_BOUND_CLASSES = (LENGTH, CANCELLED, FAILED)
 LABEL_CLASSES = (LABEL, *LOWER_BOUND_CLASSES, ABSENT_USAGE, PROMPT_ABSENT)
 
 
-class DemandDataError(ValueError):
+class DemandDataError(InputError, ValueError):
     """The ledger cannot train a demand model; the message says why (one line)."""
 
 

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from replaylab.contracts.errors import InputError
+
 INDEX = "state.json"
 SUFFIXES = (".json", ".npy", ".txt", ".parquet")  # every kind of file a state may hold
 PICKLE_SUFFIXES = (".pkl", ".pickle", ".joblib", ".dill", ".cloudpickle", ".npz")
@@ -42,7 +44,7 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _FLOAT = "$float"  # JSON has no inf / nan: {"$float": "inf"}
 
 
-class RunStateError(ValueError):
+class RunStateError(InputError, ValueError):
     """A state folder cannot be written or read back (the message says why, in one line)."""
 
 

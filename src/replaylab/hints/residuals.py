@@ -37,6 +37,7 @@ from sklearn.metrics import mean_pinball_loss
 
 from replaylab.contracts import LEDGER_SCHEMA, has_values
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.errors import InputError
 from replaylab.runtime.hints import is_lower_bound
 from replaylab.stats import binomial_ci
 
@@ -45,7 +46,7 @@ ALWAYS = (L.HINT_FALLBACK, L.ACK_STATE, L.HINT_MODEL_VERSION)
 _NONE = "<none>"
 
 
-class ResidualDataError(ValueError):
+class ResidualDataError(InputError, ValueError):
     """The ledger carries no hints to evaluate (the message says what is missing)."""
 
 

@@ -44,6 +44,7 @@ import pandas as pd
 
 from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Outcomes as O
+from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
@@ -87,7 +88,7 @@ SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
 
 
-class RouterDataError(ValueError):
+class RouterDataError(InputError, ValueError):
     """The outcomes cannot train a router (the message says why)."""
 
 

@@ -33,11 +33,13 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from replaylab.contracts.errors import InputError
+
 POLL_S = 0.5  # seconds between two polls of the scheduler's task counts (the bar only)
 PLUGIN_NAME = "replaylab-task-counter"
 
 
-class StageFailed(RuntimeError):
+class StageFailed(InputError, RuntimeError):
     """A stage of a Dask pipeline stopped for a reason outside the data (a lost worker):
     its message is one line that names the stage and what to do."""
 
