@@ -1,5 +1,5 @@
 """`python -m export [export|register|promote|fetch|compare] ...`: re-export a finished demand
-run, or work the MLflow Model Registry (`replaylab.apps.registry`, docs/mlflow.md)."""
+run, or work the MLflow Model Registry (`replaylab.apps.registry`, docs/howto/mlflow.md)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def check_request(cfg: DictConfig) -> None:
         missing.append("alias (or version)")
     if missing:
         raise ConfigError(f"{cfg.action} needs {', '.join(f'{k}=...' for k in missing)} "
-                          "(python -m export --help; docs/mlflow.md)")
+                          "(python -m export --help; docs/howto/mlflow.md)")
     if cfg.action == "export":
         return
     if not cfg.tracking.enabled:

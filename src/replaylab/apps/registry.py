@@ -4,7 +4,7 @@ A registered version is the artifact folder itself (model.onnx / router.json /
 encoder/ ... and manifest.json), logged as a plain run artifact and registered
 from there; its tags carry what a reviewer and the promotion gate read (the
 manifest's content hash, the data fingerprint, the projection version, the
-headline metrics, the go/no-go verdict, the test window). docs/mlflow.md says
+headline metrics, the go/no-go verdict, the test window). docs/howto/mlflow.md says
 why it is not an `mlflow.pyfunc` model.
 
 Verification is the manifest's (`replaylab.artifacts.manifest.verify_manifest`),
@@ -179,7 +179,7 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
         blobs = log_folder(c, cfg, run_id, folder, path, manifest)
     try:
         c.create_registered_model(name, description=f"replaylab {kind} artifact folders "
-                                  "(manifest-verified; docs/mlflow.md)")
+                                  "(manifest-verified; docs/howto/mlflow.md)")
     except MlflowException as e:
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
@@ -1020,7 +1020,7 @@ def compare(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.get("ledger"):
         if mv.tags.get(TAG + "kind") != "demand":
             raise ConfigError("ledger= re-scores a demand champion; the router is compared on "
-                              "its recorded test curves (docs/mlflow.md)")
+                              "its recorded test curves (docs/howto/mlflow.md)")
         rows = challenger_ledger_rows(c, cfg, mv, str(cfg.ledger))
         with tempfile.TemporaryDirectory() as tmp:
             _, _, folder = verified_version(c, cfg, name, mv.version, Path(tmp))

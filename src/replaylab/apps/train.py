@@ -91,7 +91,7 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def _save_and_export(cfg: DictConfig, run, summary: dict, run_dir: Path) -> dict:
-    """Keep the fitted run (re-export) and export the artifact (docs/artifacts.md)."""
+    """Keep the fitted run (re-export) and export the artifact (docs/specs/artifacts.md)."""
 
     summary["artifacts"]["demand_run"] = str(save_run_state(run, run_dir))
     if cfg.export.enabled:

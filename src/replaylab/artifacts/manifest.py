@@ -2,7 +2,7 @@
 
 Standard library only (json, hashlib, hmac, pathlib, datetime): the serving
 runtime imports this module without numpy/pandas/lightgbm/onnx. See
-`docs/artifacts.md`, section "Manifest (schema 1)".
+`docs/specs/artifacts.md`, section "Manifest (schema 1)".
 
 `verify_manifest` raises `ManifestError(reason_code, message)`; the reason code
 is a short stable string meant for the runtime's `hint_fallback` reason.

@@ -1,7 +1,7 @@
 """What each row can teach the demand model: a label, a lower bound, or nothing.
 
 Target: total demand = prompt_tokens + completion_tokens, predicted at dispatch
-(docs/demand-target.md). Every valid ledger row falls in exactly one class:
+(docs/design/demand-target.md). Every valid ledger row falls in exactly one class:
 
 - `label`: usage present, prompt known, output not cut: a regression label;
 - `length`: finish_reason=length: the output hit the cap; the observed total is a

@@ -325,7 +325,7 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
 
 # How far a decision must sit from the threshold to survive another machine's kernels:
 # fp32 embeddings differ by float rounding (P(success) by ~1e-6), int8 ones by its kernels
-# (P(success) by up to ~1e-2, docs/int8-cpus.md). Reported as shares of test decisions.
+# (P(success) by up to ~1e-2, docs/results/int8-cpus.md). Reported as shares of test decisions.
 STABILITY_MARGINS = {"fp32": 1e-4, "int8": 2e-2}
 
 
