@@ -7,8 +7,7 @@ only) can be imported by the runtime without pulling the training stack.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from replaylab.contracts.lazy import lazy_exports
 
 _LAZY = {
     "UnsupportedBoosterError": "replaylab.artifacts.onnx_lgbm",
@@ -20,15 +19,4 @@ _LAZY = {
 __all__ = ["UnsupportedBoosterError", "booster_to_onnx", "demand_model_to_onnx",
            "design_to_matrix"]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -7,39 +7,28 @@ runtime without pulling in pandas through the validators.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from replaylab.contracts.lazy import lazy_exports
 
 _LAZY = {
-    "AGGREGATES_SCHEMA": "aggregates", "AGGREGATES_VERSION": "aggregates",
-    "read_aggregates": "aggregates", "validate_aggregates": "aggregates",
-    "Aggregates": "columns", "Ledger": "columns", "Outcomes": "columns",
-    "AckState": "enums", "FinishReason": "enums", "LedgerEnums": "enums",
-    "LifecycleState": "enums", "OutcomeStatus": "enums", "RebindReason": "enums",
-    "RoutingSource": "enums",
-    "LedgerAccounting": "dataset", "LedgerDataset": "dataset", "LedgerFiles": "dataset",
-    "accounting_of": "dataset", "ledger_paths": "dataset", "read_ledger_blocks": "dataset",
-    "read_ledger_dask": "dataset", "read_ledger_dataset": "dataset",
-    "read_jsonl_lines": "io", "read_raw": "io", "write_quarantine": "io", "write_table": "io",
-    "LEDGER_SCHEMA": "ledger", "LEDGER_VERSION": "ledger", "read_ledger": "ledger",
-    "validate_ledger": "ledger",
-    "OUTCOMES_SCHEMA": "outcomes", "OUTCOMES_VERSION": "outcomes", "read_outcomes": "outcomes",
-    "validate_outcomes": "outcomes",
-    "SOURCE_ATTR": "schema", "ContractError": "schema", "ValidationResult": "schema",
-    "has_values": "schema",
+    "AGGREGATES_SCHEMA": ".aggregates", "AGGREGATES_VERSION": ".aggregates",
+    "read_aggregates": ".aggregates", "validate_aggregates": ".aggregates",
+    "Aggregates": ".columns", "Ledger": ".columns", "Outcomes": ".columns",
+    "AckState": ".enums", "FinishReason": ".enums", "LedgerEnums": ".enums",
+    "LifecycleState": ".enums", "OutcomeStatus": ".enums", "RebindReason": ".enums",
+    "RoutingSource": ".enums",
+    "LedgerAccounting": ".dataset", "LedgerDataset": ".dataset", "LedgerFiles": ".dataset",
+    "accounting_of": ".dataset", "ledger_paths": ".dataset", "read_ledger_blocks": ".dataset",
+    "read_ledger_dask": ".dataset", "read_ledger_dataset": ".dataset",
+    "read_jsonl_lines": ".io", "read_raw": ".io", "write_quarantine": ".io", "write_table": ".io",
+    "LEDGER_SCHEMA": ".ledger", "LEDGER_VERSION": ".ledger", "read_ledger": ".ledger",
+    "validate_ledger": ".ledger",
+    "OUTCOMES_SCHEMA": ".outcomes", "OUTCOMES_VERSION": ".outcomes", "read_outcomes": ".outcomes",
+    "validate_outcomes": ".outcomes",
+    "SOURCE_ATTR": ".schema", "ContractError": ".schema", "ValidationResult": ".schema",
+    "has_values": ".schema",
+    "InputError": ".errors",
 }
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -5,6 +5,7 @@ conformal calibration and metrics load on first use (`replaylab.demand.X`).
 See docs/design/demand-target.md for the target, censoring and evaluation rules.
 """
 
+from replaylab.contracts.lazy import lazy_exports
 from replaylab.demand.config import DemandConfig, QuantileModelConfig
 from replaylab.demand.labels import DemandDataError, DemandLabels, demand_labels
 
@@ -24,10 +25,5 @@ _LAZY = {
 __all__ = ["DemandConfig", "DemandDataError", "DemandLabels", "QuantileModelConfig",
            "demand_labels", *_LAZY]
 
-
-def __getattr__(name: str):  # lazy: keep lightgbm / sklearn out of `import replaylab.demand`
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lazy: keep lightgbm / sklearn out of `import replaylab.demand`
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -5,6 +5,7 @@ forecasters, backtests and drift load on first use (`replaylab.forecast.X`).
 See docs/design/archetypes.md and docs/results/forecast.md.
 """
 
+from replaylab.contracts.lazy import lazy_exports
 from replaylab.forecast.config import (
     CONTROLS,
     FORECASTERS,
@@ -43,10 +44,5 @@ __all__ = ["CONTROLS", "FORECASTERS", "TAXONOMIES", "TAXONOMY_VERSION", "Aggrega
            "BacktestConfig", "ForecastConfig", "LightGBMConfig", "Taxonomy",
            "assign_archetypes", "get_taxonomy", *_LAZY]
 
-
-def __getattr__(name: str):  # lazy: keep statsforecast / lightgbm out of the import
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lazy: keep statsforecast / lightgbm out of the import
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

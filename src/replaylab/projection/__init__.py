@@ -7,6 +7,7 @@
 names are imported lazily from here.
 """
 
+from replaylab.contracts.lazy import lazy_exports
 from replaylab.projection.config import ProjectionConfig, SplitConfig
 from replaylab.projection.features import (
     FEATURE_COLUMNS,
@@ -39,14 +40,9 @@ __all__ = [
     "split_boundaries_dask", "split_counts", "split_summary_dask", "time_ordered_splits",
 ]
 
-_LAZY = {"dispatch_time_features_dask": "distributed", "project_dask": "distributed",
-         "split_boundaries_dask": "splits_dask", "assign_splits_dask": "splits_dask",
-         "split_summary_dask": "splits_dask", "project_and_split_dask": "splits_dask"}
+_LAZY = {"dispatch_time_features_dask": ".distributed", "project_dask": ".distributed",
+         "split_boundaries_dask": ".splits_dask", "assign_splits_dask": ".splits_dask",
+         "split_summary_dask": ".splits_dask", "project_and_split_dask": ".splits_dask"}
 
-
-def __getattr__(name: str):  # lazy: keep dask out of `import replaylab.projection`
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(f"replaylab.projection.{_LAZY[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# lazy: keep dask out of `import replaylab.projection`
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

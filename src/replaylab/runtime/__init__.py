@@ -11,8 +11,7 @@ pandas, sklearn and mlflow made unimportable. Names are imported lazily.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from replaylab.contracts.lazy import lazy_exports
 
 _LAZY = {
     "DemandPredictor": "replaylab.runtime.demand",
@@ -31,15 +30,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
