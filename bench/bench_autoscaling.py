@@ -4,7 +4,7 @@ The issue-14 target: one simulated day of the default trace (ServeGen
 language/m-large day 3 x 0.25, Azure conv tokens: ~3.8 million requests), every
 default policy (static, reactive HPA, forecast-driven), within 2 minutes on one
 core. One process, one (scenario=steady, seed=0) job, as the experiment runs it
-(`replaylab.fleet.experiments.autoscaling.run_job`); CPU seconds (`time.process_time`) so a
+(`replaylab.fleet.experiments.autoscaling.experiment.run_job`); CPU seconds (`time.process_time`) so a
 shared machine's wall time does not count against it; wall seconds beside.
 `--hours` shortens the day (for a quick look; `full_day_cpu_s_est` scales the
 simulation linearly, which the diurnal rate makes only a rough estimate).
@@ -44,7 +44,7 @@ def main() -> None:
     if data is None:
         print(json.dumps({"skipped": "no ../shared/data with ServeGen traces"}))
         return
-    from replaylab.fleet.experiments.autoscaling import (
+    from replaylab.fleet.experiments.autoscaling.experiment import (
         autoscaling_config,
         build_context,
         run_job,

@@ -50,12 +50,12 @@ def _maxrss_mb() -> float:
 def _one(replicas: int, rows: int, policy_name: str, repeats: int) -> dict:
     import numpy as np
 
-    from replaylab.fleet.outcomes import summarize
-    from replaylab.fleet.profiles import GpuProfile, load_fleetsim_profiles
-    from replaylab.fleet.sim import FleetSim
-    from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-    from replaylab.fleet.sim_policy import LeastLoaded, RoundRobin
-    from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
+    from replaylab.fleet.hardware.profiles import GpuProfile, load_fleetsim_profiles
+    from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
+    from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+    from replaylab.fleet.sim.outcomes import summarize
+    from replaylab.fleet.sim.simulator import FleetSim
+    from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
     data = _shared_data()
     if data is not None:

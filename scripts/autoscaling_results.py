@@ -4,7 +4,7 @@
         'experiment.policies=[static,reactive,forecast,forecast_no_floor]'
     python scripts/autoscaling_results.py --summary DIR/summary.json --write-doc docs/results/autoscaling.md
 
-Renders `replaylab.fleet.autoscaling_report.results_markdown(summary)` (per scenario and
+Renders `replaylab.fleet.experiments.autoscaling.report.results_markdown(summary)` (per scenario and
 policy: means and 95 % intervals over seeds; the target sweep; matched SLO; the
 verdicts) and, with --write-doc, replaces the text between the doc's markers
 `<!-- autoscaling_results -->` and `<!-- /autoscaling_results -->` with it, so the doc's
@@ -31,7 +31,7 @@ def replace_between_markers(doc: str, body: str) -> str:
 
 
 def main() -> None:
-    from replaylab.fleet.autoscaling_report import results_markdown
+    from replaylab.fleet.experiments.autoscaling.report import results_markdown
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--summary", required=True, help="DIR/summary.json of the run")

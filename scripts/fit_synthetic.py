@@ -1,7 +1,7 @@
 """Fit the parameters of the synthetic ledger to the real public traces.
 
 Reads ../shared/data (or the folder given), prints the fitted parameters as JSON and
-writes them to --out; `src/replaylab/sources/synthetic_params.py` holds a copy with
+writes them to --out; `src/replaylab/sources/synthetic/params.py` holds a copy with
 comments. With --compare N it also draws an N-row synthetic ledger and prints the
 real-vs-synthetic quantile table of docs/design/synthetic-ledger.md.
 
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from replaylab.sources import synthetic_params as P
-from replaylab.sources.synthetic import (
+from replaylab.sources.synthetic import params as P
+from replaylab.sources.synthetic.generator import (
     accumulate_prompts,
     draw_turn_tokens,
     sample_sessions,

@@ -18,7 +18,7 @@ Each run is the user command, one at a time:
 OUT/<set>/<name>/run.json keeps its command, exit code, wall time, peak RSS and, for the
 experiments replaying a ledger on a fixed fleet (energy, stale_telemetry, rollout), the
 offered rate against the fleet's capacity measured on the simulator
-(`replaylab.fleet.saturation.saturated_capacity` for the run's pools and its replayed token
+(`replaylab.fleet.sim.saturation.saturated_capacity` for the run's pools and its replayed token
 counts: the completion rate of a saturated backlog, ~0.2 s, cached per fingerprint in
 memory and in OUT/data/capacity), the capacity `overload` also uses; the analytic formula
 (`overload.capacity_estimate`: full KV-limited batches, no queueing) is kept beside it
@@ -51,7 +51,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("energy", "hint_admission", "stale_telemetry", "rollout", "overload")
 FIXED_FLEET = ("energy", "stale_telemetry", "rollout")   # a ledger replayed on a fixed fleet
-SIMULATED = "simulated saturation run"   # replaylab.fleet.saturation.SOURCE
+SIMULATED = "simulated saturation run"   # replaylab.fleet.sim.saturation.SOURCE
 MARKER = re.compile(r"<!-- fleet_results:(\S+) -->\n.*?<!-- /fleet_results:\1 -->", re.S)
 
 
@@ -145,7 +145,7 @@ def offered_load(cfg, cache_dir: Path | None = None) -> dict[str, Any]:
         window_workloads,
         workload_spec,
     )
-    from replaylab.fleet.saturation import saturated_capacity
+    from replaylab.fleet.sim.saturation import saturated_capacity
 
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     spec = workload_spec(OmegaConf.to_container(cfg.fleet.workload, resolve=True))

@@ -36,6 +36,11 @@ RUNTIME_ALLOWED = {
 
 # from-imports of private names allowed: (importing module, imported name); none today
 PRIVATE_ALLOWED: set[tuple[str, str]] = set()
+# outside the library, the private-name rules hold too (they import it as any user does)
+OUTSIDE = ("tests", "bench", "scripts")
+SELF = ("self", "cls")
+# private names of other libraries' objects, never read as a class's of this repository
+FOREIGN_PRIVATE = frozenset({"_meta"})  # a dask collection's empty frame of its columns
 
 ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
 
@@ -190,15 +195,94 @@ def private_name_imports(files: list[Path]) -> list[str]:
     return sorted(bad)
 
 
+def _assigned(node: ast.AST) -> Iterator[ast.expr]:
+    """The targets an assignment binds, tuples unpacked."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    todo = list(targets)
+    while todo:
+        target = todo.pop()
+        if isinstance(target, ast.Tuple | ast.List | ast.Starred):
+            todo.extend(target.elts if not isinstance(target, ast.Starred) else [target.value])
+        else:
+            yield target
+
+
+@cache
+def _class_privates(path: Path) -> frozenset[str]:
+    """Private names the file's classes define: methods and class attributes (``def _x``,
+    ``_x = ...`` in a class body) and instance attributes (``self._x = ...``)."""
+    out = set()
+    assigns = (ast.Assign, ast.AnnAssign, ast.AugAssign)
+    for cls in ast.walk(_tree(path)):
+        if not isinstance(cls, ast.ClassDef):
+            continue
+        for node in cls.body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                out.add(node.name)
+            elif isinstance(node, assigns):
+                out.update(t.id for t in _assigned(node) if isinstance(t, ast.Name))
+        for node in ast.walk(cls):
+            if isinstance(node, assigns):
+                out.update(t.attr for t in _assigned(node) if isinstance(t, ast.Attribute)
+                           and isinstance(t.value, ast.Name) and t.value.id in SELF)
+    return frozenset(n for n in out if _is_private(n))
+
+
+@cache
+def _private_owners() -> dict[str, tuple[str, ...]]:
+    """Each private name a class of the library or an entry point defines -> its modules."""
+    owners: dict[str, set[str]] = {}
+    for path in _files(SRC, *(REPO / a for a in APPS)):
+        for name in _class_privates(path):
+            owners.setdefault(name, set()).add(_module_name(path))
+    return {name: tuple(sorted(modules)) for name, modules in owners.items()}
+
+
+def private_attribute_uses(files: list[Path]) -> list[str]:
+    """``obj._x`` where ``_x`` is a private method or attribute that only classes of other
+    modules of this repository define (``head._run(...)`` on another module's head).
+    ``self._x``, ``cls._x`` and ``super()._x`` are the class's own; a name the file's own
+    classes define is read as theirs; another library's privates (``sys._getframe``) are
+    not ours to check, being defined nowhere in src/."""
+    owners = _private_owners()
+    bad = set()
+    for path in files:
+        mine, aliases = _class_privates(path), _module_aliases(path)
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.Attribute) or node.attr not in owners \
+                    or node.attr in mine or node.attr in FOREIGN_PRIVATE:
+                continue
+            value = node.value
+            if isinstance(value, ast.Name) and (value.id in SELF or value.id in aliases):
+                continue  # its own; or a module's private: private_name_imports reports it
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+                    and value.func.id == "super":
+                continue
+            bad.add(f"{path.relative_to(REPO)}:{node.lineno}: {_text(path, node)} "
+                    f"(private name of a class in {', '.join(owners[node.attr])})")
+    return sorted(bad)
+
+
 # ---------------------------------------------------------------- the arrows
 def test_no_private_name_crosses_a_module_in_the_library():
-    bad = private_name_imports(_files(SRC))
-    assert not bad, "private names imported from another module:\n" + "\n".join(bad)
+    files = _files(SRC)
+    bad = private_name_imports(files) + private_attribute_uses(files)
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
 
 
 def test_no_private_name_crosses_a_module_in_the_apps():
-    bad = private_name_imports(_files(*(REPO / a for a in APPS)))
-    assert not bad, "private names imported from another module:\n" + "\n".join(bad)
+    files = _files(*(REPO / a for a in APPS))
+    bad = private_name_imports(files) + private_attribute_uses(files)
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_no_private_name_of_the_house_in_tests_bench_or_scripts():
+    """Tests, benchmarks and scripts use the library's public names only: no private
+    import from it, no ``obj._x`` on its objects (a test that needs a value gets it a
+    public name or reads it through the public API)."""
+    files = _files(*(REPO / d for d in OUTSIDE))
+    bad = private_name_imports(files) + private_attribute_uses(files)
+    assert not bad, "private names of src/ used outside it:\n" + "\n".join(bad)
 
 
 def test_entry_points_never_import_each_other():
@@ -312,14 +396,19 @@ def test_no_import_cycle_in_the_library():
 
 def test_each_fleet_experiment_imports_only_the_harness():
     """The experiment package: harness.py and workloads.py know no experiment by name;
-    each experiment module imports the harness and no other experiment."""
+    each experiment (a module, or a package such as autoscaling/ whose modules may import
+    one another) imports the harness and no other experiment."""
     package = LIBRARY / "fleet" / "experiments"
+
+    def experiment(module: str) -> str:
+        return module.removeprefix(FLEET_EXPERIMENTS + ".").split(".")[0]
+
     bad = []
     for path in _files(package):
         me = _module_name(path)
         for imp in imports(path):
             target = _source_module(imp)
-            if target.startswith(FLEET_EXPERIMENTS + ".") and target != me \
-                    and target not in FLEET_HARNESS:
+            if target.startswith(FLEET_EXPERIMENTS + ".") and target not in FLEET_HARNESS \
+                    and experiment(target) != experiment(me):
                 bad.append(f"{imp.where()} ({me} imports the experiment {target})")
     assert not bad, "fleet experiments importing each other:\n" + "\n".join(bad)

@@ -62,7 +62,7 @@ def test_each_experiment_composes(experiment):
     values = OmegaConf.to_container(cfg.experiment, resolve=True)
     if "slo" in values:  # the shared slo/ group, not a copy per experiment
         from replaylab.fleet.experiments.harness import slo_targets
-        from replaylab.fleet.outcomes import SloTarget
+        from replaylab.fleet.sim.outcomes import SloTarget
 
         # autoscaling scores a 70B model: its interactive class is looser
         interactive = SloTarget(ttft_s=2.0, tpot_s=0.1) if experiment == "autoscaling" \
@@ -132,7 +132,7 @@ def _defaults_of(schema):
     "replaylab.demand.DemandConfig", "replaylab.demand.hpo.HPOConfig",
     "replaylab.projection.ProjectionConfig", "replaylab.projection.SplitConfig",
     "replaylab.forecast.ForecastConfig",
-    "replaylab.sources.synthetic_config.SyntheticLedgerConfig",
+    "replaylab.sources.synthetic.config.SyntheticLedgerConfig",
     "replaylab.fleet.experiments.workloads.WorkloadSpec",
 ])
 def test_schema_defaults_are_the_library_defaults(cls_path):

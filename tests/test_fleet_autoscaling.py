@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.fleet.autoscaling import (
+from replaylab.fleet.control.controllers import (
     ForecastController,
     ForecastPolicyConfig,
     HPAConfig,
@@ -24,23 +24,32 @@ from replaylab.fleet.autoscaling import (
     hpa_desired,
     oscillations,
 )
-from replaylab.fleet.autoscaling_runs import POLICIES, RunPlan, RunSetup, simulate_policy
-from replaylab.fleet.capacity import replicas_for_rate, work_per_request
-from replaylab.fleet.events import (
+from replaylab.fleet.control.events import (
     EventLog,
     Recommendation,
     recommendation_problem,
     sign_recommendation,
     verify_recommendation,
 )
-from replaylab.fleet.outcomes import SloTarget
-from replaylab.fleet.profiles import GpuProfile
-from replaylab.fleet.recommendations import RecommendationInbox, recommendations_from_forecast
-from replaylab.fleet.sim import FleetSim
-from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-from replaylab.fleet.sim_policy import LeastLoaded, ScaleAction
-from replaylab.fleet.telemetry_feed import TelemetryFeed
-from replaylab.fleet.workload import Workload
+from replaylab.fleet.control.recommendations import (
+    RecommendationInbox,
+    recommendations_from_forecast,
+)
+from replaylab.fleet.experiments.autoscaling.runs import (
+    POLICIES,
+    RunPlan,
+    RunSetup,
+    simulate_policy,
+)
+from replaylab.fleet.hardware.capacity import replicas_for_rate, work_per_request
+from replaylab.fleet.hardware.profiles import GpuProfile
+from replaylab.fleet.policies.reference import LeastLoaded
+from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+from replaylab.fleet.sim.outcomes import SloTarget
+from replaylab.fleet.sim.policy import ScaleAction
+from replaylab.fleet.sim.simulator import FleetSim
+from replaylab.fleet.sim.workload import Workload
+from replaylab.fleet.telemetry.feed import TelemetryFeed
 
 KEY = b"k" * 32
 # a small replica: 8 slots, ~25 ms iterations, prefill costs a chunk; ~60 requests/s at full batch
@@ -213,7 +222,7 @@ def rec(replicas=7, at=0.0, valid_from=0.0, expires_at=100.0, target="pool-a") -
 
 def test_sign_and_verify_a_recommendation_with_the_manifest_helper():
     from replaylab.artifacts.manifest import canonical_json, hmac_sha256
-    from replaylab.fleet.events import event_to_dict
+    from replaylab.fleet.control.events import event_to_dict
 
     r = sign_recommendation(rec(), KEY)
     body = {k: v for k, v in event_to_dict(r).items() if k != "signature"}
@@ -375,7 +384,7 @@ def test_hpa_desired_matches_the_kubernetes_algorithm(ready, starting, util, exp
 
 
 def test_measured_profile_picks_the_largest_batch_within_the_itl_slo(shared_data):
-    from replaylab.fleet.capacity import ProfileSpec, autoscaling_profile
+    from replaylab.fleet.hardware.capacity import ProfileSpec, autoscaling_profile
 
     prof, facts = autoscaling_profile(shared_data, ProfileSpec(itl_p99_slo_ms=100.0))
     assert prof.max_batch == 64 and prof.gpus == 4

@@ -7,14 +7,14 @@ import json
 import pytest
 
 from replaylab.config import ConfigError
-from replaylab.fleet.autoscaling import ForecastPolicyConfig, HPAConfig
-from replaylab.fleet.autoscaling_report import compare, efficient, gpu_hours_at, winner
-from replaylab.fleet.experiments.autoscaling import (
+from replaylab.fleet.control.controllers import ForecastPolicyConfig, HPAConfig
+from replaylab.fleet.experiments.autoscaling.experiment import (
     AutoscalingConfig,
     OutageWindow,
     autoscaling_config,
     run_autoscaling_experiment,
 )
+from replaylab.fleet.experiments.autoscaling.report import compare, efficient, gpu_hours_at, winner
 
 
 def tiny(shared_data, **kw) -> AutoscalingConfig:

@@ -106,7 +106,7 @@ def test_dask_summary_equals_local(name, client, shared_data, tmp_path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_autoscaling_jobs_on_dask_equal_local(client, shared_data, tmp_path):
-    from replaylab.fleet.experiments.autoscaling import (
+    from replaylab.fleet.experiments.autoscaling.experiment import (
         autoscaling_config,
         run_autoscaling_experiment,
     )

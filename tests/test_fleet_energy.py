@@ -7,9 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from replaylab.fleet.energy import fit_power_curve, logistic_power_w
-from replaylab.fleet.outcomes import summarize
-from replaylab.fleet.profiles import (
+from replaylab.fleet.hardware.curves import fit_power_curve, logistic_power_w
+from replaylab.fleet.hardware.profiles import (
     GpuProfile,
     calibrate_mlenergy,
     calibrate_splitwise,
@@ -17,9 +16,10 @@ from replaylab.fleet.profiles import (
     load_fleetsim_profiles,
     weakest,
 )
-from replaylab.fleet.sim import FleetSim
-from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-from replaylab.fleet.workload import Workload
+from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+from replaylab.fleet.sim.outcomes import summarize
+from replaylab.fleet.sim.simulator import FleetSim
+from replaylab.fleet.sim.workload import Workload
 
 SECTION = "manual_profiles__fleet_sim/gpu_profiles/profiles.py"
 

@@ -72,7 +72,7 @@ def check_summary(s: dict, name: str, run_dir: Path) -> None:
 def test_pooled_summary_of_one_run_is_summarize(shared_data):
     from replaylab.fleet import FleetSim, SimConfig, SyntheticWorkloadConfig, summarize
     from replaylab.fleet.experiments.harness import build_pools
-    from replaylab.fleet.workload import workload_from_cdf
+    from replaylab.fleet.sim.workload import workload_from_cdf
 
     w = workload_from_cdf(shared_data / "fleet" / "azure_cdf.json",
                           SyntheticWorkloadConfig(n_requests=400, rate_per_s=30.0,

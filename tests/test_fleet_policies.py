@@ -11,23 +11,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaylab.fleet.outcomes import summarize
-from replaylab.fleet.policies import (
+from replaylab.fleet.control.shadow import ShadowPolicy, shadow_report
+from replaylab.fleet.hardware.profiles import GpuProfile
+from replaylab.fleet.policies.admission import HintAdmission
+from replaylab.fleet.policies.energy import (
     CarbonSignal,
     EnergyAwarePolicy,
-    HintAdmission,
-    SpilloverPolicy,
     StaticEfficientPolicy,
     marginal_j_per_token,
 )
-from replaylab.fleet.profiles import GpuProfile
-from replaylab.fleet.shadow import ShadowPolicy, shadow_report
-from replaylab.fleet.sim import FleetSim
-from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-from replaylab.fleet.sim_policy import LeastLoaded, PolicyError, RoundRobin
-from replaylab.fleet.telemetry import Freshness, ObsField, freshness
-from replaylab.fleet.telemetry_feed import TelemetryAware, TelemetryFeed, TelemetryView
-from replaylab.fleet.workload import SyntheticWorkloadConfig, Workload, workload_from_cdf
+from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
+from replaylab.fleet.policies.spillover import SpilloverPolicy
+from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+from replaylab.fleet.sim.outcomes import summarize
+from replaylab.fleet.sim.policy import PolicyError
+from replaylab.fleet.sim.simulator import FleetSim
+from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, Workload, workload_from_cdf
+from replaylab.fleet.telemetry.feed import TelemetryAware, TelemetryFeed, TelemetryView
+from replaylab.fleet.telemetry.observation import Freshness, ObsField, freshness
 
 # FleetSim's H100 / A100 / A10G constants (modeled), inline so the tests need no data folder
 H100 = GpuProfile("h100", "H100", base_s=0.004, per_kv_token_s=0.00032 / 8192, chunk_tokens=1024,
@@ -191,7 +192,7 @@ def test_a_fleet_scaled_to_zero_under_a_passive_controller_ends():
     """Regression (found by the property test): every replica scaled away at t=0, shared
     queue, no deadlines, a TelemetryFeed ticking (it never scales): the run used to tick
     forever. It now ends after the stall grace, the queued requests drained as timed out."""
-    from replaylab.fleet.sim_views import STALL_TICKS
+    from replaylab.fleet.sim.views import STALL_TICKS
 
     # the requests queue while the only replica is still starting; then it is switched off
     pools = [PoolConfig("p0", "m", FLAT, replicas=1, cold_start_s=2.0)]

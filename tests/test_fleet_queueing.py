@@ -7,18 +7,18 @@ import math
 import numpy as np
 import pytest
 
-from replaylab.fleet.profiles import GpuProfile
-from replaylab.fleet.queueing import (
+from replaylab.fleet.hardware.profiles import GpuProfile
+from replaylab.fleet.policies.reference import RoundRobin
+from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+from replaylab.fleet.sim.queueing import (
     erlang_b,
     erlang_c,
     mgc_mean_wait,
     mgc_summary,
     single_sequence_service_s,
 )
-from replaylab.fleet.sim import FleetSim
-from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-from replaylab.fleet.sim_policy import RoundRobin
-from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
+from replaylab.fleet.sim.simulator import FleetSim
+from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
 ONE_SERVER = GpuProfile("one-sequence", "test", base_s=0.01, chunk_tokens=512, max_batch=1,
                         kv_capacity_tokens=10**6)

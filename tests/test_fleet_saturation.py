@@ -23,7 +23,7 @@ from replaylab.config import ConfigError
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import build_pools, hint_policy_check, needs_hint
 from replaylab.fleet.experiments.overload import capacity_estimate
-from replaylab.fleet.saturation import SOURCE, clear_memory_cache, saturated_capacity
+from replaylab.fleet.sim.saturation import SOURCE, clear_memory_cache, saturated_capacity
 from tests.test_fleet_experiments import REPO, experiment_config
 
 DEFAULT_POOL = {"h100": {"source": "mlenergy", "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -33,7 +33,7 @@ POOLS = {"default_pool": DEFAULT_POOL, "fleetsim_h100": FLEETSIM_H100}
 
 
 def _mix(shared_data, n: int = 20_000):
-    from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
+    from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
     w = workload_from_cdf(shared_data / "fleet" / "azure_cdf.json",
                           SyntheticWorkloadConfig(n_requests=n), seed=0)

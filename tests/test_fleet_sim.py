@@ -9,13 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from replaylab.fleet.outcomes import SUMMARY_KEYS, SloTarget, compare_policies, summarize
-from replaylab.fleet.profiles import GpuProfile
-from replaylab.fleet.sim import FleetSim
-from replaylab.fleet.sim_fleet import PoolConfig, SimConfig
-from replaylab.fleet.sim_policy import LeastLoaded, PolicyError, RoundRobin, ScaleAction
-from replaylab.fleet.sim_result import COMPLETED
-from replaylab.fleet.workload import (
+from replaylab.fleet.hardware.profiles import GpuProfile
+from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
+from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
+from replaylab.fleet.sim.outcomes import SUMMARY_KEYS, SloTarget, compare_policies, summarize
+from replaylab.fleet.sim.policy import PolicyError, ScaleAction
+from replaylab.fleet.sim.result import COMPLETED
+from replaylab.fleet.sim.simulator import FleetSim
+from replaylab.fleet.sim.workload import (
     SyntheticWorkloadConfig,
     Workload,
     load_token_cdf,

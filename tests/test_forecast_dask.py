@@ -24,11 +24,8 @@ from replaylab.forecast.config import AggregationConfig
 from replaylab.forecast.panel import build_panel, choose_seasons, plan_backtest
 from replaylab.forecast.synthetic import seasonal_poisson_aggregates
 from replaylab.pipelines.forecast import aggregate_ledger
-from replaylab.sources.synthetic import (
-    SyntheticLedgerConfig,
-    generate_synthetic_ledger,
-    inject_defects,
-)
+from replaylab.sources.defects import inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
 
 AGGREGATIONS = {

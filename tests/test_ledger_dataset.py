@@ -23,11 +23,8 @@ from replaylab.contracts.dataset import (
 from replaylab.contracts.io import read_raw, write_table
 from replaylab.contracts.ledger import LEDGER_SCHEMA
 from replaylab.contracts.schema import validate_frame
-from replaylab.sources.synthetic import (
-    SyntheticLedgerConfig,
-    generate_synthetic_ledger,
-    inject_defects,
-)
+from replaylab.sources.defects import inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 
 DATES = ("2026-12-01", "2026-12-02", "2026-12-03")
 MALFORMED = '{"ledger_version": "1", "request_id": "broken"'  # planted in the 2nd JSONL file

@@ -25,11 +25,8 @@ from replaylab.pipelines.project_dask import (
     project_dataset_dask,
 )
 from replaylab.projection import ProjectionConfig, SplitConfig
-from replaylab.sources.synthetic import (
-    SyntheticLedgerConfig,
-    generate_synthetic_ledger,
-    inject_defects,
-)
+from replaylab.sources.defects import inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
 
 

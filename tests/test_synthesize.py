@@ -20,19 +20,16 @@ from replaylab.config import ConfigError
 from replaylab.contracts import read_ledger, validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.pipelines.synthesize import MANIFEST, SynthesizeConfig, synthesize_ledger
-from replaylab.sources.synthetic import (
-    SyntheticLedgerConfig,
-    draw_ledger,
-    generate_synthetic_ledger,
-)
-from replaylab.sources.synthetic_chunks import (
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
+from replaylab.sources.synthetic.chunks import (
     chunk_duration_ms,
     chunk_layout,
     chunk_seed,
     decoded,
     ledger_table,
 )
-from replaylab.sources.synthetic_frame import ID_COLUMNS, ledger_columns
+from replaylab.sources.synthetic.frame import ID_COLUMNS, ledger_columns
+from replaylab.sources.synthetic.generator import draw_ledger
 from tests.conftest import REPO
 
 ROWS, CHUNK = 20_000, 6_000

@@ -8,13 +8,9 @@ import pytest
 
 from replaylab.contracts import validate_ledger
 from replaylab.contracts.columns import Ledger as L
-from replaylab.sources import synthetic_params as P
-from replaylab.sources.synthetic import (
-    DEFECT_REASONS,
-    SyntheticLedgerConfig,
-    generate_synthetic_ledger,
-    inject_defects,
-)
+from replaylab.sources.defects import DEFECT_REASONS, inject_defects
+from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
+from replaylab.sources.synthetic import params as P
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +188,7 @@ def test_config_accepts_lists_from_yaml() -> None:
 
 @pytest.mark.slow
 def test_params_module_matches_a_fresh_fit(shared_data) -> None:
-    """synthetic_params.py is a copy of scripts/fit_synthetic.py's output on ../shared/data."""
+    """synthetic/params.py is a copy of scripts/fit_synthetic.py's output on ../shared/data."""
     import importlib.util
     from pathlib import Path
 

@@ -6,18 +6,18 @@ import json
 
 import pytest
 
-from replaylab.fleet.events import (
-    Acknowledgement,
+from replaylab.fleet.control.events import (
     Actuation,
     EventLinkError,
     EventLog,
     EventSchemaError,
     Outcome,
     Recommendation,
+    RecommendationDecision,
     event_from_json,
     event_to_json,
 )
-from replaylab.fleet.telemetry import (
+from replaylab.fleet.telemetry.observation import (
     FieldStatus,
     FieldValue,
     Freshness,
@@ -188,7 +188,7 @@ def _chain() -> list:
         Recommendation("rec-1", 10.0, "autoscaler", "scale_pool", "pool-a", {"replicas": 4},
                        reason="queue p90 above target", telemetry={"replica-1": "fresh"},
                        expires_at=40.0),
-        Acknowledgement("rec-1", 11.0, accepted=True, by="auto"),
+        RecommendationDecision("rec-1", 11.0, accepted=True, by="auto"),
         Actuation("act-1", "rec-1", 12.0, "scale_pool", "pool-a", {"replicas": 3},
                   status="partial", detail="one node unavailable"),
         Outcome("out-1", "rec-1", 72.0, {"ttft_p99_s": 0.8, "energy_j": 1.2e6},
@@ -230,7 +230,7 @@ def test_actuation_without_recommendation_is_an_error():
 
 @pytest.mark.parametrize("bad, match", [
     (Actuation("act-1", "rec-1", 12.0, "scale_pool", "pool-a"), "not acknowledged"),
-    (Acknowledgement("rec-1", 9.0, accepted=True, by="auto"), "before its recommendation"),
+    (RecommendationDecision("rec-1", 9.0, accepted=True, by="auto"), "before its recommendation"),
     (Outcome("out-1", "rec-1", 20.0, {}, source="measured", actuation_id="act-x"),
      "not an actuation of"),
 ])
@@ -246,14 +246,14 @@ def test_rejected_or_expired_recommendations_are_not_actuated():
     log = EventLog()
     rec, _, act, _ = _chain()
     log.append(rec)
-    log.append(Acknowledgement("rec-1", 11.0, accepted=False, by="operator", reason="freeze"))
+    log.append(RecommendationDecision("rec-1", 11.0, accepted=False, by="operator", reason="freeze"))
     with pytest.raises(EventLinkError, match="rejected"):
         log.append(act)
     # an outcome of a rejected recommendation (no actuation) is still a valid record
     log.append(Outcome("out-1", "rec-1", 70.0, {"ttft_p99_s": 1.4}, source="measured"))
     log2 = EventLog()
     log2.append(rec)
-    log2.append(Acknowledgement("rec-1", 11.0, accepted=True, by="auto"))
+    log2.append(RecommendationDecision("rec-1", 11.0, accepted=True, by="auto"))
     with pytest.raises(EventLinkError, match="expired"):
         log2.append(Actuation("act-1", "rec-1", 41.0, "scale_pool", "pool-a"))
 

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
-from replaylab.fleet.adapters import (  # noqa: E402
+from replaylab.fleet.telemetry.adapters import (  # noqa: E402
     ADAPTERS,
     AdapterConfig,
     ExpositionError,
@@ -23,7 +23,7 @@ from replaylab.fleet.adapters import (  # noqa: E402
     http_fetch,
     make_adapter,
 )
-from replaylab.fleet.telemetry import (  # noqa: E402
+from replaylab.fleet.telemetry.observation import (  # noqa: E402
     FieldStatus,
     Freshness,
     Health,

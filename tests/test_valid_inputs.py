@@ -335,7 +335,7 @@ def _demand_config():
 
 def _run_ledger(path: Path, out: Path) -> dict[str, BaseException | None]:
     """Every ledger reader a user's file reaches; each ends in a result or a clean error."""
-    from replaylab.fleet.workload import workload_from_ledger
+    from replaylab.fleet.sim.workload import workload_from_ledger
     from replaylab.forecast.config import AggregationConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.forecast import aggregate_ledger
@@ -376,7 +376,7 @@ def test_ledger_variant_runs(source, variant, fmt, ledgers, tmp_path, request):
 def _ledger_views(path: Path) -> dict[str, object]:
     """What each reader makes of a ledger file (to compare absent and all-null columns)."""
     from replaylab.demand.labels import demand_labels
-    from replaylab.fleet.workload import workload_from_ledger
+    from replaylab.fleet.sim.workload import workload_from_ledger
     from replaylab.forecast.aggregate import ledger_to_aggregates
     from replaylab.forecast.config import AggregationConfig
     from replaylab.pipelines.project import ledger_profile

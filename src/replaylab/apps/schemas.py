@@ -124,7 +124,7 @@ def group_schemas() -> dict[str, type]:
     from replaylab.projection import ProjectionConfig, SplitConfig
     from replaylab.router.config import RouterLabelsConfig
     from replaylab.router.pipeline_config import RouterPipelineConfig
-    from replaylab.sources.synthetic_config import SyntheticLedgerConfig
+    from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
     labels = {f.name: (schema_of(_dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
                        _default(f)) for f in dataclasses.fields(RouterLabelsConfig)}
@@ -165,8 +165,8 @@ def group_schemas() -> dict[str, type]:
 
 def experiment_schemas() -> dict[str, type]:
     """experiment name -> schema of `conf/experiment/<name>.yaml`."""
-    from replaylab.fleet.autoscaling_scenarios import ScenarioConfig
-    from replaylab.fleet.experiments.autoscaling import AutoscalingConfig
+    from replaylab.fleet.experiments.autoscaling.experiment import AutoscalingConfig
+    from replaylab.fleet.experiments.autoscaling.scenarios import ScenarioConfig
     from replaylab.fleet.experiments.energy import EnergyConfig
     from replaylab.fleet.experiments.harness import PoolSpec, SimSpec
     from replaylab.fleet.experiments.hint_admission import HintConfig

@@ -1,56 +1,47 @@
 """Fleet: an offline, request-conserving simulator of GPU pools, telemetry and serving policies.
 
-Nothing heavy at import; the simulator's public names load on first use
-(`from replaylab.fleet import FleetSim`). See docs/fleet.md for the model.
+Sub-packages, by role (docs/design/fleet.md has the model):
+
+    sim/          the discrete-event simulator: FleetSim, its config, replicas, arrivals,
+                  result, workloads, per-run outcomes, saturation capacity, M/G/c checks
+    hardware/     GPU replica profiles, their fitted power/throughput curves, capacity sizing
+    policies/     serving policies: reference (round robin, least loaded), spillover,
+                  admission by hint, energy-aware; what they share
+    telemetry/    observation-v1, the simulator's modeled feed, Prometheus adapters
+    control/      autoscaling controllers, signed recommendations, events-v1, shadow
+    experiments/  `python -m evaluation experiment=<name>`: one module per experiment
+                  (autoscaling: a package), the harness and the shared workload section
+
+Nothing heavy at import; the public names below load on first use
+(`from replaylab.fleet import FleetSim`).
 """
 
-_LAZY = {
-    "FleetSim": "replaylab.fleet.sim",
-    "SimConfig": "replaylab.fleet.sim_fleet",
-    "PoolConfig": "replaylab.fleet.sim_fleet",
-    "Replica": "replaylab.fleet.sim_fleet",
-    "SimResult": "replaylab.fleet.sim_result",
-    "Policy": "replaylab.fleet.sim_policy",
-    "PolicyError": "replaylab.fleet.sim_policy",
-    "Controller": "replaylab.fleet.sim_policy",
-    "ScaleAction": "replaylab.fleet.sim_policy",
-    "RoundRobin": "replaylab.fleet.sim_policy",
-    "LeastLoaded": "replaylab.fleet.sim_policy",
-    "Workload": "replaylab.fleet.workload",
-    "SyntheticWorkloadConfig": "replaylab.fleet.workload",
-    "workload_from_ledger": "replaylab.fleet.workload",
-    "workload_from_cdf": "replaylab.fleet.workload",
-    "GpuProfile": "replaylab.fleet.profiles",
-    "load_fleetsim_profiles": "replaylab.fleet.profiles",
-    "calibrate_mlenergy": "replaylab.fleet.profiles",
-    "calibrate_splitwise": "replaylab.fleet.profiles",
-    "SloTarget": "replaylab.fleet.outcomes",
-    "summarize": "replaylab.fleet.outcomes",
-    "compare_policies": "replaylab.fleet.outcomes",
-    "StaticController": "replaylab.fleet.autoscaling",
-    "HPAController": "replaylab.fleet.autoscaling",
-    "HPAConfig": "replaylab.fleet.autoscaling",
-    "ForecastController": "replaylab.fleet.autoscaling",
-    "ForecastPolicyConfig": "replaylab.fleet.autoscaling",
-    "Recommendation": "replaylab.fleet.events",
-    "EventLog": "replaylab.fleet.events",
-    "sign_recommendation": "replaylab.fleet.events",
-    "verify_recommendation": "replaylab.fleet.events",
-    "RecommendationInbox": "replaylab.fleet.recommendations",
-    "recommendations_from_forecast": "replaylab.fleet.recommendations",
-    "work_per_request": "replaylab.fleet.capacity",
-    "replicas_for_rate": "replaylab.fleet.capacity",
-    "AutoscalingConfig": "replaylab.fleet.experiments.autoscaling",
-    "autoscaling_config": "replaylab.fleet.experiments.autoscaling",
-    "run_autoscaling_experiment": "replaylab.fleet.experiments.autoscaling",
+import importlib
+
+_EXPORTS = {  # module (under replaylab.fleet) -> the public names it gives this package
+    "sim.simulator": "FleetSim",
+    "sim.fleet": "SimConfig PoolConfig Replica",
+    "sim.result": "SimResult",
+    "sim.policy": "Policy PolicyError Controller ScaleAction",
+    "sim.workload": "Workload SyntheticWorkloadConfig workload_from_ledger workload_from_cdf",
+    "sim.outcomes": "SloTarget summarize compare_policies",
+    "policies.reference": "RoundRobin LeastLoaded",
+    "hardware.profiles": "GpuProfile load_fleetsim_profiles calibrate_mlenergy calibrate_splitwise",
+    "hardware.capacity": "work_per_request replicas_for_rate",
+    "control.controllers": "StaticController HPAController HPAConfig ForecastController "
+                           "ForecastPolicyConfig",
+    "control.events": "Recommendation EventLog sign_recommendation verify_recommendation",
+    "control.recommendations": "RecommendationInbox recommendations_from_forecast",
+    "experiments.autoscaling.experiment": "AutoscalingConfig autoscaling_config "
+                                          "run_autoscaling_experiment",
 }
+_LAZY = {name: f"{__name__}.{module}" for module, names in _EXPORTS.items()
+         for name in names.split()}
 
 __all__ = list(_LAZY)
 
 
 def __getattr__(name: str):  # lazy: `import replaylab.fleet` stays cheap
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

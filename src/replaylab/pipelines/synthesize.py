@@ -1,6 +1,6 @@
 """pipeline=synthesize: a big synthetic ledger-v1 written in parallel as Parquet chunk files.
 
-The ledger is cut into chunks (sources/synthetic_chunks.py: seeding, ids, time layout);
+The ledger is cut into chunks (sources/synthetic/chunks.py: seeding, ids, time layout);
 each worker draws a chunk and writes `OUT/part-<chunk>.parquet` itself, so the driver
 only sees a few numbers per chunk. Workers: the Dask cluster's (compute=dask), else a
 local process pool. The files are the same for any number of workers. `OUT/_ledger.json`
@@ -21,14 +21,14 @@ from typing import Any
 
 from replaylab.config import ConfigError, fail_field
 from replaylab.contracts.ledger import LEDGER_VERSION
-from replaylab.sources.synthetic_chunks import (
+from replaylab.sources.synthetic.chunks import (
     MAX_CHUNK_ROWS,
     ChunkSpec,
     chunk_duration_ms,
     chunk_layout,
     write_chunk,
 )
-from replaylab.sources.synthetic_config import SyntheticLedgerConfig
+from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
 MANIFEST = "_ledger.json"
 _COMPRESSIONS = ("zstd", "snappy", "lz4", "gzip", "none")

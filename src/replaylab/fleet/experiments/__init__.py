@@ -10,7 +10,7 @@
     overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without
                      admission                                                  overload.py
     autoscaling      static vs HPA vs forecast-driven controllers over a day (steady, burst,
-                     mix drift, under-forecast) and a target sweep          autoscaling.py
+                     mix drift, under-forecast) and a target sweep          autoscaling/
 
 Each module exposes `run(cfg, run_dir, runner=None) -> dict` and its config dataclass,
 and imports only the harness (`harness.py`: pools, policies, simulation, replicate

@@ -11,12 +11,12 @@ compute=dask), with the same results (see "the grid of cells" below).
 The workloads themselves (ledger files, the shipped traces, token CDFs) are loaded
 by `workloads.py`, the other half of the harness.
 
-Every policy's entry in a summary is `replaylab.fleet.outcomes.summarize` pooled
+Every policy's entry in a summary is `replaylab.fleet.sim.outcomes.summarize` pooled
 over the replicates (time windows or seeds) the experiment ran; confidence
 intervals are two-sided 95 % Student-t intervals over those replicates (paired
 where two policies saw the same requests). Non-finite numbers are written as null.
 
-The policies (`replaylab.fleet.policies`, `telemetry_feed`, `shadow`) are imported
+The policies (`replaylab.fleet.policies`, `telemetry.feed`, `control.shadow`) are imported
 inside functions, by name, so this module imports cheaply.
 """
 
@@ -46,8 +46,8 @@ def pooled_summary(results: Sequence, slo: Mapping | None = None,
     that pool's energy (a power curve scaled by f draws f times the energy, idle
     included, for the same decisions); pools not named keep 1.
     """
-    from replaylab.fleet.outcomes import SUMMARY_KEYS, met_slo
-    from replaylab.fleet.profiles import weakest
+    from replaylab.fleet.hardware.profiles import weakest
+    from replaylab.fleet.sim.outcomes import SUMMARY_KEYS, met_slo
 
     counts = {k: 0 for k in ("arrived", "completed", "rejected", "timed_out", "cancelled")}
     good = 0
@@ -127,7 +127,7 @@ def ci_table(per_rep: Mapping[str, list]) -> dict[str, dict]:
 
 def slo_targets(spec: Mapping[str, Mapping[str, float]] | None) -> dict:
     """{class: SloTarget} from {class: {ttft_s, tpot_s, e2e_s}} (None: outcomes.DEFAULT_SLO)."""
-    from replaylab.fleet.outcomes import DEFAULT_SLO, SloTarget
+    from replaylab.fleet.sim.outcomes import DEFAULT_SLO, SloTarget
 
     if not spec:
         return dict(DEFAULT_SLO)
@@ -176,7 +176,7 @@ class PoolSpec:
 
 def build_profile(spec: PoolSpec, shared_dir: str | Path):
     """The GpuProfile of a pool spec (see PoolSpec)."""
-    from replaylab.fleet.profiles import (
+    from replaylab.fleet.hardware.profiles import (
         FLEETSIM_PROFILES_FILE,
         MLENERGY_FILE,
         calibrate_mlenergy,
@@ -213,7 +213,7 @@ def build_profile(spec: PoolSpec, shared_dir: str | Path):
 def build_pools(pools: Mapping[str, Mapping], shared_dir: str | Path, model: str,
                 power_factor: Mapping[str, float] | None = None) -> list:
     """PoolConfigs (in config order) serving `model`; power_factor scales a pool's power curve."""
-    from replaylab.fleet.sim_fleet import PoolConfig
+    from replaylab.fleet.sim.fleet import PoolConfig
 
     out = []
     for pid, raw in pools.items():
@@ -249,7 +249,7 @@ def make_policy(spec: Mapping[str, Any] | str, primary: Mapping[str, str] | None
 
 
 def _policy(spec: dict, primary: Mapping[str, str] | None):
-    from replaylab.fleet.sim_policy import LeastLoaded, RoundRobin
+    from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
 
     kind = spec.pop("kind", None)
     if kind == "round_robin":
@@ -257,16 +257,18 @@ def _policy(spec: dict, primary: Mapping[str, str] | None):
     if kind == "least_loaded":
         return LeastLoaded()
     if kind in ("static_efficient", "energy_aware", "spillover", "hint_admission"):
-        from replaylab.fleet import policies as P
+        from replaylab.fleet.policies.admission import HintAdmission
+        from replaylab.fleet.policies.energy import EnergyAwarePolicy, StaticEfficientPolicy
+        from replaylab.fleet.policies.spillover import SpilloverPolicy
 
         if kind == "static_efficient":
-            return P.StaticEfficientPolicy(**spec)
+            return StaticEfficientPolicy(**spec)
         if kind == "energy_aware":
-            return P.EnergyAwarePolicy(**spec)
+            return EnergyAwarePolicy(**spec)
         if kind == "spillover":
-            return P.SpilloverPolicy(spec.pop("primary", None) or primary or {}, **spec)
+            return SpilloverPolicy(spec.pop("primary", None) or primary or {}, **spec)
         chooser = spec.pop("chooser", None)
-        return P.HintAdmission(**spec, chooser=make_policy(chooser) if chooser else None)
+        return HintAdmission(**spec, chooser=make_policy(chooser) if chooser else None)
     raise ConfigError(f"policy kind {kind!r} unknown; one of round_robin, least_loaded, "
                       "static_efficient, energy_aware, spillover, hint_admission")
 
@@ -334,7 +336,7 @@ def sim_config(spec: Mapping | None, workload, **extra):
     (a rejected request arms none). A horizon past all of them gives every
     policy the same window, so idle energy and GPU-hours compare fairly.
     """
-    from replaylab.fleet.sim_fleet import SimConfig
+    from replaylab.fleet.sim.fleet import SimConfig
 
     s = from_mapping(SimSpec, dict(spec or {}), "experiment.sim")
     timeout = math.inf if s.queue_timeout_s is None else float(s.queue_timeout_s)
@@ -353,7 +355,7 @@ def sim_config(spec: Mapping | None, workload, **extra):
 
 
 def simulate(pools: list, config, policy, workload, controller=None):
-    from replaylab.fleet.sim import FleetSim
+    from replaylab.fleet.sim.simulator import FleetSim
 
     return FleetSim(pools, config, policy, controller).run(aligned_workload(workload))
 
@@ -406,8 +408,8 @@ def parse_config(cls, cfg: Mapping[str, Any], sections: Mapping[str, type]) -> A
 
 def masked_slo(result, slo, mask: np.ndarray) -> dict[str, Any]:
     """SLO attainment and TTFT p99 of the requests in `mask` (cancellations left out)."""
-    from replaylab.fleet.outcomes import met_slo
-    from replaylab.fleet.sim_result import CANCELLED
+    from replaylab.fleet.sim.outcomes import met_slo
+    from replaylab.fleet.sim.result import CANCELLED
 
     ok = met_slo(result, slo)
     keep = mask & (result.state != CANCELLED)

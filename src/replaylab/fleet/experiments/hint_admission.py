@@ -247,7 +247,7 @@ def _mode_of(spec: Mapping[str, Any] | str) -> str:
 def _test_workload(c: HintConfig, frame: pd.DataFrame, source: str) -> tuple[Any, dict]:
     """A hinted test-window frame as a Workload, and how often its hint missed the truth."""
     from replaylab.contracts import validate_ledger
-    from replaylab.fleet.workload import workload_from_ledger
+    from replaylab.fleet.sim.workload import workload_from_ledger
 
     valid = validate_ledger(frame.reset_index(drop=True), source=source)
     models = valid.valid["selected_model"].dropna().unique()
@@ -331,7 +331,7 @@ def window_replicates(c: HintConfig, led, windows: Mapping, hinted_train: pd.Dat
 
 def hint_cell(shared: Mapping[str, Any], cell: tuple[int, str, int]):
     """One cell (replicate index, mode name, replicas of the pool) -> its SimResult."""
-    from replaylab.fleet.sim_fleet import PoolConfig
+    from replaylab.fleet.sim.fleet import PoolConfig
 
     k, name, replicas = cell
     w = shared["workloads"][k]

@@ -1,7 +1,7 @@
 """Fleet experiment `overload`: arrivals at 0.7x .. 2x the fleet's capacity, with and
 without admission; every request is accounted for at every load.
 
-Capacity is measured on the simulator itself (`replaylab.fleet.saturation`): the
+Capacity is measured on the simulator itself (`replaylab.fleet.sim.saturation`): the
 completion rate of the fleet while saturated (a backlog of `saturation.requests`
 requests with the workload's own token mix, offered at once to unbounded queues,
 measured between the first 10 % of completions and the moment the first replica's
@@ -64,14 +64,14 @@ from replaylab.fleet.experiments.workloads import (
     workload_facts,
     workload_text,
 )
-from replaylab.fleet.saturation import SOURCE as SATURATION_SOURCE
-from replaylab.fleet.saturation import saturated_capacity
+from replaylab.fleet.sim.saturation import SOURCE as SATURATION_SOURCE
+from replaylab.fleet.sim.saturation import saturated_capacity
 from replaylab.jsonsafe import json_safe
 
 
 @dataclass(frozen=True)
 class SaturationSpec:
-    """The saturation run that measures capacity (`replaylab.fleet.saturation`)."""
+    """The saturation run that measures capacity (`replaylab.fleet.sim.saturation`)."""
 
     requests: int = 40_000          # backlog offered at t = 0 (~0.2 s of wall time)
     seed: int = 0                   # resampling of the token mix
@@ -136,7 +136,7 @@ class Stream:
 
 def cdf_stream(c: OverloadConfig) -> Stream:
     """source=cdf: one synthetic stream per seed, `rate x duration_s` requests."""
-    from replaylab.fleet.workload import SyntheticWorkloadConfig, workload_from_cdf
+    from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
     w = c.workload
     cdf = Path(c.shared_dir) / "fleet" / w.cdf

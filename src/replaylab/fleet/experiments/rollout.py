@@ -200,7 +200,7 @@ def rollout_cell(shared: Mapping[str, Any], cell: tuple) -> dict[str, Any]:
     """One cell (candidate name or None, window index, step, share) -> the step's run:
     step `baseline` (the baseline policy alone), `shadow` (+ its shadow report), `canary`
     at `share` (+ decisions per side) or `rollback` (+ decisions, when and why)."""
-    from replaylab.fleet.shadow import ShadowPolicy, shadow_report
+    from replaylab.fleet.control.shadow import ShadowPolicy, shadow_report
 
     cname, k, step, share = cell
     c: RolloutConfig = shared["config"]

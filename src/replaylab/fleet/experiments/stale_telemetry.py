@@ -83,7 +83,7 @@ def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
 
 
 def _telemetry_run(pools, conf, policy_spec, w, spec: FeedSpec, outage: tuple):
-    from replaylab.fleet.telemetry_feed import TelemetryAware, TelemetryFeed
+    from replaylab.fleet.telemetry.feed import TelemetryAware, TelemetryFeed
 
     feed = TelemetryFeed(scrape_interval_s=spec.scrape_interval_s, delay_s=spec.delay_s,
                          ttl_s=spec.ttl_s, outage=outage)
@@ -216,7 +216,7 @@ def _stale_answer(s: dict) -> str:
 
 
 def _stale_figures(summary: dict, tele, live, window: dict, slo, out: Path) -> dict[str, str]:
-    from replaylab.fleet.outcomes import met_slo
+    from replaylab.fleet.sim.outcomes import met_slo
 
     plt = pyplot()
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))

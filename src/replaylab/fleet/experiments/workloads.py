@@ -21,13 +21,13 @@ One config section, `WorkloadSpec`, composed at the top level of the evaluate co
     cancel_aborted: a row with lifecycle `aborted` and a duration is cancelled by its
                   client that long after arrival (compressed by `time_scale` too).
 
-How a ledger's rows are replayed (docs/demand-target.md's six cases, read by a
+How a ledger's rows are replayed (docs/design/demand-target.md's six cases, read by a
 simulator that needs the tokens a request occupies, not its desired length):
 
 - `label` rows: replayed as recorded.
 - `length` rows (finish_reason=length): replayed with their observed tokens. The
   tokens a capped request consumes are prompt + min(desired, cap), which the row
-  observes exactly (docs/demand-target.md, "What this means for the numbers").
+  observes exactly (docs/design/demand-target.md, "What this means for the numbers").
 - `cancelled` (finish_reason=cancelled or lifecycle aborted) and `failed` rows:
   replayed with the tokens they made before the cut (what they occupied);
   aborted rows are cancelled by their client when `cancel_aborted`.
@@ -57,8 +57,8 @@ from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.contracts import LEDGER_SCHEMA, ValidationResult, read_ledger, validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.enums import FinishReason, LifecycleState
-from replaylab.fleet.workload import ARRIVALS, Workload, workload_from_ledger
-from replaylab.sources.synthetic_config import SyntheticLedgerConfig
+from replaylab.fleet.sim.workload import ARRIVALS, Workload, workload_from_ledger
+from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
 LEDGER_SOURCES = ("azure_conv", "azure_code")   # shipped ledgers
 GENERATED_SOURCES = ("cdf", "synthetic")
@@ -217,7 +217,7 @@ def ledger_windows(ledger: pd.DataFrame, windows: int, window_s: float | None = 
 
 def row_cases(frame: pd.DataFrame) -> tuple[dict[str, int], dict[str, int]]:
     """(rows that cannot be simulated, censored rows replayed) of valid ledger rows:
-    ({absent_usage, prompt_absent}, {length, cancelled, failed}); docs/demand-target.md."""
+    ({absent_usage, prompt_absent}, {length, cancelled, failed}); docs/design/demand-target.md."""
     comp_null = frame[L.COMPLETION_TOKENS].isna().to_numpy()
     prompt_null = frame[L.PROMPT_TOKENS].isna().to_numpy() & ~comp_null
     kept = ~(comp_null | prompt_null)
