@@ -39,7 +39,7 @@ from replaylab.demand import DemandConfig
 from replaylab.demand.conformal import GroupConformal
 from replaylab.demand.metrics import interval_metrics
 from replaylab.demand.model import QuantileDemandModel, request_cap
-from replaylab.pipelines.demand import _prepare, train_demand
+from replaylab.pipelines.demand import prepare_data, train_demand
 from replaylab.pipelines.project import LoadedLedger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
@@ -139,7 +139,7 @@ def main() -> None:
     del ledger
     figures["local_pipeline"] = bench_pipeline(loaded, cfg)
     t0 = time.perf_counter()
-    data = _prepare(loaded, ProjectionConfig(), SPLIT, cfg)
+    data = prepare_data(loaded, ProjectionConfig(), SPLIT, cfg)
     figures["prepare_seconds"] = round(time.perf_counter() - t0, 1)
     figures["local_fit"] = bench_fit(data, cfg)
     # lifetime peak of this process so far (generation and validation included): exact

@@ -178,11 +178,11 @@ def _time_interleaved(fn, items: list, calls: int) -> tuple[np.ndarray, np.ndarr
 def _lgbm_one_thread(model):
     """predict_quantiles with num_threads=1 per booster call (no OpenMP hand-off)."""
     def predict(frame):
-        X = model._design(frame)
+        X = model.design(frame)
         raw = np.column_stack([b.predict(X, num_iteration=k, num_threads=1)
                                for b, k in zip(model.boosters_, model.best_iterations_,
                                                strict=True)])
-        return model._to_total(frame, raw)
+        return model.to_total(frame, raw)
     return predict
 
 

@@ -148,7 +148,7 @@ def test_model_quantiles_never_cross_and_respect_prompt_and_cap(small_features):
     m = QuantileDemandModel((0.45, 0.5, 0.55), QuantileModelConfig(
         n_estimators=30, num_leaves=4, min_child_samples=5, early_stopping_rounds=0,
         num_threads=1)).fit(f, y)
-    raw = np.column_stack([b.predict(m._design(f)) for b in m.boosters_])
+    raw = np.column_stack([b.predict(m.design(f)) for b in m.boosters_])
     assert (np.diff(raw, axis=1) < 0).any()  # the boosters alone do cross here
     pred = m.predict_quantiles(f)
     assert pred.shape == (len(f), 3)
@@ -161,7 +161,7 @@ def test_model_quantiles_never_cross_and_respect_prompt_and_cap(small_features):
     # and the sort is what makes it so: crossing raw predictions are reordered
     crossing = np.array([[3.0, 1.0, 2.0]])
     one = f.iloc[:1].assign(max_tokens=pd.array([pd.NA], dtype="Int64"))
-    np.testing.assert_allclose(m._to_total(one, crossing)[0],
+    np.testing.assert_allclose(m.to_total(one, crossing)[0],
                                prompt[0] + np.expm1([1.0, 2.0, 3.0]))
 
 

@@ -195,7 +195,7 @@ def test_pinball_variant_keeps_every_tree_and_exports_exactly(latent):
     for b, k in zip(m.boosters_, m.best_iterations_, strict=True):
         assert b.num_trees() == k
     # the first trees are the native model's: same raw scores at its round count
-    X = m._design(f[3000:])  # noqa: SLF001 - the design matrix LightGBM sees
+    X = m.design(f[3000:])  # the design matrix LightGBM sees
     assert np.array_equal(m.boosters_[2].predict(X, num_iteration=native.best_iterations_[2]),
                           native.boosters_[2].predict(X, num_iteration=native.best_iterations_[2]))
     onnx_model = booster_to_onnx(m.boosters_[2], m.feature_names_)

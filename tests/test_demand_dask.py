@@ -17,7 +17,7 @@ from replaylab.demand import DemandConfig, QuantileModelConfig
 from replaylab.demand.conformal import GroupConformal
 from replaylab.demand.metrics import interval_metrics
 from replaylab.demand.model import QuantileDemandModel, request_cap
-from replaylab.pipelines.demand import _prepare
+from replaylab.pipelines.demand import prepare_data
 from replaylab.pipelines.project import LoadedLedger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
@@ -32,7 +32,7 @@ def data():
     frame = generate_synthetic_ledger(
         SyntheticLedgerConfig(n_sessions=3000, sessions_per_s=0.25), seed=7)
     loaded = LoadedLedger(validate_ledger(frame, source="test"), origin="test")
-    return _prepare(loaded, ProjectionConfig(), SplitConfig(embargo_ms=300_000), CFG)
+    return prepare_data(loaded, ProjectionConfig(), SplitConfig(embargo_ms=300_000), CFG)
 
 
 @pytest.fixture(scope="module")

@@ -382,7 +382,7 @@ def test_admission_admits_while_the_budget_fits_and_queues_otherwise():
     # a silent consumer still decides (and reserves), it just does not say so
     c = AdmissionConsumer(capacity_tokens=1000, responds=False)
     assert c.decide(req, _hint(800), 0, 100) is None
-    assert c.decide(req, _hint(800), 1, 100) is None and c._reserved == 800
+    assert c.decide(req, _hint(800), 1, 100) is None and c.reserved_tokens == 800
 
 
 def _admission_oracle(out: pd.DataFrame, capacity: float) -> list[str]:

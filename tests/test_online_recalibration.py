@@ -87,7 +87,7 @@ def test_off_switch_keeps_the_exported_corrections():
 
 def test_many_threads_conserve_counts_and_memory_stays_fixed():
     t = _tracker(window=200)
-    buffers = {k: (len(c.served.buf), len(c.frozen.buf)) for k, c in t._cells.items()}
+    buffers = {k: (len(c.served.buf), len(c.frozen.buf)) for k, c in t.cells.items()}
     errors = []
 
     def work(seed: int) -> None:
@@ -110,9 +110,9 @@ def test_many_threads_conserve_counts_and_memory_stays_fixed():
     for k in ("a", "b"):
         c = s["cells"][k]
         assert c["window_rows"] == 200
-        assert t._cells[k].served.hits == sum(t._cells[k].served.buf)  # running sum consistent
+        assert t.cells[k].served.hits == sum(t.cells[k].served.buf)  # running sum consistent
         assert c["version"] <= c["updates"]
-    assert {k: (len(c.served.buf), len(c.frozen.buf)) for k, c in t._cells.items()} == buffers
+    assert {k: (len(c.served.buf), len(c.frozen.buf)) for k, c in t.cells.items()} == buffers
 
 
 def _simulate(t: OnlineConformal, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -97,7 +97,7 @@ def _perturbed(model: QuantileDemandModel, features: pd.DataFrame) -> pd.DataFra
 
 
 def _check_parity(model: QuantileDemandModel, frame: pd.DataFrame) -> dict[str, float]:
-    design = model._design(frame)
+    design = model.design(frame)
     X = design_to_matrix(design, model.boosters_[0].pandas_categorical)
     got = _session(demand_model_to_onnx(model)).run(None, {"X": X})[0]
     ref = np.column_stack([b.predict(design, num_iteration=k, raw_score=True)
@@ -106,7 +106,7 @@ def _check_parity(model: QuantileDemandModel, frame: pd.DataFrame) -> dict[str, 
     rel = _rel_diff(got, ref)
     assert rel <= RTOL, f"max relative difference {rel:.3g} over {len(frame)} rows"
     # the numpy side of the runtime (sort, inverse, + prompt, clip) then matches exactly
-    np.testing.assert_allclose(model._to_total(frame, got), model.predict_quantiles(frame),
+    np.testing.assert_allclose(model.to_total(frame, got), model.predict_quantiles(frame),
                                rtol=1e-9, atol=1e-9)
     return {"rows": len(frame), "max_abs": float(np.max(np.abs(got - ref))), "max_rel": rel}
 
@@ -129,7 +129,7 @@ def test_parity_every_synthetic_row(synthetic):
 def test_parity_missing_unseen_and_threshold_edges(synthetic):
     model, features = synthetic
     perturbed = _perturbed(model, features)
-    X = design_to_matrix(model._design(perturbed))
+    X = design_to_matrix(model.design(perturbed))
     cat_cols = [j for j, c in enumerate(model.feature_names_) if c in model.categories_]
     assert np.isnan(X[:, cat_cols]).any(), "unseen / missing categories must be NaN"
     edges = _edge_rows(model, features)
@@ -141,7 +141,7 @@ def test_parity_missing_unseen_and_threshold_edges(synthetic):
 
 def test_design_to_matrix_codes_follow_lightgbm_vocabulary(synthetic):
     model, features = synthetic
-    design = model._design(features.head(50))
+    design = model.design(features.head(50))
     booster = model.boosters_[0]
     # same codes with or without the booster's vocabulary (both fixed on train)
     np.testing.assert_array_equal(design_to_matrix(design),
@@ -162,7 +162,7 @@ def test_onnxmltools_default_conversion_is_not_exact(synthetic):
     model, features = synthetic
     booster, k = model.boosters_[0], model.best_iterations_[0]
     frame = pd.concat([features, _edge_rows(model, features)], ignore_index=True)
-    design = model._design(frame)
+    design = model.design(frame)
     X = design_to_matrix(design, booster.pandas_categorical)
     try:
         onx = onnxmltools.convert_lightgbm(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from replaylab.pipelines import router as router_pipeline
-from replaylab.pipelines.router import _split, prompt_hash, prompt_hashes
+from replaylab.pipelines.router import prompt_hash, prompt_hashes, seeded_split
 from replaylab.router.rescore import compare_routers, score_choices, seen_mask
 from replaylab.tracking.compare_report import write_compare_report
 from tests.test_router_pipeline import GSM8K, _cfg
@@ -30,7 +30,7 @@ def test_leakage_is_counted_and_the_unseen_prompts_scored_apart(tmp_path):
     from replaylab.router.replay import outcome_matrix
 
     m = outcome_matrix(outcomes, other.labels.cost, candidates=other.candidates)
-    split = _split(m.n_prompts, other.split, other.seed)
+    split = seeded_split(m.n_prompts, other.split, other.seed)
     first = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"]
     fit = set(prompt_hashes(first.reindex(m.prompt_ids[split != "test"]).astype(str)))
     seen = seen_mask(texts, fit)

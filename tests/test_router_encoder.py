@@ -370,7 +370,7 @@ def test_cache_persists_and_encoder_id_change_misses(tmp_path):
     c2 = EmbeddingCache(enc.encoder_id, 8, tmp_path)   # a new process, say
     got, found = c2.lookup(["a", "b", "c"])
     assert found.tolist() == [True, True, False] and np.array_equal(got[:2], vecs)
-    assert isinstance(c2._segments[0], np.memmap)
+    assert isinstance(c2.segments[0], np.memmap)
     other = EmbeddingCache("fake/enc+int8", 8, tmp_path)
     assert other.get("a") is None and len(other) == 0
     with pytest.raises(ValueError, match="cache is for"):

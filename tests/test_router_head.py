@@ -252,14 +252,14 @@ def test_config_and_rows_are_validated() -> None:
 
 
 def test_wide_part_starts_at_the_shrunk_category_success() -> None:
-    from replaylab.router.head import _category_logits
+    from replaylab.router.head import category_logits
 
     # 2 categories (codes 0, 1) + `other` (2); candidate 0 seen 4x in cat 0 (3 wins), 1x in cat 1
     codes = np.array([0, 0, 0, 0, 1])
     rows = TrainingRows(row=np.array([0, 1, 2, 3, 4, 0]), action=np.array([0, 0, 0, 0, 0, 1]),
                         reward=np.array([1.0, 1.0, 1.0, 0.0, 0.0, 1.0]),
                         weight=np.array([1.0, 1.0, 1.0, 1.0, 1.0, 1.0]))
-    got = 1.0 / (1.0 + np.exp(-_category_logits(codes, rows, 2, 2, strength=2.0)))
+    got = 1.0 / (1.0 + np.exp(-category_logits(codes, rows, 2, 2, strength=2.0)))
     overall0 = 3 / 5
     np.testing.assert_allclose(got[0, 0], (4 * 0.75 + 2 * overall0) / 6)
     np.testing.assert_allclose(got[1, 0], (1 * 0.0 + 2 * overall0) / 3)

@@ -19,7 +19,7 @@ import pytest
 from replaylab.apps.router import default_outcomes
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
-from replaylab.pipelines.router import RouterDataError, _meta, _split, train_router
+from replaylab.pipelines.router import RouterDataError, prompt_meta, seeded_split, train_router
 from replaylab.router.artifact import export_router
 from replaylab.router.exploration import simulate_receipts
 from replaylab.router.pipeline_config import router_config
@@ -181,7 +181,7 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
     labels = pd.read_parquet(s0["artifacts"]["labels"])
     replayed = set(labels.loc[labels[Label.LABEL_SOURCE] == "replay", Label.PROMPT_ID])
     ids = sub["prompt_id"].drop_duplicates().to_numpy()
-    train = set(ids[_split(len(ids), (0.6, 0.2, 0.2), 0) == "train"])
+    train = set(ids[seeded_split(len(ids), (0.6, 0.2, 0.2), 0) == "train"])
     assert s0["rules_equal"]["prompts"] == len(replayed) and replayed <= train
     # the strong model fails, the cheap one succeeds, on every never-replayed training prompt
     flip = sub["prompt_id"].isin(train - replayed)
@@ -235,7 +235,7 @@ def test_equal_information_matrix_keeps_only_fully_observed_prompts():
 
 
 def test_splits_are_disjoint_and_seeded():
-    a, b = _split(1000, (0.6, 0.2, 0.2), 3), _split(1000, (0.6, 0.2, 0.2), 3)
+    a, b = seeded_split(1000, (0.6, 0.2, 0.2), 3), seeded_split(1000, (0.6, 0.2, 0.2), 3)
     assert (a == b).all() and {x: int((a == x).sum()) for x in set(a)} == {
         "train": 600, "calibration": 200, "test": 200}
 
@@ -454,7 +454,7 @@ def test_meta_carries_task_and_length(outcomes):
     from replaylab.router.replay import outcome_matrix
 
     m = outcome_matrix(outcomes, _cfg().labels.cost, candidates=[CHEAP, STRONG])
-    meta = _meta(m)
+    meta = prompt_meta(m)
     assert set(meta["category"]) == {"gsm8k"} and (meta["prompt_tokens"] > 0).all()
 
 
@@ -490,14 +490,14 @@ def test_the_gated_threshold_is_the_shipped_one(gsm8k_run):
 
 
 def test_headline_note_when_verdict_and_curve_disagree():
-    from replaylab.pipelines.router import _headline_note
+    from replaylab.pipelines.router import headline_note
 
     gate = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
-    _headline_note(gate, {"learned": {"cost_ratio_at_95": 0.811},
-                          "rules": {"cost_ratio_at_95": 0.544}}, "rules")
+    headline_note(gate, {"learned": {"cost_ratio_at_95": 0.811},
+                         "rules": {"cost_ratio_at_95": 0.544}}, "rules")
     assert len(gate["go_reasons"]) == 2 and "0.811" in gate["go_reasons"][1]
     assert "a point neither serves" in gate["go_detail"]["headline_note"]
     agree = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
-    _headline_note(agree, {"learned": {"cost_ratio_at_95": 0.4},
-                           "rules": {"cost_ratio_at_95": 0.544}}, "rules")
+    headline_note(agree, {"learned": {"cost_ratio_at_95": 0.4},
+                          "rules": {"cost_ratio_at_95": 0.544}}, "rules")
     assert agree["go_reasons"] == ["saves"] and "headline_note" not in agree["go_detail"]

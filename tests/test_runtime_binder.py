@@ -178,7 +178,6 @@ def test_memory_never_exceeds_max_sessions(max_sessions, ttl_s):
         held_before = b.router_choice(sid) is not None
         r = b.bind(sid, "x", turn_index=rng.randrange(3))
         assert b.stats()["held"] <= max_sessions
-        assert len(b._sessions) <= max_sessions
         if held_before and clock.now - last_seen[sid] > ttl_s:
             assert r.new_binding and r.routing_source != STICKY  # dropped for idleness: reopened
         last_seen[sid] = clock.now

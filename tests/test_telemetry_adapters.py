@@ -398,7 +398,8 @@ def test_malformed_exposition_does_not_crash_the_poller_thread():
             time.sleep(0.01)
     assert n["i"] >= 5
     assert store.get("replica-1") is not None
-    assert not poller._thread  # stopped cleanly
+    assert not [t for t in threading.enumerate()  # stopped cleanly: its thread is gone
+                if t.name == "telemetry-replica-1" and t.is_alive()]
 
 
 def test_a_replica_never_scraped_is_missing():

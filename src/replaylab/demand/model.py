@@ -107,8 +107,11 @@ class QuantileDemandModel:
         self.censored_rounds = censored_rounds
 
     # ------------------------------------------------------------------ design matrix
-    def _design(self, features: pd.DataFrame) -> pd.DataFrame:
-        """(n, f) float / categorical frame in `feature_names_` order; unseen category -> NaN."""
+    def design(self, features: pd.DataFrame) -> pd.DataFrame:
+        """The design matrix the boosters read: an (n, f) float / categorical frame in
+        `feature_names_` order, an unseen category NaN (public: a distributed caller builds
+        it per partition); `feature_names_` and `categories_` must be set (fit, or by the
+        caller)."""
         cols = {}
         for c in self.feature_names_:
             s = features[c] if c in features.columns else pd.Series(np.nan, index=features.index)
@@ -119,11 +122,6 @@ class QuantileDemandModel:
             else:
                 cols[c] = s.to_numpy(dtype="float64", na_value=np.nan)
         return pd.DataFrame(cols, index=features.index)
-
-    def design(self, features: pd.DataFrame) -> pd.DataFrame:
-        """The design matrix the boosters read (public: a distributed caller builds it per
-        partition); `feature_names_` and `categories_` must be set (fit, or by the caller)."""
-        return self._design(features)
 
     def _learn_vocabulary(self, features: pd.DataFrame) -> None:
         names = model_feature_names(features)
@@ -188,7 +186,7 @@ class QuantileDemandModel:
             features, y = features[~cens], y[~cens]
         target = forward(output_labels(features, y), self.scale)
         self._learn_vocabulary(features)
-        X = self._design(features)
+        X = self.design(features)
         tail = self._tail_mask(features)
         self.validation_rows_ = int(tail.sum())
         if client is None:
@@ -211,7 +209,7 @@ class QuantileDemandModel:
                         qs: Sequence[float]) -> None:
         """Add `censored_rounds` trees per booster with the censored pinball loss, all rows."""
         cfg = self.config_
-        X = self._design(features)
+        X = self.design(features)
         target = forward(output_labels(features, y), self.scale)
         data = lgb.Dataset(X, target, free_raw_data=False,
                            params={"max_bin": int(cfg.max_bin), "verbosity": -1})
@@ -283,14 +281,14 @@ class QuantileDemandModel:
         honest validation figure (an HPO objective), even when the final boosters
         are refit on all of train.
         """
-        pred = self._to_total(features, raw)
+        pred = self.to_total(features, raw)
         return {f"{q:g}": float(mean_pinball_loss(y, pred[:, j], alpha=q))
                 for j, q in enumerate(np.asarray(self.quantiles, dtype=float))}
 
     # ------------------------------------------------------------------ predict
     def predict_quantiles(self, features: pd.DataFrame) -> np.ndarray:
         """Total-demand quantiles (n, q): non-crossing, within [prompt, prompt + cap]."""
-        return self._to_total(features, self._raw(features))
+        return self.to_total(features, self._raw(features))
 
     def predict_with_band(self, features: pd.DataFrame
                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -305,11 +303,13 @@ class QuantileDemandModel:
                               clipped_band=False)
 
     def _raw(self, features: pd.DataFrame) -> np.ndarray:
-        X = self._design(features)
+        X = self.design(features)
         return np.column_stack([b.predict(X, num_iteration=k)
                                 for b, k in zip(self.boosters_, self.best_iterations_, strict=True)])
 
-    def _to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
+    def to_total(self, features: pd.DataFrame, raw: np.ndarray) -> np.ndarray:
+        """Raw booster scores (n, q) -> total-token quantiles as `predict_quantiles` gives
+        them (non-crossing, clipped to the request's cap when `clip_to_cap`)."""
         return raw_to_total(raw, prompt_tokens(features),
                             request_cap(features) if self.clip_to_cap else None, self.scale)
 

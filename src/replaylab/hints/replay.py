@@ -93,6 +93,11 @@ class AdmissionConsumer:
     _in_flight: list[tuple[int, float]] = field(default_factory=list, repr=False)
     _reserved: float = 0.0
 
+    @property
+    def reserved_tokens(self) -> float:
+        """Tokens held by the admitted requests in flight (as of the last `decide`)."""
+        return self._reserved
+
     def decide(self, request: Mapping[str, Any], hint: DemandHint | None, now_ms: int,
                end_ms: int | None) -> Acknowledgement | None:
         """Admit or queue `request`; the acknowledgement (None when it does not respond)."""

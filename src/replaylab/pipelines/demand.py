@@ -200,8 +200,8 @@ class _Data:
         return self.labels.y_total[self.masks[split]]
 
 
-def _prepare(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
-             demand: DemandConfig) -> _Data:
+def prepare_data(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
+                 demand: DemandConfig) -> _Data:
     """Project, split and label the valid rows; DemandDataError when nothing can be trained."""
     ledger = loaded.result.valid
     if len(ledger) == 0:
@@ -508,7 +508,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     timings: dict[str, float] = {}
     artifacts = write_run_inputs(loaded, out_dir, write_ledger)
     t0 = time.perf_counter()
-    data = _prepare(loaded, projection, split, demand)
+    data = prepare_data(loaded, projection, split, demand)
     timings["projection"] = time.perf_counter() - t0
     cap_test = request_cap(data.frame("test")) if demand.clip_to_cap else None
 

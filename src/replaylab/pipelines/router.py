@@ -131,7 +131,8 @@ def _texts(outcomes: pd.DataFrame, prompt_ids: np.ndarray) -> list[str]:
     return first.reindex(prompt_ids).fillna("").astype(str).tolist()
 
 
-def _split(n: int, shares: Sequence[float], seed: int) -> np.ndarray:
+def seeded_split(n: int, shares: Sequence[float], seed: int) -> np.ndarray:
+    """(n,) split name of each prompt: a seeded permutation cut at the `shares` of SPLITS."""
     order = np.random.default_rng(seed).permutation(n)
     cuts = np.round(np.cumsum(shares)[:-1] * n).astype(int)
     out = np.empty(n, dtype=object)
@@ -146,11 +147,12 @@ def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
     outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
     another router artifact on the same prompts (`replaylab.router.rescore`)."""
     m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    te = m.take(_split(m.n_prompts, cfg.split, cfg.seed) == "test")
-    return te, _texts(outcomes, te.prompt_ids), _meta(te)
+    te = m.take(seeded_split(m.n_prompts, cfg.split, cfg.seed) == "test")
+    return te, _texts(outcomes, te.prompt_ids), prompt_meta(te)
 
 
-def _meta(m: OutcomeMatrix) -> dict[str, np.ndarray]:
+def prompt_meta(m: OutcomeMatrix) -> dict[str, np.ndarray]:
+    """The head's metadata of each prompt of `m`: its category and prompt tokens."""
     return {"category": m.meta[O.TASK].astype(str).to_numpy(),
             "prompt_tokens": m.meta[Label.PROMPT_LENGTH].to_numpy(float)}
 
@@ -488,10 +490,10 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     say(f"embedding {m.n_prompts} prompts")
     E = np.asarray(embed(_texts(outcomes, m.prompt_ids)), dtype=np.float32)
     timings["embed"] = time.perf_counter() - t0
-    split = _split(m.n_prompts, cfg.split, cfg.seed)
+    split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
     tr, ca, te = (m.take(split == s) for s in SPLITS)
     Etr, Eca, Ete = (E[split == s] for s in SPLITS)
-    mtr, mca, mte = _meta(tr), _meta(ca), _meta(te)
+    mtr, mca, mte = prompt_meta(tr), prompt_meta(ca), prompt_meta(te)
     k = len(m.candidates)
 
     t0 = time.perf_counter()
@@ -568,7 +570,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                         (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
                         choice[baseline], sim.stats, head_scorer, served=chosen["learned"])
     timings["learning_curve"] = gate.pop("_seconds")
-    _headline_note(gate, test, baseline)
+    headline_note(gate, test, baseline)
 
     from replaylab.router.metrics import cost_quality_curve
 
@@ -623,7 +625,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     return summary, run
 
 
-def _headline_note(gate: dict, test: dict, baseline: str) -> None:
+def headline_note(gate: dict, test: dict, baseline: str) -> None:
     """When the verdict and the headline curve metric point different ways (GO while the
     learned curve's cost_ratio_at_95 is worse than the baseline's, or NO-GO while it is
     better), say why in go_reasons and go_detail["headline_note"]: they answer different

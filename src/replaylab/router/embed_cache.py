@@ -128,6 +128,12 @@ class EmbeddingCache:
         for row, key in enumerate(keys):
             self._index[key.tobytes()] = (seg, row)
 
+    @property
+    def segments(self) -> tuple[np.ndarray, ...]:
+        """The (k, d) float32 segments opened so far (memory maps of the files on disk)."""
+        with self._lock:
+            return tuple(self._segments)
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._index) + len(self._pending)

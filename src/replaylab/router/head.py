@@ -312,7 +312,7 @@ class SuccessHead:
                 net.tok_scale.fill_(self.encoder_.token_scale_)
                 if cfg.wide:
                     net.wide_category.weight.copy_(torch.from_numpy(
-                        _category_logits(codes, rows, k, len(self.encoder_.vocabulary_),
+                        category_logits(codes, rows, k, len(self.encoder_.vocabulary_),
                                          float(cfg.prior_strength)).astype(np.float32)))
                 if self.has_cost_:
                     pos = rows.cost[np.isfinite(rows.cost) & (rows.cost > 0)]
@@ -333,7 +333,7 @@ class SuccessHead:
         candidate with fewer than `min_rows` rows or one class only keeps the
         identity (reported in `calibration_["identity"]`).
         """
-        self._check_fitted()
+        self.check_fitted()
         method = method or (self.config or HeadConfig()).calibration
         if method not in CALIBRATIONS:
             raise ValueError(f"calibration method {method!r}: must be one of {CALIBRATIONS}")
@@ -353,12 +353,13 @@ class SuccessHead:
         return self
 
     # ---------------------------------------------------------------- prediction
-    def _check_fitted(self) -> None:
+    def check_fitted(self) -> None:
+        """RuntimeError unless `fit` has run."""
         if not hasattr(self, "net_"):
             raise RuntimeError("SuccessHead is not fitted; call fit first")
 
     def _inputs(self, embedding: np.ndarray, meta: Any) -> tuple[torch.Tensor, ...]:
-        self._check_fitted()
+        self.check_fitted()
         emb = _embedding(embedding)
         if emb.shape[1] != self.dim_:
             raise ValueError(f"embedding width {emb.shape[1]}, the head was fitted on {self.dim_}")
@@ -366,8 +367,11 @@ class SuccessHead:
         return (torch.from_numpy(emb), torch.from_numpy(self.encoder_.codes(category)),
                 torch.from_numpy(tokens.astype(np.float32)))
 
-    def _run(self, embedding: np.ndarray, meta: Any, fn: str, batch: int = 4096
-             ) -> list[np.ndarray]:
+    def net_outputs(self, embedding: np.ndarray, meta: Any, fn: str, batch: int = 4096
+                    ) -> list[np.ndarray]:
+        """[success, cost] of the network's `fn` ("forward": logits and log cost;
+        "probabilities": probabilities and cost), (n, K) each, computed `batch` rows at a
+        time (the ONNX export's parity check compares against it)."""
         e, c, t = self._inputs(embedding, meta)
         outs: list[list[np.ndarray]] = []
         with torch.no_grad(), torch_threads((self.config or HeadConfig()).num_threads):
@@ -380,11 +384,11 @@ class SuccessHead:
 
     def predict_logits(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
         """(n, K) float64 uncalibrated success logits."""
-        return self._run(embedding, meta, "forward")[0].astype(np.float64)
+        return self.net_outputs(embedding, meta, "forward")[0].astype(np.float64)
 
     def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
         """(n, K) float64 calibrated success probabilities, columns as the training actions."""
-        prob = self._run(embedding, meta, "probabilities")[0].astype(np.float64)
+        prob = self.net_outputs(embedding, meta, "probabilities")[0].astype(np.float64)
         if self.isotonic_ is not None:
             for k, iso in enumerate(self.isotonic_):
                 if iso is not None:
@@ -395,11 +399,11 @@ class SuccessHead:
         """(n, K) float64 predicted USD per call (a log-scale mean: near the median cost)."""
         if not getattr(self, "has_cost_", False):
             raise ValueError("the head was fitted without costs: no cost prediction")
-        return self._run(embedding, meta, "probabilities")[1].astype(np.float64)
+        return self.net_outputs(embedding, meta, "probabilities")[1].astype(np.float64)
 
     def report(self) -> dict:
         """Facts of the fit for the run summary (plain JSON values)."""
-        self._check_fitted()
+        self.check_fitted()
         return {"n_parameters": self.n_parameters_, "n_candidates": self.n_candidates_,
                 "embedding_dim": self.dim_, "categories": len(self.encoder_.vocabulary_),
                 "rows_per_candidate": self.rows_per_candidate_, "has_cost": self.has_cost_,
@@ -422,8 +426,8 @@ def _clip_weights(rows: TrainingRows, max_weight: float | None, keep_cost: bool)
     return TrainingRows(rows.row, rows.action, rows.reward, w, rows.cost if keep_cost else None)
 
 
-def _category_logits(codes: np.ndarray, rows: TrainingRows, k: int, v: int,
-                     strength: float) -> np.ndarray:
+def category_logits(codes: np.ndarray, rows: TrainingRows, k: int, v: int,
+                    strength: float) -> np.ndarray:
     """(V + 1, K) start of the wide part: the weighted success of each candidate per
     category, shrunk toward the candidate's overall success with `strength` pseudo-rows,
     as a logit; row V (`other`) is the overall success.

@@ -76,7 +76,7 @@ class _Graph(nn.Module):
 
 
 def _check_exportable(head: SuccessHead) -> None:
-    head._check_fitted()
+    head.check_fitted()
     if head.isotonic_ is not None:
         raise ValueError("isotonic calibration is applied outside the network and is not "
                          "exported; calibrate with method='platt' for a deployable head")
@@ -240,7 +240,7 @@ def parity(head: SuccessHead, model: bytes, embedding: np.ndarray, meta: Any = N
     opts.intra_op_num_threads = opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     got = sess.run(None, onnx_inputs(head, embedding, meta))
-    want = head._run(embedding, meta, "probabilities")
+    want = head.net_outputs(embedding, meta, "probabilities")
     out = {"n": len(embedding),
            "success_prob_max_abs": float(np.abs(got[0] - want[0]).max(initial=0.0))}
     if head.has_cost_:

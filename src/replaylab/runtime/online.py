@@ -48,6 +48,7 @@ import math
 import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from types import MappingProxyType
 from typing import Any
 
 GLOBAL_CELL = "<global>"  # the state shared by cells without their own exported correction
@@ -197,6 +198,11 @@ class OnlineConformal:
     @property
     def enabled(self) -> bool:
         return self.config.enabled
+
+    @property
+    def cells(self) -> Mapping[str, _Cell]:
+        """Each cell's live state, read-only (`state()` is its JSON summary)."""
+        return MappingProxyType(self._cells)
 
     def current(self, cell: str) -> tuple[float, int] | None:
         """(correction, version) the next hint of `cell` uses; None for a cell without state."""
