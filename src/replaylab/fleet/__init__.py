@@ -16,7 +16,7 @@ Nothing heavy at import; the public names below load on first use
 (`from replaylab.fleet import FleetSim`).
 """
 
-import importlib
+from replaylab.contracts.lazy import lazy_exports
 
 _EXPORTS = {  # module (under replaylab.fleet) -> the public names it gives this package
     "sim.simulator": "FleetSim",
@@ -41,7 +41,4 @@ _LAZY = {name: f"{__name__}.{module}" for module, names in _EXPORTS.items()
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):  # lazy: `import replaylab.fleet` stays cheap
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)  # `import replaylab.fleet` stays cheap
