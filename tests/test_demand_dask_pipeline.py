@@ -305,7 +305,7 @@ def test_a_worker_killed_during_the_fit_and_restarted_gives_the_same_result(
     from distributed import Client
 
     from replaylab.pipelines.demand_dask import train_demand_dask
-    from tests.test_project_dask_pipeline import dask_processes
+    from tests.helpers.dask import dask_processes
 
     ds = small_dataset(tmp_path)
     split = SplitConfig(embargo_ms=300_000)
@@ -352,7 +352,7 @@ def test_a_worker_lost_for_good_stops_the_run_in_one_line_without_a_summary(tmp_
     import time
 
     from tests.conftest import REPO
-    from tests.test_project_dask_pipeline import ENV, dask_processes
+    from tests.helpers.dask import ENV, dask_processes
 
     ds = small_dataset(tmp_path)
     out = tmp_path / "run"

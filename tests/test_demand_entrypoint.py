@@ -13,7 +13,7 @@ import pytest
 from replaylab.runtime import DemandPredictor
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 
 def test_demand_pipeline_writes_the_summary_keys(tmp_path):

@@ -24,7 +24,7 @@ from replaylab.demand.metrics import (
 )
 from replaylab.tracking.demand_report import gate_verdict, write_demand_report
 from replaylab.tracking.html import escape
-from tests.test_demand_report import QS, fake_predictions, fake_summary
+from tests.helpers.reports import QS, fake_predictions, fake_summary
 
 LEVEL = 0.8
 

@@ -9,7 +9,7 @@ import pytest
 
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.demand.hpo import HPOConfig, search_hyperparameters
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 
 def test_search_resumes_its_study_and_reports_every_trial(tmp_path):

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.conftest import REPO
-
-
-def run_training(*overrides: str, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "training", *overrides]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return proc
+from tests.helpers.entrypoints import run_training
 
 
 @pytest.fixture(scope="module")

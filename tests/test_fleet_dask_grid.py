@@ -19,7 +19,7 @@ import pytest
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import DaskGrid, LocalGrid
 from tests.conftest import REPO
-from tests.test_fleet_experiments import experiment_config
+from tests.helpers.fleet import experiment_config
 
 # what differs between two runs of the same cells: wall time, where the figures went, and
 # whether overload's saturation run was computed or found in this process's memory cache

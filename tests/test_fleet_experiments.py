@@ -19,33 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import pooled_summary
+from tests.helpers.fleet import experiment_config
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = ("arrived", "completed", "rejected", "timed_out", "cancelled", "slo_attainment",
             "ttft_p99_s", "e2e_p99_s", "goodput_rps", "gpu_hours", "cost", "joules_per_success",
             "joules_per_output_token", "energy_provenance")
-
-
-def experiment_config(name: str, shared: Path, **overrides) -> dict:
-    """conf/experiment/<name>.yaml composed by Hydra (its pools/, slo/ and fleet/workload/
-    groups), with overrides of dotted keys from the root (`experiment.sim.queue_capacity`,
-    `fleet.workload.windows`): what the entry point hands the library."""
-    from hydra import compose, initialize_config_dir
-
-    from replaylab.apps.evaluate import fleet_values
-    from replaylab.apps.schemas import register_schemas
-
-    register_schemas()
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        root = compose(config_name="evaluate", overrides=[
-            f"experiment={name}", f"paths.shared_dir={shared}"])
-    for key, value in overrides.items():
-        OmegaConf.update(root, key, value, merge=isinstance(value, dict))
-    return fleet_values(root)
 
 
 def check_summary(s: dict, name: str, run_dir: Path) -> None:

@@ -24,7 +24,8 @@ from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import build_pools, hint_policy_check, needs_hint
 from replaylab.fleet.experiments.overload import capacity_estimate
 from replaylab.fleet.sim.saturation import SOURCE, clear_memory_cache, saturated_capacity
-from tests.test_fleet_experiments import REPO, experiment_config
+from tests.conftest import REPO
+from tests.helpers.fleet import experiment_config
 
 DEFAULT_POOL = {"h100": {"source": "mlenergy", "model": "meta-llama/Llama-3.1-8B-Instruct",
                          "gpu": "H100", "replicas": 2, "memory_gb": 80, "weights_gb": 16}}

@@ -16,7 +16,7 @@ from replaylab.projection import (
     feature_columns,
 )
 from replaylab.projection.leakage import canary_self_test
-from tests.test_projection import random_ledger
+from tests.helpers.projection import random_ledger
 
 P = Projected
 
@@ -101,7 +101,7 @@ def test_small_or_constant_data_does_not_false_alarm():
 def test_synthetic_ledger_passes_the_guard_and_matches_brute_force():
     synthetic = pytest.importorskip("replaylab.sources.synthetic")
     from replaylab.contracts import validate_ledger
-    from tests.test_projection import assert_history_equal, brute_force_history
+    from tests.helpers.projection import assert_history_equal, brute_force_history
 
     raw = synthetic.generate_synthetic_ledger(
         synthetic.SyntheticLedgerConfig(n_requests=1500), seed=3)

@@ -27,7 +27,7 @@ import pytest
 
 from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
 from tests.conftest import REPO, mlflow_server_process
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ARTIFACTS = REPO / "tests" / "artifacts"
@@ -444,7 +444,7 @@ def real_routers(server, tmp_path_factory):
 
 
 def test_real_router_champion_is_scored_on_the_challengers_prompts(real_routers):
-    from tests.test_demand_report import browse, page_stderr_problems
+    from tests.helpers.reports import browse, page_stderr_problems
 
     url, store, runs, tmp = real_routers
     c = client(url)
@@ -498,7 +498,7 @@ def test_runtime_imports_no_mlflow():
 
 @pytest.mark.timeout(300)
 def test_compare_report_and_model_page_in_chromium(registry):
-    from tests.test_demand_report import browse, page_stderr_problems
+    from tests.helpers.reports import browse, page_stderr_problems
 
     url, _, runs, tmp = registry
     client(url).set_registered_model_alias(DEMAND, "compared", "1")

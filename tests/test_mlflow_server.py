@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, mlflow_server_process
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

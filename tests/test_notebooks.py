@@ -10,7 +10,7 @@ import pytest
 from nbclient import NotebookClient
 
 from tests.conftest import REPO
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 

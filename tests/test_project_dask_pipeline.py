@@ -4,7 +4,6 @@ does not depend on partitioning; the quarantine and features are written as Parq
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
+from tests.helpers.dask import ENV, dask_processes
 
 
 @pytest.fixture(scope="module")
@@ -115,47 +115,6 @@ def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
         b.valid[cols].sort_values(key).reset_index(drop=True),
         a.valid[cols].sort_values(key).reset_index(drop=True), check_dtype=False)
     assert read_ledger_dataset(single).rows_read == a.rows_read
-
-
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
-
-
-@contextlib.contextmanager
-def dask_processes(tmp: Path, n_workers: int = 2):
-    """A `dask scheduler` and `n_workers` `dask worker` processes started apart (as on a
-    cluster), on loopback; yields (address, the worker processes); all stopped after."""
-    from distributed import Client
-
-    dask_bin = str(Path(sys.executable).parent / "dask")
-    sched_file = tmp / "scheduler.json"
-    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
-                               "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
-                              start_new_session=True)]
-    try:
-        deadline = time.time() + 60
-        while not sched_file.is_file() and time.time() < deadline:
-            time.sleep(0.2)
-        address = json.loads(sched_file.read_text())["address"]
-        workers = [subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1",
-                                     "--nthreads", "1", "--no-dashboard"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env=ENV, start_new_session=True) for _ in range(n_workers)]
-        procs += workers
-        with Client(address) as c:
-            c.wait_for_workers(n_workers, timeout=60)
-        yield address, workers
-    finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
 
 
 def project_summary(out: Path, ledger: Path, *extra: str) -> dict:

@@ -23,36 +23,19 @@ from replaylab.projection import (
     split_counts,
     time_ordered_splits,
 )
+from tests.helpers.projection import (
+    assert_history_equal,
+    brute_force_history,
+    check_splits,
+    random_ledger,
+    session_end,
+)
 
 P = Projected
 NO_GUARD = ProjectionConfig(canary_checks=False)
 
 
 # ---------------------------------------------------------------- ledgers
-
-
-def random_ledger(n_sessions: int, seed: int, *, t0: int = 1_700_000_000_000) -> pd.DataFrame:
-    """Sessions of 1-8 turns whose responses overlap the next dispatches (epoch ms)."""
-    rng = np.random.default_rng(seed)
-    rows = []
-    for s in range(n_sessions):
-        start = t0 + int(rng.integers(0, 6 * 3_600_000))
-        t = start
-        for k in range(int(rng.integers(1, 9))):
-            dur = int(rng.integers(0, 20_000))
-            comp = int(rng.integers(1, 800))
-            rows.append({
-                L.VERSION: "1", L.REQUEST_ID: f"r{s:05d}-{k}", L.SESSION_ID: f"s{s:05d}",
-                L.TURN_INDEX: k, L.TIMESTAMP: t, L.ENDED_AT: t + dur,
-                L.PROMPT_TOKENS: int(rng.integers(10, 4000)),
-                L.COMPLETION_TOKENS: comp if rng.random() > 0.05 else None,
-                L.LIFECYCLE_STATE: "aborted" if rng.random() < 0.03 else "completed",
-                L.FINISH_REASON: "length" if rng.random() < 0.1 else "stop",
-                L.SELECTED_MODEL: rng.choice(["small", "large"]),
-                L.MAX_TOKENS: 1024, L.CATEGORY: rng.choice(["code", "chat"]),
-            })
-            t += int(rng.integers(0, 15_000))  # often before the previous turn ended
-    return validate_ledger(pd.DataFrame(rows)).valid
 
 
 @st.composite
@@ -90,63 +73,6 @@ def ledgers(draw):
 # ---------------------------------------------------------------- brute force
 
 
-def _end(row: dict) -> int | None:
-    end = row.get(L.ENDED_AT)
-    if end is None or pd.isna(end):
-        dur = row.get(L.DURATION_MS)
-        end = None if dur is None or pd.isna(dur) else row[L.TIMESTAMP] + int(dur)
-    return None if end is None or end < row[L.TIMESTAMP] else int(end)
-
-
-def brute_force_history(df: pd.DataFrame, alpha: float, assume: bool) -> pd.DataFrame:
-    """The definition, one request at a time (history.py docstring)."""
-    rows = df.to_dict("records")
-    ends = [_end(r) for r in rows]
-    if assume:
-        for i, r in enumerate(rows):
-            later = [q[L.TIMESTAMP] for q in rows
-                     if q[L.SESSION_ID] == r[L.SESSION_ID] and q[L.TIMESTAMP] > r[L.TIMESTAMP]]
-            if ends[i] is None and later:
-                ends[i] = min(later)
-    out = []
-    for r in rows:
-        same = [(j, q) for j, q in enumerate(rows) if q[L.SESSION_ID] == r[L.SESSION_ID]
-                and q[L.TIMESTAMP] < r[L.TIMESTAMP]]
-        hist = sorted(((ends[j], q[L.TIMESTAMP], q[L.TURN_INDEX], q[L.REQUEST_ID], q)
-                       for j, q in same if ends[j] is not None and ends[j] <= r[L.TIMESTAMP]),
-                      key=lambda x: x[:4])
-        toks = [int(h[4][L.COMPLETION_TOKENS]) for h in hist
-                if not pd.isna(h[4][L.COMPLETION_TOKENS])]
-        ewma = None
-        for x in toks:
-            ewma = x if ewma is None else alpha * x + (1 - alpha) * ewma
-        out.append({
-            P.TURNS_DISPATCHED: len(same), P.TURNS_ENDED: len(hist),
-            P.TURNS_WITH_USAGE: len(toks),
-            P.TURNS_CENSORED: sum(h[4].get(L.FINISH_REASON) in ("length", "cancelled")
-                                  or h[4][L.LIFECYCLE_STATE] == "aborted" for h in hist),
-            P.COMPLETION_MEAN: sum(toks) / len(toks) if toks else np.nan,
-            P.COMPLETION_EWMA: np.nan if ewma is None else ewma,
-            P.LAST_COMPLETION: toks[-1] if toks else pd.NA,
-            P.MS_SINCE_LAST_END: r[L.TIMESTAMP] - hist[-1][0] if hist else pd.NA,
-        })
-    return pd.DataFrame(out)
-
-
-def assert_history_equal(got: pd.DataFrame, want: pd.DataFrame) -> None:
-    for col in (P.TURNS_DISPATCHED, P.TURNS_ENDED, P.TURNS_WITH_USAGE, P.TURNS_CENSORED):
-        assert got[col].tolist() == want[col].tolist(), col
-    for col in (P.LAST_COMPLETION, P.MS_SINCE_LAST_END):
-        g = got[col].astype("Int64")
-        w = want[col].astype("Int64")
-        assert g.isna().tolist() == w.isna().tolist(), col
-        assert g.dropna().tolist() == w.dropna().tolist(), col
-    np.testing.assert_array_equal(got[P.COMPLETION_MEAN].to_numpy(),
-                                  want[P.COMPLETION_MEAN].to_numpy())
-    np.testing.assert_allclose(got[P.COMPLETION_EWMA].to_numpy(),
-                               want[P.COMPLETION_EWMA].to_numpy(), rtol=1e-12, atol=0)
-
-
 # ---------------------------------------------------------------- properties
 
 
@@ -167,7 +93,7 @@ def test_turns_not_ended_by_dispatch_cannot_move_features(df, pick, assume):
     cfg = ProjectionConfig(assume_ended_before_next=assume, canary_checks=False)
     r = pick % len(df)
     t_r = df[L.TIMESTAMP].iloc[r]
-    ends = [_end(row) for row in df.to_dict("records")]
+    ends = [session_end(row) for row in df.to_dict("records")]
     unseen = np.array([e is None or e > t_r for e in ends]) | (df[L.TIMESTAMP] >= t_r).to_numpy()
     if assume:  # an assumed end is a later dispatch: keep such turns out of the rewrite
         unseen &= np.array([e is not None for e in ends]) | (df[L.TIMESTAMP] >= t_r).to_numpy()
@@ -274,26 +200,6 @@ def test_row_order_does_not_change_features():
 # ---------------------------------------------------------------- splits
 
 
-def _check_splits(f: pd.DataFrame, s: pd.Series, cfg: SplitConfig) -> None:
-    counts = split_counts(s)
-    assert sum(counts.values()) == len(f)
-    assert s.notna().all() and set(s) <= set(counts)
-    kept = s != "embargo"
-    per_session = s[kept].groupby(f[L.SESSION_ID][kept]).nunique()
-    assert (per_session == 1).all(), "a session appears in two splits"
-    if cfg.purge == "sessions":
-        assert (s.groupby(f[L.SESSION_ID]).nunique() == 1).all(), "a session was cut"
-    t = f[L.TIMESTAMP]
-    first = t.groupby(f[L.SESSION_ID]).transform("min")
-    present = [k for k in ("train", "calibration", "test") if counts[k] > 0]
-    for i, early in enumerate(present):
-        for late in present[i + 1:]:
-            # every kept row of the earlier split is dispatched more than the embargo
-            # before any row of the later one; sessions are ordered by start
-            assert t[s == early].max() + cfg.embargo_ms < t[s == late].min()
-            assert first[s == early].max() <= first[s == late].min()
-
-
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 10_000), n_sessions=st.integers(1, 60),
        embargo_min=st.sampled_from([0, 1, 30, 120]), purge=st.sampled_from(["rows", "sessions"]),
@@ -305,7 +211,7 @@ def test_splits_are_session_whole_time_ordered_and_counted(seed, n_sessions, emb
                                    purge=purge)
     s = time_ordered_splits(f, cfg)
     assert s.index.equals(f.index)
-    _check_splits(f, s, cfg)
+    check_splits(f, s, cfg)
 
 
 @pytest.mark.parametrize("purge", ["rows", "sessions"])
@@ -317,7 +223,7 @@ def test_embargo_rows_are_counted(purge):
     assert counts["embargo"] > 0
     assert counts["train"] > counts["calibration"] > 0 and counts["test"] > 0
     assert sum(counts.values()) == len(f)
-    _check_splits(f, s, cfg)
+    check_splits(f, s, cfg)
     no_gap = time_ordered_splits(f, SplitConfig(embargo_ms=0, purge=purge))
     # a wider gap only adds rows to the embargo; the later split is never moved
     assert set(f.index[no_gap == "embargo"]) <= set(f.index[s == "embargo"])

@@ -36,7 +36,7 @@ from replaylab.projection.splits_dask import (  # noqa: E402
     split_boundaries_dask,
     split_summary_dask,
 )
-from tests.test_projection import _check_splits  # noqa: E402
+from tests.helpers.projection import check_splits  # noqa: E402
 
 CONFIGS = [
     SplitConfig(embargo_ms=5 * 60_000),
@@ -59,7 +59,7 @@ def _reference(valid: pd.DataFrame, cfg: SplitConfig) -> tuple[pd.DataFrame, dic
     """The pandas path: features + split, sorted by request_id; the boundaries."""
     f = dispatch_time_features(valid)
     s = time_ordered_splits(f, cfg)
-    _check_splits(f, s, cfg)
+    check_splits(f, s, cfg)
     return (f.assign(split=s.to_numpy()).sort_values(L.REQUEST_ID, ignore_index=True),
             split_boundaries(f, cfg))
 

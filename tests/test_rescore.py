@@ -27,7 +27,7 @@ from replaylab.config import from_mapping
 from replaylab.contracts.ledger import read_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.runtime import DemandPredictor
-from tests.test_entrypoints import run_training
+from tests.helpers.entrypoints import run_training
 
 pytestmark = pytest.mark.slow  # two tiny training runs (~40 s on 2 cores)
 GROUPS = ("selected_model", "category", "slo_class")

@@ -15,18 +15,18 @@ from replaylab.pipelines import router as router_pipeline
 from replaylab.pipelines.router import prompt_hash, prompt_hashes, seeded_split
 from replaylab.router.rescore import compare_routers, score_choices, seen_mask
 from replaylab.tracking.compare_report import write_compare_report
-from tests.test_router_pipeline import GSM8K, _cfg
+from tests.helpers.router import GSM8K, router_pipeline_config
 
 
 def test_leakage_is_counted_and_the_unseen_prompts_scored_apart(tmp_path):
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     outcomes = import_routellm_gsm8k(GSM8K)
-    cfg = _cfg()
+    cfg = router_pipeline_config()
     matrix, texts, _ = router_pipeline.test_prompts(outcomes, cfg)
     n = len(texts)
     # a champion trained with another split seed: its train/calibration prompts
-    other = _cfg(seed=3)
+    other = router_pipeline_config(seed=3)
     from replaylab.router.replay import outcome_matrix
 
     m = outcome_matrix(outcomes, other.labels.cost, candidates=other.candidates)

@@ -22,10 +22,9 @@ import pandas as pd
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.router import CHEAP, STRONG, receipts_world
 
 pytestmark = pytest.mark.slow
-
-CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 
 
 def router_cfg(**over):
@@ -44,28 +43,11 @@ def router_cfg(**over):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """The receipts ledger (whole, and as a 4-file dataset), its replays, the encoder."""
-    from replaylab.apps.router import default_outcomes
-    from replaylab.router.config import RouterExplorationConfig
     from replaylab.router.encoder import export_encoder, load_minilm
-    from replaylab.router.exploration import (
-        deployment_ledger,
-        replay_outcomes,
-        simulate_receipts,
-    )
-    from replaylab.router.replay import outcome_matrix
-    from replaylab.router.rules import ScenarioRules
-    from replaylab.sources.routellm import import_routellm_gsm8k
 
     root = tmp_path_factory.mktemp("router_dask")
-    outcomes = import_routellm_gsm8k(default_outcomes())
-    cfg = router_cfg()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
-    sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.08, sessions_per_prompt=2,
-                                                              seed=3))
-    texts = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"].to_dict()
-    led = deployment_ledger(sim, texts)
-    rep = replay_outcomes(sim, m, texts, share=0.25, seed=0)
+    w = receipts_world(router_cfg())
+    led, rep, texts = w.ledger, w.replays, w.texts
     ds = root / "ledger"
     ds.mkdir()
     shuffled = led.sample(frac=1.0, random_state=1)  # sessions spread over files and rows

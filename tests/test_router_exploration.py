@@ -27,12 +27,7 @@ from replaylab.router.rules import ScenarioRules
 from replaylab.sources.llmrouter import import_llmrouter
 from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
 from replaylab.sources.routerarena import import_routerarena
-
-MIXTRAL = "mistralai/Mixtral-8x7B-Instruct-v0.1"
-GPT4 = "gpt-4-1106-preview"
-# RouteLLM's blended prices (USD per million tokens: GPT-4 24.7, Mixtral 0.24) x an
-# assumed 500 tokens per call: MODELED per-call costs (the source has no tokens).
-ROUTELLM_COST = RouterCostConfig(call_cost_usd={GPT4: 24.7 * 500 / 1e6, MIXTRAL: 0.24 * 500 / 1e6})
+from tests.helpers.router import GPT4, MIXTRAL, ROUTELLM_COST
 
 
 def make_outcomes(n: int, candidates: dict[str, tuple[float, float]], seed: int = 0,

@@ -27,50 +27,13 @@ from replaylab.router.head import (
     parameter_count,
 )
 from replaylab.router.head_onnx import KIND, export_head, head_to_onnx, onnx_inputs, parity
+from tests.helpers.router import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
 
 torch.set_num_threads(1)
-
-K = 3
-GOOD = np.array([[1, 1, 1]] * 4 + [[0, 1, 1]] * 2 + [[0, 0, 1], [0, 0, 0]], dtype=bool)  # (8, K)
-PRICE = np.array([1.0, 4.0, 20.0])  # USD per million tokens, cheapest first
-
-
-def clustered(n: int = 2000, d: int = 32, seed: int = 0) -> dict:
-    """Embeddings (n, d) in 8 clusters, meta, full-information score / cost (n, K)."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(len(GOOD), d))
-    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-    cluster = rng.integers(0, len(GOOD), n)
-    emb = centers[cluster] + rng.normal(scale=0.5 / np.sqrt(d), size=(n, d))
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    p = np.where(GOOD[cluster], 0.97, 0.03)
-    score = (rng.random(p.shape) < p).astype(float)
-    tokens = np.round(rng.lognormal(4.0, 1.0, n))
-    cost = PRICE * (tokens[:, None] + 200.0) / 1e6 * rng.lognormal(0.0, 0.1, (n, K))
-    meta = {"category": np.array([f"task{c % 3}" for c in cluster], dtype=object),
-            "prompt_tokens": tokens}
-    return {"emb": emb.astype(np.float32), "meta": meta, "score": score, "cost": cost,
-            "cluster": cluster, "p": p}
-
-
-def logged_rows(data: dict, prompts: np.ndarray, pi0=(0.6, 0.3, 0.1), replay_share: float = 0.2,
-                seed: int = 1) -> TrainingRows:
-    """One logged action per prompt (weight 1/pi0) plus all K for a replayed share (weight 1)."""
-    rng = np.random.default_rng(seed)
-    act = rng.choice(K, size=len(prompts), p=pi0)
-    replay = prompts[rng.random(len(prompts)) < replay_share]
-    row = np.r_[prompts, np.repeat(replay, K)]
-    action = np.r_[act, np.tile(np.arange(K), len(replay))]
-    weight = np.r_[ips_weights(np.asarray(pi0)[act]), np.ones(len(replay) * K)]
-    return TrainingRows(row, action, data["score"][row, action], weight,
-                        data["cost"][row, action])
 
 
 def subset(meta: dict, idx: np.ndarray) -> dict:
     return {k: v[idx] for k, v in meta.items()}
-
-
-TRAIN, CALIB, TEST = np.arange(0, 1400), np.arange(1400, 1700), np.arange(1700, 2000)
 
 
 @pytest.fixture(scope="module")
@@ -107,23 +70,6 @@ def test_cost_head_predicts_the_cost_scale(data: dict, head: SuccessHead) -> Non
     assert r > 0.9
     # the cost ordering of the candidates is learned
     assert (np.median(cost, axis=0) == np.sort(np.median(cost, axis=0))).all()
-
-
-def confounded(n: int = 3000, d: int = 16, seed: int = 0) -> tuple:
-    """One region; a hidden z (half the prompts, invisible in the embedding) decides the
-    cheap candidate's success (0.05 if z else 0.95), and the logging policy knows it:
-    it sends z=0 prompts to cheap w.p. 0.9, z=1 w.p. 0.1 (cheap under-explored where
-    it fails). Truth: P(cheap succeeds) = 0.5 everywhere."""
-    rng = np.random.default_rng(seed)
-    emb = rng.normal(size=(n, d))
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    z = rng.random(n) < 0.5
-    score = np.column_stack([rng.random(n) < np.where(z, 0.05, 0.95),
-                             rng.random(n) < 0.9]).astype(float)
-    p_cheap = np.where(z, 0.1, 0.9)
-    act = (rng.random(n) >= p_cheap).astype(np.int64)
-    prop = np.where(act == 0, p_cheap, 1.0 - p_cheap)
-    return emb.astype(np.float32), score, act, prop
 
 
 def test_ips_weighting_corrects_a_biased_logging_policy() -> None:

@@ -27,7 +27,7 @@ from replaylab.pipelines.router import test_prompts as split_test_prompts
 from replaylab.pipelines.router import train_router
 from replaylab.pipelines.router_receipts import train_router_receipts
 from replaylab.router.config import RouterExplorationConfig
-from replaylab.router.exploration import deployment_ledger, replay_outcomes, simulate_receipts
+from replaylab.router.exploration import deployment_ledger, simulate_receipts
 from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_select import HeadSelectConfig, TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows
@@ -35,7 +35,7 @@ from replaylab.router.pipeline_config import router_config
 from replaylab.router.replay import outcome_matrix
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.routellm import import_routellm_gsm8k
-from tests.test_router_receipts import CHEAP, ENCODER, STRONG, _tfidf
+from tests.helpers.router import CHEAP, ENCODER, STRONG, receipts_world, tfidf
 
 HEAD = {"max_epochs": 15, "num_threads": 1, "teachers": 1, "hidden": [32], "max_weight": 2.0}
 SELECT = {"enabled": True, "max_weight": [2.0, 20.0], "teachers": [1, 2],
@@ -166,21 +166,15 @@ def test_teacher_pool_reuses_teacher_zero_as_the_one_head_fit():
 # ---------------------------------------------------------------- receipts mode
 @pytest.fixture(scope="module")
 def receipts_files():
-    outcomes = import_routellm_gsm8k(default_outcomes())
-    cfg = _cfg()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
-    sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.08, sessions_per_prompt=2,
-                                                              seed=3))
-    texts = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"].to_dict()
-    return deployment_ledger(sim, texts), replay_outcomes(sim, m, texts, share=0.25, seed=0)
+    world = receipts_world(_cfg())
+    return world.ledger, world.replays
 
 
 @pytest.fixture(scope="module")
 def receipts_run(receipts_files, tmp_path_factory):
     led, rep = receipts_files
     out = tmp_path_factory.mktemp("hs-receipts")
-    s, run = train_router_receipts(validate_ledger(led), rep, _cfg(), out, _tfidf, ENCODER)
+    s, run = train_router_receipts(validate_ledger(led), rep, _cfg(), out, tfidf, ENCODER)
     return s, run, out
 
 
@@ -214,7 +208,7 @@ def test_receipts_test_sessions_do_not_move_the_choice(receipts_run, receipts_fi
     bad.loc[t, L.OUTCOME_SCORE] = 1.0 - pd.to_numeric(bad.loc[t, L.OUTCOME_SCORE])
     bad.loc[t, L.OUTCOME_STATUS] = np.where(ok[t], OutcomeStatus.FAILURE, OutcomeStatus.SUCCESS)
     bad.loc[t, L.ACTUAL_COST] = pd.to_numeric(bad.loc[t, L.ACTUAL_COST]) * 3.0
-    s2, _ = train_router_receipts(validate_ledger(bad), rep, _cfg(), tmp_path, _tfidf, ENCODER)
+    s2, _ = train_router_receipts(validate_ledger(bad), rep, _cfg(), tmp_path, tfidf, ENCODER)
     assert s2["splits"] == s["splits"]
     assert s2["ope"]["dr"]["estimate"] != s["ope"]["dr"]["estimate"]  # the test did change
     assert s2["head_selection"] == s["head_selection"]  # the choice and its figures did not
@@ -223,7 +217,7 @@ def test_receipts_test_sessions_do_not_move_the_choice(receipts_run, receipts_fi
 def test_receipts_disabled_is_the_configured_head(receipts_run, receipts_files, tmp_path):
     led, rep = receipts_files
     off, run = train_router_receipts(validate_ledger(led), rep, _cfg(select={"enabled": False}),
-                                     tmp_path / "off", _tfidf, ENCODER)
+                                     tmp_path / "off", tfidf, ENCODER)
     sel = off["head_selection"]
     assert sel["enabled"] is False and sel["candidates"] == []
     assert sel["chosen"] == {"max_weight": 2.0, "teachers": 1, "hidden": [32]}
@@ -232,7 +226,7 @@ def test_receipts_disabled_is_the_configured_head(receipts_run, receipts_files, 
     one, _ = train_router_receipts(
         validate_ledger(led), rep, _cfg(select={"max_weight": [2.0], "teachers": [1],
                                                 "hidden": [[32]]}),
-        tmp_path / "one", _tfidf, ENCODER)
+        tmp_path / "one", tfidf, ENCODER)
     assert len(one["head_selection"]["candidates"]) == 1
     for key in ("operating_point", "ope", "go", "head"):
         assert off[key] == one[key], key
@@ -247,7 +241,7 @@ def gsm8k_outcomes():
 @pytest.fixture(scope="module")
 def outcomes_run(gsm8k_outcomes, tmp_path_factory):
     out = tmp_path_factory.mktemp("hs-outcomes")
-    s, run = train_router(gsm8k_outcomes, _cfg(), out, _tfidf)
+    s, run = train_router(gsm8k_outcomes, _cfg(), out, tfidf)
     return s, run
 
 
@@ -274,7 +268,7 @@ def test_outcomes_test_prompts_do_not_move_the_choice(outcomes_run, gsm8k_outcom
     assert 0 < t.sum() < len(bad)
     bad.loc[t, O.SCORE] = 1.0 - bad.loc[t, O.SCORE].astype(float)
     bad.loc[t, O.SUCCESS] = ~bad.loc[t, O.SUCCESS].astype(bool)
-    s2, _ = train_router(bad, _cfg(), tmp_path, _tfidf)
+    s2, _ = train_router(bad, _cfg(), tmp_path, tfidf)
     assert s2["test"]["strong_only"]["quality"] != s["test"]["strong_only"]["quality"]
     assert s2["head_selection"] == s["head_selection"]
 

@@ -20,7 +20,7 @@ from replaylab.router.metrics import (
 from replaylab.router.replay import Label, OutcomeMatrix, outcome_matrix
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.routellm import import_routellm_gsm8k
-from tests.test_router_exploration import ROUTELLM_COST
+from tests.helpers.router import ROUTELLM_COST
 
 
 def matrix(score: np.ndarray, cost: np.ndarray, names: tuple[str, ...] = ("weak", "strong"),

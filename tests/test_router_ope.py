@@ -22,7 +22,7 @@ from replaylab.router.ope import (
 from replaylab.router.replay import Label, outcome_matrix
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.routellm import import_routellm_gsm8k
-from tests.test_router_exploration import ROUTELLM_COST
+from tests.helpers.router import ROUTELLM_COST
 
 K, CONTEXTS = 3, 6
 # mean reward of each (context type, candidate): fixed, the truth is computed from it

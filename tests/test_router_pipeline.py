@@ -16,39 +16,19 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.apps.router import default_outcomes
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
 from replaylab.pipelines.router import RouterDataError, prompt_meta, seeded_split, train_router
 from replaylab.router.artifact import export_router
 from replaylab.router.exploration import simulate_receipts
-from replaylab.router.pipeline_config import router_config
 from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
 from tests.conftest import REPO
+from tests.helpers.router import CHEAP, GSM8K, STRONG, router_pipeline_config, tfidf
 
-GSM8K = default_outcomes()
-CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 POLICIES = {"learned", "rules", "rules_equal", "random", "knn", "lgbm", "cheap_only",
             "strong_only", "oracle"}
 KEYS = {"quality", "cost", "strong_share", "apgr", "cpt50", "cpt80", "cost_ratio_at_95"}
-
-
-def _cfg(**over) -> object:
-    base = {"candidates": [CHEAP, STRONG],
-            "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
-            "head": {"max_epochs": 30, "num_threads": 1}, "go": {"n_boot": 300},
-            "evaluation": {"n_boot": 200}, "lgbm_estimators": 50}
-    base.update(over)
-    return router_config(base)
-
-
-def _tfidf(texts: list[str]) -> np.ndarray:
-    from sklearn.decomposition import TruncatedSVD
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    z = TruncatedSVD(48, random_state=0).fit_transform(TfidfVectorizer(min_df=2).fit_transform(texts))
-    return (z / np.linalg.norm(z, axis=1, keepdims=True).clip(1e-9)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -62,10 +42,10 @@ def gsm8k_run(outcomes, tmp_path_factory):
 
     def embed(texts):
         seen.append(list(texts))
-        return _tfidf(texts)
+        return tfidf(texts)
 
     out = tmp_path_factory.mktemp("router")
-    summary, run = train_router(outcomes, _cfg(), out, embed)
+    summary, run = train_router(outcomes, router_pipeline_config(), out, embed)
     return summary, run, out, seen
 
 
@@ -90,8 +70,8 @@ def test_seed_to_seed_spread_beside_the_headline(outcomes, gsm8k_run, tmp_path):
     being the headline itself; other seeds give other heads (a spread, not a copy)."""
     s1, _, _, _ = gsm8k_run
     assert s1["spread"]["seeds"] == [0]  # the library default: no spread
-    s, _ = train_router(outcomes, _cfg(spread_seeds=3, head={"max_epochs": 30, "num_threads": 1,
-                                                             "teachers": 1}), tmp_path, _tfidf)
+    s, _ = train_router(outcomes, router_pipeline_config(spread_seeds=3, head={"max_epochs": 30, "num_threads": 1,
+                                                             "teachers": 1}), tmp_path, tfidf)
     sp = s["spread"]
     assert sp["seeds"] == [0, 1, 2] and len(sp["rows"]) == 3
     assert sp["cost_ratio_at_95"]["values"][0] == s["test"]["learned"]["cost_ratio_at_95"]
@@ -119,7 +99,7 @@ def test_exploration_is_bounded_and_session_scoped(gsm8k_run):
     assert abs(e["explored_sessions"] / e["sessions"] - 0.05) < 4 * se
     assert s["labels"]["exploration"] == e["explored_sessions"]
     with pytest.raises(ConfigError, match="cap"):
-        _cfg(exploration={"rate": 0.2})
+        router_pipeline_config(exploration={"rate": 0.2})
 
 
 def test_oracle_and_anchors_bound_every_policy(gsm8k_run):
@@ -177,7 +157,7 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
     small = {"head": {"max_epochs": 3, "num_threads": 1}, "lgbm_estimators": 5,
              "go": {"n_boot": 100, "curve_fractions": [1.0]}, "evaluation": {"n_boot": 20}}
     sub = _two_task_subset(outcomes)
-    s0, _ = train_router(sub, _cfg(**small), tmp_path / "a", _tfidf)
+    s0, _ = train_router(sub, router_pipeline_config(**small), tmp_path / "a", tfidf)
     labels = pd.read_parquet(s0["artifacts"]["labels"])
     replayed = set(labels.loc[labels[Label.LABEL_SOURCE] == "replay", Label.PROMPT_ID])
     ids = sub["prompt_id"].drop_duplicates().to_numpy()
@@ -188,7 +168,7 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
     changed = sub.copy()
     changed.loc[flip, "score"] = (changed.loc[flip, "candidate"] == CHEAP).astype(float)
     changed.loc[flip, "success"] = changed.loc[flip, "score"] >= 0.5
-    s1, _ = train_router(changed, _cfg(**small), tmp_path / "b", _tfidf)
+    s1, _ = train_router(changed, router_pipeline_config(**small), tmp_path / "b", tfidf)
     assert s1["rules"]["task_candidate"] != s0["rules"]["task_candidate"]
     assert s1["rules"]["task_candidate"] == {"even": CHEAP, "odd": CHEAP}
     assert s1["rules_equal"]["task_candidate"] == s0["rules_equal"]["task_candidate"]
@@ -197,9 +177,9 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
     # the gate compares against the configured baseline
     assert s1["go_detail"]["baseline"] == "rules"
     assert s1["go_detail"]["rules_cost"] == pytest.approx(s1["test"]["rules"]["cost"])
-    s2, _ = train_router(changed, _cfg(**{**small, "go": {**small["go"], "baseline":
+    s2, _ = train_router(changed, router_pipeline_config(**{**small, "go": {**small["go"], "baseline":
                                                            "rules_equal"}}),
-                         tmp_path / "c", _tfidf)
+                         tmp_path / "c", tfidf)
     assert s2["go_baseline"] == s2["go_detail"]["baseline"] == "rules_equal"
     assert s2["go_detail"]["rules_cost"] == pytest.approx(s2["test"]["rules_equal"]["cost"])
     assert s2["go_detail"]["rules_cost"] != pytest.approx(s1["go_detail"]["rules_cost"])
@@ -208,11 +188,11 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
 
 def test_go_baseline_is_checked_and_needs_replayed_prompts(outcomes, tmp_path):
     with pytest.raises(ConfigError, match=r"baseline='rule_equal'.*one of"):
-        _cfg(go={"baseline": "rule_equal"})
+        router_pipeline_config(go={"baseline": "rule_equal"})
     sub = _two_task_subset(outcomes, 120)
     with pytest.raises(RouterDataError, match="rules_equal"):
-        train_router(sub, _cfg(go={"baseline": "rules_equal"}, replay={"share": 0.0},
-                               head={"max_epochs": 2, "num_threads": 1}), tmp_path, _tfidf)
+        train_router(sub, router_pipeline_config(go={"baseline": "rules_equal"}, replay={"share": 0.0},
+                               head={"max_epochs": 2, "num_threads": 1}), tmp_path, tfidf)
 
 
 def test_equal_information_matrix_keeps_only_fully_observed_prompts():
@@ -243,14 +223,14 @@ def test_splits_are_disjoint_and_seeded():
 def test_a_table_too_small_is_a_clear_error(outcomes, tmp_path):
     few = outcomes[outcomes["prompt_id"].isin(outcomes["prompt_id"].unique()[:20])]
     with pytest.raises(RouterDataError, match="need >= 50"):
-        train_router(few, _cfg(), tmp_path, _tfidf)
+        train_router(few, router_pipeline_config(), tmp_path, tfidf)
 
 
 def test_simulated_receipts_validate_as_ledger(outcomes):
     from replaylab.router.replay import outcome_matrix
     from replaylab.router.rules import ScenarioRules
 
-    cfg = _cfg()
+    cfg = router_pipeline_config()
     m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     sim = simulate_receipts(m, ScenarioRules(cfg.labels.rules).fit(m), cfg.labels.exploration)
     assert validate_ledger(sim.ledger).rows_quarantined == 0
@@ -277,7 +257,7 @@ def minilm_run(outcomes, encoder_dir, tmp_path_factory):
     sub = outcomes[outcomes["prompt_id"].isin(ids)]
     enc = load_encoder(encoder_dir, threads=2)
     out = tmp_path_factory.mktemp("rrun")
-    summary, run = train_router(sub, _cfg(), out, lambda t: enc.encode(t))
+    summary, run = train_router(sub, router_pipeline_config(), out, lambda t: enc.encode(t))
     art = export_router(run, encoder_dir, out / "artifacts" / "router")
     return sub, summary, run, art, enc
 
@@ -299,7 +279,7 @@ def test_router_artifact_routes_as_training_decided(minilm_run):
     assert (art / "fit_prompts.json").is_file()
     reported = pd.read_parquet(summary["artifacts"]["test_decisions"])
     first = sub.drop_duplicates("prompt_id").set_index("prompt_id")
-    m = outcome_matrix(sub, _cfg().labels.cost, candidates=[CHEAP, STRONG])
+    m = outcome_matrix(sub, router_pipeline_config().labels.cost, candidates=[CHEAP, STRONG])
     meta = m.meta.set_index(m.prompt_ids.astype(str))
     ids = reported["prompt_id"].tolist()
     texts = first.loc[ids, "prompt_text"].tolist()
@@ -453,7 +433,7 @@ print(json.dumps([r.loaded, d.candidate, d.fallback]))
 def test_meta_carries_task_and_length(outcomes):
     from replaylab.router.replay import outcome_matrix
 
-    m = outcome_matrix(outcomes, _cfg().labels.cost, candidates=[CHEAP, STRONG])
+    m = outcome_matrix(outcomes, router_pipeline_config().labels.cost, candidates=[CHEAP, STRONG])
     meta = prompt_meta(m)
     assert set(meta["category"]) == {"gsm8k"} and (meta["prompt_tokens"] > 0).all()
 

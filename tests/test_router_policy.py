@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from sklearn.metrics import roc_auc_score
 
 from replaylab.router.baselines import (
@@ -31,7 +32,9 @@ from replaylab.router.policy import (
     strongest_column,
     threshold_curve,
 )
-from tests.test_router_head import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
+from tests.helpers.router import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
+
+torch.set_num_threads(1)  # as test_router_head, whose data these are
 
 # 4 prompts x 3 candidates (cheapest first); costs 1, 3, 10 per call
 S4 = np.array([[1, 1, 1], [0, 1, 1], [0, 0, 1], [0, 0, 0]], float)

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.apps.router import default_outcomes
 from replaylab.contracts import validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.pipelines.router_receipts import gate, train_router_receipts
@@ -26,7 +25,6 @@ from replaylab.router.config import RouterEvalConfig, RouterExplorationConfig
 from replaylab.router.exploration import (
     deployment_ledger,
     policy_truth,
-    replay_outcomes,
     simulate_receipts,
 )
 from replaylab.router.ope import (
@@ -36,60 +34,34 @@ from replaylab.router.ope import (
     point_values,
     policy_matrix,
 )
-from replaylab.router.pipeline_config import router_config
 from replaylab.router.receipts import ReceiptsError
-from replaylab.router.replay import outcome_matrix
 from replaylab.router.rules import ScenarioRules
-from replaylab.sources.routellm import import_routellm_gsm8k
 from tests.conftest import REPO
-
-CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
-ENCODER = "tfidf-svd-48"
-
-
-def _cfg(**over) -> object:
-    base = {"candidates": [CHEAP, STRONG],
-            "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
-            "head": {"max_epochs": 20, "num_threads": 1, "teachers": 1},
-            "receipts": {"n_boot": 200, "min_explored_per_candidate": 5}, "spread_seeds": 1,
-            "replay_plan": {"budget": 50}}
-    base.update(over)
-    return router_config(base)
-
-
-def _tfidf(texts: list[str]) -> np.ndarray:
-    from sklearn.decomposition import TruncatedSVD
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
-    z = TruncatedSVD(48, random_state=0).fit_transform(TfidfVectorizer(min_df=2).fit_transform(texts))
-    return (z / np.linalg.norm(z, axis=1, keepdims=True).clip(1e-9)).astype(np.float32)
+from tests.helpers.router import (
+    CHEAP,
+    ENCODER,
+    STRONG,
+    receipts_world,
+    router_receipts_config,
+    tfidf,
+)
 
 
 @pytest.fixture(scope="module")
 def world():
-    outcomes = import_routellm_gsm8k(default_outcomes())
-    cfg = _cfg()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
-    sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.08, sessions_per_prompt=2,
-                                                              seed=3))
-    texts = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"].to_dict()
-    return m, sim, texts
+    return receipts_world(router_receipts_config())
 
 
 @pytest.fixture(scope="module")
 def files(world):
-    m, sim, texts = world
-    led = deployment_ledger(sim, texts)
-    rep = replay_outcomes(sim, m, texts, share=0.25, seed=0)
-    return led, rep
+    return world.ledger, world.replays
 
 
 @pytest.fixture(scope="module")
 def trained(files, tmp_path_factory):
     led, rep = files
     out = tmp_path_factory.mktemp("receipts")
-    summary, run = train_router_receipts(validate_ledger(led), rep, _cfg(), out, _tfidf, ENCODER)
+    summary, run = train_router_receipts(validate_ledger(led), rep, router_receipts_config(), out, tfidf, ENCODER)
     return summary, run, out
 
 
@@ -120,7 +92,7 @@ def test_summary_keys_and_one_verdict(trained):
 def test_seed_to_seed_spread_beside_the_headline(files, tmp_path):
     led, rep = files
     s, _ = train_router_receipts(validate_ledger(led), rep,
-                                 _cfg(spread_seeds=2), tmp_path, _tfidf, ENCODER)
+                                 router_receipts_config(spread_seeds=2), tmp_path, tfidf, ENCODER)
     sp = s["spread"]
     assert sp["seeds"] == [0, 1] and len(sp["diff_quality"]["values"]) == 2
     assert sp["diff_quality"]["values"][0] == s["ope"]["diff"]["quality"]["estimate"]
@@ -172,7 +144,7 @@ def test_escalations_left_out_of_decisions_but_in_session_cost(trained, files):
 
 def test_dr_covers_the_simulators_truth(trained, world):
     s, run, _ = trained
-    m, sim, _ = world
+    m, sim = world.matrix, world.sim
     truth = policy_truth(sim, m, run.test_sessions, run.test_choice)
     ope = s["ope"]
     assert ope["dr"]["ci"][0] <= truth["quality"] <= ope["dr"]["ci"][1]
@@ -193,7 +165,7 @@ def test_replay_plan_ranks_unobserved_recent_pairs(trained):
 
 # ---------------------------------------------------------------- refusals
 def _train(led, tmp_path, **over):
-    return train_router_receipts(validate_ledger(led), None, _cfg(**over), tmp_path, _tfidf, ENCODER)
+    return train_router_receipts(validate_ledger(led), None, router_receipts_config(**over), tmp_path, tfidf, ENCODER)
 
 
 def test_refuses_propensities_out_of_range(files, tmp_path):
@@ -212,8 +184,8 @@ def test_refuses_a_policy_binding_without_propensity(files, tmp_path):
 
 
 def test_refuses_exploration_above_the_cap(world, tmp_path):
-    m, _, texts = world
-    rules = ScenarioRules(_cfg().labels.rules).fit(m)
+    m, texts = world.matrix, world.texts
+    rules = ScenarioRules(router_receipts_config().labels.rules).fit(m)
     sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.2, cap=0.3, seed=1))
     with pytest.raises(ReceiptsError, match="above router.exploration.cap=0.1"):
         _train(deployment_ledger(sim, texts), tmp_path)
@@ -257,7 +229,7 @@ def test_other_models_are_counted_and_left_out(files, tmp_path):
 def test_stored_embeddings_of_the_configured_encoder_are_used(files, tmp_path):
     led = files[0].copy()
     first = led.index[led[L.TURN_INDEX] == 0]
-    vec = _tfidf(led.loc[first, L.PROMPT_TEXT].astype(str).tolist())
+    vec = tfidf(led.loc[first, L.PROMPT_TEXT].astype(str).tolist())
     led[L.PROMPT_EMBEDDING] = pd.Series([None] * len(led), index=led.index, dtype=object)
     led[L.EMBEDDING_MODEL] = None
     for j, i in enumerate(first[:300]):
@@ -393,9 +365,9 @@ def test_head_trains_on_a_bounded_uniform_sample_of_train_sessions(files, traine
     (their replays with them); calibration and test are untouched."""
     led, rep = files
     full, _, _ = trained
-    cfg = _cfg(receipts={"n_boot": 200, "min_explored_per_candidate": 5,
+    cfg = router_receipts_config(receipts={"n_boot": 200, "min_explored_per_candidate": 5,
                          "max_train_decisions": 300})
-    s, run = train_router_receipts(validate_ledger(led), rep, cfg, tmp_path, _tfidf, ENCODER)
+    s, run = train_router_receipts(validate_ledger(led), rep, cfg, tmp_path, tfidf, ENCODER)
     tr = s["labels"]["train"]
     assert tr["decisions"] == 300 < tr["decisions_available"] == full["labels"]["train"]["decisions"]
     assert 0 < tr["replays"] < full["labels"]["train"]["replays"]  # replays of dropped ones out

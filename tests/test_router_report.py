@@ -24,7 +24,7 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.pipelines.router import train_router
 from replaylab.router.pipeline_config import router_config
 from replaylab.tracking.router_report import write_router_report
-from tests.test_demand_report import _ink, _parse, browse, page_stderr_problems
+from tests.helpers.reports import browse, ink, page_stderr_problems, parse_page
 
 POLICIES = ("learned", "knn", "lgbm", "rules", "random", "cheap_only", "strong_only", "oracle")
 HEADINGS = ["Router go/no-go: learned router against the rules", "At the served threshold",
@@ -76,12 +76,12 @@ def report(summary, tmp_path_factory):
 
 
 def _text(path) -> str:
-    return " ".join(" ".join(_parse(path.read_text()).text).split())
+    return " ".join(" ".join(parse_page(path.read_text()).text).split())
 
 
 def test_report_contents(summary, report):
     before = json.dumps(summary, sort_keys=True)
-    page = _parse(report.read_text())
+    page = parse_page(report.read_text())
     text = " ".join(" ".join(page.text).split())
     assert [h for h in HEADINGS if h not in page.headings] == []
     assert page.scripts == 0
@@ -162,4 +162,4 @@ def test_report_renders_in_chromium(report):
     for im in got["images"]:
         assert im["complete"] and im["w"] > 500 and im["cw"] > 300, im
         box = (int(im["x"]), int(im["y"]), int(im["cw"]), int(im["ch"]))
-        assert _ink(got["png"], box) > 0.02, im["alt"]
+        assert ink(got["png"], box) > 0.02, im["alt"]

@@ -34,13 +34,35 @@ import numpy as np
 import pytest
 
 from replaylab.artifacts.manifest import canonical_json
-from tests.test_rust_scorer import _texts, binary, cargo, run_bin, static_router  # noqa: F401
+from tests.helpers.rust import (
+    build_binary,
+    cargo_or_skip,
+    router_texts,
+    run_bin,
+    train_static_router,
+)
 
 SALT = "golden-29"
 
 
+@pytest.fixture(scope="module")
+def cargo() -> str:
+    return cargo_or_skip()
+
+
+@pytest.fixture(scope="module")
+def binary(cargo) -> Path:
+    return build_binary(cargo)
+
+
+@pytest.fixture(scope="module")
+def static_router(tmp_path_factory, cargo) -> Path:
+    """A static-tier router artifact from the real pipeline (see train_static_router)."""
+    return train_static_router(tmp_path_factory.mktemp("rust-scorer") / "run")
+
+
 # ------------------------------------------------------------------ fast: the draw alone
-def test_draw_and_explored_index_are_pythons(binary):  # noqa: F811
+def test_draw_and_explored_index_are_pythons(binary):
     from replaylab.runtime.binder import exploration_draw, explored_index
 
     rng = random.Random(6)
@@ -65,7 +87,7 @@ def test_draw_and_explored_index_are_pythons(binary):  # noqa: F811
 
 # ------------------------------------------------------------------ slow: golden sessions
 @pytest.fixture(scope="module")
-def router(static_router):  # noqa: F811
+def router(static_router):
     from replaylab.runtime import Router
 
     r = Router.load(static_router)
@@ -74,7 +96,7 @@ def router(static_router):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def texts(router, static_router):  # noqa: F811
+def texts(router, static_router):
     """Opening texts whose decision is stable under the tolerance the two implementations
     share (docs/specs/router-scorer.md), with a category and a prompt length."""
     from replaylab.runtime.routing import decision_margin
@@ -84,7 +106,7 @@ def texts(router, static_router):  # noqa: F811
     vocab = list(router.head.vocabulary)
     queries = [{"text": t, "category": [None, *vocab, "not-a-label"][i % (len(vocab) + 2)],
                 "prompt_tokens": [None, None, 17.0, 4000.0][i % 4]}
-               for i, t in enumerate(_texts())]
+               for i, t in enumerate(router_texts())]
     d = [router.route(q["text"], q["category"], q["prompt_tokens"]) for q in queries]
     p = np.array([[x.scores[c] for c in router.candidates] for x in d])
     margin = decision_margin(p, router.threshold, fallback=router.fallback_index, rule=router.rule)
@@ -136,7 +158,7 @@ def replay_python(art: Path | None, events: list[dict], *, fallback: str | None 
     return [canonical_json(r) for r in replay_events(b, events, clock)]
 
 
-def replay_rust(binary: Path, art: Path, events: list[dict], tmp: Path, *,  # noqa: F811
+def replay_rust(binary: Path, art: Path, events: list[dict], tmp: Path, *,
                 fallback: str | None = None, **kw) -> list[bytes]:
     f = tmp / "events.jsonl"
     f.write_text("".join(json.dumps(e) + "\n" for e in events))
@@ -153,7 +175,7 @@ def replay_rust(binary: Path, art: Path, events: list[dict], tmp: Path, *,  # no
     return [line.encode() for line in proc.stdout.splitlines()]
 
 
-def same(binary, art, events, tmp, **kw) -> list[dict]:  # noqa: F811
+def same(binary, art, events, tmp, **kw) -> list[dict]:
     """Both replays; every record byte-equal. Returns the records (parsed)."""
     events = [*events, {"op": "stats"}]
     py = replay_python(art, events, **kw)
@@ -171,7 +193,7 @@ def binds(records: list[dict]) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_golden_sessions_main(binary, static_router, router, texts, tmp_path):  # noqa: F811
+def test_golden_sessions_main(binary, static_router, router, texts, tmp_path):
     events = sessions(random.Random(29), texts, 320, prefix="m")
     recs = same(binary, static_router, events, tmp_path, rate=0.1, salt=SALT)
     b, stats = binds(recs), recs[-1]
@@ -191,7 +213,7 @@ def test_golden_sessions_main(binary, static_router, router, texts, tmp_path):  
 
 
 @pytest.mark.slow
-def test_golden_sessions_ttl_and_lru(binary, static_router, texts, tmp_path):  # noqa: F811
+def test_golden_sessions_ttl_and_lru(binary, static_router, texts, tmp_path):
     rng = random.Random(30)
     first = sessions(rng, texts, 60, prefix="t", step=0.5)
     # the same ids re-seen 2 minutes later (ttl 60 s), half with turn_index
@@ -225,7 +247,7 @@ CASES = ["rate_above_cap", "bad_rate", "unknown_candidate", "off_ladder", "missi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
-def test_golden_sessions_fallbacks(binary, static_router, router, texts, tmp_path, case):  # noqa: F811
+def test_golden_sessions_fallbacks(binary, static_router, router, texts, tmp_path, case):
     cheap, strong = router.candidates[0], router.candidates[-1]
     events = sessions(random.Random(40 + CASES.index(case)), texts, 40, prefix=case[:2])
     art = static_router
@@ -272,7 +294,7 @@ def test_golden_sessions_fallbacks(binary, static_router, router, texts, tmp_pat
 
 
 @pytest.mark.slow
-def test_bind_refusals(binary, static_router, tmp_path):  # noqa: F811
+def test_bind_refusals(binary, static_router, tmp_path):
     f = tmp_path / "ev.jsonl"
     f.write_text('{"op": "bind", "session_id": "a", "text": "hi"}\n')
     proc = run_bin(binary, "bind", "--artifact", str(tmp_path / "nowhere"), "--events", str(f))

@@ -47,7 +47,7 @@ from replaylab.pipelines.project import LedgerInput, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.runtime import DemandPredictor
 from replaylab.sources.synthetic import SyntheticLedgerConfig
-from tests.test_rust_scorer import cargo_env, find_cargo
+from tests.helpers.rust import cargo_env, find_cargo
 
 REPO = Path(__file__).resolve().parents[1]
 CRATE = REPO / "scorers" / "rust"

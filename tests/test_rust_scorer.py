@@ -21,59 +21,37 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import random
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from replaylab.artifacts.manifest import canonical_json
+from tests.helpers.rust import (
+    CRATE,
+    build_binary,
+    cargo_env,
+    cargo_or_skip,
+    router_texts,
+    run_bin,
+    train_static_router,
+)
 
 REPO = Path(__file__).resolve().parents[1]
-CRATE = REPO / "scorers" / "rust"
-BINARY = CRATE / "target" / "release" / "replaylab-route"
-
-
-def find_cargo() -> str | None:
-    """`cargo` on PATH, else rustup's default place; None when neither."""
-    found = shutil.which("cargo")
-    if found:
-        return found
-    home = Path.home() / ".cargo" / "bin" / "cargo"
-    return str(home) if home.is_file() else None
-
-
-def cargo_env(cargo: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(cargo).parent}{os.pathsep}{env.get('PATH', '')}"  # rustc beside it
-    return env
 
 
 @pytest.fixture(scope="module")
 def cargo() -> str:
-    found = find_cargo()
-    if found is None:
-        pytest.skip("cargo not on PATH: the Rust scorer is not checked")
-    return found
+    return cargo_or_skip()
 
 
 @pytest.fixture(scope="module")
 def binary(cargo) -> Path:
-    proc = subprocess.run([cargo, "build", "--offline", "--release", "--quiet"], cwd=CRATE,
-                          env=cargo_env(cargo), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert BINARY.is_file()
-    return BINARY
-
-
-def run_bin(binary: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], input=stdin, capture_output=True, text=True,
-                          timeout=300)
+    return build_binary(cargo)
 
 
 # ------------------------------------------------------------------------ fast: the parts
@@ -166,37 +144,8 @@ def test_safetensors_reader_reads_the_exporters_files(binary, tmp_path):
 # ------------------------------------------------------------------ slow: a real artifact
 @pytest.fixture(scope="module")
 def static_router(tmp_path_factory, cargo) -> Path:
-    """A static-tier router artifact from the real pipeline (small head, few bootstraps;
-    the static encoder comes from the repo cache, exported there once when absent)."""
-    run = tmp_path_factory.mktemp("rust-scorer") / "run"
-    cmd = [sys.executable, "-m", "training", "pipeline=router", "tracking=off",
-           "router.encoder.tier=static", "router.head.max_epochs=5", "router.go.n_boot=100",
-           "router.evaluation.n_boot=20", "router.lgbm_estimators=10", f"hydra.run.dir={run}"]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    art = run / "artifacts" / "router"
-    assert json.loads((art / "router.json").read_text())["encoder"]["tier"] == "static"
-    return art
-
-
-def _texts() -> list[str]:
-    from replaylab.apps.router import default_outcomes
-    from replaylab.router.encoder import EDGE_CASE_TEXTS
-    from replaylab.sources.routellm import import_routellm_gsm8k
-
-    df = import_routellm_gsm8k(str(default_outcomes())).drop_duplicates("prompt_id")
-    prompts = df["prompt_text"].astype(str).tolist()[:250]
-    rng = np.random.default_rng(3)
-    pools = [range(0x20, 0x7F), range(0xA0, 0x250), range(0x300, 0x370), range(0x400, 0x4FF),
-             range(0x590, 0x6FF), range(0x2000, 0x206F), range(0x3040, 0x30FF),
-             range(0x4E00, 0x4F00), range(0xAC00, 0xAD00), range(0x1F300, 0x1F64F),
-             range(0x0, 0x20), range(0xFE00, 0xFFFF)]
-    noise = ["".join(chr(int(rng.integers(p.start, p.stop))) + (" " if rng.random() < 0.2 else "")
-                     for p in (pools[int(rng.integers(len(pools)))]
-                               for _ in range(int(rng.integers(1, 60)))))
-             for _ in range(120)]
-    return prompts + list(EDGE_CASE_TEXTS) + noise + ["Ünïcödé " * 600]  # past max_chars
+    """A static-tier router artifact from the real pipeline (see train_static_router)."""
+    return train_static_router(tmp_path_factory.mktemp("rust-scorer") / "run")
 
 
 def _route(binary: Path, art: Path, queries: list[dict]) -> list[dict]:
@@ -240,7 +189,7 @@ def test_route_is_the_golden_vectors_and_the_python_router(binary, static_router
     router = Router.load(static_router)
     assert router.loaded and router.tier == "static", router.reason
     vocab = list(router.head.vocabulary)
-    texts = _texts()
+    texts = router_texts()
     queries = [{"text": t, "category": [None, *vocab, "not-a-label"][i % (len(vocab) + 2)],
                 "prompt_tokens": [None, None, 17.0, 0.0, -3.0, 4000.0][i % 6]}
                for i, t in enumerate(texts)]

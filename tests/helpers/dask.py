@@ -1,0 +1,52 @@
+"""A Dask scheduler and workers as separate processes, as on a cluster."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+@contextlib.contextmanager
+def dask_processes(tmp: Path, n_workers: int = 2):
+    """A `dask scheduler` and `n_workers` `dask worker` processes started apart (as on a
+    cluster), on loopback; yields (address, the worker processes); all stopped after."""
+    from distributed import Client
+
+    dask_bin = str(Path(sys.executable).parent / "dask")
+    sched_file = tmp / "scheduler.json"
+    procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(sched_file)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+                              start_new_session=True)]
+    try:
+        deadline = time.time() + 60
+        while not sched_file.is_file() and time.time() < deadline:
+            time.sleep(0.2)
+        address = json.loads(sched_file.read_text())["address"]
+        workers = [subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1",
+                                     "--nthreads", "1", "--no-dashboard"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    env=ENV, start_new_session=True) for _ in range(n_workers)]
+        procs += workers
+        with Client(address) as c:
+            c.wait_for_workers(n_workers, timeout=60)
+        yield address, workers
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
