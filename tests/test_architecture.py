@@ -19,6 +19,9 @@ SRC = REPO / "src"
 LIBRARY = SRC / "replaylab"
 APPS = ("training", "export", "evaluation")
 HOUSE = ("replaylab", *APPS)  # top-level packages of this repository
+# with the tests' own package (tests.helpers, tests.conftest): what the private-name rules read
+PACKAGES = (*HOUSE, "tests")
+TESTS = REPO / "tests"
 APPS_SHARED = LIBRARY / "apps"  # the only place under src/ for MLflow and the environment
 
 # runtime/ is what serving installs (replaylab[serve]: numpy, onnxruntime, tokenizers)
@@ -68,7 +71,7 @@ def _is_private(name: str) -> bool:
 def _module_file(dotted: str) -> Path | None:
     """The file of a module of this repository (None for another library's)."""
     parts = dotted.split(".")
-    if parts[0] not in HOUSE:
+    if parts[0] not in PACKAGES:
         return None
     root = SRC if parts[0] == "replaylab" else REPO
     for candidate in (root.joinpath(*parts).with_suffix(".py"),
@@ -174,7 +177,7 @@ def private_name_imports(files: list[Path]) -> list[str]:
     for path in files:
         me = _module_name(path)
         for imp in imports(path):
-            if imp.module.split(".")[0] not in HOUSE:
+            if imp.module.split(".")[0] not in PACKAGES:
                 continue
             if imp.name is None:  # import a._b / import_module("a._b")
                 if any(_is_private(p) for p in imp.module.split(".")):
@@ -279,10 +282,27 @@ def test_no_private_name_crosses_a_module_in_the_apps():
 def test_no_private_name_of_the_house_in_tests_bench_or_scripts():
     """Tests, benchmarks and scripts use the library's public names only: no private
     import from it, no ``obj._x`` on its objects (a test that needs a value gets it a
-    public name or reads it through the public API)."""
+    public name or reads it through the public API). The same holds between the tests'
+    own modules: a helper of tests/helpers/ or conftest.py is imported by its public name."""
     files = _files(*(REPO / d for d in OUTSIDE))
     bad = private_name_imports(files) + private_attribute_uses(files)
     assert not bad, "private names of src/ used outside it:\n" + "\n".join(bad)
+
+
+def test_tests_share_code_through_helpers_never_through_another_test_module():
+    """A test module imports no other test module (``tests.test_*``): what several share is
+    a public name of tests/helpers/ (fixtures: conftest.py), so that moving or deleting
+    one test file never breaks another. Nothing under tests/ (helpers/ and conftest.py
+    included) imports a test module."""
+    bad = []
+    for path in _files(TESTS):
+        me = _module_name(path)
+        for imp in imports(path):
+            target = _source_module(imp)
+            if target.split(".")[0] == "tests" and target.split(".")[-1].startswith("test_") \
+                    and target != me:
+                bad.append(f"{imp.where()} (imports the test module {target})")
+    assert not bad, "test modules importing each other:\n" + "\n".join(bad)
 
 
 def test_entry_points_never_import_each_other():
