@@ -22,11 +22,11 @@ The same steps, checks and summary as `pipelines.router_receipts.train_router_re
    ordered by session id as the local table is; the cost model from partition sums;
 6. the test sessions judged on the workers with the served graph
    (`head_onnx.PortableHead`): every estimator, paired difference and the threshold
-   curve are partition sums; the thresholds are exact quantiles of the test routing
-   scores; intervals by a session Poisson bootstrap whose weights are a hash of
-   (session id, replicate, seed) (`dask_ops.poisson_weights`), so partitions agree
-   without talking. The local run resamples sessions (a multinomial bootstrap): point
-   estimates agree to float rounding, intervals to bootstrap noise (docs/results/scale.md);
+   curve are partition sums (`router.ope_sums`, which the local run uses on all its test
+   rows at once); the thresholds are exact quantiles of the test routing scores; the
+   intervals' session Poisson bootstrap weights are a hash of (session id, replicate,
+   seed), so partitions agree without talking and both modes report the same figures
+   (to float summation order);
 7. the test decisions and the label rows written as Parquet by the workers; the replay
    plan as per-partition top-k merged on the driver; a bounded hashed sample of test
    decisions (`SERVED_SAMPLE`) comes back for the exported artifact's served check.
