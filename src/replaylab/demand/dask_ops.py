@@ -180,6 +180,16 @@ def exact_quantiles_dask(x: object, qs: Sequence[float], buckets: int = BUCKETS
     return linear_quantiles(n, qs, stats.__getitem__), int(n)
 
 
+def exact_order_statistics_dask(x: object, ranks: Sequence[int], buckets: int = BUCKETS
+                                ) -> tuple[dict[int, float], int]:
+    """({rank: value} at 0-based `ranks` of a dask Series of finite float64 values, n),
+    exactly (`order_statistics_dask` after one pass for the count and key range)."""
+    n, kmin, kmax = on_partitions(x, _part_stats, _stats_sum)
+    if n == 0:
+        raise ValueError("no values: cannot take order statistics")
+    return order_statistics_dask(x, ranks, n, kmin, kmax, buckets), int(n)
+
+
 def kth_smallest_hash(x: object, m: int, buckets: int = BUCKETS) -> float:
     """The m-th smallest (1-based) value of a dask Series of finite float64 (a threshold
     for an exact uniform subsample of size m by hashed keys)."""

@@ -48,14 +48,17 @@ from replaylab.contracts import Ledger as L
 from replaylab.pipelines.router_receipts import (
     FitData,
     ReceiptsRun,
+    decision_cost_sums,
     fit_router,
     gate,
     golden_inputs,
     plan_meta,
     receipts_summary,
+    replay_cost_sums,
     seed_spread,
     spread_row,
     test_decisions,
+    unit_costs,
 )
 from replaylab.pipelines.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
@@ -78,6 +81,8 @@ from replaylab.router.receipts import (
     opening_decisions,
     policy_counts,
     replay_rows,
+    representation_counts,
+    representation_refusal,
     rule_counts,
     split_boundaries,
     split_ranks,
@@ -138,23 +143,6 @@ def conform(dec: pd.DataFrame) -> pd.DataFrame:
         else:
             out[col] = pd.to_numeric(pd.Series(v), errors="coerce").astype("float64")
     return out
-
-
-def representation_counts(dec: pd.DataFrame, encoder_id: str) -> dict:
-    """Decisions with text, with a usable ledger embedding, with neither; widths."""
-    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
-    has_text = np.array([isinstance(t, str) for t in text], dtype=bool)
-    vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
-    has_vec = np.array([v is not None and not (isinstance(v, float) and np.isnan(v))
-                        for v in vec], dtype=bool)
-    models = dec[L.EMBEDDING_MODEL].to_numpy(dtype=object)
-    matching = has_vec & (models == encoder_id)
-    missing = ~has_text & ~matching
-    other = sorted({str(m) for m, hv, ht in zip(models, has_vec, has_text, strict=True)
-                    if hv and not ht and m != encoder_id})
-    widths = sorted({len(v) for v in vec[~has_text & matching]})
-    return {"missing": int(missing.sum()), "n": int(len(dec)),
-            "other_models": {m: 1 for m in other}, "widths": {str(w): 1 for w in widths}}
 
 
 def decision_part(frame: pd.DataFrame, cands: tuple[str, ...], encoder_id: str) -> dict:
@@ -241,26 +229,6 @@ def with_u(part: pd.DataFrame, seed: int) -> pd.DataFrame:
     return part.assign(u=hashed_u(part, seed))
 
 
-def action_sums(part: pd.DataFrame, k: int) -> np.ndarray:
-    """(4, K): per action the sum and count of finite train call costs and session costs."""
-    out = np.zeros((4, k))
-    a = part["action"].to_numpy(np.int64)
-    for row, col in ((0, Label.COST), (2, Label.SESSION_COST)):
-        v = part[col].to_numpy(float)
-        ok = np.isfinite(v)
-        out[row] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
-        out[row + 1] = np.bincount(a[ok], minlength=k)[:k]
-    return out
-
-
-def mean_from_sums(total: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """`router_receipts` cost model from per-action sums: the mean per action, an action
-    without any finite value: the overall mean (0 when there is none)."""
-    overall = float(total.sum() / count.sum()) if count.sum() > 0 else 0.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), overall)
-
-
 def score_part(part: pd.DataFrame, head: Any, threshold: float, top: int, rule: str, k: int,
                d: int, splits: tuple[str, ...]) -> pd.DataFrame:
     """Rows of `splits` with the served head's P(success) per candidate and its choice;
@@ -301,10 +269,9 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
 
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
     from replaylab.demand.dask_ops import (
+        exact_order_statistics_dask,
         exact_quantiles_dask,
         kth_smallest_hash,
-        on_partitions,
-        order_statistics_dask,
     )
 
     out_dir = Path(out_dir)
@@ -387,26 +354,17 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             report["exploration"] = facts
             if errors:
                 raise ReceiptsError(f"{where}: {errors[0]}")
-            if rep_c.get("missing"):
-                other = sorted(rep_c.get("other_models", {}))
-                why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
-                       f"{encoder.encoder_id!r}" if other else "")
-                raise ReceiptsError(f"{where}: {rep_c['missing']} of {rep_c['n']} opening decisions "
-                                    f"have neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of "
-                                    f"the configured encoder{why}: the router cannot see those "
-                                    "prompts")
+            refusal = representation_refusal(rep_c, encoder.encoder_id, where)
+            if refusal:
+                raise ReceiptsError(refusal)
             widths = sorted(int(w) for w in rep_c.get("widths", {}))
-            if len(widths) > 1:
-                raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths "
-                                    f"{widths}")
             if widths and widths[0] != encoder.dimension:
                 raise ReceiptsError(f"{where}: prompt_embedding width {widths[0]} differs from the "
                                     f"encoder's {encoder.dimension}")
             k_cal, k_test = split_ranks(n_sessions, rc)
             opening = sessions["opening_ms"].astype("float64")
-            nn, kmin, kmax = on_partitions(opening, _stats_of, _stats_total)
-            ranks = order_statistics_dask(opening, [0, k_cal, k_test, n_sessions - 1], nn,
-                                          kmin, kmax)
+            ranks, _ = exact_order_statistics_dask(opening,
+                                                   [0, k_cal, k_test, n_sessions - 1])
             t_first, t_cal, t_test, t_last = (int(ranks[r]) for r in
                                               (0, k_cal, k_test, n_sessions - 1))
             emb_ms = int(rc.embargo_ms)
@@ -447,17 +405,12 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
         # 5. the fits on the driver
         with step(stages, "fit"):
             tr_all = emb[emb["split"] == "train"]
-            sums = np.sum(dask.compute(*[delayed(action_sums)(p, k) for p in
+            sums = np.sum(dask.compute(*[delayed(decision_cost_sums)(p, k) for p in
                                          tr_all.to_delayed()]), axis=0)
             rep, rep_report, matched = _replays(replays, kept, cands, cfg)
             if len(rep):
-                tr_rep = rep[rep["split"] == "train"]
-                ok = np.isfinite(tr_rep[Label.COST].to_numpy(float))
-                sums[0] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok],
-                                       weights=tr_rep[Label.COST].to_numpy(float)[ok], minlength=k)
-                sums[1] += np.bincount(tr_rep["action"].to_numpy(np.int64)[ok], minlength=k)
-            unit_cost = mean_from_sums(sums[0], sums[1])
-            unit_session = mean_from_sums(sums[2], sums[3])
+                sums = sums + replay_cost_sums(rep, k)
+            unit_cost, unit_session = unit_costs(sums)
             n_avail = {"train": report["decisions"]["train"],
                        "calibration": report["decisions"]["calibration"]}
             cols = emb_columns(encoder.dimension)
@@ -583,20 +536,6 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                       test_texts=texts_s,
                       test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy())
     return summary, run
-
-
-def _stats_of(x: pd.Series) -> tuple:
-    from replaylab.demand.dask_ops import sortable_keys
-
-    kk = sortable_keys(x.to_numpy(dtype="float64"))
-    return (len(kk), int(kk.min()) if len(kk) else None, int(kk.max()) if len(kk) else None)
-
-
-def _stats_total(parts: list) -> tuple:
-    n = sum(p[0] for p in parts)
-    lo = [p[1] for p in parts if p[1] is not None]
-    hi = [p[2] for p in parts if p[2] is not None]
-    return n, (min(lo) if lo else None), (max(hi) if hi else None)
 
 
 def _policy_total(parts: tuple) -> dict:

@@ -128,18 +128,6 @@ def _logged(d: pd.DataFrame, candidates: tuple[str, ...], reward: str) -> Logged
                            d[OPENING_REQUEST].to_numpy())
 
 
-def _mean_by_action(values: np.ndarray, action: np.ndarray, k: int) -> np.ndarray:
-    """(K,) mean of finite values per action; an action without any: the overall mean."""
-    ok = np.isfinite(values)
-    overall = float(values[ok].mean()) if ok.any() else 0.0
-    out = np.full(k, overall)
-    for a in range(k):
-        m = ok & (action == a)
-        if m.any():
-            out[a] = float(values[m].mean())
-    return out
-
-
 def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
     """Column whose constant policy has the best DR quality (ties: the cheaper)."""
     k = q.shape[1]
@@ -413,17 +401,44 @@ def spread_row(seed: int, point: dict, ope: dict, margin: float) -> dict:
             "go": gate(ope, margin, ope["explored_sessions"], 1.0, 1.0)["go"]}
 
 
-def unit_costs(train: pd.DataFrame, replays: pd.DataFrame, k: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The cost model: per-candidate mean cost of every train call (decisions and train
-    replays), and per-candidate mean session cost of the train decisions."""
-    tr_rep = replays[replays["split"] == "train"]
-    tr_cost = np.concatenate([pd.to_numeric(train[Label.COST], errors="coerce").to_numpy(float),
-                              tr_rep[Label.COST].to_numpy(float)])
-    tr_act = np.concatenate([train["action"].to_numpy(), tr_rep["action"].to_numpy()])
-    return (_mean_by_action(tr_cost, tr_act, k),
-            _mean_by_action(pd.to_numeric(train[Label.SESSION_COST], errors="coerce")
-                            .to_numpy(float), train["action"].to_numpy(), k))
+def decision_cost_sums(train: pd.DataFrame, k: int) -> np.ndarray:
+    """(4, K) per action: the sum and count of finite call costs, then of finite session
+    costs, of train decisions (additive over partitions: the Dask run sums them)."""
+    out = np.zeros((4, k))
+    a = train["action"].to_numpy(np.int64)
+    for row, col in ((0, Label.COST), (2, Label.SESSION_COST)):
+        v = pd.to_numeric(train[col], errors="coerce").to_numpy(float)
+        ok = np.isfinite(v)
+        out[row] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
+        out[row + 1] = np.bincount(a[ok], minlength=k)[:k]
+    return out
+
+
+def replay_cost_sums(replays: pd.DataFrame, k: int) -> np.ndarray:
+    """(4, K) the train replays' call costs in `decision_cost_sums`' layout (a replay is a
+    call, not a session: rows 2-3 stay 0)."""
+    out = np.zeros((4, k))
+    tr = replays[replays["split"] == "train"]
+    v = tr[Label.COST].to_numpy(float)
+    a = tr["action"].to_numpy(np.int64)
+    ok = np.isfinite(v)
+    out[0] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
+    out[1] = np.bincount(a[ok], minlength=k)[:k]
+    return out
+
+
+def mean_from_sums(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The mean per action; an action without any finite value: the overall mean (0 when
+    there is none)."""
+    overall = float(total.sum() / count.sum()) if count.sum() > 0 else 0.0
+    return np.where(count > 0, total / np.maximum(count, 1), overall)
+
+
+def unit_costs(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cost model from `decision_cost_sums` + `replay_cost_sums`: per-candidate mean cost
+    of every train call (decisions and train replays), and per-candidate mean session cost
+    of the train decisions."""
+    return mean_from_sums(sums[0], sums[1]), mean_from_sums(sums[2], sums[3])
 
 
 def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
@@ -507,7 +522,8 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     idx = {s: np.flatnonzero(m) for s, m in masks.items()}
     n_train_all, cap = len(idx["train"]), cfg.receipts.max_train_decisions
     n_cal_all = len(idx["calibration"])
-    unit_cost, unit_session = unit_costs(d.iloc[idx["train"]], rep, k)  # every train call
+    unit_cost, unit_session = unit_costs(  # every train call
+        decision_cost_sums(d.iloc[idx["train"]], k) + replay_cost_sums(rep, k))
     keep = train_sample(d[Label.SESSION_ID].to_numpy()[idx["train"]], cap, cfg.seed)
     if not keep.all():  # ReceiptsConfig.max_train_decisions: their replays go with them
         rep = rep[~rep["row"].isin(idx["train"][~keep])]

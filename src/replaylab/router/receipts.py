@@ -440,33 +440,54 @@ def check_candidates_present(candidates: tuple[str, ...], present: set[str], whe
                             f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
 
 
+def representation_counts(dec: pd.DataFrame, encoder_id: str) -> dict:
+    """Opening decisions with neither text nor a ledger embedding of `encoder_id`, the other
+    embedding models seen, and the widths of the usable ledger embeddings (additive over
+    partitions with `add_counts`; `representation_refusal` reads them)."""
+    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
+    has_text = np.array([isinstance(t, str) for t in text], dtype=bool)
+    vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
+    has_vec = np.array([v is not None and not (isinstance(v, float) and np.isnan(v))
+                        for v in vec], dtype=bool)
+    models = dec[L.EMBEDDING_MODEL].to_numpy(dtype=object)
+    matching = has_vec & (models == encoder_id)
+    missing = ~has_text & ~matching
+    other = sorted({str(m) for m, hv, ht in zip(models, has_vec, has_text, strict=True)
+                    if hv and not ht and m != encoder_id})
+    widths = sorted({len(v) for v in vec[~has_text & matching]})
+    return {"missing": int(missing.sum()), "n": int(len(dec)),
+            "other_models": dict.fromkeys(other, 1), "widths": {str(w): 1 for w in widths}}
+
+
+def representation_refusal(counts: dict, encoder_id: str, where: str) -> str | None:
+    """The ReceiptsError line for `representation_counts` (None: every opening is seen)."""
+    if counts.get("missing"):
+        other = sorted(counts.get("other_models", {}))
+        why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
+               f"{encoder_id!r}" if other else "")
+        return (f"{where}: {counts['missing']} of {counts['n']} opening decisions have "
+                f"neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of the "
+                f"configured encoder{why}: the router cannot see those prompts")
+    widths = sorted(int(w) for w in counts.get("widths", {}))
+    if len(widths) > 1:
+        return f"{where}: {L.PROMPT_EMBEDDING} rows have different widths {widths}"
+    return None
+
+
 def _representations(dec: pd.DataFrame, encoder_id: str, where: str
                      ) -> tuple[list[str | None], np.ndarray | None]:
     """Text where the opening turn has it, else an embedding made by the configured encoder."""
+    refusal = representation_refusal(representation_counts(dec, encoder_id), encoder_id, where)
+    if refusal:
+        raise ReceiptsError(refusal)
     text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
     has_text = np.array([isinstance(t, str) for t in text])
-    emb_model = dec[L.EMBEDDING_MODEL].to_numpy(dtype=object)
     vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
-    has_vec = np.array([v is not None and not (isinstance(v, float) and np.isnan(v))
-                        for v in vec])
-    matching = has_vec & (emb_model == encoder_id)
-    missing = ~has_text & ~matching
-    if missing.any():
-        other = sorted({str(m) for m, hv, ht in zip(emb_model, has_vec, has_text, strict=True)
-                        if hv and not ht and m != encoder_id})
-        why = (f"; their {L.EMBEDDING_MODEL} is {other[:3]}, not the configured encoder "
-               f"{encoder_id!r}" if other else "")
-        raise ReceiptsError(f"{where}: {int(missing.sum())} of {len(dec)} opening decisions have "
-                            f"neither {L.PROMPT_TEXT} nor a {L.PROMPT_EMBEDDING} of the "
-                            f"configured encoder{why}: the router cannot see those prompts")
     texts = [str(t) if h else None for t, h in zip(text, has_text, strict=True)]
     use_vec = ~has_text
     if not use_vec.any():
         return texts, None
-    dims = {len(v) for v in vec[use_vec]}
-    if len(dims) != 1:
-        raise ReceiptsError(f"{where}: {L.PROMPT_EMBEDDING} rows have different widths {sorted(dims)}")
-    d = dims.pop()
+    d = len(vec[use_vec][0])  # one width: representation_refusal
     emb = np.full((len(dec), d), np.nan, dtype=np.float32)
     emb[use_vec] = np.stack([np.asarray(v, dtype=np.float32) for v in vec[use_vec]])
     return texts, emb
