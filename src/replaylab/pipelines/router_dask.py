@@ -56,6 +56,7 @@ from replaylab.pipelines.router_receipts import (
     receipts_summary,
     replay_cost_sums,
     seed_spread,
+    session_uniform,
     spread_row,
     test_decisions,
     unit_costs,
@@ -218,15 +219,8 @@ def gather_fit_rows(rows: Any, cols: list[str]) -> tuple[pd.DataFrame, np.ndarra
     return frame.iloc[order].reset_index(drop=True), E[order]
 
 
-def hashed_u(part: pd.DataFrame, seed: int) -> np.ndarray:
-    from replaylab.demand.dask_ops import hash_uniform, key_hash
-
-    return hash_uniform(key_hash(part[Label.SESSION_ID].to_numpy(dtype=object)), int(seed)) \
-        if len(part) else np.zeros(0)
-
-
 def with_u(part: pd.DataFrame, seed: int) -> pd.DataFrame:
-    return part.assign(u=hashed_u(part, seed))
+    return part.assign(u=session_uniform(part[Label.SESSION_ID].to_numpy(dtype=object), seed))
 
 
 def score_part(part: pd.DataFrame, head: Any, threshold: float, top: int, rule: str, k: int,

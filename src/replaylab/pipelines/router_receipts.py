@@ -275,17 +275,25 @@ def golden_inputs(texts: list, te_d: pd.DataFrame) -> list[dict]:
                   {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
 
 
-def train_sample(session: np.ndarray | pd.Series, cap: int | None, seed: int) -> np.ndarray:
-    """(n,) bool: the train decisions the head's fits use. All of them when n <= cap (or no
-    cap), else the `cap` sessions with the smallest seeded hash of their id: a uniform
-    sample that does not depend on row order or partitioning, so the Dask path
-    (`pipelines.router_dask`) draws the same sessions (`dask_ops.kth_smallest_hash`)."""
+def session_uniform(session: np.ndarray | pd.Series, seed: int) -> np.ndarray:
+    """(n,) uniform [0, 1) per session id, a function of (id, seed) only: the key of the
+    hashed samples (`train_sample`; the Dask path thresholds the same values)."""
     from replaylab.demand.dask_ops import hash_uniform, key_hash
 
+    if not len(session):
+        return np.zeros(0)
+    return hash_uniform(key_hash(np.asarray(session, dtype=object)), int(seed))
+
+
+def train_sample(session: np.ndarray | pd.Series, cap: int | None, seed: int) -> np.ndarray:
+    """(n,) bool: the train decisions the head's fits use. All of them when n <= cap (or no
+    cap), else the `cap` sessions with the smallest `session_uniform`: a uniform sample
+    that does not depend on row order or partitioning, so the Dask path
+    (`pipelines.router_dask`) draws the same sessions (`dask_ops.kth_smallest_hash`)."""
     n = len(session)
     if cap is None or n <= cap:
         return np.ones(n, dtype=bool)
-    u = hash_uniform(key_hash(np.asarray(session, dtype=object)), int(seed))
+    u = session_uniform(session, seed)
     keep = np.zeros(n, dtype=bool)
     keep[np.argsort(u, kind="stable")[:cap]] = True
     return keep
