@@ -53,8 +53,8 @@ def variant_specs() -> dict[str, dict]:
 
 
 def u8s8_saturates() -> dict:
-    """The int8 kernel probe (`replaylab.artifacts.golden.int8_kernel_probe`) in this script's keys."""
-    from replaylab.artifacts.golden import U8S8_EXACT, int8_kernel_probe
+    """The int8 kernel probe (`replaylab.contracts.golden.int8_kernel_probe`) in this script's keys."""
+    from replaylab.contracts.golden import U8S8_EXACT, int8_kernel_probe
 
     probe = int8_kernel_probe()
     return {"u8s8_probe": probe["u8s8"], "u8s8_exact": U8S8_EXACT,

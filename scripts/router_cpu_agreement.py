@@ -16,7 +16,7 @@ random sample (the agreement a fleet sees) and half the test prompts nearest the
 threshold under int8 (where flips happen). `route` needs only the runtime
 (numpy, onnxruntime, tokenizers), so it runs under qemu-user; it routes each
 query with every published encoder variant, one query per call, and records the
-int8 kernel probe (`replaylab.artifacts.golden.int8_kernel_probe`), which says
+int8 kernel probe (`replaylab.contracts.golden.int8_kernel_probe`), which says
 which kernel family actually ran. `report` compares CPUs per variant: decision
 agreement (on the random half and the near-threshold half), max |P(success)|
 difference, and whether the golden-vector check passed.
@@ -70,7 +70,7 @@ def prepare(run: Path, out: Path, n: int, seed: int) -> None:
 
 
 def route(out: Path, cpu: str, variants: list[str], limit: int | None) -> None:
-    from replaylab.artifacts.golden import int8_kernel_probe
+    from replaylab.contracts.golden import int8_kernel_probe
     from replaylab.runtime import Router
 
     spec = json.loads((out / "queries.json").read_text())

@@ -45,7 +45,7 @@ def edit_golden(folder: Path, edit, name: str = "golden.json") -> Path:
     manifest re-pins its content hash."""
     import json
 
-    from replaylab.artifacts.manifest import build_manifest, write_manifest
+    from replaylab.contracts.manifest import build_manifest, write_manifest
 
     path = folder / name
     doc = json.loads(path.read_text())

@@ -29,13 +29,6 @@ RUNTIME = LIBRARY / "runtime"
 RUNTIME_FORBIDDEN = ("torch", "lightgbm", "pandas", "mlflow", "hydra", "omegaconf",
                      "sentence_transformers", "sklearn")
 RUNTIME_MAY_IMPORT = ("replaylab.runtime", "replaylab.contracts")
-RUNTIME_ALLOWED = {
-    # The loader verifies an artifact with the code that wrote its manifest and golden
-    # vectors (standard library and numpy only; the walk below checks what they import).
-    # ARCHITECTURE.md allows only contracts/; moving these is left to a later issue.
-    "replaylab.artifacts.manifest": "manifest verification, shared with the exporter",
-    "replaylab.artifacts.golden": "golden-vector checks, shared with the exporter",
-}
 
 # from-imports of private names allowed: (importing module, imported name); none today
 PRIVATE_ALLOWED: set[tuple[str, str]] = set()
@@ -348,7 +341,7 @@ def test_runtime_imports_only_runtime_contracts_and_light_libraries():
             if top in RUNTIME_FORBIDDEN:
                 bad.append(f"{imp.where()} ({top} is not installed for serving{via})")
             elif top in HOUSE and _module_file(target):
-                if not (target in RUNTIME_ALLOWED or any(
+                if not (any(
                         target == p or target.startswith(p + ".") for p in RUNTIME_MAY_IMPORT)):
                     bad.append(f"{imp.where()} (runtime/ may import only runtime/ and "
                                f"contracts/; {target} is not allow-listed{via})")

@@ -26,7 +26,7 @@ import pytest
 
 from replaylab.apps.demand_runs import RUN_STATE, load_run_state, save_run_state
 from replaylab.artifacts.demand_export import export_demand
-from replaylab.artifacts.manifest import verify_manifest
+from replaylab.contracts.manifest import verify_manifest
 from replaylab.demand import DemandConfig, QuantileModelConfig
 from replaylab.demand.config import CensoringConfig
 from replaylab.demand.model import base_band, request_cap

@@ -221,7 +221,7 @@ def rec(replicas=7, at=0.0, valid_from=0.0, expires_at=100.0, target="pool-a") -
 
 
 def test_sign_and_verify_a_recommendation_with_the_manifest_helper():
-    from replaylab.artifacts.manifest import canonical_json, hmac_sha256
+    from replaylab.contracts.manifest import canonical_json, hmac_sha256
     from replaylab.fleet.control.events import event_to_dict
 
     r = sign_recommendation(rec(), KEY)

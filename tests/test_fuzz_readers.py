@@ -30,15 +30,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from replaylab.artifacts.manifest import (
-    REASON_CODES,
-    ManifestError,
-    build_manifest,
-    canonical_json,
-    content_hash,
-    verify_manifest,
-    write_manifest,
-)
 from replaylab.contracts import (
     AGGREGATES_SCHEMA,
     LEDGER_SCHEMA,
@@ -48,6 +39,15 @@ from replaylab.contracts import (
     read_ledger,
     read_outcomes,
     write_quarantine,
+)
+from replaylab.contracts.manifest import (
+    REASON_CODES,
+    ManifestError,
+    build_manifest,
+    canonical_json,
+    content_hash,
+    verify_manifest,
+    write_manifest,
 )
 
 # 60 examples a test keeps the file under a minute; REPLAYLAB_FUZZ_EXAMPLES=5000 digs deeper
@@ -535,7 +535,7 @@ _BIG = 100 * 1024 * 1024
 _SUBPROCESS = textwrap.dedent("""
     import json, sys
     from pathlib import Path
-    from replaylab.artifacts.manifest import ManifestError, verify_manifest
+    from replaylab.contracts.manifest import ManifestError, verify_manifest
     from replaylab.contracts import ContractError, read_aggregates, read_ledger, read_outcomes
     kind, path = sys.argv[1], Path(sys.argv[2])
     try:

@@ -1,4 +1,4 @@
-"""replaylab.artifacts.golden: the shared golden-vector format, comparisons and CPU facts."""
+"""replaylab.contracts.golden: the shared golden-vector format, comparisons and CPU facts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     GOLDEN_FILE,
     MISMATCH,
     U8S8_EXACT,
@@ -21,7 +21,7 @@ from replaylab.artifacts.golden import (
     stable_agreement,
     write_golden,
 )
-from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from replaylab.runtime.routing import choose_by_threshold, decision_margin
 
 

@@ -23,10 +23,10 @@ LISTED = [
     ("replaylab.contracts.schema", "ContractError", ValueError),
     ("replaylab.demand.labels", "DemandDataError", ValueError),
     ("replaylab.pipelines.router", "RouterDataError", ValueError),
-    ("replaylab.artifacts.golden", "ParityError", ValueError),
+    ("replaylab.contracts.golden", "ParityError", ValueError),
     ("replaylab.pipelines.stages", "StageFailed", RuntimeError),
     ("replaylab.apps.registry", "FetchRefused", Exception),
-    ("replaylab.artifacts.manifest", "ManifestError", Exception),
+    ("replaylab.contracts.manifest", "ManifestError", Exception),
     ("replaylab.demand.state", "RunStateError", ValueError),
     ("replaylab.hints.residuals", "ResidualDataError", ValueError),
 ]
@@ -56,7 +56,7 @@ def test_every_app_reports_every_listed_error(app):
 
 
 def test_subclasses_of_listed_errors_are_input_errors_too():
-    from replaylab.artifacts.golden import GoldenError
+    from replaylab.contracts.golden import GoldenError
     from replaylab.forecast.panel import ForecastDataError
     from replaylab.projection.leakage import LeakageError
     from replaylab.runtime.encoder_base import EncoderArtifactError

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.contracts.manifest import build_manifest, write_manifest
 from replaylab.runtime import DemandPredictor, Router
 from tests.conftest import edit_golden
 

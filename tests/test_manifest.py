@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replaylab.artifacts.manifest import (
+from replaylab.contracts.manifest import (
     MANIFEST_SCHEMA_VERSION,
     REASON_CODES,
     ManifestError,
@@ -137,7 +137,7 @@ def test_path_escape(tmp_path, bad):
 
     def add(m):
         m["files"].append({"path": bad, "sha256": "0" * 64, "size": 0})
-        from replaylab.artifacts.manifest import content_hash
+        from replaylab.contracts.manifest import content_hash
         m["content_hash"] = content_hash(m)
 
     _edit(tmp_path, add)
@@ -316,7 +316,7 @@ def test_staged_folder_removed_on_error(tmp_path, umask):
 
 
 def test_import_isolation():
-    code = ("import replaylab.artifacts.manifest, sys; "
+    code = ("import replaylab.contracts.manifest, sys; "
             "bad = {'pandas','lightgbm','onnx','torch','mlflow','numpy','sklearn'} & set(sys.modules); "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from tests.conftest import REPO, mlflow_server_process
 from tests.helpers.entrypoints import run_training
 

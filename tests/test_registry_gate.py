@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from replaylab.apps import registry
 from replaylab.apps.export import input_errors
-from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.contracts.manifest import build_manifest, write_manifest
 
 NAME = "replaylab-router-t"
 

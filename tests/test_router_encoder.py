@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.artifacts.manifest import ManifestError, verify_manifest
+from replaylab.contracts.manifest import ManifestError, verify_manifest
 from replaylab.router.embed_cache import (
     CachedEncoder,
     EmbeddingCache,
@@ -148,7 +148,7 @@ def test_int8_parity_reported(exported, reference, prompts):
     # (7-bit weights) AVX2 and AVX-512 VNNI compute the same integers; measured on both
     # (docs/results/int8-cpus.md): prompts mean 0.9940, min 0.9880; edge cases min 0.9742. The
     # bounds are the export gates (INT8_GATES), which hold on both with margin.
-    from replaylab.artifacts.golden import cpu_info
+    from replaylab.contracts.golden import cpu_info
     from replaylab.router.encoder import INT8_GATES
 
     cpu = cpu_info()["cpu_flags"]
@@ -163,7 +163,7 @@ def test_int8_parity_reported(exported, reference, prompts):
 def test_serving_session_settings_keep_the_vectors(exported, prompts):
     # DISABLED_OPTIMIZERS (SkipLayerNormFusion off, for speed) must not move the
     # vectors; the one-text fast path must give mean_pool's exact bits.
-    from replaylab.artifacts.golden import cpu_info
+    from replaylab.contracts.golden import cpu_info
     from replaylab.router.encoder import EDGE_CASE_TEXTS, cosine_rows
     from replaylab.runtime.encoder import (
         DISABLED_OPTIMIZERS,
@@ -469,7 +469,7 @@ def test_ledger_embeddings_missing_rows():
 
 
 def test_publish_replaces_a_previous_export_only_when_asked(tmp_path):
-    from replaylab.artifacts.manifest import publish_folder as _publish
+    from replaylab.contracts.manifest import publish_folder as _publish
 
     out = tmp_path / "encoder"
     for version in ("v1", "v2"):
@@ -544,7 +544,7 @@ def test_a_golden_miss_serves_fp32_or_refuses(exported, tmp_path):
     # an artifact exported before golden vectors existed loads as before, and says so
     old = shutil.copytree(exported.path, tmp_path / "old")
     (old / "golden.json").unlink()
-    from replaylab.artifacts.manifest import build_manifest, write_manifest
+    from replaylab.contracts.manifest import build_manifest, write_manifest
 
     m = json.loads((old / "manifest.json").read_text())
     write_manifest(old, build_manifest(old, kind="encoder", version=m["version"], valid_days=30,

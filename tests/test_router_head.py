@@ -16,8 +16,8 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from replaylab.artifacts.manifest import verify_manifest
 from replaylab.config import ConfigError, from_mapping
+from replaylab.contracts.manifest import verify_manifest
 from replaylab.router.head import (
     HeadConfig,
     SuccessHead,

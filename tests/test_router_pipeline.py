@@ -379,7 +379,7 @@ def test_a_router_config_with_an_unknown_rule_falls_back(minilm_run, tmp_path):
     import hashlib
     import json
 
-    from replaylab.artifacts.manifest import content_hash, write_manifest
+    from replaylab.contracts.manifest import content_hash, write_manifest
 
     _, _, _, art, _ = minilm_run
     for field, value in (("rule", "relative"), ("fallback_candidate", "gpt-5")):

@@ -34,8 +34,8 @@ from replaylab.artifacts.demand_export import (
     export_demand,
     feature_schema,
 )
-from replaylab.artifacts.golden import GOLDEN_FILE, MISMATCH
-from replaylab.artifacts.manifest import build_manifest, verify_manifest, write_manifest
+from replaylab.contracts.golden import GOLDEN_FILE, MISMATCH
+from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from replaylab.demand import DemandConfig
 from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, LoadedLedger, load_ledger

@@ -39,7 +39,7 @@ from replaylab.artifacts.demand_flat import (
     schema_matrix,
     trees_bytes,
 )
-from replaylab.artifacts.manifest import build_manifest, write_manifest
+from replaylab.contracts.manifest import build_manifest, write_manifest
 from replaylab.demand import DemandConfig
 from replaylab.hints.replay import plain_value
 from replaylab.pipelines.demand import train_demand

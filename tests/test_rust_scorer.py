@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replaylab.artifacts.manifest import canonical_json
+from replaylab.contracts.manifest import canonical_json
 from tests.helpers.rust import (
     CRATE,
     build_binary,

@@ -5,7 +5,7 @@
 //! (surrogate pairs joined; a lone surrogate is refused, since it is no
 //! Unicode text), numbers, `true`, `false`, `null`. A number keeps whether it
 //! was an integer literal (Python reads it as `int`) or not (`float`), so that
-//! [`canonical`] re-serialises it exactly as `replaylab.artifacts.manifest.
+//! [`canonical`] re-serialises it exactly as `replaylab.contracts.manifest.
 //! canonical_json` does. Floats are parsed with `str::parse::<f64>`, which
 //! rounds correctly, as CPython's `float()`.
 //!

@@ -1,5 +1,5 @@
 //! Artifact manifests (schema 1, docs/specs/artifacts.md): the checks of
-//! `replaylab.artifacts.manifest.verify_manifest`, in its order, without HMAC
+//! `replaylab.contracts.manifest.verify_manifest`, in its order, without HMAC
 //! signatures (a signature, when present, is not checked: the Python runtime checks
 //! one only when handed a key).
 //!

@@ -118,7 +118,7 @@ def export_run(run: Any, summary: dict, out: Path, export_cfg: Any,
                mlflow_run_id: str | None) -> dict:
     """Export `run` to `out`; returns the summary's `export` section."""
     from replaylab.artifacts.demand_export import export_demand
-    from replaylab.artifacts.manifest import verify_manifest
+    from replaylab.contracts.manifest import verify_manifest
 
     key = hmac_key(export_cfg.get("hmac_key_env"))
     path = export_demand(run, summary, out, version=str(export_cfg.version),

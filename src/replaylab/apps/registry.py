@@ -7,7 +7,7 @@ manifest's content hash, the data fingerprint, the projection version, the
 headline metrics, the go/no-go verdict, the test window). docs/howto/mlflow.md says
 why it is not an `mlflow.pyfunc` model.
 
-Verification is the manifest's (`replaylab.artifacts.manifest.verify_manifest`),
+Verification is the manifest's (`replaylab.contracts.manifest.verify_manifest`),
 before a version is registered, before an alias moves, and after every fetch.
 
 Large files (the router's MiniLM encoder) are stored once per content: a file of
@@ -37,15 +37,15 @@ from typing import Any
 from omegaconf import DictConfig
 
 from replaylab.apps.provenance import hmac_key
-from replaylab.artifacts.manifest import (
+from replaylab.config import ConfigError
+from replaylab.contracts.errors import InputError
+from replaylab.contracts.manifest import (
     ManifestError,
     canonical_json,
     link_or_copy,
     staged_folder,
     verify_manifest,
 )
-from replaylab.config import ConfigError
-from replaylab.contracts.errors import InputError
 
 KINDS = ("demand", "router")
 ARTIFACT_PATH = {"demand": "demand_artifact", "router": "router_artifact"}  # in the run

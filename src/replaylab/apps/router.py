@@ -36,7 +36,7 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     every run; an export with another scheme is redone)."""
     import json
 
-    from replaylab.artifacts.manifest import ManifestError
+    from replaylab.contracts.manifest import ManifestError
     from replaylab.router.encoder import INT8_SCHEME, export_encoder, load_minilm
     from replaylab.runtime.encoder import load_encoder
 
@@ -70,7 +70,7 @@ def encoder_tier(enc: dict) -> str:
 def static_encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     """The cached static-tier export (model2vec distillation of the local MiniLM, exported
     here the first time, ~20 s); reused while it verifies and passes its golden vectors."""
-    from replaylab.artifacts.manifest import ManifestError
+    from replaylab.contracts.manifest import ManifestError
     from replaylab.router.static_encoder import distill_minilm, export_static_encoder
     from replaylab.runtime.static_encoder import load_static_encoder
 

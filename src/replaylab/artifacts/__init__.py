@@ -1,8 +1,8 @@
-"""Deployable artifacts of trained models (exact ONNX export of the demand boosters).
+"""The export side of every artifact kind (exact ONNX of the demand boosters, flat trees).
 
-The exporter (`onnx_lgbm`, which needs numpy, pandas and onnx) is imported lazily
-on first attribute access, so `replaylab.artifacts.manifest` (standard library
-only) can be imported by the runtime without pulling the training stack.
+Manifests and golden vectors are verified with `replaylab.contracts.manifest` and
+`replaylab.contracts.golden`, which the runtime imports too; the exporters here sit
+above the runtime and are imported lazily on first attribute access.
 """
 
 from __future__ import annotations

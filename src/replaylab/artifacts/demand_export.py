@@ -8,7 +8,7 @@
                             docs/specs/demand-scorer.md)
     out_dir/golden.json     golden vectors: ~32 test-split requests and the hints
                             the runtime computes for them here, with tolerances
-                            (replaylab.artifacts.golden; checked again at load);
+                            (replaylab.contracts.golden; checked again at load);
                             each case also holds the feature vector (`features`,
                             null = NaN) and LightGBM's raw scores (`raw`) for a
                             non-Python engine's checks
@@ -51,11 +51,11 @@ from replaylab.artifacts.demand_flat import (
     schema_matrix,
     trees_bytes,
 )
-from replaylab.artifacts.golden import golden_document, max_abs_diff, write_golden
-from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
 from replaylab.contracts import Ledger as L
+from replaylab.contracts.golden import golden_document, max_abs_diff, write_golden
 from replaylab.contracts.ledger import LEDGER_VERSION
+from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.demand.model import base_band, request_cap
 from replaylab.hints.replay import plain_value
 from replaylab.projection.features import (

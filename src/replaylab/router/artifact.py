@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from replaylab import __version__
-from replaylab.artifacts.golden import golden_document, write_golden
-from replaylab.artifacts.manifest import (
+from replaylab.contracts.golden import golden_document, write_golden
+from replaylab.contracts.manifest import (
     build_manifest,
     link_or_copy,
     staged_folder,

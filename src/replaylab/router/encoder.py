@@ -58,14 +58,14 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     ParityError,
     cpu_info,
     golden_document,
     row_cosines,
     write_golden,
 )
-from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
+from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.runtime.encoder import (
     CONFIG_FILE,
     CONFIG_FORMAT,

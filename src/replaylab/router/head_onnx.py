@@ -46,8 +46,8 @@ import torch
 from torch import nn
 
 from replaylab import __version__
-from replaylab.artifacts.golden import ParityError
-from replaylab.artifacts.manifest import (
+from replaylab.contracts.golden import ParityError
+from replaylab.contracts.manifest import (
     build_manifest,
     staged_folder,
     verify_manifest,

@@ -41,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import ParityError, golden_document, row_cosines, write_golden
-from replaylab.artifacts.manifest import build_manifest, staged_folder, write_manifest
+from replaylab.contracts.golden import ParityError, golden_document, row_cosines, write_golden
+from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.router.charmap import charmap_tsv, check_bert_pipeline
 from replaylab.router.encoder import EDGE_CASE_TEXTS, MINILM_MODEL_ID, minilm_path
 from replaylab.runtime.encoder_base import KIND

@@ -1,7 +1,7 @@
 """DemandPredictor: a verified demand artifact answering pre-dispatch hints (numpy + onnxruntime).
 
 `DemandPredictor.load(path, ...)` never raises for a bad artifact. It verifies
-(`replaylab.artifacts.manifest.verify_manifest`: schema version, every file's
+(`replaylab.contracts.manifest.verify_manifest`: schema version, every file's
 size and sha256, no path leaving the folder, validity period, optional HMAC
 signature) and then checks what this runtime needs: the feature schema (every
 feature one it can assemble, vocabularies well-formed, the ONNX input width
@@ -10,7 +10,7 @@ calibration. On any failure the model is not used: every hint comes from the
 conservative baseline with `hint_fallback=True` and the reason code
 (`DemandPredictor.reason`), see `FallbackBaseline`.
 
-Golden vectors (`golden.json`, `replaylab.artifacts.golden`): the export
+Golden vectors (`golden.json`, `replaylab.contracts.golden`): the export
 records ~32 requests of its test split with the hints this very code computed
 for them; `load` recomputes them on the serving machine and compares
 (`check_golden`): `hint_p50`, `hint_p90`, `hint_lo`, `hint_hi` within the
@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     MISMATCH,
     GoldenCheck,
     GoldenError,
@@ -67,7 +67,7 @@ from replaylab.artifacts.golden import (
     max_abs_diff,
     read_golden,
 )
-from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
 from replaylab.runtime.demand_math import (
     SCALES,
     conformal_band,

@@ -49,7 +49,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     MISMATCH,
     GoldenCheck,
     GoldenError,
@@ -58,7 +58,7 @@ from replaylab.artifacts.golden import (
     read_golden,
     row_cosines,
 )
-from replaylab.artifacts.manifest import read_verified_file, verify_manifest
+from replaylab.contracts.manifest import read_verified_file, verify_manifest
 from replaylab.runtime.encoder_base import KIND, EncoderArtifactError
 
 CONFIG_FILE = "encoder_config.json"

@@ -7,7 +7,7 @@ static tier loads without onnxruntime or tokenizers installed.
 
 from __future__ import annotations
 
-from replaylab.artifacts.manifest import ManifestError
+from replaylab.contracts.manifest import ManifestError
 
 KIND = "encoder"  # manifest kind of an encoder folder, either tier
 

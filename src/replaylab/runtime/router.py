@@ -14,7 +14,7 @@ to the caller's fallback candidate, which the caller must name (there are no
 candidates without an artifact), with `fallback=True` and the reason.
 
 With `check_golden` (the default) the artifact's golden vectors (encoder and
-router, `replaylab.artifacts.golden`) are re-checked on this machine: int8 that
+router, `replaylab.contracts.golden`) are re-checked on this machine: int8 that
 misses them serves fp32, fp32 that misses them falls back (`golden_mismatch`);
 `load_report()` says which variant serves and why.
 
@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     MISMATCH,
     GoldenCheck,
     GoldenError,
@@ -54,7 +54,7 @@ from replaylab.artifacts.golden import (
     read_golden,
     stable_agreement,
 )
-from replaylab.artifacts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
 from replaylab.runtime.routing import RULES, choose_by_threshold, choose_one
 
 # One WARNING per load that falls back (reason code and path), nothing on a good load.

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.golden import (
+from replaylab.contracts.golden import (
     MISMATCH,
     GoldenCheck,
     GoldenError,
@@ -58,7 +58,7 @@ from replaylab.artifacts.golden import (
     read_golden,
     row_cosines,
 )
-from replaylab.artifacts.manifest import read_verified_file, verify_manifest
+from replaylab.contracts.manifest import read_verified_file, verify_manifest
 from replaylab.runtime.encoder_base import KIND, EncoderArtifactError
 
 CONFIG_FILE = "static_config.json"

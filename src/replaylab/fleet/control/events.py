@@ -27,7 +27,7 @@ written only to a path the caller hands over.
 Signing. A recommendation may carry `signature`: the hex HMAC-SHA256 of the
 canonical JSON of its event dict without `signature` (`sign_recommendation`,
 `verify_recommendation`), with the same helper that signs artifact manifests
-(`replaylab.artifacts.manifest.hmac_sha256`). A consumer that acts on
+(`replaylab.contracts.manifest.hmac_sha256`). A consumer that acts on
 recommendations checks it (`recommendation_problem`) and refuses an unsigned,
 tampered, expired or not-yet-valid one; the key is handed in by the caller.
 """
@@ -42,7 +42,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar
 
-from replaylab.artifacts.manifest import hmac_sha256, hmac_sha256_matches
+from replaylab.contracts.manifest import hmac_sha256, hmac_sha256_matches
 
 EVENTS_SCHEMA_VERSION = "1"
 ACTUATION_STATUSES = ("applied", "partial", "failed")

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.artifacts.manifest import ManifestError, read_verified_file
 from replaylab.contracts.errors import InputError
+from replaylab.contracts.manifest import ManifestError, read_verified_file
 
 GOLDEN_FILE = "golden.json"
 GOLDEN_FORMAT = 1
