@@ -46,12 +46,12 @@ from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
-from replaylab.router.head_onnx import DeployedHead
 from replaylab.router.head_select import TeacherPool, select_head
-from replaylab.router.inputs import TrainingRows, ips_weights
+from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
 from replaylab.router.metrics import (
     anchors,
     cost_order,
@@ -112,13 +112,6 @@ class RouterRun:
     # split -> sorted `prompt_hashes` of the prompts the router was fitted / calibrated on
     # (the artifact's fit_prompts.json: a compare counts another run's test prompts in them)
     fit_prompts: dict[str, list[str]] = field(default_factory=dict)
-
-
-def prompt_hash(text: str) -> str:
-    """The first 8 bytes of the SHA-256 of a prompt's UTF-8 text, hex (16 characters)."""
-    import hashlib
-
-    return hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16]
 
 
 def prompt_hashes(texts: Sequence[str]) -> list[str]:

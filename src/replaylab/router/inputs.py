@@ -21,6 +21,14 @@ from replaylab.config import fail_field as _fail
 OTHER = "<other>"  # name of the category slot for unseen / rare / missing categories
 
 
+def prompt_hash(text: str) -> str:
+    """The first 8 bytes of the SHA-256 of a prompt's UTF-8 text, hex (16 characters): how
+    a router artifact's fit_prompts.json names the prompts it was fitted on (no text kept)."""
+    import hashlib
+
+    return hashlib.sha256(str(text).encode("utf-8")).hexdigest()[:16]
+
+
 def ips_weights(propensity: np.ndarray, max_weight: float | None = 20.0) -> np.ndarray:
     """(m,) row weights: 1/propensity clipped at max_weight; NaN propensity (replay, full
     information) -> 1. Propensities must be in (0, 1] where given."""
