@@ -15,6 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.contracts.events import (
+    EventLog,
+    Recommendation,
+    recommendation_problem,
+    sign_recommendation,
+    verify_recommendation,
+)
 from replaylab.fleet.control.controllers import (
     ForecastController,
     ForecastPolicyConfig,
@@ -23,13 +30,6 @@ from replaylab.fleet.control.controllers import (
     StaticController,
     hpa_desired,
     oscillations,
-)
-from replaylab.fleet.control.events import (
-    EventLog,
-    Recommendation,
-    recommendation_problem,
-    sign_recommendation,
-    verify_recommendation,
 )
 from replaylab.fleet.control.recommendations import (
     RecommendationInbox,
@@ -221,8 +221,8 @@ def rec(replicas=7, at=0.0, valid_from=0.0, expires_at=100.0, target="pool-a") -
 
 
 def test_sign_and_verify_a_recommendation_with_the_manifest_helper():
+    from replaylab.contracts.events import event_to_dict
     from replaylab.contracts.manifest import canonical_json, hmac_sha256
-    from replaylab.fleet.control.events import event_to_dict
 
     r = sign_recommendation(rec(), KEY)
     body = {k: v for k, v in event_to_dict(r).items() if k != "signature"}

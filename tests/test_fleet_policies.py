@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replaylab.contracts.observation import Freshness, ObsField, freshness
 from replaylab.fleet.control.shadow import ShadowPolicy, shadow_report
 from replaylab.fleet.hardware.profiles import GpuProfile
 from replaylab.fleet.policies.admission import HintAdmission
@@ -28,7 +29,6 @@ from replaylab.fleet.sim.policy import PolicyError
 from replaylab.fleet.sim.simulator import FleetSim
 from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, Workload, workload_from_cdf
 from replaylab.fleet.telemetry.feed import TelemetryAware, TelemetryFeed, TelemetryView
-from replaylab.fleet.telemetry.observation import Freshness, ObsField, freshness
 
 # FleetSim's H100 / A100 / A10G constants (modeled), inline so the tests need no data folder
 H100 = GpuProfile("h100", "H100", base_s=0.004, per_kv_token_s=0.00032 / 8192, chunk_tokens=1024,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from replaylab.fleet.control.events import (
+from replaylab.contracts.events import (
     Actuation,
     EventLinkError,
     EventLog,
@@ -17,7 +17,7 @@ from replaylab.fleet.control.events import (
     event_from_json,
     event_to_json,
 )
-from replaylab.fleet.telemetry.observation import (
+from replaylab.contracts.observation import (
     FieldStatus,
     FieldValue,
     Freshness,

@@ -11,6 +11,14 @@ import pytest
 
 pytest.importorskip("prometheus_client")
 
+from replaylab.contracts.observation import (  # noqa: E402
+    FieldStatus,
+    Freshness,
+    Health,
+    ObsField,
+    Source,
+    freshness,
+)
 from replaylab.fleet.telemetry.adapters import (  # noqa: E402
     ADAPTERS,
     AdapterConfig,
@@ -22,14 +30,6 @@ from replaylab.fleet.telemetry.adapters import (  # noqa: E402
     histogram_quantile,
     http_fetch,
     make_adapter,
-)
-from replaylab.fleet.telemetry.observation import (  # noqa: E402
-    FieldStatus,
-    Freshness,
-    Health,
-    ObsField,
-    Source,
-    freshness,
 )
 
 DATA = Path(__file__).parent / "data" / "telemetry"

@@ -7,8 +7,10 @@ Sub-packages, by role (docs/design/fleet.md has the model):
     hardware/     GPU replica profiles, their fitted power/throughput curves, capacity sizing
     policies/     serving policies: reference (round robin, least loaded), spillover,
                   admission by hint, energy-aware; what they share
-    telemetry/    observation-v1, the simulator's modeled feed, Prometheus adapters
-    control/      autoscaling controllers, signed recommendations, events-v1, shadow
+    telemetry/    the simulator's modeled feed and the Prometheus adapters that produce
+                  observation-v1 (the contract itself: replaylab.contracts.observation)
+    control/      autoscaling controllers, signed recommendations and their inbox, shadow
+                  (the events-v1 contract they log: replaylab.contracts.events)
     experiments/  `python -m evaluation experiment=<name>`: one module per experiment
                   (autoscaling: a package), the harness and the shared workload section
 
@@ -30,7 +32,6 @@ _EXPORTS = {  # module (under replaylab.fleet) -> the public names it gives this
     "hardware.capacity": "work_per_request replicas_for_rate",
     "control.controllers": "StaticController HPAController HPAConfig ForecastController "
                            "ForecastPolicyConfig",
-    "control.events": "Recommendation EventLog sign_recommendation verify_recommendation",
     "control.recommendations": "RecommendationInbox recommendations_from_forecast",
     "experiments.autoscaling.experiment": "AutoscalingConfig autoscaling_config "
                                           "run_autoscaling_experiment",

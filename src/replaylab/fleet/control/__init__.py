@@ -1,5 +1,5 @@
 """Acting on the fleet: autoscaling controllers (controllers.py), forecast-driven signed
-recommendations and their inbox (recommendations.py), the events-v1 log of recommendation,
-decision, actuation and outcome (events.py), and shadow evaluation of a candidate policy
-(shadow.py).
+recommendations and their inbox (recommendations.py), and shadow evaluation of a candidate
+policy (shadow.py). The events-v1 contract they log (recommendation, decision, actuation,
+outcome; signing) is `replaylab.contracts.events`.
 """

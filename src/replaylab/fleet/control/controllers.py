@@ -59,7 +59,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 
 from replaylab.config import fail_field
-from replaylab.fleet.control.events import Actuation, EventLog
+from replaylab.contracts.events import Actuation, EventLog
 from replaylab.fleet.sim.policy import ScaleAction
 from replaylab.fleet.telemetry.feed import TelemetryFeed
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from replaylab.contracts.columns import Aggregates as A
-from replaylab.fleet.control.events import (
+from replaylab.contracts.events import (
     EventLog,
     Recommendation,
     RecommendationDecision,

@@ -2,7 +2,7 @@
 
 `TelemetryFeed(scrape_interval_s=1.0, delay_s=0.0, ttl_s=3.0, outage=())`
 scrapes every replica at fixed times and produces observation-v1
-`Observation`s (observation.py), all fields `source="modeled"`:
+`Observation`s (`replaylab.contracts.observation`), all fields `source="modeled"`:
 queue_depth (= queued), running_requests (= running), kv_cache_usage
 (= kv_used / kv_capacity), power_watts (= power_w), health.
 
@@ -31,7 +31,7 @@ Timing, as the house poller (`adapters.poller`) does it:
 
 `TelemetryAware(policy, feed, fallback=None)`: per decision, the eligible
 replicas are judged at `now` by `feed.fresh(r, now)`, which is
-`telemetry.freshness(observation, now) is FRESH` (every load field before its
+`contracts.observation.freshness(observation, now) is FRESH` (every load field before its
 expiry; tested equal), computed once per observation instead of per read.
 - All fresh: `policy` decides on the telemetry view (`TelemetryView`): `load`,
   `running`, `queued`, `kv_used`, `power_w` are the last observed values;
@@ -57,10 +57,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from replaylab.config import fail_field
-from replaylab.fleet.policies.common import READY, eligible_replicas
-from replaylab.fleet.sim.fleet import DRAINING, SimConfig
-from replaylab.fleet.sim.policy import PolicyError
-from replaylab.fleet.telemetry.observation import (
+from replaylab.contracts.observation import (
     LOAD_FIELDS,
     FieldValue,
     Health,
@@ -68,6 +65,9 @@ from replaylab.fleet.telemetry.observation import (
     ObsField,
     Source,
 )
+from replaylab.fleet.policies.common import READY, eligible_replicas
+from replaylab.fleet.sim.fleet import DRAINING, SimConfig
+from replaylab.fleet.sim.policy import PolicyError
 
 TELEMETRY, FALLBACK = "telemetry", "fallback"
 _EPS = 1e-9

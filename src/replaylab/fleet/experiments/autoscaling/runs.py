@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from replaylab.contracts.events import EventLog
 from replaylab.fleet.control.controllers import (
     ForecastController,
     ForecastPolicyConfig,
@@ -32,7 +33,6 @@ from replaylab.fleet.control.controllers import (
     StaticController,
     oscillations,
 )
-from replaylab.fleet.control.events import EventLog
 from replaylab.fleet.control.recommendations import (
     RecommendationInbox,
     recommendations_from_forecast,

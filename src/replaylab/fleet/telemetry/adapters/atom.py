@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from replaylab.contracts.observation import ObsField
 from replaylab.fleet.telemetry.adapters.base import (
     CounterRatio,
     Gauge,
@@ -26,7 +27,6 @@ from replaylab.fleet.telemetry.adapters.base import (
     Scrape,
     Unsupported,
 )
-from replaylab.fleet.telemetry.observation import ObsField
 
 SNAPSHOT_AVAILABLE = "atom:metrics_snapshot_available"
 

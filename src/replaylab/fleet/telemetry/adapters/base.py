@@ -34,6 +34,15 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from replaylab.config import fail_field
+from replaylab.contracts.observation import (
+    FIELD_SPECS,
+    FieldValue,
+    Health,
+    LatencySummary,
+    Observation,
+    ObsField,
+    Source,
+)
 from replaylab.fleet.telemetry.adapters.exposition import (
     Scrape,
     counter_delta,
@@ -44,15 +53,6 @@ from replaylab.fleet.telemetry.adapters.exposition import (
     matches_labels,
     parse_exposition,
     selector_text,
-)
-from replaylab.fleet.telemetry.observation import (
-    FIELD_SPECS,
-    FieldValue,
-    Health,
-    LatencySummary,
-    Observation,
-    ObsField,
-    Source,
 )
 
 

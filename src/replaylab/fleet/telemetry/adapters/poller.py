@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from replaylab.config import fail_field
+from replaylab.contracts.observation import FieldValue, Health, Observation, ObsField, Source
 from replaylab.fleet.telemetry.adapters.base import PrometheusAdapter
-from replaylab.fleet.telemetry.observation import FieldValue, Health, Observation, ObsField, Source
 
 log = logging.getLogger(__name__)
 

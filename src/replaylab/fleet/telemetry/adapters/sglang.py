@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from replaylab.contracts.observation import ObsField
 from replaylab.fleet.telemetry.adapters.base import (
     Gauge,
     HistogramSummary,
     PrometheusAdapter,
     Unsupported,
 )
-from replaylab.fleet.telemetry.observation import ObsField
 
 SGLANG_MAPPING = MappingProxyType({
     ObsField.QUEUE_DEPTH: (Gauge(("sglang:num_queue_reqs",)),),

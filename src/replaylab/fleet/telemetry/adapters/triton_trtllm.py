@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from replaylab.contracts.observation import ObsField
 from replaylab.fleet.telemetry.adapters.base import (
     CounterDelta,
     Gauge,
@@ -31,7 +32,6 @@ from replaylab.fleet.telemetry.adapters.base import (
     PrometheusAdapter,
     Unsupported,
 )
-from replaylab.fleet.telemetry.observation import ObsField
 
 _REQ = "nv_trt_llm_request_metrics"
 _KV = "nv_trt_llm_kv_cache_block_metrics"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
+from replaylab.contracts.observation import ObsField
 from replaylab.fleet.telemetry.adapters.base import (
     CounterRatio,
     Gauge,
@@ -21,7 +22,6 @@ from replaylab.fleet.telemetry.adapters.base import (
     PrometheusAdapter,
     Unsupported,
 )
-from replaylab.fleet.telemetry.observation import ObsField
 
 VLLM_MAPPING = MappingProxyType({
     ObsField.QUEUE_DEPTH: (Gauge(("vllm:num_requests_waiting",)),),

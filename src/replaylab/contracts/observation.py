@@ -27,8 +27,10 @@ Three rules the API enforces rather than documents:
 3. Versioned. JSON carries `schema_version`; `Observation.from_json` refuses any
    other version and names the offending path on every malformed value.
 
-Pure standard library; no I/O. Adapters that build observations from Prometheus
-text live in `replaylab.fleet.telemetry.adapters`; see docs/specs/telemetry.md.
+Pure standard library; no I/O. This is the contract only (floor 0): what produces
+observations lives in the fleet, the simulator's modeled feed in
+`replaylab.fleet.telemetry.feed` and the adapters that build them from Prometheus text
+in `replaylab.fleet.telemetry.adapters`; see docs/specs/telemetry.md.
 """
 
 from __future__ import annotations

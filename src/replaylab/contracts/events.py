@@ -30,6 +30,10 @@ canonical JSON of its event dict without `signature` (`sign_recommendation`,
 (`replaylab.contracts.manifest.hmac_sha256`). A consumer that acts on
 recommendations checks it (`recommendation_problem`) and refuses an unsigned,
 tampered, expired or not-yet-valid one; the key is handed in by the caller.
+
+This is the contract only (floor 0): the policies that emit recommendations and the
+consumers that act on them live in the fleet (`replaylab.fleet.control`:
+recommendations.py, controllers.py); docs/specs/telemetry.md.
 """
 
 from __future__ import annotations
