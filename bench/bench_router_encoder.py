@@ -169,8 +169,8 @@ def bert_fused_variants(folder: Path, tmp: Path) -> dict[str, bytes]:
 
 def build_router(encoder_dir: Path, out: Path) -> Path:
     """A router artifact over `encoder_dir` (400 GSM8K prompts, small head): for route timing."""
+    from replaylab.artifacts.router_export import export_router
     from replaylab.pipelines.router import train_router
-    from replaylab.router.artifact import export_router
     from replaylab.router.pipeline_config import router_config
     from replaylab.runtime.encoder import load_encoder
     from replaylab.sources.routellm import import_routellm_gsm8k
@@ -191,10 +191,11 @@ def build_router(encoder_dir: Path, out: Path) -> Path:
 def build_static_router(prompts: list[str], out: Path) -> tuple[Path, float]:
     """A static-tier router (model2vec distillation of MiniLM, the same 400 GSM8K prompts
     and head settings as `build_router`); returns the artifact and the distillation s."""
+    from replaylab.artifacts.router_export import export_router
+    from replaylab.artifacts.static_export import export_static_encoder
     from replaylab.pipelines.router import train_router
-    from replaylab.router.artifact import export_router
     from replaylab.router.pipeline_config import router_config
-    from replaylab.router.static_encoder import distill_minilm, export_static_encoder
+    from replaylab.router.static_encoder import distill_minilm
     from replaylab.runtime.static_encoder import load_static_encoder
     from replaylab.sources.routellm import import_routellm_gsm8k
 
@@ -286,14 +287,9 @@ def main() -> None:
 
     import torch
 
+    from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS, export_encoder
     from replaylab.router.embed_cache import CachedEncoder, EmbeddingCache
-    from replaylab.router.encoder import (
-        EDGE_CASE_TEXTS,
-        SentenceTransformerEncoder,
-        cosine_rows,
-        export_encoder,
-        load_minilm,
-    )
+    from replaylab.router.encoder import SentenceTransformerEncoder, cosine_rows, load_minilm
     from replaylab.runtime import Router
     from replaylab.runtime.encoder import OnnxSentenceEncoder, load_encoder
 

@@ -116,13 +116,8 @@ def _quantize(name: str, spec: dict, src: Path, dst: Path, calib: list[dict]) ->
 
 
 def cmd_build(out: Path) -> None:
-    from replaylab.router.encoder import (
-        EDGE_CASE_TEXTS,
-        ONNX_FP32,
-        SentenceTransformerEncoder,
-        export_encoder,
-        load_minilm,
-    )
+    from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS, ONNX_FP32, export_encoder
+    from replaylab.router.encoder import SentenceTransformerEncoder, load_minilm
 
     prompts = distinct_prompts(N_PROMPTS + N_CALIBRATION)
     prompts, calibration = prompts[:N_PROMPTS], prompts[N_PROMPTS:]

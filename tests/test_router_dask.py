@@ -43,7 +43,8 @@ def router_cfg(**over):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """The receipts ledger (whole, and as a 4-file dataset), its replays, the encoder."""
-    from replaylab.router.encoder import export_encoder, load_minilm
+    from replaylab.artifacts.encoder_export import export_encoder
+    from replaylab.router.encoder import load_minilm
 
     root = tmp_path_factory.mktemp("router_dask")
     w = receipts_world(router_cfg())

@@ -66,7 +66,7 @@ def minilm():
 
 @pytest.fixture(scope="module")
 def exported(minilm, prompts, tmp_path_factory):
-    from replaylab.router.encoder import export_encoder
+    from replaylab.artifacts.encoder_export import export_encoder
 
     return export_encoder(minilm, tmp_path_factory.mktemp("enc") / "minilm", parity_texts=prompts)
 
@@ -74,7 +74,8 @@ def exported(minilm, prompts, tmp_path_factory):
 @pytest.fixture(scope="module")
 def reference(minilm, prompts):
     """(texts, (n, d) sentence-transformers embeddings) over prompts + edge cases."""
-    from replaylab.router.encoder import EDGE_CASE_TEXTS, SentenceTransformerEncoder
+    from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS
+    from replaylab.router.encoder import SentenceTransformerEncoder
 
     texts = prompts + list(EDGE_CASE_TEXTS)
     return texts, SentenceTransformerEncoder(minilm).encode(texts)
@@ -117,7 +118,7 @@ def test_export_folder_layout_and_manifest(exported):
 
 @pytest.mark.slow
 def test_fp32_parity_on_real_prompts_and_edge_cases(exported, reference, prompts):
-    from replaylab.router.encoder import parity_figures
+    from replaylab.artifacts.encoder_export import parity_figures
 
     texts, ref = reference
     enc = load_encoder(exported.path)
@@ -134,7 +135,7 @@ def test_fp32_parity_on_real_prompts_and_edge_cases(exported, reference, prompts
 
 @pytest.mark.slow
 def test_int8_parity_reported(exported, reference, prompts):
-    from replaylab.router.encoder import parity_figures
+    from replaylab.artifacts.encoder_export import parity_figures
 
     texts, ref = reference
     enc = load_encoder(exported.path, variant="int8")
@@ -148,8 +149,8 @@ def test_int8_parity_reported(exported, reference, prompts):
     # (7-bit weights) AVX2 and AVX-512 VNNI compute the same integers; measured on both
     # (docs/results/int8-cpus.md): prompts mean 0.9940, min 0.9880; edge cases min 0.9742. The
     # bounds are the export gates (INT8_GATES), which hold on both with margin.
+    from replaylab.artifacts.encoder_export import INT8_GATES
     from replaylab.contracts.golden import cpu_info
-    from replaylab.router.encoder import INT8_GATES
 
     cpu = cpu_info()["cpu_flags"]
     for stat, bound in (("mean_cosine_prompts", INT8_GATES["mean_cosine_prompts"]),
@@ -163,8 +164,9 @@ def test_int8_parity_reported(exported, reference, prompts):
 def test_serving_session_settings_keep_the_vectors(exported, prompts):
     # DISABLED_OPTIMIZERS (SkipLayerNormFusion off, for speed) must not move the
     # vectors; the one-text fast path must give mean_pool's exact bits.
+    from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS
     from replaylab.contracts.golden import cpu_info
-    from replaylab.router.encoder import EDGE_CASE_TEXTS, cosine_rows
+    from replaylab.router.encoder import cosine_rows
     from replaylab.runtime.encoder import (
         DISABLED_OPTIMIZERS,
         OnnxSentenceEncoder,
@@ -266,7 +268,7 @@ def test_load_refuses_tampered_or_unusable_folders(exported, tmp_path):
 
 @pytest.mark.slow
 def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path):
-    import replaylab.router.encoder as enc_mod
+    import replaylab.artifacts.encoder_export as enc_mod
 
     out = tmp_path / "encoder"
     out.mkdir()
@@ -284,7 +286,7 @@ def test_export_is_atomic_and_gated_by_parity(minilm, tmp_path):
 @pytest.mark.slow
 def test_int8_missing_its_gate_is_left_out_not_fatal(minilm, prompts, tmp_path):
     """An optional variant that misses its gate is not published; fp32 and the run go on."""
-    import replaylab.router.encoder as enc_mod
+    import replaylab.artifacts.encoder_export as enc_mod
 
     out = enc_mod.export_encoder(minilm, tmp_path / "enc", parity_texts=prompts[:20],
                                  mean_cosine_int8=1.5)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
+from replaylab.artifacts.router_head import KIND, export_head, head_to_onnx, onnx_inputs, parity
 from replaylab.config import ConfigError, from_mapping
 from replaylab.contracts.manifest import verify_manifest
 from replaylab.router.head import (
@@ -26,7 +27,6 @@ from replaylab.router.head import (
     ips_weights,
     parameter_count,
 )
-from replaylab.router.head_onnx import KIND, export_head, head_to_onnx, onnx_inputs, parity
 from tests.helpers.router import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
 
 torch.set_num_threads(1)

@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.artifacts.router_export import export_router
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
 from replaylab.pipelines.router import RouterDataError, prompt_meta, seeded_split, train_router
-from replaylab.router.artifact import export_router
 from replaylab.router.exploration import simulate_receipts
 from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
@@ -241,7 +241,8 @@ def test_simulated_receipts_validate_as_ledger(outcomes):
 # ---------------------------------------------------------------- artifact and runtime (MiniLM)
 @pytest.fixture(scope="module")
 def encoder_dir(outcomes, tmp_path_factory):
-    from replaylab.router.encoder import export_encoder, load_minilm
+    from replaylab.artifacts.encoder_export import export_encoder
+    from replaylab.router.encoder import load_minilm
 
     texts = outcomes["prompt_text"].drop_duplicates().tolist()[:40]
     folder = tmp_path_factory.mktemp("enc") / "minilm"
@@ -449,7 +450,7 @@ def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):
 def test_the_gated_threshold_is_the_shipped_one(gsm8k_run):
     """One operating point: router.json serves the threshold the go/no-go judged, and the
     gate's learned test cost is the reported learned router's (the same decisions)."""
-    from replaylab.router.artifact import router_config_json
+    from replaylab.artifacts.router_export import router_config_json
 
     s, run, _, _ = gsm8k_run
     d = s["go_detail"]

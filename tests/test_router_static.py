@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS
 from replaylab.router.charmap import HEADER, charmap_tsv, check_bert_pipeline
-from replaylab.router.encoder import EDGE_CASE_TEXTS, minilm_path
+from replaylab.router.encoder import minilm_path
 from replaylab.runtime.encoder import EncoderArtifactError
 from replaylab.runtime.routing import choose_by_threshold, choose_one
 from replaylab.runtime.static_encoder import CharmapTokenizer, read_safetensors
@@ -217,7 +218,7 @@ def test_check_bert_pipeline_refuses_other_tokenizers():
 
 
 def test_read_safetensors_round_trip_and_bad_files():
-    from replaylab.router.static_encoder import safetensors_bytes
+    from replaylab.artifacts.static_export import safetensors_bytes
 
     rng = np.random.default_rng(1)
     tensors = {"a": rng.normal(size=(3, 4)).astype(np.float32), "b": np.arange(5, dtype=np.float32)}
@@ -264,8 +265,9 @@ def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarra
 
 @pytest.mark.parametrize("wide", [True, False])
 def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
+    from replaylab.artifacts.router_head import head_tensors
+    from replaylab.pipelines.router_deployed import DeployedHead
     from replaylab.router.head import HeadConfig, SuccessHead, TrainingRows
-    from replaylab.router.head_onnx import DeployedHead, head_tensors
 
     rng = np.random.default_rng(3)
     n, d, k = 300, 24, 3

@@ -118,7 +118,7 @@ def test_sha256_is_hashlibs(binary, tmp_path):
 
 
 def test_safetensors_reader_reads_the_exporters_files(binary, tmp_path):
-    from replaylab.router.static_encoder import safetensors_bytes
+    from replaylab.artifacts.static_export import safetensors_bytes
 
     rng = np.random.default_rng(2)
     tensors = {"embeddings": rng.standard_normal((7, 5)).astype(np.float32),

@@ -42,7 +42,7 @@ def run_bin(binary: Path, *args: str, stdin: str | None = None) -> subprocess.Co
 
 def router_texts() -> list[str]:
     from replaylab.apps.router import default_outcomes
-    from replaylab.router.encoder import EDGE_CASE_TEXTS
+    from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     df = import_routellm_gsm8k(str(default_outcomes())).drop_duplicates("prompt_id")

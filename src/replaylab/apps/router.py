@@ -36,8 +36,9 @@ def encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     every run; an export with another scheme is redone)."""
     import json
 
+    from replaylab.artifacts.encoder_export import INT8_SCHEME, export_encoder
     from replaylab.contracts.manifest import ManifestError
-    from replaylab.router.encoder import INT8_SCHEME, export_encoder, load_minilm
+    from replaylab.router.encoder import load_minilm
     from replaylab.runtime.encoder import load_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-minilm"
@@ -70,8 +71,9 @@ def encoder_tier(enc: dict) -> str:
 def static_encoder_folder(enc: dict, parity_texts: list[str]) -> Path:
     """The cached static-tier export (model2vec distillation of the local MiniLM, exported
     here the first time, ~20 s); reused while it verifies and passes its golden vectors."""
+    from replaylab.artifacts.static_export import export_static_encoder
     from replaylab.contracts.manifest import ManifestError
-    from replaylab.router.static_encoder import distill_minilm, export_static_encoder
+    from replaylab.router.static_encoder import distill_minilm
     from replaylab.runtime.static_encoder import load_static_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-static"
@@ -179,7 +181,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
 def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,
                        encoder_dir: Path, receipts: bool = False) -> None:
     """The go/no-go report and the router artifact."""
-    from replaylab.router.artifact import export_router
+    from replaylab.artifacts.router_export import export_router
 
     if receipts:
         from replaylab.tracking.receipts_report import write_receipts_report as write_report

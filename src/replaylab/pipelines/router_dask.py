@@ -21,7 +21,7 @@ The same steps, checks and summary as `pipelines.router_receipts.train_router_re
    session id (`router_receipts.train_sample`: the local run draws the same sessions),
    ordered by session id as the local table is; the cost model from partition sums;
 6. the test sessions judged on the workers with the served graph
-   (`head_onnx.PortableHead`): every estimator, paired difference and the threshold
+   (`router_deployed.PortableHead`): every estimator, paired difference and the threshold
    curve are partition sums (`router.ope_sums`, which the local run uses on all its test
    rows at once); the thresholds are exact quantiles of the test routing scores; the
    intervals' session Poisson bootstrap weights are a hash of (session id, replicate,

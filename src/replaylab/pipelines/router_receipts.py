@@ -44,9 +44,9 @@ import pandas as pd
 from replaylab.contracts import ValidationResult
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router import RouterRun
+from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.head import HeadConfig, SuccessHead
-from replaylab.router.head_onnx import DeployedHead
 from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds

@@ -5,7 +5,7 @@ transformer (`replaylab.runtime.encoder`), and `static`, its model2vec
 distillation (`replaylab.runtime.static_encoder`: table tokenizer, lookup, mean;
 tens of microseconds). The head and the decision are the same for both.
 
-`Router.load(path)` verifies the router artifact (`replaylab.router.artifact`:
+`Router.load(path)` verifies the router artifact (`replaylab.artifacts.router_export`:
 manifest kind `router`, every file's size and sha256, validity, optional HMAC),
 then the encoder's own manifest and that its content hash is the one the
 router was trained with, then loads the head and `router.json`. It never

@@ -36,7 +36,6 @@ from __future__ import annotations
 import copy
 import io
 import warnings
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -99,99 +98,6 @@ def head_to_onnx(head: SuccessHead) -> bytes:
                           dynamic_axes={n: {0: "n"} for n in (*INPUTS, *names)},
                           opset_version=ONNX_OPSET, dynamo=False, do_constant_folding=True)
     return buf.getvalue()
-
-
-@dataclass(frozen=True)
-class PortableHead:
-    """The served head as plain data (the ONNX bytes or the numpy tensors, the category
-    vocabulary, threads): picklable, so Dask workers score partitions with the very scorer
-    the runtime uses (`runtime.router.HeadScorer` / `NumpyHead`), built once per process."""
-
-    kind: str
-    vocabulary: list
-    threads: int
-    model: bytes | None = None
-    tensors: dict | None = None
-
-    def digest(self) -> str:
-        """sha256 of what decides (graph bytes or tensors, vocabulary)."""
-        import hashlib  # noqa: PLC0415
-
-        h = hashlib.sha256(self.kind.encode() + repr(self.vocabulary).encode())
-        if self.model is not None:
-            h.update(self.model)
-        for name in sorted(self.tensors or {}):
-            h.update(name.encode() + np.ascontiguousarray(self.tensors[name]).tobytes())
-        return h.hexdigest()
-
-    def scorer(self) -> Any:
-        """The runtime scorer of this head, built once per process (a worker reuses it
-        across partitions and tasks)."""
-        from replaylab.runtime.router import HeadScorer, NumpyHead  # noqa: PLC0415
-
-        key = self.digest()
-        if key not in _SCORERS:
-            _SCORERS.clear()  # one head per process at a time (a run scores one head at once)
-            _SCORERS[key] = (HeadScorer(self.model, self.vocabulary, self.threads)
-                             if self.kind == "onnx" else NumpyHead(self.tensors, self.vocabulary))
-        return _SCORERS[key]
-
-    def predict_proba(self, embedding: np.ndarray, meta: Any = None,
-                      scorer: Any = None) -> np.ndarray:
-        """(n, K) float64 P(success) from the graph (candidates cheapest first); scorer:
-        this head's scorer when the caller holds one (else the process's)."""
-        category, tokens = meta_arrays(meta, len(embedding))
-        labels = [None if c is None or (isinstance(c, float) and c != c) else c
-                  for c in category]  # a missing label is the `other` slot, as in the head
-        return (scorer or self.scorer()).proba(embedding, labels, tokens)
-
-
-_SCORERS: dict = {}
-
-
-class DeployedHead:
-    """A fitted head as the runtime serves it: its exported graph (`model`, the bytes the
-    router artifact ships) scored by `replaylab.runtime.router.HeadScorer`.
-
-    Training reports the learned router's calibration, test and go/no-go decisions
-    from `predict_proba` here, so for the same embeddings they are the decisions the
-    runtime makes, bit for bit (`head` keeps the torch network for `report`).
-    The torch vs onnxruntime difference on `parity_embedding` is reported (`parity`).
-    """
-
-    def __init__(self, head: SuccessHead, *, threads: int = 1,
-                 parity_embedding: np.ndarray | None = None, parity_meta: Any = None,
-                 scorer: str = "onnx") -> None:
-        from replaylab.runtime.router import HeadScorer, NumpyHead  # noqa: PLC0415
-
-        if scorer not in ("onnx", "numpy"):
-            raise ValueError(f"scorer={scorer!r}: onnx or numpy")
-        self.head = head
-        self.scorer_kind = scorer
-        self.model = head_to_onnx(head)
-        # informational: the graph, not torch, is what decides (training and serving alike),
-        # so a torch/onnxruntime difference is reported, never fatal here
-        self.parity = (parity(head, self.model, parity_embedding, parity_meta,
-                              tolerance=float("inf"))
-                       if parity_embedding is not None and len(parity_embedding) else None)
-        self.portable = PortableHead(
-            scorer, list(head.encoder_.vocabulary_), threads,
-            self.model if scorer == "onnx" else None,
-            head_tensors(head) if scorer == "numpy" else None)
-        self.scorer = (HeadScorer(self.model, self.portable.vocabulary, threads)
-                       if scorer == "onnx" else NumpyHead(self.portable.tensors,
-                                                          self.portable.vocabulary))
-
-    def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
-        """(n, K) float64 P(success) from the graph (candidates cheapest first)."""
-        return self.portable.predict_proba(embedding, meta, self.scorer)
-
-    def report(self) -> dict:
-        return {**self.head.report(), "decisions_from": (
-                    "onnx head graph (runtime HeadScorer)" if self.scorer_kind == "onnx"
-                    else "numpy float64 forward pass of head.safetensors (runtime NumpyHead)"),
-                "onnx_parity": self.parity}
-
 
 HEAD_TENSORS_FILE = "head.safetensors"
 

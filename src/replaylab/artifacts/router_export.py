@@ -21,7 +21,7 @@ Layout (every file listed in the top-level `manifest.json`, kind `router`):
                                machine; `Router.load` re-checks them where it is served
 
 The static tier (`router.encoder.tier=static`) ships `encoder/` as the static
-encoder folder instead (`replaylab.router.static_encoder`: vocab.txt,
+encoder folder instead (`replaylab.artifacts.static_export`: vocab.txt,
 charmap.tsv, embeddings.safetensors, static_config.json, golden.json,
 manifest.json); `router.json` `encoder.tier` says which, and the router golden
 vectors then carry each query's token ids.
@@ -43,6 +43,13 @@ from typing import Any
 import numpy as np
 
 from replaylab import __version__
+from replaylab.artifacts.router_head import (
+    HEAD_TENSORS_FILE,
+    head_tensors,
+    head_to_onnx,
+    manifest_sections,
+)
+from replaylab.artifacts.static_export import safetensors_bytes
 from replaylab.contracts.golden import golden_document, write_golden
 from replaylab.contracts.manifest import (
     build_manifest,
@@ -52,12 +59,6 @@ from replaylab.contracts.manifest import (
     write_manifest,
 )
 from replaylab.jsonsafe import json_safe
-from replaylab.router.head_onnx import (
-    HEAD_TENSORS_FILE,
-    head_tensors,
-    head_to_onnx,
-    manifest_sections,
-)
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -105,7 +106,6 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
 
     encoder_dir: the verified encoder export the head was trained with.
     """
-    from replaylab.router.static_encoder import safetensors_bytes
     from replaylab.runtime.static_encoder import VARIANT as STATIC
     from replaylab.runtime.static_encoder import is_static_folder
 
