@@ -38,6 +38,24 @@ SELF = ("self", "cls")
 # private names of other libraries' objects, never read as a class's of this repository
 FOREIGN_PRIVATE = frozenset({"_meta"})  # a dask collection's empty frame of its columns
 
+# The floors of docs/ARCHITECTURE.md, bottom up: a package imports only packages on lower
+# floors (never one on its own floor or above). A new package must be placed here.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("replaylab", "contracts", "data"),   # 0: the data contracts (and the package's version)
+    ("runtime",),                         # 1: serving
+    ("config", "stats", "jsonsafe"),      # 2: helpers written once
+    ("sources", "projection"),            # 3: ledgers in; dispatch-time features and splits
+    ("demand",),                          # 4: the demand model
+    ("tracking",),                        # 5: reports and figures
+    ("forecast", "hints"),                # 6: archetype forecasts; demand hints offline
+    ("router", "fleet"),                  # 7: the router library; the offline fleet
+    ("artifacts",),                       # 8: the export side of every artifact kind
+    ("pipelines",),                       # 9: one library call per pipeline
+    ("fleet.experiments",),               # 10: the fleet experiments
+    ("apps",),                            # 11: MLflow, environment, the registry
+    APPS,                                 # 12: the entry points
+)
+
 ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")
 
 
@@ -425,3 +443,33 @@ def test_each_fleet_experiment_imports_only_the_harness():
                     and experiment(target) != experiment(me):
                 bad.append(f"{imp.where()} ({me} imports the experiment {target})")
     assert not bad, "fleet experiments importing each other:\n" + "\n".join(bad)
+
+
+def _package(module: str) -> str:
+    """The house package a module belongs to (its floor's unit)."""
+    parts = module.split(".")
+    if parts[0] != "replaylab":
+        return parts[0]
+    if parts[1:3] == ["fleet", "experiments"]:
+        return "fleet.experiments"
+    return parts[1] if len(parts) > 1 else "replaylab"
+
+
+def test_arrows_point_down_between_floors():
+    """0 back-arrows: each import between two packages goes to a strictly lower floor."""
+    floor = {package: i for i, row in enumerate(FLOORS) for package in row}
+    files = [*_files(LIBRARY), *(p for app in APPS for p in _files(REPO / app))]
+    unplaced = sorted({_package(_module_name(p)) for p in files} - floor.keys())
+    assert not unplaced, f"packages with no floor in FLOORS: {unplaced}"
+    bad = []
+    for path in files:
+        me = _package(_module_name(path))
+        for imp in imports(path):
+            target = _source_module(imp)
+            if target.split(".")[0] not in HOUSE or not _module_file(target):
+                continue
+            there = _package(target)
+            if there != me and floor[there] >= floor[me]:
+                bad.append(f"{imp.where()} ({me}, floor {floor[me]} -> {there}, "
+                           f"floor {floor[there]})")
+    assert not bad, f"{len(bad)} arrows that do not point down:\n" + "\n".join(bad)
