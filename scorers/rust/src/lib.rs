@@ -1,36 +1,27 @@
-//! replaylab-scorer: the reference scorer of replaylab's static-tier router artifacts,
-//! standard library only (docs/specs/router-scorer.md is the specification it implements).
+//! replaylab-scorer: the reference scorers of replaylab's artifacts, standard library only.
 //!
-//! `Router::load(dir, now)` verifies the artifact (both manifests: sizes, sha256,
-//! content hashes, validity), reads the static encoder (charmap.tsv, vocab.txt,
-//! embeddings.safetensors) and the head (head.safetensors); `Router::route(text,
-//! category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
+//! - `router`: static-tier router artifacts (docs/specs/router-scorer.md).
+//!   `Router::load(dir, now)` verifies the artifact (both manifests: sizes, sha256,
+//!   content hashes, validity), reads the static encoder (charmap.tsv, vocab.txt,
+//!   embeddings.safetensors) and the head (head.safetensors); `Router::route(text,
+//!   category, prompt_tokens)` tokenizes, embeds, runs the head and decides.
+//!   `Binder::new(router, config)` (`router::binder`): sticky session bindings over a
+//!   router, with exploration, escalation and a bounded memory (docs/specs/binder.md).
+//! - `demand`: demand artifacts (docs/specs/demand-scorer.md). `Demand::load(dir, now)`
+//!   verifies one and reads its flat trees (trees.safetensors); `Demand::hint(request,
+//!   now_ms)` answers a pre-dispatch demand hint.
+//! - `artifact`: what both load through: manifest verification, safetensors.
+//! - `util`: the error type, JSON (Python-compatible writers), SHA-256, ISO 8601 times.
 //!
-//! `Binder::new(router, config)`: sticky session bindings over a router, with
-//! exploration, escalation and a bounded memory (docs/specs/binder.md).
-//!
-//! `Demand::load(dir, now)` verifies a demand artifact and reads its flat trees
-//! (trees.safetensors); `Demand::hint(request, now_ms)` answers a pre-dispatch demand
-//! hint (docs/specs/demand-scorer.md).
+//! tests/fixtures holds a tiny artifact of each kind (scripts/make_rust_fixtures.py), which
+//! `cargo test` checks.
 
-pub mod binder;
+pub mod artifact;
 pub mod demand;
-pub mod demand_golden;
-pub mod demand_trees;
-pub mod encoder;
-pub mod error;
-pub mod golden;
-pub mod head;
-pub mod json;
-pub mod manifest;
 pub mod router;
-pub mod routing;
-pub mod safetensors;
-pub mod sha256;
-pub mod timefmt;
-pub mod tokenizer;
+pub mod util;
 
-pub use binder::{Binder, Receipt};
 pub use demand::{Demand, Hint};
-pub use error::Error;
+pub use router::binder::{Binder, Receipt};
 pub use router::{Decision, Router};
+pub use util::error::Error;

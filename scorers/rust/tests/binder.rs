@@ -1,17 +1,27 @@
-//! `cargo test --offline` of the binder over a real artifact (REPLAYLAB_ROUTER_ARTIFACT, as
-//! tests/golden.rs): openings decided by the router (its choice, or the other candidate
-//! with the exact propensity), sticky afterwards. Without the variable: nothing checked.
+//! `cargo test --offline` of the binder over real router artifacts (as tests/golden.rs: the
+//! fixture tests/fixtures/router, and REPLAYLAB_ROUTER_ARTIFACT when set): openings decided
+//! by the router (its choice, or the other candidate with the exact propensity), sticky
+//! afterwards.
 
-use replaylab_scorer::binder::{self, Binder, Config};
-use replaylab_scorer::{golden, timefmt, Router};
+use std::path::Path;
+
+use replaylab_scorer::router::binder::{self, Binder, Config};
+use replaylab_scorer::router::golden;
+use replaylab_scorer::util::timefmt;
+use replaylab_scorer::Router;
 
 #[allow(dead_code)] // the tamper helpers are tests/golden.rs's
 mod common;
 
 #[test]
 fn binder_openings_are_the_routers_choice_or_explored() {
-    let Some(dir) = common::artifact("REPLAYLAB_ROUTER_ARTIFACT", "binder") else { return };
-    let router = Router::load(&dir, timefmt::now()).expect("the artifact loads");
+    for dir in common::artifacts("REPLAYLAB_ROUTER_ARTIFACT", "router", "binder") {
+        openings(&dir);
+    }
+}
+
+fn openings(dir: &Path) {
+    let router = Router::load(dir, timefmt::now()).expect("the artifact loads");
     let queries = golden::golden_queries(&router).expect("golden queries");
     let own: Vec<String> = queries.iter()
         .map(|q| router.candidates[router.route(&q.text, q.category.as_deref(), q.prompt_tokens).candidate].clone())

@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::Error;
-use crate::safetensors::{self, RawTensor};
+use crate::util::error::Error;
+use crate::artifact::safetensors::{self, RawTensor};
 
 pub const FORMAT: &str = "replaylab-demand-trees-1";
 pub const CATEGORICAL: u8 = 1;

@@ -10,10 +10,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::Error;
-use crate::json::{self, Json, Number};
+use crate::util::error::Error;
+use crate::util::json::{self, Json, Number};
 use crate::router::Router;
-use crate::routing::Rule;
+use crate::router::routing::Rule;
 
 pub const VARIANT: &str = "static";
 

@@ -2,7 +2,7 @@
 //! explicit `+HH:MM` offset) -> seconds since the Unix epoch. A timestamp without a zone
 //! is refused, as by the Python verifier.
 
-use crate::error::Error;
+use crate::util::error::Error;
 
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     // Howard Hinnant's algorithm: days since 1970-01-01 of a proleptic Gregorian date

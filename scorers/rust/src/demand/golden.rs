@@ -12,9 +12,9 @@
 use std::collections::BTreeMap;
 
 use crate::demand::{Demand, Hint};
-use crate::demand_trees::Trees;
-use crate::error::Error;
-use crate::json::{self, py_float_repr, write_str, Json, Number};
+use crate::demand::trees::Trees;
+use crate::util::error::Error;
+use crate::util::json::{self, py_float_repr, write_str, Json, Number};
 
 fn num(x: f64) -> Json {
     if x.is_finite() { Json::Num(Number { value: x, int: None }) } else { Json::Null }

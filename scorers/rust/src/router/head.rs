@@ -10,8 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::Error;
-use crate::safetensors::Tensor;
+use crate::util::error::Error;
+use crate::artifact::safetensors::Tensor;
 
 struct Layer {
     /// transposed weight: wt[j * out + i] = W[i][j]

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::rc::Rc;
 
-use crate::encoder::StaticEncoder;
-use crate::error::Error;
-use crate::head::Head;
-use crate::json::{self, Json};
-use crate::manifest::{self, Store, Verified};
-use crate::routing::{self, Rule};
-use crate::safetensors;
-use crate::tokenizer::{parse_vocab, Charmap, Tokenizer};
+use crate::router::encoder::StaticEncoder;
+use crate::util::error::Error;
+use crate::router::head::Head;
+use crate::util::json::{self, Json};
+use crate::artifact::manifest::{self, Store, Verified};
+use crate::router::routing::{self, Rule};
+use crate::artifact::safetensors;
+use crate::router::tokenizer::{parse_vocab, Charmap, Tokenizer};
 
 pub struct Router {
     pub candidates: Vec<String>,

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::error::Error;
-use crate::json::{self, Json};
+use crate::util::error::Error;
+use crate::util::json::{self, Json};
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {

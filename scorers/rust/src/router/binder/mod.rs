@@ -3,25 +3,31 @@
 //! receipt.
 //!
 //! The opening turn of a session is decided once (the router's choice, or with
-//! exploration another candidate drawn from SHA-256(salt || 0x1f || session id)); later
+//! exploration another candidate drawn from SHA-256(salt || 0x1f || session id), draw.rs); later
 //! turns reuse the binding; a reported failure moves the session one step up the ladder
 //! on its next turn. A router that did not load, a bad or capped rate, or a ladder naming
 //! an unknown candidate put every opening on the artifact's rules (reason codes). At most
 //! `max_sessions` sessions are held (least recently used evicted first), and a session
 //! idle longer than `ttl_s` is dropped. The clock is passed in (`now`, seconds).
 //!
-//! [`replay`] runs the JSONL event format (`{"op": "bind" | "fail" | "stats", ...}`) the
+//! [`replay`] (replay.rs) runs the JSONL event format (`{"op": "bind" | "fail" | "stats", ...}`) the
 //! Python `replay_events` runs too, one canonical JSON record per event.
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::error::Error;
-use crate::json::{self, Json, Number};
+use crate::util::error::Error;
+use crate::util::json::{Json, Number};
 use crate::router::{Decision, Router};
-use crate::sha256::Sha256;
+
+pub mod draw;
+pub mod replay;
+pub mod rules;
+
+pub use draw::{exploration_draw, explored_index, SEPARATOR};
+pub use replay::{replay, Event};
+pub use rules::Rules;
 
 pub const SPEC_VERSION: &str = "1";
-pub const SEPARATOR: u8 = 0x1f;
 
 // routing_source / rebind_reason values of ledger-v1
 pub const STICKY: &str = "sticky_binding";
@@ -36,31 +42,6 @@ pub const NOT_LOADED: &str = "router_not_loaded";
 pub const RATE_ABOVE_CAP: &str = "rate_above_cap";
 pub const BAD_RATE: &str = "bad_rate";
 pub const UNKNOWN_CANDIDATE: &str = "unknown_candidate";
-
-const TWO_POW_MINUS_53: f64 = 1.0 / 9_007_199_254_740_992.0;
-
-/// u(s) in [0, 1) on a 2^-53 grid: SHA-256 of salt, 0x1f, session id (UTF-8); the first
-/// 8 bytes big-endian, top 53 bits, times 2^-53 (exact).
-pub fn exploration_draw(salt: &str, session_id: &str) -> f64 {
-    let mut h = Sha256::new();
-    h.update(salt.as_bytes());
-    h.update(&[SEPARATOR]);
-    h.update(session_id.as_bytes());
-    let d = h.finish();
-    let x = u64::from_be_bytes(d[..8].try_into().expect("8 bytes")) >> 11;
-    x as f64 * TWO_POW_MINUS_53
-}
-
-/// Index among the K - 1 other candidates of an explored session: min(floor(u / rate *
-/// (K - 1)), K - 2); None when not explored (u >= rate, rate <= 0 or NaN, or K < 2).
-#[allow(clippy::neg_cmp_op_on_partial_ord)] // NaN rate: not explored, as in Python
-pub fn explored_index(u: f64, rate: f64, k: usize) -> Option<usize> {
-    if k < 2 || !(rate > 0.0) || !(u < rate) {
-        return None;
-    }
-    let j = (u / rate * (k - 1) as f64).floor();
-    Some((j as usize).min(k - 2))
-}
 
 /// The binder's settings (the Python keyword arguments, the same defaults).
 #[derive(Clone, Debug)]
@@ -80,47 +61,6 @@ impl Default for Config {
     fn default() -> Self {
         Config { rate: 0.05, cap: 0.10, salt: String::new(), ladder: None, ttl_s: 3600.0,
                  max_sessions: 100_000, fallback_candidate: None }
-    }
-}
-
-/// The artifact's scenario rules (`router.json` `rules`), as `Router.route_by_rules`.
-#[derive(Clone, Debug, Default)]
-pub struct Rules {
-    pub long_prompt_tokens: Option<f64>,
-    pub long_prompt_candidate: Option<String>,
-    pub task_candidate: HashMap<String, String>,
-    pub default_candidate: Option<String>,
-}
-
-impl Rules {
-    /// From the verified `router.json` of a loaded router (missing parts: None / empty).
-    pub fn of(router: &Router) -> Result<Rules, Error> {
-        let cfg = json::parse_bytes(&router.file("router.json")?)
-            .map_err(|e| Error::new("bad_config", format!("router.json: {e}")))?;
-        let r = cfg.get("rules");
-        let s = |k: &str| r.and_then(|r| r.get(k)).and_then(Json::as_str).map(str::to_string);
-        let task_candidate = r.and_then(|r| r.get("task_candidate")).and_then(Json::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
-            .unwrap_or_default();
-        Ok(Rules {
-            long_prompt_tokens: r.and_then(|r| r.get("long_prompt_tokens")).and_then(Json::as_f64),
-            long_prompt_candidate: s("long_prompt_candidate"),
-            task_candidate,
-            default_candidate: s("default_candidate"),
-        })
-    }
-
-    /// The rules' candidate (None: the rule names no candidate).
-    pub fn choose(&self, length: f64, category: Option<&str>) -> Option<&str> {
-        if let Some(lim) = self.long_prompt_tokens {
-            if length > lim {
-                return self.long_prompt_candidate.as_deref();
-            }
-        }
-        if let Some(c) = category.and_then(|c| self.task_candidate.get(c)) {
-            return Some(c);
-        }
-        self.default_candidate.as_deref()
     }
 }
 
@@ -470,111 +410,9 @@ fn int(x: i64) -> Json {
     Json::Num(Number { value: x as f64, int: Some(x.to_string()) })
 }
 
-/// One event of the replay format.
-pub enum Event {
-    Bind { session_id: String, text: String, category: Option<String>, prompt_tokens: Option<f64>,
-           turn_index: Option<i64>, now: Option<f64> },
-    Fail { session_id: String, now: Option<f64> },
-    Stats { now: Option<f64> },
-}
-
-impl Event {
-    pub fn parse(v: &Json) -> Result<Event, Error> {
-        let bad = |m: String| Error::new("bad_input", m);
-        if v.as_object().is_none() {
-            return Err(bad("an event must be a JSON object".into()));
-        }
-        let op = v.get("op").and_then(Json::as_str).ok_or_else(|| bad("\"op\" must be a string".into()))?;
-        let now = match v.get("now") {
-            None | Some(Json::Null) => None,
-            Some(Json::Num(n)) => Some(n.value),
-            Some(_) => return Err(bad("\"now\" must be a number or null".into())),
-        };
-        let sid = || v.get("session_id").and_then(Json::as_str).map(str::to_string)
-            .ok_or_else(|| bad("\"session_id\" must be a string".into()));
-        match op {
-            "bind" => {
-                let text = match v.get("text") {
-                    None => String::new(),
-                    Some(Json::Str(s)) => s.clone(),
-                    Some(_) => return Err(bad("\"text\" must be a string".into())),
-                };
-                let category = match v.get("category") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::Str(s)) => Some(s.clone()),
-                    Some(_) => return Err(bad("\"category\" must be a string or null".into())),
-                };
-                let prompt_tokens = match v.get("prompt_tokens") {
-                    None | Some(Json::Null) => None,
-                    Some(Json::Num(n)) => Some(n.value),
-                    Some(_) => return Err(bad("\"prompt_tokens\" must be a number or null".into())),
-                };
-                let turn_index = match v.get("turn_index") {
-                    None | Some(Json::Null) => None,
-                    Some(x) => Some(x.as_i64().ok_or_else(|| bad("\"turn_index\" must be an integer or null".into()))?),
-                };
-                Ok(Event::Bind { session_id: sid()?, text, category, prompt_tokens, turn_index, now })
-            }
-            "fail" => Ok(Event::Fail { session_id: sid()?, now }),
-            "stats" => Ok(Event::Stats { now }),
-            other => Err(bad(format!("unknown op {other:?} (bind | fail | stats)"))),
-        }
-    }
-}
-
-/// Run the events in order (the clock: each event's `now`, else the last one, from 0.0);
-/// one record per event: a bind's receipt, a fail's `escalated`, the stats.
-pub fn replay(binder: &mut Binder, events: &[Event], mut emit: impl FnMut(Json)) {
-    let mut clock = 0.0;
-    for e in events {
-        match e {
-            Event::Bind { session_id, text, category, prompt_tokens, turn_index, now } => {
-                clock = now.unwrap_or(clock);
-                let r = binder.bind(session_id, text, category.as_deref(), *prompt_tokens, *turn_index, clock);
-                emit(binder.bind_record(session_id, &r));
-            }
-            Event::Fail { session_id, now } => {
-                clock = now.unwrap_or(clock);
-                let ok = binder.report_failure(session_id);
-                let mut m = BTreeMap::new();
-                m.insert("op".into(), Json::Str("fail".into()));
-                m.insert("session_id".into(), Json::Str(session_id.clone()));
-                m.insert("escalated".into(), Json::Bool(ok));
-                emit(Json::Obj(m));
-            }
-            Event::Stats { now } => {
-                clock = now.unwrap_or(clock);
-                emit(binder.stats_record());
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_draw_is_sha256_top_53_bits() {
-        // hashlib.sha256(b"\x1f").digest()[:8] (empty salt, empty id)
-        let d = crate::sha256::sha256(&[0x1f]);
-        let want = (u64::from_be_bytes(d[..8].try_into().unwrap()) >> 11) as f64 / 9_007_199_254_740_992.0;
-        assert_eq!(exploration_draw("", "").to_bits(), want.to_bits());
-        assert!((0.0..1.0).contains(&exploration_draw("salt", "s1")));
-        assert_ne!(exploration_draw("a", "b"), exploration_draw("ab", ""));
-    }
-
-    #[test]
-    fn explored_index_splits_the_rate_evenly() {
-        assert_eq!(explored_index(0.5, 0.1, 2), None);
-        assert_eq!(explored_index(0.0, 0.0, 2), None);
-        assert_eq!(explored_index(0.01, 0.1, 1), None);
-        assert_eq!(explored_index(0.09999, 0.1, 2), Some(0));
-        assert_eq!(explored_index(0.049, 0.1, 3), Some(0));
-        assert_eq!(explored_index(0.051, 0.1, 3), Some(1));
-        assert_eq!(explored_index(0.1 - 1e-17, 0.1, 3), Some(1));
-        assert_eq!(explored_index(0.0, f64::NAN, 3), None);
-    }
 
     fn unloaded(ladder: &[&str], max_sessions: usize, ttl_s: f64) -> Binder {
         Binder::new(None, Config { ladder: Some(ladder.iter().map(|s| s.to_string()).collect()),

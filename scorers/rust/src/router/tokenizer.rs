@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::error::Error;
+use crate::util::error::Error;
 
 pub const CHARMAP_HEADER: &str = "# replaylab charmap 1";
 const N_CODEPOINTS: usize = 0x11_0000;

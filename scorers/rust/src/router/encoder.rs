@@ -1,7 +1,7 @@
 //! The static encoder: token ids -> sum of embedding rows in float64 (token order) ->
 //! L2 normalization in float64 -> float32 (docs/specs/router-scorer.md, "Embedding").
 
-use crate::tokenizer::Tokenizer;
+use crate::router::tokenizer::Tokenizer;
 
 pub struct StaticEncoder {
     pub tokenizer: Tokenizer,

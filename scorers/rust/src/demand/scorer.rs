@@ -5,17 +5,18 @@
 //! Load: manifest (kind `demand`, every file's size and sha256, content hash, validity)
 //! -> the feature schema, outputs, calibration and fallback sections -> `trees.safetensors`.
 //! A hint: request JSON object -> feature row (section 4 of the spec) -> tree walk
-//! (`demand_trees`) -> sort, inverse scale, + prompt, cap clip; base band; conformal
+//! (`demand::trees`) -> sort, inverse scale, + prompt, cap clip; base band; conformal
 //! band of the request's cell (section 6). Online recalibration is not implemented.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use crate::demand_trees::Trees;
-use crate::error::Error;
-use crate::json::{py_float_repr, Json};
-use crate::manifest::{self, Store, Verified};
-use crate::timefmt;
+use crate::demand::trees::Trees;
+use crate::util::error::Error;
+use crate::demand::request::{epoch_ms, lenient, number, py_str, request_id, BadRequest};
+use crate::util::json::Json;
+use crate::artifact::manifest::{self, Store, Verified};
+use crate::util::timefmt;
 
 pub const KIND: &str = "demand";
 pub const TREES_FILE: &str = "trees.safetensors";
@@ -121,122 +122,6 @@ fn schema(m: String) -> Error {
 
 fn outputs(m: String) -> Error {
     Error::new("outputs", m)
-}
-
-/// A request field the scorer cannot read (the hint falls back with `bad_request`).
-struct BadRequest;
-
-/// `_number`: None/null -> default; a number or a bool as f64; anything else is a bad request.
-#[inline]
-fn number(v: Option<&Json>, default: f64) -> Result<f64, BadRequest> {
-    match v {
-        None | Some(Json::Null) => Ok(default),
-        Some(Json::Num(n)) => Ok(n.value),
-        Some(Json::Bool(b)) => Ok(if *b { 1.0 } else { 0.0 }),
-        _ => Err(BadRequest),
-    }
-}
-
-fn lenient(v: Option<&Json>) -> f64 {
-    number(v, f64::NAN).unwrap_or(f64::NAN)
-}
-
-/// Python's `str(value)` of a scalar JSON value (None for null; a bad request for arrays
-/// and objects, whose Python str() no vocabulary holds).
-fn py_str(v: &Json) -> Result<Option<String>, BadRequest> {
-    Ok(match v {
-        Json::Null => None,
-        Json::Str(s) => Some(s.clone()),
-        Json::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
-        Json::Num(n) => Some(match &n.int {
-            Some(d) => d.clone(),
-            None => py_float_repr(n.value),
-        }),
-        _ => return Err(BadRequest),
-    })
-}
-
-/// `datetime.fromisoformat` (the RFC 3339 / ISO 8601 extended forms), naive = UTC ->
-/// epoch ms exactly as Python's `int(dt.timestamp() * 1000)`.
-fn iso_ms(s: &str) -> Option<i128> {
-    let b = s.as_bytes();
-    let digits = |a: usize, n: usize| -> Option<i64> {
-        let p = s.get(a..a + n)?;
-        p.bytes().all(|c| c.is_ascii_digit()).then(|| p.parse().ok()).flatten()
-    };
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
-        return None;
-    }
-    let (y, mo, d) = (digits(0, 4)?, digits(5, 2)?, digits(8, 2)?);
-    let (mut h, mut mi, mut sec, mut us) = (0, 0, 0, 0i64);
-    let mut i = 10;
-    let mut offset = 0i64;
-    if i < b.len() {
-        if !matches!(b[i], b'T' | b' ') {
-            return None;
-        }
-        h = digits(i + 1, 2)?;
-        i += 3;
-        if b.get(i) == Some(&b':') {
-            mi = digits(i + 1, 2)?;
-            i += 3;
-            if b.get(i) == Some(&b':') {
-                sec = digits(i + 1, 2)?;
-                i += 3;
-                if matches!(b.get(i), Some(b'.' | b',')) {
-                    let start = i + 1;
-                    i = start;
-                    while i < b.len() && b[i].is_ascii_digit() {
-                        i += 1;
-                    }
-                    if i == start {
-                        return None;
-                    }
-                    // microseconds: the first 6 digits, padded (Python ignores the rest)
-                    let mut f: String = s[start..i].chars().take(6).collect();
-                    while f.len() < 6 {
-                        f.push('0');
-                    }
-                    us = f.parse().ok()?;
-                }
-            }
-        }
-        match &s[i..] {
-            "" => {}
-            "Z" | "z" => {}
-            z if z.len() == 6 && matches!(z.as_bytes()[0], b'+' | b'-') && z.as_bytes()[3] == b':' => {
-                let v = digits(i + 1, 2)? * 3600 + digits(i + 4, 2)? * 60;
-                if digits(i + 1, 2)? > 23 || digits(i + 4, 2)? > 59 {
-                    return None;
-                }
-                offset = if z.starts_with('-') { -v } else { v };
-            }
-            _ => return None,
-        }
-    }
-    let leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    let mdays = [31, if leap { 29 } else { 28 }, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-    if y < 1 || !(1..=12).contains(&mo) || d < 1 || d > mdays[(mo - 1) as usize] || h > 23 || mi > 59 || sec > 59 {
-        return None;
-    }
-    let days = timefmt::days_from_civil(y, mo, d);
-    let total_us = ((days * 86400 + h * 3600 + mi * 60 + sec - offset) as i128) * 1_000_000 + us as i128;
-    // timedelta.total_seconds(): microseconds / 10**6 (correctly rounded), then * 1000, int()
-    let secs = total_us as f64 / 1e6;
-    Some((secs * 1000.0).trunc() as i128)
-}
-
-/// `_epoch_ms`: null/absent -> now; a number -> int(value) (NaN/inf -> now); a string ->
-/// ISO 8601; anything else is a bad request.
-fn epoch_ms(v: Option<&Json>, now_ms: i64) -> Result<i128, BadRequest> {
-    match v {
-        None | Some(Json::Null) => Ok(now_ms as i128),
-        Some(Json::Str(s)) => iso_ms(s).ok_or(BadRequest),
-        other => {
-            let x = number(other, f64::NAN)?;
-            Ok(if x.is_finite() { x.trunc() as i128 } else { now_ms as i128 })
-        }
-    }
 }
 
 impl Demand {
@@ -480,13 +365,6 @@ impl Demand {
     }
 }
 
-fn request_id(r: Option<&BTreeMap<String, Json>>) -> Option<String> {
-    match r.and_then(|r| r.get("request_id")) {
-        None | Some(Json::Null) => None,
-        Some(v) => py_str(v).ok().flatten().or_else(|| crate::json::canonical(v).ok()),
-    }
-}
-
 #[inline]
 fn clip(x: f64, prompt: f64, cap: f64) -> f64 {
     let hi = if cap.is_nan() { f64::INFINITY } else { prompt + cap }; // cap NaN = no upper bound
@@ -519,32 +397,6 @@ pub fn conformal_band(lo: f64, hi: f64, prompt: f64, q: f64, cap: f64, scale: Sc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::json;
-
-    #[test]
-    fn iso_timestamps_are_pythons() {
-        // int(datetime.fromisoformat(s).timestamp() * 1000), computed in CPython 3.11
-        assert_eq!(iso_ms("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(iso_ms("2023-11-16T00:41:37.747Z"), Some(1700095297747));
-        assert_eq!(iso_ms("2023-11-16T02:41:37.747+02:00"), Some(1700095297747));
-        assert_eq!(iso_ms("2023-11-16 00:41:37.7479999"), Some(1700095297747));
-        assert_eq!(iso_ms("2023-11-16"), Some(1700092800000));
-        assert_eq!(iso_ms("1969-12-31T23:59:59.9995Z"), Some(0)); // -0.5 ms truncates toward 0
-        assert_eq!(iso_ms("2023-02-29T00:00:00Z"), None);
-        assert_eq!(iso_ms("yesterday"), None);
-    }
-
-    #[test]
-    fn python_str_of_json_scalars() {
-        let s = |t: &str| py_str(&json::parse(t).unwrap()).ok().flatten();
-        assert_eq!(s("3"), Some("3".into()));
-        assert_eq!(s("3.0"), Some("3.0".into()));
-        assert_eq!(s("1e20"), Some("1e+20".into()));
-        assert_eq!(s("true"), Some("True".into()));
-        assert_eq!(s("\"chat\""), Some("chat".into()));
-        assert_eq!(s("null"), None);
-        assert!(py_str(&json::parse("[1]").unwrap()).is_err());
-    }
 
     #[test]
     fn band_arithmetic() {

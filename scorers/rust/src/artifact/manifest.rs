@@ -18,10 +18,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 
-use crate::error::Error;
-use crate::json::{self, Json};
-use crate::sha256;
-use crate::timefmt;
+use crate::util::error::Error;
+use crate::util::json::{self, Json};
+use crate::util::sha256;
+use crate::util::timefmt;
 
 pub const MANIFEST_NAME: &str = "manifest.json";
 pub const MAX_CLOCK_SKEW_S: f64 = 300.0;

@@ -1,0 +1,19 @@
+//! The static-tier router scorer (docs/specs/router-scorer.md) and the session binder over
+//! it (docs/specs/binder.md).
+//!
+//! - `scorer`: `Router::load(dir, now)` verifies the artifact (both manifests) and reads
+//!   it; `Router::route(text, category, prompt_tokens)` decides;
+//! - `tokenizer`, `encoder`: the static encoder (charmap.tsv + vocab.txt, embeddings);
+//! - `head`: the MLP head's forward pass from head.safetensors;
+//! - `routing`: the decision rule; `golden`: the artifact's golden vectors, checked;
+//! - `binder`: sticky session bindings with exploration, escalation and bounded memory.
+
+pub mod binder;
+pub mod encoder;
+pub mod golden;
+pub mod head;
+pub mod routing;
+pub mod scorer;
+pub mod tokenizer;
+
+pub use scorer::{Decision, Router};

@@ -1,0 +1,150 @@
+"""The Rust crate's test fixtures (scorers/rust/tests/fixtures): two tiny real artifacts.
+
+`cargo test --offline` in scorers/rust checks these without any environment variable
+(scorers/rust/tests/{golden,demand,binder}.rs): manifest verification, golden vectors,
+a tampered copy refused. Regenerate them (seeded, deterministic, ~20 s on 2 cores) with
+
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/make_rust_fixtures.py
+
+(`--out DIR` writes elsewhere; tests/test_rust_crate.py regenerates them into a temp
+folder and checks every file's sha256 against the committed ones). Rerun it and commit
+the result whenever an exporter's output changes on purpose (its format, the golden
+vectors, `replaylab.__version__` in the router manifest).
+
+- `demand/`: `replaylab.artifacts.demand_export.export_demand` of a demand run
+  (`train_demand`) on a seeded synthetic ledger of 300 sessions (the same run
+  tests/test_rust_demand.py trains): manifest, golden.json, model.onnx and the flat
+  trees (trees.safetensors, a few dozen small trees), ~70 KB.
+- `router/`: `replaylab.router.artifact.export_router` of a static-tier router trained
+  by `replaylab.pipelines.router.train_router` on the shipped RouteLLM GSM8K outcomes,
+  with a tiny stand-in encoder exported by the real static exporter
+  (`replaylab.router.static_encoder.export_static_encoder`, its model2vec parity gate
+  included): a BERT WordPiece tokenizer over ~400 tokens (specials, ASCII characters
+  and their `##` pieces, the 300 most frequent words of the prompts) and seeded random
+  16-dimensional embeddings in a model2vec `StaticModel`; a small head (hidden 32, 16).
+  Its BertNormalizer keeps `lowercase` but not `clean_text` and `strip_accents`:
+  their per-codepoint table rows (private-use deletion, NFD of Hangul and accented
+  letters) alone weigh 1.3-3 MB, while lowercasing and the punctuation / whitespace
+  classes make a 26 KB charmap.tsv. The full MiniLM-distilled encoder (34 MB) is still
+  checked when REPLAYLAB_ROUTER_ARTIFACT names such an artifact (tests/test_rust_scorer.py).
+
+Both are created at a fixed time (2026-01-01T00:00:00Z) and valid for 100 years, so
+they verify on any clock the tests meet; nothing in them depends on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import shutil
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "scorers" / "rust" / "tests" / "fixtures"
+CREATED = datetime(2026, 1, 1, tzinfo=UTC)
+VALID_DAYS = 36500.0
+SEED = 7
+TINY_MODEL_ID = "replaylab/tiny-fixture-encoder"
+CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+N_WORDS = 300
+DIM = 16
+
+
+def demand_fixture(work: Path, out: Path) -> Path:
+    """A demand artifact of a seeded 300-session synthetic run."""
+    from replaylab.artifacts.demand_export import export_demand
+    from replaylab.demand import DemandConfig
+    from replaylab.pipelines.demand import train_demand
+    from replaylab.pipelines.project import LedgerInput, load_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+    from replaylab.sources.synthetic import SyntheticLedgerConfig
+
+    loaded = load_ledger(LedgerInput(synthetic=SyntheticLedgerConfig(n_sessions=300,
+                                                                     sessions_per_s=0.25)))
+    summary, run = train_demand(loaded, ProjectionConfig(), SplitConfig(embargo_ms=60_000),
+                                DemandConfig(), work / "demand-run")
+    return export_demand(run, summary, out, created=CREATED, valid_days=VALID_DAYS)
+
+
+def tiny_static_model(prompts: list[str]):
+    """A model2vec StaticModel over a ~400-token WordPiece vocabulary, seeded embeddings."""
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
+
+    words = collections.Counter(w for p in prompts for w in re.findall(r"[a-z]+", p.lower()))
+    top = sorted(words, key=lambda w: (-words[w], w))[:N_WORDS]
+    chars = [chr(c) for c in range(0x21, 0x7F) if not chr(c).isupper()]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars,
+             *("##" + c for c in chars if c.isalnum())]
+    vocab += [w for w in top if w not in vocab]
+    tok = Tokenizer(models.WordPiece({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]",
+                                     max_input_chars_per_word=100))
+    tok.normalizer = normalizers.BertNormalizer(clean_text=False, handle_chinese_chars=False,
+                                                strip_accents=False, lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    vectors = np.random.default_rng(SEED).standard_normal((len(vocab), DIM)).astype(np.float32)
+    return StaticModel(vectors, tok, normalize=True, base_model_name=TINY_MODEL_ID)
+
+
+def router_fixture(work: Path, out: Path) -> Path:
+    """A static-tier router artifact over the tiny encoder."""
+    from replaylab.apps.router import default_outcomes
+    from replaylab.artifacts.router_export import export_router
+    from replaylab.artifacts.static_export import export_static_encoder
+    from replaylab.pipelines.router import train_router
+    from replaylab.router.pipeline_config import router_config
+    from replaylab.runtime.static_encoder import load_static_encoder
+    from replaylab.sources.routellm import import_routellm_gsm8k
+
+    outcomes = import_routellm_gsm8k(str(default_outcomes()))
+    prompts = outcomes.drop_duplicates("prompt_id")["prompt_text"].astype(str).tolist()
+    enc_dir = work / "encoder-static"
+    export_static_encoder(tiny_static_model(prompts), enc_dir, parity_texts=prompts[:50],
+                          model_id=TINY_MODEL_ID, created=CREATED, valid_days=VALID_DAYS)
+    encoder = load_static_encoder(enc_dir)
+    if encoder.golden_status != "passed":
+        raise RuntimeError(f"the tiny encoder misses its golden vectors: {encoder.golden_status}")
+    cfg = router_config({
+        "candidates": [CHEAP, STRONG],
+        "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
+        "head": {"max_epochs": 5, "num_threads": 1, "hidden": [32, 16]},
+        "go": {"n_boot": 100}, "evaluation": {"n_boot": 20}, "lgbm_estimators": 10,
+        "seed": SEED})
+    _, run = train_router(outcomes, cfg, work / "router-run", encoder.encode,
+                          head_scorer="numpy")
+    return export_router(run, enc_dir, out, created=CREATED, valid_days=VALID_DAYS)
+
+
+def make(out: Path) -> dict[str, Path]:
+    """Both fixtures written under `out` (replacing `out/demand`, `out/router`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="rust-fixtures-") as tmp:
+        work = Path(tmp)
+        built = {"demand": demand_fixture(work, work / "demand"),
+                 "router": router_fixture(work, work / "router")}
+        for name, path in built.items():
+            shutil.rmtree(out / name, ignore_errors=True)
+            # plain copies (the router export hard-links its encoder files)
+            shutil.copytree(path, out / name, copy_function=shutil.copyfile)
+    return {name: out / name for name in ("demand", "router")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT, help=f"default: {OUT.relative_to(REPO)}")
+    args = ap.parse_args(argv)
+    for name, path in make(args.out).items():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        size = sum(p.stat().st_size for p in files)
+        print(f"{name}: {path} ({len(files)} files, {size / 1024:.1f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
