@@ -5,7 +5,7 @@ Setup (not timed): a seeded synthetic ledger of --sessions sessions, one
 `export_demand` to a temporary folder and loaded with
 `DemandPredictor.load(threads=1)`. Requests are real projection rows
 (`dispatch_time_features` of the same ledger): a plain dict of the ledger's
-pre-dispatch fields (`replaylab.hints.replay.REQUEST_FIELDS`) plus the `hist_*`
+pre-dispatch fields (`replaylab.projection.requests.REQUEST_FIELDS`) plus the `hist_*`
 fields, exactly what `replay_hints` hands the runtime; calls cycle over them.
 
 Timed (time.perf_counter_ns around each call):
@@ -188,12 +188,12 @@ def _lgbm_one_thread(model):
 
 def _setup(sessions: int, tmp: Path):
     from replaylab.artifacts.demand_export import export_demand
+    from replaylab.contracts.columns import HISTORY_COLUMNS
     from replaylab.demand import DemandConfig
-    from replaylab.hints.replay import REQUEST_FIELDS, plain_value
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
-    from replaylab.projection.features import HISTORY_COLUMNS
+    from replaylab.projection.requests import REQUEST_FIELDS, plain_value
     from replaylab.runtime.demand import DemandPredictor
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 

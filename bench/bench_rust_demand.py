@@ -56,12 +56,12 @@ HINTS = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
 def setup(sessions: int, tmp: Path):
     """(artifact dir, request dicts, trees) of a demand run trained and exported here."""
     from replaylab.artifacts.demand_export import export_demand
+    from replaylab.contracts.columns import HISTORY_COLUMNS
     from replaylab.demand import DemandConfig
-    from replaylab.hints.replay import REQUEST_FIELDS, plain_value
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
-    from replaylab.projection.features import HISTORY_COLUMNS
+    from replaylab.projection.requests import REQUEST_FIELDS, plain_value
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 
     loaded = load_ledger(LedgerInput(

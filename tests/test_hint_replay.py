@@ -24,14 +24,8 @@ import pytest
 
 from replaylab.artifacts.demand_export import export_demand
 from replaylab.contracts import validate_ledger
-from replaylab.demand import DemandConfig
-from replaylab.hints.replay import REQUEST_FIELDS, AdmissionConsumer, replay_hints
-from replaylab.pipelines.demand import train_demand
-from replaylab.pipelines.project import LedgerInput, load_ledger
-from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
-from replaylab.projection.features import HISTORY_COLUMNS
-from replaylab.runtime.demand import DemandPredictor, FallbackBaseline
-from replaylab.runtime.hints import (
+from replaylab.contracts.columns import HISTORY_COLUMNS
+from replaylab.contracts.hints import (
     HINT_COLUMNS,
     RESIDUAL,
     RESIDUAL_COVERED,
@@ -39,6 +33,13 @@ from replaylab.runtime.hints import (
     DemandHint,
     negotiate,
 )
+from replaylab.demand import DemandConfig
+from replaylab.hints.replay import AdmissionConsumer, replay_hints
+from replaylab.pipelines.demand import train_demand
+from replaylab.pipelines.project import LedgerInput, load_ledger
+from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
+from replaylab.projection.requests import REQUEST_FIELDS
+from replaylab.runtime.demand import DemandPredictor, FallbackBaseline
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 
 SPLIT = SplitConfig(embargo_ms=300_000)

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from replaylab.contracts import Ledger as L
+from replaylab.contracts.columns import Projected
 from replaylab.projection import (
     LeakageError,
-    Projected,
     ProjectionConfig,
     check_no_label_leakage,
     dispatch_time_features,

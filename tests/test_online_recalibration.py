@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from replaylab.contracts import validate_ledger
+from replaylab.contracts.hints import HINT_VERSION, DemandHint
 from replaylab.hints.replay import feedback_end_ms, replay_hints
-from replaylab.runtime.hints import HINT_VERSION, DemandHint
 from replaylab.runtime.online import (
     FALLBACK,
     GLOBAL_CELL,

@@ -18,12 +18,9 @@ import pytest
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.io import write_table
 from replaylab.pipelines.project import LedgerInput, load_ledger, project_ledger
-from replaylab.pipelines.project_dask import (
-    combine_fingerprint,
-    fingerprint_parts,
-    project_dataset_dask,
-)
+from replaylab.pipelines.project_dask import project_dataset_dask
 from replaylab.projection import ProjectionConfig, SplitConfig
+from replaylab.projection.version import combine_fingerprint, fingerprint_parts
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO

@@ -10,10 +10,8 @@ from hypothesis import strategies as st
 
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import validate_ledger
+from replaylab.contracts.columns import FEATURE_COLUMNS, LABEL_COLUMNS, Projected
 from replaylab.projection import (
-    FEATURE_COLUMNS,
-    LABEL_COLUMNS,
-    Projected,
     ProjectionConfig,
     SplitConfig,
     dispatch_time_features,

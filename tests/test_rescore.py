@@ -19,13 +19,13 @@ import pytest
 from replaylab.artifacts.rescore import (
     compare_scores,
     ledger_test_rows,
-    requests,
     run_test_rows,
     score_artifact,
 )
 from replaylab.config import from_mapping
 from replaylab.contracts.ledger import read_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
+from replaylab.projection.requests import requests
 from replaylab.runtime import DemandPredictor
 from tests.helpers.entrypoints import run_training
 

@@ -35,19 +35,13 @@ from replaylab.artifacts.demand_export import (
     feature_schema,
 )
 from replaylab.contracts.golden import GOLDEN_FILE, MISMATCH
+from replaylab.contracts.hints import HINT_COLUMNS, Acknowledgement, ledger_record, negotiate
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from replaylab.demand import DemandConfig
 from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, LoadedLedger, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
-from replaylab.runtime import (
-    Acknowledgement,
-    DemandPredictor,
-    FallbackBaseline,
-    ledger_record,
-    negotiate,
-)
-from replaylab.runtime.hints import HINT_COLUMNS
+from replaylab.runtime import DemandPredictor, FallbackBaseline
 from replaylab.sources.synthetic import SyntheticLedgerConfig
 from tests.conftest import REPO
 

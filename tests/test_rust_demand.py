@@ -41,10 +41,10 @@ from replaylab.artifacts.demand_flat import (
 )
 from replaylab.contracts.manifest import build_manifest, write_manifest
 from replaylab.demand import DemandConfig
-from replaylab.hints.replay import plain_value
 from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
+from replaylab.projection.requests import plain_value
 from replaylab.runtime import DemandPredictor
 from replaylab.sources.synthetic import SyntheticLedgerConfig
 from tests.helpers.rust import cargo_env, find_cargo

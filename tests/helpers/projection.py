@@ -7,7 +7,7 @@ import pandas as pd
 
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import validate_ledger
-from replaylab.projection import Projected as P
+from replaylab.contracts.columns import Projected as P
 from replaylab.projection import (
     SplitConfig,
     split_counts,

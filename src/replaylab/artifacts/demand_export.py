@@ -53,19 +53,20 @@ from replaylab.artifacts.demand_flat import (
 )
 from replaylab.artifacts.onnx_lgbm import ML_OPSET, ONNX_OPSET, demand_model_to_onnx
 from replaylab.contracts import Ledger as L
-from replaylab.contracts.golden import golden_document, max_abs_diff, write_golden
-from replaylab.contracts.ledger import LEDGER_VERSION
-from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
-from replaylab.demand.model import base_band, request_cap
-from replaylab.hints.replay import plain_value
-from replaylab.projection.features import (
+from replaylab.contracts.columns import (
     CALENDAR_COLUMNS,
     HISTORY_COLUMNS,
     KEY_COLUMNS,
     OWN_BOOL_COLUMNS,
 )
+from replaylab.contracts.columns import Projected as P
+from replaylab.contracts.golden import golden_document, max_abs_diff, write_golden
+from replaylab.contracts.hints import SUPPORTED_HINT_VERSIONS
+from replaylab.contracts.ledger import LEDGER_VERSION
+from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
+from replaylab.demand.model import base_band, request_cap
+from replaylab.projection.requests import requests
 from replaylab.runtime.demand import GOLDEN_HINTS, HISTORY_COUNTS, KIND, MODEL_FILE, DemandPredictor
-from replaylab.runtime.hints import SUPPORTED_HINT_VERSIONS
 
 # First-turn values of the history features: counts are 0, everything else missing.
 _FIRST_TURN_ZERO = (*HISTORY_COUNTS, "hist_turns_censored")
@@ -195,20 +196,19 @@ def _unseen_column(features: list[dict]) -> str | None:
 def golden_inputs(rows: pd.DataFrame, features: list[dict]) -> tuple[list[dict], pd.DataFrame]:
     """The golden cases' request dicts and the frame LightGBM scores for them.
 
-    One request per row (keys, request fields, session history; the calendar
-    features are left to the runtime, which derives them from `timestamp`);
-    a first turn is sent without any `hist_*` field (the runtime's first-turn
-    path). One more case copies the first later turn (else the first row) with
+    One request per row (`projection.requests.requests`: keys, the artifact's
+    request fields and session history; the calendar features are left to the
+    runtime, which derives them from `timestamp`); a first turn is sent without any
+    `hist_*` field (the runtime's first-turn path). One more case copies the first later turn (else the first row) with
     an unseen request category (the runtime's and LightGBM's missing branch,
     the global correction). The frame holds the same rows, that case included.
     """
-    history = [f["name"] for f in features if f["source"] == "history"]
     wanted = [*KEY_COLUMNS, *(f["name"] for f in features if f["source"] != "calendar")]
     frame = rows.reset_index(drop=True)
     column = _unseen_column(features)
     if column is not None and len(frame):
-        later = np.flatnonzero(frame["hist_turns_dispatched"].to_numpy(
-            dtype="float64", na_value=np.nan) > 0) if "hist_turns_dispatched" in frame else []
+        later = np.flatnonzero(frame[P.TURNS_DISPATCHED].to_numpy(
+            dtype="float64", na_value=np.nan) > 0) if P.TURNS_DISPATCHED in frame else []
         source = int(later[0]) if len(later) else 0
         extra = frame.iloc[[source]].copy()
         extra[column] = UNSEEN_CATEGORY
@@ -216,13 +216,7 @@ def golden_inputs(rows: pd.DataFrame, features: list[dict]) -> tuple[list[dict],
             extra[L.REQUEST_ID] = f"{extra[L.REQUEST_ID].iloc[0]}+unseen-{column}"
         frame = pd.concat([frame.astype({column: object}), extra.astype({column: object})],
                           ignore_index=True)
-    requests = []
-    for rec in frame.to_dict("records"):
-        r = {k: plain_value(rec[k]) for k in wanted if k in rec}
-        if r.get("hist_turns_dispatched") == 0:
-            r = {k: v for k, v in r.items() if k not in history}
-        requests.append(r)
-    return requests, frame
+    return requests(frame, wanted), frame
 
 
 def _lightgbm_parity(run: Any, frame: pd.DataFrame, expected: list[dict]) -> dict:

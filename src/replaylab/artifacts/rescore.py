@@ -38,11 +38,9 @@ from replaylab.contracts import Ledger as L
 from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.labels import LABEL, demand_labels
 from replaylab.demand.metrics import coverage, interval_metrics, pinball_losses, quantile_key
-from replaylab.hints.replay import REQUEST_FIELDS, plain_value
-from replaylab.projection import dispatch_time_features, ledger_fingerprint, time_ordered_splits
-from replaylab.projection.features import HISTORY_COLUMNS
-
-SPLIT_COLUMN = "split"  # features.parquet: the split of each projected row
+from replaylab.projection import project
+from replaylab.projection.recipe import SPLIT_COLUMN
+from replaylab.projection.requests import requests
 
 
 class RescoreError(ValueError):
@@ -79,33 +77,20 @@ def run_test_rows(features_path: str | Path, predictions_path: str | Path) -> Te
 def ledger_test_rows(ledger: pd.DataFrame, projection: Any, split: Any,
                      failed_is_censored: bool = True) -> TestRows:
     """The test rows of a validated ledger under a run's projection and split configs
-    (what `pipeline=demand` derives: the same projection, split and label functions)."""
-    features = dispatch_time_features(ledger, projection)
-    splits = time_ordered_splits(features, split).to_numpy(dtype=object)
+    (what `pipeline=demand` derives: `projection.project`, the same label function)."""
+    projected = project(ledger, projection, split)
+    features, splits = projected.features, projected.splits
     labels = demand_labels(features, ledger, failed_is_censored)
     tm = splits == "test"
     if not tm.any():
         raise RescoreError("the ledger has no test rows under this split")
     return TestRows(features[tm].reset_index(drop=True), labels.y_total[tm],
-                    labels.usable[tm], ledger_fingerprint(ledger))
-
-
-def requests(frame: pd.DataFrame) -> list[dict]:
-    """One runtime request per projected row: its pre-dispatch fields and session history
-    (a first turn without `hist_*` fields, the runtime's first-turn path, as the golden
-    vectors send it); calendar features are left to the runtime (from `timestamp`)."""
-    wanted = [c for c in dict.fromkeys((*REQUEST_FIELDS, *HISTORY_COLUMNS)) if c in frame]
-    out = []
-    for rec in frame[wanted].to_dict("records"):
-        r = {k: plain_value(v) for k, v in rec.items()}
-        if r.get("hist_turns_dispatched") == 0:
-            r = {k: v for k, v in r.items() if k not in HISTORY_COLUMNS}
-        out.append(r)
-    return out
+                    labels.usable[tm], projected.fingerprint)
 
 
 def predict_rows(predictor: Any, rows: TestRows) -> Any:
-    """The runtime's quantiles of every row (`DemandPredictor.quantiles_batch`)."""
+    """The runtime's quantiles of every row (`DemandPredictor.quantiles_batch`) on the
+    rows' requests (`projection.requests.requests`: a first turn without `hist_*`)."""
     return predictor.quantiles_batch(requests(rows.frame))
 
 

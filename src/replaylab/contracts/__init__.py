@@ -27,6 +27,23 @@ _LAZY = {
     "SOURCE_ATTR": ".schema", "ContractError": ".schema", "ValidationResult": ".schema",
     "has_values": ".schema",
     "InputError": ".errors",
+    "Acknowledgement": ".hints", "DemandHint": ".hints", "HINT_VERSION": ".hints",
+    "SUPPORTED_HINT_VERSIONS": ".hints", "ledger_record": ".hints", "negotiate": ".hints",
+    "FIELD_SPECS": ".observation", "FieldSpec": ".observation", "FieldStatus": ".observation",
+    "FieldValue": ".observation", "Freshness": ".observation", "Health": ".observation",
+    "LOAD_FIELDS": ".observation", "LatencySummary": ".observation",
+    "OBSERVATION_KIND": ".observation", "OBSERVATION_SCHEMA_VERSION": ".observation",
+    "ObsField": ".observation", "Observation": ".observation",
+    "ObservationSchemaError": ".observation", "Source": ".observation",
+    "freshness": ".observation",
+    "ACTUATION_STATUSES": ".events", "Actuation": ".events", "EVENTS_SCHEMA_VERSION": ".events",
+    "EVENT_TYPES": ".events", "Event": ".events", "EventLinkError": ".events",
+    "EventLog": ".events", "EventSchemaError": ".events", "OUTCOME_SOURCES": ".events",
+    "Outcome": ".events", "REFUSALS": ".events", "Recommendation": ".events",
+    "RecommendationDecision": ".events", "event_from_dict": ".events",
+    "event_from_json": ".events", "event_to_dict": ".events", "event_to_json": ".events",
+    "recommendation_problem": ".events", "sign_recommendation": ".events",
+    "signature_problem": ".events", "verify_recommendation": ".events",
 }
 
 __all__ = sorted(_LAZY)

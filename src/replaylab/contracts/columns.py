@@ -93,6 +93,51 @@ class Aggregates:
     RATE_CV = "rate_cv"
 
 
+class Projected:
+    """Columns of a projected ledger (`replaylab.projection`): dispatch-time features and
+    labels. The session-history and calendar names are also the fields a serving request
+    carries (`replaylab.runtime.demand` reads them; the demand artifact's feature schema
+    names them)."""
+
+    HOUR_UTC = "hour_utc"  # 0..23, hour of the dispatch
+    DAY_OF_WEEK = "day_of_week"  # 0 = Monday .. 6 = Sunday, of the dispatch (UTC)
+    # session history known at dispatch (projection/history.py)
+    TURNS_DISPATCHED = "hist_turns_dispatched"  # earlier dispatches (t_j < t_R), ended or not
+    TURNS_ENDED = "hist_turns_ended"  # of those, ended at or before t_R
+    TURNS_WITH_USAGE = "hist_turns_with_usage"  # of the ended, with completion_tokens present
+    TURNS_CENSORED = "hist_turns_censored"  # of the ended, censored (length/cancelled/aborted)
+    COMPLETION_MEAN = "hist_completion_mean"  # mean completion tokens of ended turns with usage
+    COMPLETION_EWMA = "hist_completion_ewma"  # EWMA of the same, in completion order
+    LAST_COMPLETION = "hist_last_completion"  # tokens of the last-ended turn with usage
+    MS_SINCE_LAST_END = "hist_ms_since_last_end"  # t_R - latest end among ended turns, ms
+    # labels: known only after the response
+    LABEL_COMPLETION_TOKENS = "label_completion_tokens"  # output demand; null = usage absent
+    LABEL_TOTAL_DEMAND = "label_total_demand"  # prompt + completion; null if either is null
+    LABEL_CENSORED = "label_censored"  # true value >= completion_tokens (length/cancel/abort)
+    LABEL_USAGE_ABSENT = "label_usage_absent"  # completion_tokens null (NOT zero)
+
+
+# The projection's column groups (keys to join and split on, never features; the request's
+# own pre-dispatch fields; calendar; session history; labels).
+KEY_COLUMNS = (Ledger.REQUEST_ID, Ledger.SESSION_ID, Ledger.TIMESTAMP)
+OWN_INT_COLUMNS = (Ledger.TURN_INDEX, Ledger.PROMPT_TOKENS, Ledger.MAX_TOKENS,
+                   Ledger.CACHED_PROMPT_TOKENS)
+OWN_BOOL_COLUMNS = (Ledger.STREAMING,)
+OWN_CATEGORY_COLUMNS = (Ledger.CATEGORY, Ledger.DECISION, Ledger.SELECTED_MODEL,
+                        Ledger.SLO_CLASS, Ledger.REGION)
+CALENDAR_COLUMNS = (Projected.HOUR_UTC, Projected.DAY_OF_WEEK)
+# the history counts (a first turn has 0 of each; the runtime fills a missing one)
+HISTORY_COUNT_COLUMNS = (Projected.TURNS_DISPATCHED, Projected.TURNS_ENDED,
+                         Projected.TURNS_WITH_USAGE)
+HISTORY_COLUMNS = (*HISTORY_COUNT_COLUMNS, Projected.TURNS_CENSORED, Projected.COMPLETION_MEAN,
+                   Projected.COMPLETION_EWMA, Projected.LAST_COMPLETION,
+                   Projected.MS_SINCE_LAST_END)
+FEATURE_COLUMNS = (OWN_INT_COLUMNS + OWN_BOOL_COLUMNS + OWN_CATEGORY_COLUMNS + CALENDAR_COLUMNS
+                   + HISTORY_COLUMNS)
+LABEL_COLUMNS = (Projected.LABEL_COMPLETION_TOKENS, Projected.LABEL_TOTAL_DEMAND,
+                 Projected.LABEL_CENSORED, Projected.LABEL_USAGE_ABSENT)
+
+
 # Columns the validators add to a quarantine frame.
 QUARANTINE_REASON = "quarantine_reason"
 QUARANTINE_DETAIL = "quarantine_detail"

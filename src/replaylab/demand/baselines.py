@@ -34,9 +34,9 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Projected as P
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.demand.state import RunStateError, StateReader, StateWriter
-from replaylab.projection import Projected as P
 
 _NONE = "<none>"  # bucket value of a missing category / decision
 

@@ -27,9 +27,9 @@ import pandas as pd
 
 from replaylab.contracts import LEDGER_SCHEMA, SOURCE_ATTR
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Projected as P
 from replaylab.contracts.enums import FinishReason, LifecycleState
 from replaylab.contracts.errors import InputError
-from replaylab.projection import Projected as P
 
 LABEL, LENGTH, CANCELLED, FAILED = "label", "length", "cancelled", "failed"
 ABSENT_USAGE, PROMPT_ABSENT = "absent_usage", "prompt_absent"

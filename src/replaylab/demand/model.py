@@ -32,12 +32,13 @@ import numpy as np
 import pandas as pd
 from sklearn.metrics import mean_pinball_loss
 
+from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.contracts.columns import Ledger as L
 from replaylab.demand.censoring import NONE, PINBALL, REALIZED, VARIANTS, censored_pinball_objective
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.demand.state import RunStateError, StateReader, StateWriter
-from replaylab.projection import KEY_COLUMNS, SplitConfig, feature_columns, time_ordered_splits
+from replaylab.projection import SplitConfig, feature_columns, time_ordered_splits
 from replaylab.runtime.demand_math import forward, raw_to_total, total_and_band
 
 _NON_FEATURES = ("split",)  # columns a pipeline may add to a projection frame

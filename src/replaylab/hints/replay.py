@@ -5,7 +5,8 @@ frame in dispatch order, as serving would have:
 
 1. the request's pre-dispatch fields plus its session history at dispatch (the
    projection's `hist_*` fields: what a session-telemetry store holds then,
-   `replaylab.projection.dispatch_time_features`) go to `predictor.predict_batch`;
+   `replaylab.projection.dispatch_time_features`; the request built by
+   `replaylab.projection.requests.ledger_requests`) go to `predictor.predict_batch`;
 2. the request's consumer (`consumer_for(row)`, e.g. by pool or region: a
    partial deployment has consumers without hint support) negotiates a hint
    version; with none in common no hint is sent and the ack is `unsupported`;
@@ -47,14 +48,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from replaylab.contracts.columns import HISTORY_COLUMNS
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.enums import AckState
-from replaylab.projection import dispatch_time_features
-from replaylab.projection.features import HISTORY_COLUMNS, OWN_BOOL_COLUMNS, OWN_CATEGORY_COLUMNS
-from replaylab.runtime.hints import (
+from replaylab.contracts.hints import (
     HINT_COLUMNS,
     RESIDUAL,
     RESIDUAL_COVERED,
@@ -66,11 +65,8 @@ from replaylab.runtime.hints import (
     ledger_record,
     negotiate,
 )
-
-# Pre-dispatch request fields handed to the runtime (the rest of the row is the actual).
-REQUEST_FIELDS = (L.REQUEST_ID, L.SESSION_ID, L.TURN_INDEX, L.TIMESTAMP, L.PROMPT_TOKENS,
-                  L.MAX_TOKENS, L.CACHED_PROMPT_TOKENS, *OWN_BOOL_COLUMNS,
-                  *OWN_CATEGORY_COLUMNS)
+from replaylab.projection import dispatch_time_features
+from replaylab.projection.requests import ledger_requests, plain_records
 
 
 @dataclass
@@ -127,17 +123,6 @@ def _num(v: Any, default: float) -> float:
     if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return default
     return float(v)
-
-
-def plain_value(v: Any) -> Any:
-    """A frame cell as a plain Python value (pd.NA / NaN / NaT -> None)."""
-    if v is None or v is pd.NA or v is pd.NaT:
-        return None
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 def _end_ms(row: Mapping[str, Any]) -> int | None:
@@ -207,10 +192,8 @@ def replay_hints(ledger: pd.DataFrame, predictor: Any,
     consumer_for = consumer_for or _single(AdmissionConsumer())
     ordered = ledger.sort_values([L.TIMESTAMP, L.SESSION_ID, L.TURN_INDEX], kind="stable")
     history = dispatch_time_features(ordered)[list(HISTORY_COLUMNS)]
-    rows = [{k: plain_value(v) for k, v in rec.items()} for rec in ordered.to_dict("records")]
-    hist = [{k: plain_value(v) for k, v in rec.items()} for rec in history.to_dict("records")]
-    requests = [{**{k: r[k] for k in REQUEST_FIELDS if k in r}, **h}
-                for r, h in zip(rows, hist, strict=True)]
+    rows = plain_records(ordered)
+    requests = ledger_requests(ordered, history)
     live = None
     if hasattr(predictor, "with_fresh_online") and predictor.loaded:
         live = predictor.with_fresh_online(online)

@@ -38,7 +38,7 @@ from sklearn.metrics import mean_pinball_loss
 from replaylab.contracts import LEDGER_SCHEMA, has_values
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.errors import InputError
-from replaylab.runtime.hints import is_lower_bound
+from replaylab.contracts.hints import is_lower_bound
 from replaylab.stats import binomial_ci
 
 GROUP_COLUMNS = (L.SELECTED_MODEL, L.CATEGORY, L.SLO_CLASS)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab import __version__
 from replaylab.contracts import Ledger as L
+from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.censoring import NONE, PINBALL, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
@@ -51,16 +51,11 @@ from replaylab.demand.model import QuantileDemandModel, base_band, request_cap
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
-    KEY_COLUMNS,
-    PROJECTION_CODE_VERSION,
     ProjectionConfig,
     SplitConfig,
-    dispatch_time_features,
     feature_columns,
-    ledger_fingerprint,
-    projection_version,
+    project,
     split_counts,
-    time_ordered_splits,
 )
 from replaylab.tracking.demand_report import write_demand_report
 
@@ -208,17 +203,14 @@ def prepare_data(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
         raise DemandDataError(f"{loaded.origin}: no valid ledger rows "
                               f"({loaded.result.rows_quarantined} "
                               "quarantined, see quarantine/ledger.jsonl): nothing to train on")
-    fingerprint = ledger_fingerprint(ledger)
-    version = projection_version(projection, fingerprint,
-                                 f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
-    features = dispatch_time_features(ledger, projection)
-    splits = time_ordered_splits(features, split).to_numpy(dtype=object)
+    projected = project(ledger, projection, split)
+    features, splits = projected.features, projected.splits
     labels = demand_labels(features, ledger, demand.failed_is_censored)
     check_trainable(labels, splits, int(features[L.SESSION_ID].nunique()),
                     demand.min_train_rows, demand.min_calibration_rows)
     masks = {s: labels.usable & (splits == s) for s in ("train", "calibration")}
     masks["test"] = splits == "test"
-    return _Data(features, splits, labels, masks, fingerprint, version)
+    return _Data(features, splits, labels, masks, projected.fingerprint, projected.version)
 
 
 def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,

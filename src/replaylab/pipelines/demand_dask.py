@@ -3,9 +3,9 @@
 `train_demand_dask` runs `pipelines.demand.train_demand`'s stages as Dask graphs
 over a ledger dataset; the driver receives counts, fitted parameters and sums:
 
-1. read, validate, quarantine, fingerprint, project and split on the cluster
-   (`pipelines.project_dask`, `projection.splits_dask`: sessions whole in one
-   partition, exact split boundaries);
+1. read, validate and quarantine on the cluster; fingerprint, project and split by
+   the one projection recipe (`projection.project(..., compute="dask")`: sessions
+   whole in one partition, exact split boundaries);
 2. labels per partition (`demand.labels.demand_labels`): the ledger's
    finish_reason and lifecycle_state travel beside the features by the same
    session_id shuffle (same hash, same partition count: the same partition),
@@ -81,8 +81,9 @@ import dask
 import numpy as np
 import pandas as pd
 
-from replaylab import __version__
 from replaylab.contracts import Ledger as L
+from replaylab.contracts.columns import KEY_COLUMNS
+from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import (
     CategoryBucketBaseline,
     MaxTokensCapBaseline,
@@ -120,24 +121,16 @@ from replaylab.demand.model import (
     model_feature_names,
     request_cap,
 )
-from replaylab.projection import (
-    KEY_COLUMNS,
-    PROJECTION_CODE_VERSION,
-    ProjectionConfig,
-    SplitConfig,
-    feature_columns,
-    projection_version,
-)
-from replaylab.projection import Projected as P
+from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project
+from replaylab.projection.version import FINGERPRINT_SCHEME_DASK
 from replaylab.runtime.demand_math import forward, raw_to_total
 
 MODEL = "model"
 CALIBRATION_COLLECT_MAX = 5_000_000  # calibration rows whose scores are collected exactly
 N_BOOT_DASK = 200
-STAGES = {"read": "read and validate per partition, the quarantine written by the workers; "
-                  "the ledger fingerprint",
-          "project": "projection, exact split boundaries and labels per partition; the "
-                     "features written by the workers",
+STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
+          "project": "the ledger fingerprint, projection, exact split boundaries and labels "
+                     "per partition; the features written by the workers",
           "model": "the quantile boosters (lightgbm.dask)",
           "calibrate": "baselines (exact) and conformal calibration scores",
           "evaluate": "test metrics as partition sums, predictions written by the workers",
@@ -777,10 +770,8 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
     from replaylab.demand.distributed import WorkersLost
     from replaylab.pipelines.demand import DemandRun, select_golden_rows
-    from replaylab.pipelines.project_dask import ledger_fingerprint_dask
     from replaylab.pipelines.stages import DaskStages, StageFailed
     from replaylab.projection.distributed import no_string_conversion
-    from replaylab.projection.splits_dask import project_and_split_dask
 
     client = client or default_client()
     n_workers = len(client.scheduler_info()["workers"])  # the boosters train on as many
@@ -799,11 +790,10 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
                 raise DemandDataError(f"{source}: no valid ledger rows "
                                       f"({accounting.rows_quarantined} quarantined, see "
                                       "quarantine/): nothing to train on")
-            fingerprint = ledger_fingerprint_dask(ds.valid)
-        version = projection_version(projection, fingerprint,
-                                     f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
         with stage("project"):
-            features, splits = project_and_split_dask(ds.valid, projection, split)
+            projected = project(ds.valid, projection, split, compute="dask")
+            features, splits = projected.features, projected.splits
+            fingerprint, version = projected.fingerprint, projected.version
             lab = attach_labels(features, ds.valid, demand.failed_is_censored).persist()
             facts = on_partitions(lab, _facts_part, _facts_sum, tuple(demand.group_columns))
             sessions = sum(splits["sessions"].values())
@@ -870,7 +860,7 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
         **{k: v for k, v in accounting.summary().items() if k != "contract"},
         "injected_defects": {},
         "ledger_fingerprint": fingerprint,
-        "fingerprint_scheme": "multiset-v1 (Dask: order- and partition-independent)",
+        "fingerprint_scheme": FINGERPRINT_SCHEME_DASK,
         "projection": {"version": version, "rows": int(sum(splits["rows"].values())),
                        "assume_ended_before_next": projection.assume_ended_before_next,
                        "ewma_alpha": projection.ewma_alpha, "split_config": asdict(split),

@@ -8,14 +8,13 @@ returns the summary every later pipeline extends.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from replaylab import __version__
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import (
     ValidationResult,
@@ -24,19 +23,15 @@ from replaylab.contracts import (
     validate_ledger,
     write_quarantine,
 )
+from replaylab.contracts.columns import LABEL_COLUMNS
+from replaylab.contracts.columns import Projected as P
 from replaylab.projection import (
-    LABEL_COLUMNS,
-    PROJECTION_CODE_VERSION,
     ProjectionConfig,
     SplitConfig,
-    dispatch_time_features,
     feature_columns,
-    ledger_fingerprint,
-    projection_version,
+    project,
     split_counts,
-    time_ordered_splits,
 )
-from replaylab.projection import Projected as P
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from replaylab.tracking.html import write_html_report
@@ -114,30 +109,27 @@ def ledger_profile(ledger: pd.DataFrame) -> dict[str, Any]:
 
 
 def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
-                   out_dir: Path, features_fn=dispatch_time_features,
+                   out_dir: Path, features_fn: Callable | None = None,
                    write_ledger: bool = True) -> dict[str, Any]:
-    """Project the valid rows; write features, quarantine and report; return the summary.
+    """Project the valid rows (`projection.project`); write features, quarantine and report;
+    return the summary.
 
-    `features_fn(ledger, projection)` is the pandas path by default; the entry
-    point passes the Dask path for `compute=dask` (same output, by test).
+    `features_fn(ledger, projection)`: the features' engine (default the pandas path;
+    the entry point passes the Dask one for `compute=dask` on a local ledger: same
+    output, by test).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
     result = loaded.result
     ledger = result.valid
     artifacts: dict[str, str] = {}
 
     artifacts.update(write_run_inputs(loaded, out_dir, write_ledger))
 
-    t0 = time.perf_counter()
-    fingerprint = ledger_fingerprint(ledger)
-    version = projection_version(projection, fingerprint,
-                                 f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
-    features = features_fn(ledger, projection)
-    timings["projection"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    features["split"] = time_ordered_splits(features, split).to_numpy()
-    timings["splits"] = time.perf_counter() - t0
+    projected = project(ledger, projection, split, features_fn=features_fn)
+    fingerprint, version = projected.fingerprint, projected.version
+    features = projected.with_split_column()
+    took = projected.timings
+    timings = {"projection": took["fingerprint"] + took["features"], "splits": took["splits"]}
 
     path = out_dir / "features.parquet"
     features.to_parquet(path, index=False)

@@ -6,11 +6,12 @@ figures:
 
 1. read and validate per partition (`contracts.dataset.read_ledger_dask`), the
    quarantine written as Parquet by the workers (`DIR/quarantine/part-*.parquet`);
-2. the ledger fingerprint as a multiset digest of per-partition row hashes
-   (`ledger_fingerprint_dask`; the local fingerprint sorts every row hash, which would
-   gather them all);
-3. project and split (`projection.splits_dask.project_and_split_dask`: one shuffle on
-   session_id, exact boundaries), the features written as Parquet by the workers
+2-3. `projection.project(..., compute="dask")`, the one projection recipe: the ledger
+   fingerprint as a multiset digest of per-partition row hashes
+   (`projection.version.ledger_fingerprint_dask`; the local fingerprint sorts every row
+   hash, which would gather them all), then project and split
+   (`projection.splits_dask.project_and_split_dask`: one shuffle on session_id, exact
+   boundaries), the features written as Parquet by the workers
    (`DIR/features/part.*.parquet`);
 4. the ledger profile, label and split counts as partition sums;
 5. the figures and report from a uniform sample of at most `SAMPLE_ROWS` rows, which
@@ -19,8 +20,6 @@ figures:
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -28,18 +27,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab import __version__
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import has_values
-from replaylab.projection import (
-    LABEL_COLUMNS,
-    PROJECTION_CODE_VERSION,
-    ProjectionConfig,
-    SplitConfig,
-    feature_columns,
-    projection_version,
-)
-from replaylab.projection import Projected as P
+from replaylab.contracts.columns import LABEL_COLUMNS
+from replaylab.contracts.columns import Projected as P
+from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project
+from replaylab.projection.version import FINGERPRINT_SCHEME_DASK
 
 STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
           "fingerprint": "ledger fingerprint from per-partition row hashes",
@@ -51,48 +44,6 @@ TIMING_KEYS = {"read": "read_validate", "fingerprint": "fingerprint",
                "project": "projection_splits", "write": "write_features",
                "aggregates": "aggregates"}  # summary.json's timings_s keys
 PROFILE_COUNTS = (L.LIFECYCLE_STATE, L.FINISH_REASON, L.CATEGORY, L.SELECTED_MODEL)
-
-
-def fingerprint_parts(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row of a partition's multiset digest: rows, and the sum, xor and sum of
-    squares (mod 2**64) of its row hashes (columns in sorted-name order, index ignored:
-    the hashing of `projection.version.ledger_fingerprint`)."""
-    cols = sorted(map(str, frame.columns))
-    if len(frame) and cols:
-        sub = frame[cols]
-        try:
-            h = pd.util.hash_pandas_object(sub, index=False).to_numpy().astype(np.uint64)
-        except TypeError:  # unhashable cells: hash their repr, as the local fingerprint does
-            sub = sub.apply(lambda s: s.map(repr) if s.dtype == object else s)
-            h = pd.util.hash_pandas_object(sub, index=False).to_numpy().astype(np.uint64)
-    else:
-        h = np.zeros(0, np.uint64)
-    with np.errstate(over="ignore"):
-        return pd.DataFrame({"rows": [int(h.size)], "sum": [np.add.reduce(h, dtype=np.uint64)],
-                             "xor": [np.bitwise_xor.reduce(h) if h.size else np.uint64(0)],
-                             "sum2": [np.add.reduce(h * h, dtype=np.uint64)]})
-
-
-def combine_fingerprint(columns: list[str], parts: pd.DataFrame) -> str:
-    """sha256 hex of the multiset of rows from `fingerprint_parts` rows: the same rows in
-    any order and any partitioning give the same digest (not the local fingerprint's)."""
-    with np.errstate(over="ignore"):
-        body = {"scheme": "multiset-v1", "columns": sorted(map(str, columns)),
-                "rows": int(parts["rows"].sum()),
-                "sum": int(np.add.reduce(parts["sum"].to_numpy(np.uint64), dtype=np.uint64)),
-                "xor": int(np.bitwise_xor.reduce(parts["xor"].to_numpy(np.uint64))
-                           if len(parts) else 0),
-                "sum2": int(np.add.reduce(parts["sum2"].to_numpy(np.uint64), dtype=np.uint64))}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def ledger_fingerprint_dask(valid: Any) -> str:
-    """The multiset fingerprint of a dask frame of ledger rows (one row per partition
-    travels to the driver)."""
-    meta = pd.DataFrame({"rows": pd.Series(dtype="int64"), "sum": pd.Series(dtype="uint64"),
-                         "xor": pd.Series(dtype="uint64"), "sum2": pd.Series(dtype="uint64")})
-    parts = valid.map_partitions(fingerprint_parts, meta=meta).compute()
-    return combine_fingerprint(list(valid.columns), parts)
 
 
 def profile_parts(ledger: pd.DataFrame) -> pd.DataFrame:
@@ -134,7 +85,6 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
 
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
     from replaylab.pipelines.stages import DaskStages
-    from replaylab.projection.splits_dask import project_and_split_dask
     from replaylab.tracking.html import write_html_report
     from replaylab.tracking.report import ledger_figures
 
@@ -146,12 +96,9 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
         with stage("read"):
             ds = read_ledger_dask(spec, blocksize or DEFAULT_BLOCKSIZE).persist()
             accounting = ds.write_quarantine(str(out_dir / "quarantine"))
-        with stage("fingerprint"):
-            fingerprint = ledger_fingerprint_dask(ds.valid)
-        version = projection_version(projection, fingerprint,
-                                     f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}", split)
-        with stage("project"):
-            features, splits = project_and_split_dask(ds.valid, projection, split)
+        projected = project(ds.valid, projection, split, compute="dask", step=stage)
+        features, splits = projected.features, projected.splits
+        fingerprint, version = projected.fingerprint, projected.version
         with stage("write"):
             features.to_parquet(str(out_dir / "features"), write_index=False)
         with stage("aggregates"):
@@ -192,7 +139,7 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
         "injected_defects": {},
         "ledger": profile,
         "ledger_fingerprint": fingerprint,
-        "fingerprint_scheme": "multiset-v1 (Dask: order- and partition-independent)",
+        "fingerprint_scheme": FINGERPRINT_SCHEME_DASK,
         "projection": {
             "version": version, "rows": n_rows,
             "assume_ended_before_next": projection.assume_ended_before_next,

@@ -1,5 +1,11 @@
 """Leakage-safe projection of a replay ledger: dispatch-time features, labels, splits.
 
+`project(ledger, projection, split, compute="local"|"dask")` (`projection.recipe`) is
+the one recipe every pipeline uses: fingerprint, version, features and splits. The
+column names are declared in `replaylab.contracts.columns` (`Projected`, `KEY_COLUMNS`,
+`FEATURE_COLUMNS`, `HISTORY_COLUMNS`, ...); a projected row becomes a runtime request
+in `projection.requests`.
+
 `dispatch_time_features_dask` and `project_dask` live in
 `replaylab.projection.distributed`, the split steps on Dask (`split_boundaries_dask`,
 `assign_splits_dask`, `split_summary_dask`, `project_and_split_dask`) in
@@ -9,15 +15,9 @@ names are imported lazily from here.
 
 from replaylab.contracts.lazy import lazy_exports
 from replaylab.projection.config import ProjectionConfig, SplitConfig
-from replaylab.projection.features import (
-    FEATURE_COLUMNS,
-    KEY_COLUMNS,
-    LABEL_COLUMNS,
-    Projected,
-    dispatch_time_features,
-    feature_columns,
-)
+from replaylab.projection.features import dispatch_time_features, feature_columns
 from replaylab.projection.leakage import LeakageError, check_no_label_leakage
+from replaylab.projection.recipe import Projection, project
 from replaylab.projection.splits import (
     SPLITS,
     assign_splits,
@@ -27,16 +27,19 @@ from replaylab.projection.splits import (
 )
 from replaylab.projection.version import (
     PROJECTION_CODE_VERSION,
+    RUN_CODE_VERSION,
     ledger_fingerprint,
+    ledger_fingerprint_dask,
     projection_version,
 )
 
 __all__ = [
-    "FEATURE_COLUMNS", "KEY_COLUMNS", "LABEL_COLUMNS", "LeakageError", "PROJECTION_CODE_VERSION",
-    "ProjectionConfig", "Projected", "SPLITS", "SplitConfig", "assign_splits",
+    "LeakageError", "PROJECTION_CODE_VERSION", "Projection", "ProjectionConfig",
+    "RUN_CODE_VERSION", "SPLITS", "SplitConfig", "assign_splits",
     "assign_splits_dask", "check_no_label_leakage", "dispatch_time_features",
     "dispatch_time_features_dask", "feature_columns", "ledger_fingerprint",
-    "project_and_split_dask", "project_dask", "projection_version", "split_boundaries",
+    "ledger_fingerprint_dask",
+    "project", "project_and_split_dask", "project_dask", "projection_version", "split_boundaries",
     "split_boundaries_dask", "split_counts", "split_summary_dask", "time_ordered_splits",
 ]
 

@@ -26,7 +26,16 @@ import pandas as pd
 
 from replaylab.config import ConfigError
 from replaylab.contracts import SOURCE_ATTR
+from replaylab.contracts.columns import (
+    FEATURE_COLUMNS,
+    KEY_COLUMNS,
+    LABEL_COLUMNS,
+    OWN_BOOL_COLUMNS,
+    OWN_CATEGORY_COLUMNS,
+    OWN_INT_COLUMNS,
+)
 from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Projected as P
 from replaylab.contracts.enums import CENSORED_FINISH, CENSORED_LIFECYCLE
 from replaylab.projection.config import ProjectionConfig
 from replaylab.projection.history import session_history
@@ -37,40 +46,6 @@ from replaylab.projection.leakage import (
     check_no_label_leakage,
 )
 
-
-class Projected:
-    """Column names of the projection output (features and labels)."""
-
-    HOUR_UTC = "hour_utc"  # 0..23, hour of the dispatch
-    DAY_OF_WEEK = "day_of_week"  # 0 = Monday .. 6 = Sunday, of the dispatch (UTC)
-    # session history known at dispatch (history.py)
-    TURNS_DISPATCHED = "hist_turns_dispatched"  # earlier dispatches (t_j < t_R), ended or not
-    TURNS_ENDED = "hist_turns_ended"  # of those, ended at or before t_R
-    TURNS_WITH_USAGE = "hist_turns_with_usage"  # of the ended, with completion_tokens present
-    TURNS_CENSORED = "hist_turns_censored"  # of the ended, censored (length/cancelled/aborted)
-    COMPLETION_MEAN = "hist_completion_mean"  # mean completion tokens of ended turns with usage
-    COMPLETION_EWMA = "hist_completion_ewma"  # EWMA of the same, in completion order
-    LAST_COMPLETION = "hist_last_completion"  # tokens of the last-ended turn with usage
-    MS_SINCE_LAST_END = "hist_ms_since_last_end"  # t_R - latest end among ended turns, ms
-    # labels: known only after the response
-    LABEL_COMPLETION_TOKENS = "label_completion_tokens"  # output demand; null = usage absent
-    LABEL_TOTAL_DEMAND = "label_total_demand"  # prompt + completion; null if either is null
-    LABEL_CENSORED = "label_censored"  # true value >= completion_tokens (length/cancel/abort)
-    LABEL_USAGE_ABSENT = "label_usage_absent"  # completion_tokens null (NOT zero)
-
-
-P = Projected
-KEY_COLUMNS = (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP)
-OWN_INT_COLUMNS = (L.TURN_INDEX, L.PROMPT_TOKENS, L.MAX_TOKENS, L.CACHED_PROMPT_TOKENS)
-OWN_BOOL_COLUMNS = (L.STREAMING,)
-OWN_CATEGORY_COLUMNS = (L.CATEGORY, L.DECISION, L.SELECTED_MODEL, L.SLO_CLASS, L.REGION)
-CALENDAR_COLUMNS = (P.HOUR_UTC, P.DAY_OF_WEEK)
-HISTORY_COLUMNS = (P.TURNS_DISPATCHED, P.TURNS_ENDED, P.TURNS_WITH_USAGE, P.TURNS_CENSORED,
-                   P.COMPLETION_MEAN, P.COMPLETION_EWMA, P.LAST_COMPLETION, P.MS_SINCE_LAST_END)
-FEATURE_COLUMNS = (OWN_INT_COLUMNS + OWN_BOOL_COLUMNS + OWN_CATEGORY_COLUMNS + CALENDAR_COLUMNS
-                   + HISTORY_COLUMNS)
-LABEL_COLUMNS = (P.LABEL_COMPLETION_TOKENS, P.LABEL_TOTAL_DEMAND, P.LABEL_CENSORED,
-                 P.LABEL_USAGE_ABSENT)
 # Labels unknown at dispatch that the guard checks features against. Total demand is
 # left out: its prompt part is known at dispatch and may rightly be tracked by a feature.
 GUARDED_LABELS = (P.LABEL_COMPLETION_TOKENS, P.LABEL_CENSORED, P.LABEL_USAGE_ABSENT)

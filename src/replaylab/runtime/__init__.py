@@ -4,7 +4,8 @@ Installed by `replaylab[serve]`: numpy and onnxruntime (and tokenizers for the
 router's MiniLM encoder; a static-tier router needs numpy alone), nothing heavier; a test imports it with torch, lightgbm,
 pandas, sklearn and mlflow made unimportable. Names are imported lazily.
 
-    from replaylab.runtime import DemandPredictor, negotiate, Acknowledgement
+    from replaylab.runtime import DemandPredictor
+    from replaylab.contracts import negotiate, Acknowledgement  # the hint/ack contract
     predictor = DemandPredictor.load("artifacts/demand", hmac_key=key)
     hint = predictor.predict({"prompt_tokens": 812, "max_tokens": 1024, ...})
 """
@@ -16,12 +17,6 @@ from replaylab.contracts.lazy import lazy_exports
 _LAZY = {
     "DemandPredictor": "replaylab.runtime.demand",
     "FallbackBaseline": "replaylab.runtime.demand",
-    "DemandHint": "replaylab.runtime.hints",
-    "Acknowledgement": "replaylab.runtime.hints",
-    "HINT_VERSION": "replaylab.runtime.hints",
-    "SUPPORTED_HINT_VERSIONS": "replaylab.runtime.hints",
-    "negotiate": "replaylab.runtime.hints",
-    "ledger_record": "replaylab.runtime.hints",
     "Router": "replaylab.runtime.router",
     "RouteDecision": "replaylab.runtime.router",
     "SessionBinder": "replaylab.runtime.binder",

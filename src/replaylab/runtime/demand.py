@@ -67,6 +67,7 @@ from replaylab.contracts.golden import (
     max_abs_diff,
     read_golden,
 )
+from replaylab.contracts.hints import HINT_VERSION, DemandHint
 from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
 from replaylab.runtime.demand_math import (
     SCALES,
@@ -75,7 +76,6 @@ from replaylab.runtime.demand_math import (
     total_and_band,
     total_and_band_row,
 )
-from replaylab.runtime.hints import HINT_VERSION, DemandHint
 from replaylab.runtime.online import GLOBAL_CELL, OnlineConfig, OnlineConformal
 
 # One WARNING per load that falls back (reason code and path), nothing on a good load.
@@ -455,7 +455,7 @@ class DemandPredictor:
 
         hint: the hint this predictor served for it; actual_total: prompt +
         completion (None / NaN: usage absent, ignored); lower_bound: the actual is
-        censored (cap hit, cancelled, failed: `runtime.hints.is_lower_bound`),
+        censored (cap hit, cancelled, failed: `contracts.hints.is_lower_bound`),
         which only proves a miss above hint_hi. Fallback hints and hints of
         another artifact are ignored. True when the actual was used.
         """

@@ -7,7 +7,7 @@
   equal keys take turns (LeastLoaded's rule) instead of the first one taking all.
 - `kv_estimate(request, mode, default_max_tokens)`: the KV tokens a request is
   predicted to reserve. `hint_p90` is a forecast of TOTAL tokens (prompt +
-  output; `runtime.hints.DemandHint`), so the hint estimate is the hint itself,
+  output; `contracts.hints.DemandHint`), so the hint estimate is the hint itself,
   never below prompt + 1.
 - `expected_kv(request)`: the same with the hint when there is one, else the
   prompt alone (the part that is known): the energy models' context term.
