@@ -292,7 +292,7 @@ def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
                      for i in range(n)])
     # the float32 trunk: ~1e-8 from the float64 spec (docs/specs/router-scorer.md allows 1e-5)
     assert 0 < np.abs(p_np - spec).max() <= 1e-6
-    from replaylab.runtime.router import NumpyHead
+    from replaylab.runtime.router_head import NumpyHead
 
     class Float64Trunk(NumpyHead):
         TRUNK_DTYPE = np.float64
@@ -346,7 +346,7 @@ def test_static_export_matches_model2vec_and_verifies(static_run):
 @pytest.mark.slow
 def test_static_pipeline_trains_exports_and_serves(static_run, tmp_path):
     from replaylab.runtime import Router
-    from replaylab.runtime.router import NumpyHead
+    from replaylab.runtime.router_head import NumpyHead
 
     run = static_run / "run"
     summary = json.loads((run / "summary.json").read_text())

@@ -468,7 +468,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     outcomes: an outcomes-v1 frame (every candidate scored on every prompt);
     embed: texts -> (n, d) float32 L2-normalized embeddings (the encoder the
     runtime uses); head_scorer: how the runtime scores the head, `onnx` (MiniLM tier) or
-    `numpy` (static tier, `replaylab.runtime.router.NumpyHead`): every reported learned
+    `numpy` (static tier, `replaylab.runtime.router_head.NumpyHead`): every reported learned
     decision is made by it. Raises RouterDataError when the table cannot train a router.
     """
     say = progress or (lambda _msg: None)

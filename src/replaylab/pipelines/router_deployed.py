@@ -24,7 +24,7 @@ from replaylab.router.inputs import meta_arrays
 class PortableHead:
     """The served head as plain data (the ONNX bytes or the numpy tensors, the category
     vocabulary, threads): picklable, so Dask workers score partitions with the very scorer
-    the runtime uses (`runtime.router.HeadScorer` / `NumpyHead`), built once per process."""
+    the runtime uses (`runtime.router_head.HeadScorer` / `NumpyHead`), built once per process."""
 
     kind: str
     vocabulary: list
@@ -46,7 +46,7 @@ class PortableHead:
     def scorer(self) -> Any:
         """The runtime scorer of this head, built once per process (a worker reuses it
         across partitions and tasks)."""
-        from replaylab.runtime.router import HeadScorer, NumpyHead  # noqa: PLC0415
+        from replaylab.runtime.router_head import HeadScorer, NumpyHead  # noqa: PLC0415
 
         key = self.digest()
         if key not in _SCORERS:
@@ -70,7 +70,7 @@ _SCORERS: dict = {}
 
 class DeployedHead:
     """A fitted head as the runtime serves it: its exported graph (`model`, the bytes the
-    router artifact ships) scored by `replaylab.runtime.router.HeadScorer`.
+    router artifact ships) scored by `replaylab.runtime.router_head.HeadScorer`.
 
     Training reports the learned router's calibration, test and go/no-go decisions
     from `predict_proba` here, so for the same embeddings they are the decisions the
@@ -81,7 +81,7 @@ class DeployedHead:
     def __init__(self, head: SuccessHead, *, threads: int = 1,
                  parity_embedding: np.ndarray | None = None, parity_meta: Any = None,
                  scorer: str = "onnx") -> None:
-        from replaylab.runtime.router import HeadScorer, NumpyHead  # noqa: PLC0415
+        from replaylab.runtime.router_head import HeadScorer, NumpyHead  # noqa: PLC0415
 
         if scorer not in ("onnx", "numpy"):
             raise ValueError(f"scorer={scorer!r}: onnx or numpy")
