@@ -1,5 +1,6 @@
-"""`python -m export [export|register|promote|fetch|compare] ...`: re-export a finished demand
-run, or work the MLflow Model Registry (`replaylab.apps.registry`, docs/howto/mlflow.md)."""
+"""`python -m export [export|register|promote|fetch|compare] ...`: re-export a finished run's
+artifact (demand or router, `replaylab.artifacts.kinds`), or work the MLflow Model Registry
+(`replaylab.apps.registry`, docs/howto/mlflow.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from replaylab.apps.demand_runs import RUN_STATE, export_run, load_run_state
+from replaylab.apps.provenance import hmac_key
 from replaylab.apps.recording import active_run_id
 from replaylab.config import ConfigError
 from replaylab.contracts.errors import InputError
@@ -35,8 +37,111 @@ def fetch_run(cfg: DictConfig, run_id: str, into: Path) -> Path:
     return into
 
 
+def fetch_artifact(cfg: DictConfig, run_id: str, kind: str, into: Path) -> Path:
+    """The artifact folder of `kind` that MLflow run `run_id` logged (its large files put
+    back from the store); verified by the caller."""
+    import mlflow
+
+    from replaylab.apps.registry import reassemble
+    from replaylab.artifacts.kinds import artifact_kind
+
+    path = artifact_kind(kind).artifact_path
+    mlflow.set_tracking_uri(cfg.tracking.uri)
+    try:
+        folder = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=path,
+                                                          dst_path=str(into)))
+    except Exception as e:  # MlflowException, OSError: an unknown run or missing artifacts
+        raise FileNotFoundError(f"run_id={run_id}: cannot fetch {path}/ from "
+                                f"{cfg.tracking.uri}: {e}") from None
+    reassemble(folder, cfg)
+    return folder
+
+
+def run_id_kind(cfg: DictConfig, run_id: str) -> str:
+    """The artifact kind MLflow run `run_id` exported: its pipeline (tag `pipeline`, or
+    `source_pipeline` of a run that logged a finished run again; else param `pipeline`),
+    else the one artifact folder it logged."""
+    from mlflow.tracking import MlflowClient
+
+    from replaylab.artifacts.kinds import KINDS
+
+    c = MlflowClient(tracking_uri=str(cfg.tracking.uri))
+    try:
+        run = c.get_run(run_id)
+    except Exception as e:  # MlflowException: an unknown run
+        raise FileNotFoundError(f"run_id={run_id}: no such run in {cfg.tracking.uri} "
+                                f"({str(e).splitlines()[0][:200]})") from None
+    tags, params = run.data.tags, run.data.params
+    for said in (tags.get("source_pipeline"), tags.get("pipeline"), params.get("pipeline")):
+        if said in KINDS:
+            return str(said)
+    logged = {f.path for f in c.list_artifacts(run_id)}
+    # a fitted demand run (demand_run/) re-exports from its state; else its logged folder
+    found = ["demand"] if RUN_STATE in logged else [
+        k for k, d in KINDS.items() if d.artifact_path in logged]
+    if len(found) == 1:
+        return found[0]
+    raise ConfigError(f"run_id={run_id} is a pipeline={tags.get('pipeline')!r} run with "
+                      f"{'no' if not found else 'more than one'} artifact folder of "
+                      f"{sorted(KINDS)}: nothing to re-export")
+
+
+def export_router_folder(cfg: DictConfig, folder: Path, out: Path) -> dict:
+    """The router artifact a run logged, published again as `out` with this export's
+    version, validity and signature (`replaylab.artifacts.kinds.republish`: the same
+    files, so the same content hash); the summary's `export` section."""
+    from replaylab.artifacts.kinds import republish
+
+    if not (folder / "manifest.json").is_file():
+        raise FileNotFoundError(f"{folder}: no router artifact here (no manifest.json)")
+    key = hmac_key(cfg.export.get("hmac_key_env"))
+    m = republish(folder, out, version=str(cfg.export.version),
+                  valid_days=float(cfg.export.valid_days), hmac_key=key, verify_key=key)
+    if m["kind"] != "router":
+        raise ConfigError(f"{folder}: a {m['kind']!r} artifact, not the router's")
+    return {"path": str(out), "kind": "router", "version": m["version"],
+            "content_hash": m["content_hash"], "created_at": m["created_at"],
+            "valid_until": m["valid_until"], "signed": key is not None,
+            "files": {e["path"]: e["size"] for e in m["files"]}}
+
+
+def export_run_artifact(cfg: DictConfig, run_dir: Path) -> dict:
+    """The job of `python -m export`: the artifact of `cfg.run_dir` or `cfg.run_id`, of the
+    kind its run exported (`replaylab.artifacts.kinds`): demand, exported again from the
+    fitted run's state (demand_run/, `export_demand_run`); router, the folder the run
+    wrote or logged, published again (`export_router_run`: the fitted router is not kept,
+    its folder is the run's export)."""
+    if bool(cfg.run_dir) == bool(cfg.run_id):
+        raise ConfigError("give exactly one of run_dir=DIR or run_id=<mlflow run id>")
+    if cfg.run_dir:
+        summary_path = Path(cfg.run_dir) / "summary.json"
+        if not summary_path.is_file():
+            raise FileNotFoundError(f"{summary_path}: not a finished run (no summary.json)")
+        kind = str(json.loads(summary_path.read_text()).get("pipeline"))
+    else:
+        kind = run_id_kind(cfg, str(cfg.run_id))
+    return (export_router_run if kind == "router" else export_demand_run)(cfg, run_dir)
+
+
+def export_router_run(cfg: DictConfig, run_dir: Path) -> dict:
+    """A router run's artifact published again (`export_router_folder`): from
+    `cfg.run_dir`/artifacts/router, or the router_artifact/ run `cfg.run_id` logged."""
+    with tempfile.TemporaryDirectory() as tmp:
+        if cfg.run_dir:
+            folder = Path(cfg.run_dir) / "artifacts" / "router"
+            out = Path(cfg.out) if cfg.out else folder
+        else:
+            folder = fetch_artifact(cfg, str(cfg.run_id), "router", Path(tmp) / "logged")
+            out = Path(cfg.out) if cfg.out else Path("outputs/export") / str(cfg.run_id) / "router"
+        section = export_router_folder(cfg, folder, out)
+    return {"pipeline": "export", "source": str(cfg.run_dir or cfg.run_id),
+            "export": section, "artifacts": {"router": section["path"]},
+            "exported_in_run": active_run_id()}
+
+
 def export_demand_run(cfg: DictConfig, run_dir: Path) -> dict:
-    """The job of `python -m export`: the artifact of `cfg.run_dir` or `cfg.run_id`."""
+    """A demand run's artifact exported again from its fitted state (demand_run/) of
+    `cfg.run_dir` or `cfg.run_id`."""
     if bool(cfg.run_dir) == bool(cfg.run_id):
         raise ConfigError("give exactly one of run_dir=DIR or run_id=<mlflow run id>")
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +157,7 @@ def export_demand_run(cfg: DictConfig, run_dir: Path) -> dict:
         trained = json.loads(summary_path.read_text())
         if trained.get("pipeline") != "demand":
             raise ConfigError(f"{source} is a pipeline={trained.get('pipeline')!r} run; "
-                              "only demand runs export a demand artifact")
+                              "only demand and router runs export an artifact")
         run = load_run_state(source / RUN_STATE)
         source_run_id = (trained.get("mlflow") or {}).get("run_id") or cfg.run_id
         section = export_run(run, trained, out, cfg.export, source_run_id)
@@ -185,7 +290,7 @@ def export_job(cfg: DictConfig, run_dir: Path) -> dict:
     """The job of `python -m export`: the one `cfg.action` names (`check_request` ran)."""
     from replaylab.apps import registry
 
-    table = {"export": export_demand_run, "register": relog_run,
+    table = {"export": export_run_artifact, "register": relog_run,
              "promote": registry.promote, "fetch": registry.fetch, "compare": registry.compare}
     return table[cfg.action](cfg, run_dir)
 

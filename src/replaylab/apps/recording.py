@@ -191,10 +191,13 @@ def start_run(cfg: DictConfig, run_dir: Path) -> Any:
 
 
 # ---------------------------------------------------------------- what a run logs
-def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None:
-    """Log metrics, the resolved config, summary.json and report files to the open run."""
+def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> dict[str, dict]:
+    """Log metrics, the resolved config, summary.json, report files and the artifact folders
+    of every kind to the open run; kind -> what was logged (for the registry hook)."""
+    from replaylab.apps.registry import log_run_artifacts
+
     if run is None:
-        return
+        return {}
     import mlflow
 
     mlflow.log_metrics(numeric_metrics(summary))
@@ -202,17 +205,19 @@ def log_outcome(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> None
     mlflow.log_text(OmegaConf.to_yaml(cfg, resolve=True),
                     "config/export.yaml" if relogged else "config/resolved.yaml")
     log_files(summary)
+    # the deployable artifacts, demand and router alike (one route: verified, large files
+    # stored once; replaylab.apps.registry.blobs)
+    return log_run_artifacts(run, summary, cfg)
 
 
 def log_files(summary: dict) -> None:
-    """summary.json, the report files and the artifacts a summary names, to the open run."""
+    """summary.json, the report files and the plain files a summary names, to the open run
+    (the artifact folders go by `log_outcome`)."""
     import mlflow
 
     mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
     log_reports(summary)
     arts = summary.get("artifacts", {})
-    if arts.get("demand") and Path(arts["demand"]).is_dir():  # the deployable artifact
-        mlflow.log_artifacts(arts["demand"], artifact_path="demand_artifact")
     if arts.get("demand_run") and Path(arts["demand_run"]).is_dir():  # for python -m export
         mlflow.log_artifacts(arts["demand_run"], artifact_path="demand_run")  # plain files
     q = summary.get("artifacts", {}).get("quarantine")
@@ -252,8 +257,9 @@ def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | Non
     import mlflow
 
     try:
-        log_outcome(run, summary, run_dir, cfg)
-        registered = register_outcome(run, summary, cfg)  # export.register (docs/howto/mlflow.md)
+        logged = log_outcome(run, summary, run_dir, cfg)
+        # export.register (docs/howto/mlflow.md)
+        registered = register_outcome(run, summary, cfg, logged=logged)
         if registered:
             summary["registry"] = registered
             write_summary(run_dir / "summary.json", summary)
