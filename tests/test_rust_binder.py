@@ -1,4 +1,4 @@
-"""The Rust session binder (scorers/rust/src/binder.rs) against the Python one, receipt for
+"""The Rust session binder (scorers/rust/src/router/binder/) against the Python one, receipt for
 receipt (docs/specs/binder.md, "Golden sessions").
 
 Fixtures are tests/test_rust_scorer.py's: the crate built with `cargo build --offline

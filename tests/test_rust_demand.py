@@ -14,7 +14,7 @@ and null optional fields, unseen categories, partial or absent session history, 
 and float timestamps, values at split thresholds, bad requests), every tree's leaf equal
 to LightGBM's `pred_leaf`; a tampered file, an edited manifest and structurally broken
 trees behind a valid manifest are refused; `cargo test --offline` passes against the
-artifact.
+artifact (besides the crate's own fixture, tests/test_rust_crate.py).
 """
 
 from __future__ import annotations
@@ -350,8 +350,9 @@ def test_cargo_test_against_the_artifact(binary, demand_art):
     _, art, _ = demand_art
     cargo = find_cargo()
     env = {**cargo_env(cargo), "REPLAYLAB_DEMAND_ARTIFACT": str(art)}
-    proc = subprocess.run([cargo, "test", "--offline", "--test", "demand"], cwd=CRATE, env=env,
-                          capture_output=True, text=True, timeout=900)
+    # --nocapture: the tests' stderr names each artifact they checked (the fixture, then this)
+    proc = subprocess.run([cargo, "test", "--offline", "--test", "demand", "--", "--nocapture"],
+                          cwd=CRATE, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "test result: ok. 3 passed" in proc.stdout, proc.stdout[-2000:]
-    assert "checked nothing" not in proc.stderr
+    assert f"{art}: " in proc.stderr and "not set" not in proc.stderr

@@ -13,7 +13,8 @@ so, when `cargo` is neither on PATH nor in ~/.cargo/bin). Then:
   Router` on 400 more texts (GSM8K prompts, the encoder edge cases, mixed-script noise);
   a tampered file, an edited manifest, a missing file and a bad input line are refused
   with exit code 2 and one `error:` line; `cargo test --offline` passes with
-  REPLAYLAB_ROUTER_ARTIFACT pointing at the artifact.
+  REPLAYLAB_ROUTER_ARTIFACT pointing at the artifact (the crate's own fixture, a tiny
+  static-tier router, is checked without it: tests/test_rust_crate.py).
 """
 
 from __future__ import annotations
@@ -243,8 +244,10 @@ def test_tampered_artifacts_and_bad_input_are_refused(binary, static_router, tmp
 @pytest.mark.slow
 def test_cargo_test_against_the_artifact(cargo, static_router):
     env = {**cargo_env(cargo), "REPLAYLAB_ROUTER_ARTIFACT": str(static_router)}
-    proc = subprocess.run([cargo, "test", "--offline"], cwd=CRATE, env=env, capture_output=True,
-                          text=True, timeout=900)
+    # --nocapture: the tests' stderr names each artifact they checked (the fixture, then this)
+    proc = subprocess.run([cargo, "test", "--offline", "--", "--nocapture"], cwd=CRATE, env=env,
+                          capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "golden_vectors_route_identically ... ok" in proc.stdout
     assert "a_tampered_artifact_is_refused ... ok" in proc.stdout
+    assert f"{static_router}: " in proc.stderr and "ROUTER_ARTIFACT not set" not in proc.stderr
