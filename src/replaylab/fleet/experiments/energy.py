@@ -20,36 +20,29 @@ import pandas as pd
 from replaylab.config import ConfigError
 from replaylab.fleet.experiments.harness import (
     GridRunner,
+    SimExperimentConfig,
     build_pools,
     ci_table,
     has_hints,
     hint_policy_check,
     local_grid,
     make_policy,
-    parse_config,
     pooled_summary,
     pyplot,
     replicate_metrics,
     save_figure,
     sim_config,
     simulate,
-    slo_targets,
 )
-from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
+from replaylab.fleet.experiments.workloads import require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
 
 @dataclass(frozen=True)
-class EnergyConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
+class EnergyConfig(SimExperimentConfig):
     pools: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
     power_error: dict = field(default_factory=dict)  # name -> {pool: relative error}
 
 
@@ -80,11 +73,11 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     `ranking_holds`: the order of the policies by joules_per_output_token is the
     nominal one (`rank_policies`: ties, to 12 significant digits, go by name).
     """
-    c = parse_config(EnergyConfig, cfg, {})
+    c = EnergyConfig.parse(cfg)
     if not c.pools or not c.policies:
         raise ConfigError("experiment=energy needs pools and policies")
     require_source(c.workload, "energy")
-    slo = slo_targets(c.slo)
+    slo = c.slo_targets()
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(c.pools, c.shared_dir, c.model)
     specs, skipped = hint_policy_check(

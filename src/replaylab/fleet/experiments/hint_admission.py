@@ -44,18 +44,17 @@ from replaylab.config import ConfigError, from_mapping
 from replaylab.fleet.experiments.harness import (
     GridRunner,
     PoolSpec,
+    SimExperimentConfig,
     build_profile,
     ci_table,
     local_grid,
     make_policy,
-    parse_config,
     pooled_summary,
     pyplot,
     replicate_metrics,
     save_figure,
     sim_config,
     simulate,
-    slo_targets,
 )
 from replaylab.fleet.experiments.workloads import (
     WorkloadSpec,
@@ -98,10 +97,7 @@ class SizingSpec:
 
 
 @dataclass(frozen=True)
-class HintConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
+class HintConfig(SimExperimentConfig):
     ledger: LedgerSpec = field(default_factory=LedgerSpec)
     workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(source="synthetic"))
     demand: dict = field(default_factory=dict)       # DemandConfig overrides
@@ -109,15 +105,13 @@ class HintConfig:
     sizing: SizingSpec = field(default_factory=SizingSpec)
     default_max_tokens: int = 4096
     modes: dict = field(default_factory=dict)        # name -> policy spec (hint_admission ...)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
     materiality: dict = field(default_factory=lambda: {
         "slo_attainment": 0.01, "rejected_share": 0.01, "goodput_rps_rel": 0.02,
         "replicas_rel": 0.1})
 
 
 def _config(cfg: Mapping[str, Any]) -> HintConfig:
-    c = parse_config(HintConfig, cfg, {"ledger": LedgerSpec, "sizing": SizingSpec})
+    c = HintConfig.parse(cfg)
     if not c.modes:
         raise ConfigError("experiment=hint_admission needs modes (name -> policy spec)")
     require_source(c.workload, "hint_admission", generated=("synthetic",))
@@ -349,7 +343,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     from replaylab.hints.residuals import residual_summary
 
     c = _config(cfg)
-    slo = slo_targets(c.slo)
+    slo = c.slo_targets()
     run_dir = Path(run_dir)
     loaded, led = training_ledger(c)
     trained = train_and_export(c, run_dir, loaded)

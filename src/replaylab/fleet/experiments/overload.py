@@ -37,6 +37,7 @@ import numpy as np
 from replaylab.config import ConfigError, from_mapping
 from replaylab.fleet.experiments.harness import (
     GridRunner,
+    SimExperimentConfig,
     SimSpec,
     build_pools,
     ci_table,
@@ -44,14 +45,12 @@ from replaylab.fleet.experiments.harness import (
     hint_policy_check,
     local_grid,
     make_policy,
-    parse_config,
     pooled_summary,
     pyplot,
     replicate_metrics,
     save_figure,
     sim_config,
     simulate,
-    slo_targets,
 )
 from replaylab.fleet.experiments.workloads import (
     WorkloadSpec,
@@ -80,16 +79,11 @@ class SaturationSpec:
 
 
 @dataclass(frozen=True)
-class OverloadConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
+class OverloadConfig(SimExperimentConfig):
     load_factors: tuple[float, ...] = (1.0, 1.5, 2.0)
     workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(source="cdf"))
     pools: dict = field(default_factory=dict)
     policies: dict = field(default_factory=dict)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
     capacity_rps: float | None = None  # null: measured by a saturation run (SaturationSpec)
     saturation: dict = field(default_factory=dict)
 
@@ -254,11 +248,11 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
         runner: GridRunner | None = None) -> dict[str, Any]:
     """Arrivals ramped past capacity; every policy conserves requests, with/without admission.
     Cells: load factor x replicate x policy (`runner`: local loop by default, or Dask)."""
-    c = parse_config(OverloadConfig, cfg, {})
+    c = OverloadConfig.parse(cfg)
     if not c.pools or not c.policies:
         raise ConfigError("experiment=overload needs pools and policies")
     require_source(c.workload, "overload", generated=("cdf",))
-    slo = slo_targets(c.slo)
+    slo = c.slo_targets()
     pools = build_pools(c.pools, c.shared_dir, c.model)
     stream = ledger_stream(c) if c.workload.replays_ledger else cdf_stream(c)
     policy_specs, skipped = hint_policy_check(c.policies, stream.hinted, "overload",

@@ -37,12 +37,12 @@ import numpy as np
 from replaylab.config import ConfigError
 from replaylab.fleet.experiments.harness import (
     GridRunner,
+    SimExperimentConfig,
     build_pools,
     ci_table,
     local_grid,
     make_policy,
     masked_slo,
-    parse_config,
     pool_mapping,
     pooled_summary,
     pyplot,
@@ -50,9 +50,8 @@ from replaylab.fleet.experiments.harness import (
     save_figure,
     sim_config,
     simulate,
-    slo_targets,
 )
-from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
+from replaylab.fleet.experiments.workloads import require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
@@ -148,23 +147,17 @@ class RollbackSpec:
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
+class RolloutConfig(SimExperimentConfig):
     pools: dict = field(default_factory=dict)
     baseline: dict = field(default_factory=lambda: {"kind": "least_loaded"})
     candidates: dict = field(default_factory=lambda: {"energy_aware": {"kind": "energy_aware"}})
     shares: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)
     rollback: RollbackSpec = field(default_factory=RollbackSpec)
     regression_threshold: float = 0.01   # SLO attainment drop that blocks promotion
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
 
 
 def _rollout_config(cfg: Mapping[str, Any]) -> RolloutConfig:
-    c = parse_config(RolloutConfig, cfg, {"rollback": RollbackSpec})
+    c = RolloutConfig.parse(cfg)
     if not c.pools or not c.candidates:
         raise ConfigError("experiment=rollout needs pools and candidates")
     require_source(c.workload, "rollout")
@@ -285,7 +278,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     Cells (`rollout_cells`): step x window x candidate, all in one `runner.map` (local loop
     by default, or Dask tasks)."""
     c = _rollout_config(cfg)
-    slo = slo_targets(c.slo)
+    slo = c.slo_targets()
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
     cells = rollout_cells(c, len(wls))

@@ -27,12 +27,12 @@ import numpy as np
 from replaylab.config import ConfigError
 from replaylab.fleet.experiments.harness import (
     GridRunner,
+    SimExperimentConfig,
     build_pools,
     ci_table,
     local_grid,
     make_policy,
     masked_slo,
-    parse_config,
     pool_mapping,
     pooled_summary,
     pyplot,
@@ -40,9 +40,8 @@ from replaylab.fleet.experiments.harness import (
     save_figure,
     sim_config,
     simulate,
-    slo_targets,
 )
-from replaylab.fleet.experiments.workloads import WorkloadSpec, require_source, trace_workloads
+from replaylab.fleet.experiments.workloads import require_source, trace_workloads
 from replaylab.jsonsafe import json_safe
 from replaylab.stats import paired_diff
 
@@ -58,20 +57,14 @@ class FeedSpec:
 
 
 @dataclass(frozen=True)
-class StaleConfig:
-    shared_dir: str
-    seed: int = 0
-    model: str = "llama-3.1-8b"
-    workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
+class StaleConfig(SimExperimentConfig):
     pools: dict = field(default_factory=dict)
     policy: dict = field(default_factory=lambda: {"kind": "least_loaded"})
     feed: FeedSpec = field(default_factory=FeedSpec)
-    sim: dict = field(default_factory=dict)
-    slo: dict = field(default_factory=dict)
 
 
 def _stale_config(cfg: Mapping[str, Any]) -> StaleConfig:
-    c = parse_config(StaleConfig, cfg, {"feed": FeedSpec})
+    c = StaleConfig.parse(cfg)
     a, b = c.feed.outage_fraction
     if not 0 <= a < b <= 1:
         raise ConfigError(f"experiment.feed.outage_fraction={c.feed.outage_fraction}: "
@@ -126,7 +119,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     """Live least-loaded vs telemetry-aware (with and without an outage); see the docstring.
     Cells: window x run kind (`runner`: local loop by default, or Dask)."""
     c = _stale_config(cfg)
-    slo = slo_targets(c.slo)
+    slo = c.slo_targets()
     wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
     pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
     runs: dict[str, list] = {k: [] for k in RUN_KINDS}

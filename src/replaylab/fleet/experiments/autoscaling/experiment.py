@@ -52,7 +52,7 @@ from replaylab.fleet.experiments.autoscaling.scenarios import (
     scenario_workload,
     token_sample,
 )
-from replaylab.fleet.experiments.harness import GridRunner, local_grid, slo_targets
+from replaylab.fleet.experiments.harness import ExperimentConfig, GridRunner, local_grid
 from replaylab.fleet.experiments.workloads import (
     WorkloadSpec,
     ledger_facts,
@@ -147,9 +147,11 @@ DEFAULT_SCENARIOS: Mapping[str, ScenarioConfig] = {
 
 
 @dataclass(frozen=True)
-class AutoscalingConfig:
+class AutoscalingConfig(ExperimentConfig):
     """The whole experiment (see the module doc); `policies` run in every scenario.
-    `workload` is the shared `fleet.workload` section (requests: tokens, or a ledger)."""
+    `workload` is the shared `fleet.workload` section (requests: tokens, or a ledger);
+    `seed` (the harness's `ExperimentConfig`) draws the rates: burst time, synthetic
+    trace noise."""
 
     shared_dir: str = ""
     trace: TraceConfig = field(default_factory=TraceConfig)
@@ -171,7 +173,6 @@ class AutoscalingConfig:
     policies: tuple[str, ...] = ("static", "reactive", "forecast")  # + "forecast_no_floor"
     seeds: tuple[int, ...] = (0, 1, 2)
     sweep: SweepSpec | None = field(default_factory=SweepSpec)
-    seed: int = 0                        # the rates: burst time, synthetic trace noise
     workers: int = 1
 
     def __post_init__(self) -> None:
@@ -282,7 +283,7 @@ def build_context(c: AutoscalingConfig) -> Context:
         profile=profile, work_s=w, cold_start_s=p.cold_start_s, min_replicas=p.min_replicas,
         max_replicas=p.max_replicas, queue_capacity=p.queue_capacity,
         queue_timeout_s=p.queue_timeout_s, horizon_s=c.trace.hours * 3600.0,
-        slo=slo_targets(c.slo),
+        slo=c.slo_targets(),
         reactive=c.reactive, forecast_policy=c.forecast_policy,
         forecast_quantile=c.forecast.quantile, forecast_target_util=c.forecast.target_util,
         scrape_interval_s=t.scrape_interval_s, ttl_s=t.ttl_s, delay_s=t.delay_s,
