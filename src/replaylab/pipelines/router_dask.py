@@ -19,7 +19,7 @@ The same steps, checks and summary as `pipelines.router_receipts.train_router_re
 5. the head's fits on the driver: the train decisions of at most
    `receipts.max_train_decisions` sessions and the calibration decisions of at most
    `receipts.max_calibration_decisions` sessions, both chosen by a seeded hash of the
-   session id (`router_receipts.train_sample`: the local run draws the same sessions),
+   session id (`router_fit.train_sample`: the local run draws the same sessions),
    ordered by session id as the local table is; the cost model from partition sums;
 6. the test sessions judged on the workers with the served graph
    (`router_deployed.PortableHead`): every estimator, paired difference and the threshold
@@ -46,6 +46,13 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts import Ledger as L
+from replaylab.pipelines.router_fit import (
+    FitData,
+    decision_cost_sums,
+    fit_router,
+    replay_cost_sums,
+    unit_costs,
+)
 from replaylab.pipelines.router_partitions import (
     conform,
     decision_part,
@@ -61,17 +68,12 @@ from replaylab.pipelines.router_partitions import (
     with_u,
 )
 from replaylab.pipelines.router_receipts import (
-    FitData,
     ReceiptsRun,
-    decision_cost_sums,
-    fit_router,
     gate,
     golden_inputs,
     receipts_summary,
-    replay_cost_sums,
     seed_spread,
     spread_row,
-    unit_costs,
 )
 from replaylab.pipelines.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
@@ -113,7 +115,7 @@ STAGES = {"read": "read and validate per partition, the quarantine written by th
 SERVED_SAMPLE = 2_000  # test decisions brought back for the exported artifact's check
 
 
-# what the head's fits read of a decision (router_receipts: _rows, _logged, _meta)
+# what the head's fits read of a decision (router_fit: decision_meta and the fit rows)
 FIT_COLUMNS = (Label.SESSION_ID, OPENING_REQUEST, Label.CANDIDATE, "action", Label.REWARD,
                Label.COST, Label.PROPENSITY, Label.LABEL_SOURCE, Label.SESSION_COST,
                "category", "prompt_tokens", "split", "opening_ms")

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from replaylab.contracts import Ledger as L
-from replaylab.pipelines.router_receipts import plan_meta, session_uniform, test_decisions
+from replaylab.pipelines.router_fit import session_uniform
+from replaylab.pipelines.router_receipts import plan_meta, test_decisions
 from replaylab.router.ope_sums import prob_of
 from replaylab.router.receipts import (
     OPENING_REQUEST,

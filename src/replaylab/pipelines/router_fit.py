@@ -1,0 +1,276 @@
+"""The receipts router's fit, shared by both compute modes: the head and its operating point.
+
+Steps 2-3 of `pipelines/router_receipts.py` (read its module docstring): the head chosen
+by `router.head_select` and fitted on the train decisions (IPS-weighted) plus train
+replays, calibrated on calibration, served as its graph (`DeployedHead`), and the
+cheapest threshold whose DR quality on CALIBRATION reaches the logging policy's own
+(`choose_threshold`); the cost model from additive sums of the train calls
+(`decision_cost_sums`, `replay_cost_sums`, `unit_costs`) and the seeded hashed session
+samples that bound the fits (`session_uniform`, `train_sample`). The local run and the
+Dask driver (`pipelines/router_dask.py`) call the same functions on the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.pipelines.router_deployed import DeployedHead
+from replaylab.router.head import HeadConfig, SuccessHead
+from replaylab.router.head_select import TeacherPool, select_head
+from replaylab.router.inputs import TrainingRows, ips_weights
+from replaylab.router.metrics import default_thresholds
+from replaylab.router.ope import LoggedDecisions, point_values
+from replaylab.router.pipeline_config import RouterPipelineConfig
+from replaylab.router.receipts import OPENING_REQUEST
+from replaylab.router.replay import Label
+from replaylab.runtime.routing import choose_by_threshold, routing_scores
+
+
+def decision_meta(d: pd.DataFrame) -> dict[str, np.ndarray]:
+    return {"category": d["category"].to_numpy(dtype=object),
+            "prompt_tokens": d["prompt_tokens"].to_numpy(float)}
+
+
+def _rows(dec: pd.DataFrame, rep: pd.DataFrame, local: pd.Series,
+          max_weight: float | None) -> TrainingRows:
+    """Decisions (IPS weights) + replays (weight 1) of one split, rows local to it."""
+    prop = np.concatenate([dec[Label.PROPENSITY].to_numpy(float), np.full(len(rep), np.nan)])
+    return TrainingRows(
+        row=np.concatenate([local.reindex(dec.index).to_numpy(np.int64),
+                            local.reindex(rep["row"]).to_numpy(np.int64)]),
+        action=np.concatenate([dec["action"].to_numpy(np.int64), rep["action"].to_numpy(np.int64)]),
+        reward=np.concatenate([dec[Label.REWARD].to_numpy(float), rep[Label.REWARD].to_numpy(float)]),
+        weight=ips_weights(prop, max_weight),
+        cost=np.concatenate([pd.to_numeric(dec[Label.COST], errors="coerce").to_numpy(float),
+                             rep[Label.COST].to_numpy(float)]))
+
+
+def _logged(d: pd.DataFrame, candidates: tuple[str, ...], reward: str) -> LoggedDecisions:
+    r = pd.to_numeric(d[reward], errors="coerce").to_numpy(float)
+    return LoggedDecisions(candidates, d["action"].to_numpy(np.int64), r,
+                           d[Label.PROPENSITY].to_numpy(float),
+                           pd.factorize(d[Label.SESSION_ID])[0],
+                           d[OPENING_REQUEST].to_numpy())
+
+
+def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
+    """Column whose constant policy has the best DR quality (ties: the cheaper)."""
+    k = q.shape[1]
+    const = np.repeat(np.arange(k)[:, None], b.n, axis=1)  # (K, n)
+    v = point_values(b, const, q)["dr"]
+    return int(np.lexsort((np.arange(k), cost, -np.round(v, 12)))[0])
+
+
+def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecisions,
+                     q_cost: np.ndarray, target: float, rule: str, top: int,
+                     n_thresholds: int) -> dict:
+    """The cheapest threshold whose DR quality on these logged rows reaches `target`.
+
+    prob: (n, K) the served head on the rows; b_q, b_c: the same rows' logged quality and
+    cost; q_cost: (n, K) the cost model. Ties go to the higher quality; when no point
+    reaches the target, the point of best DR quality (`met` False)."""
+    t = default_thresholds(routing_scores(prob, rule), n_thresholds)
+    choice = np.stack([choose_by_threshold(prob, float(x), fallback=top, rule=rule) for x in t])
+    quality = point_values(b_q, choice, prob)["dr"]
+    cost = point_values(b_c, choice, q_cost)["dr"]
+    ok = quality >= target - 1e-12
+    if ok.any():
+        idx = np.flatnonzero(ok)
+        best = int(idx[np.lexsort((-quality[idx], cost[idx]))[0]])
+    else:
+        best = int(np.lexsort((cost, -quality))[0])
+    return {"threshold": float(t[best]), "met": bool(ok.any()), "target_quality": float(target),
+            "dr_quality": float(quality[best]), "dr_cost": float(cost[best]),
+            "curve": pd.DataFrame({"threshold": t, "dr_quality": quality, "dr_cost": cost,
+                                   "strong_share": (choice == top).mean(axis=1)})}
+
+
+def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
+         head_scorer: str, pool: TeacherPool | None = None) -> tuple[SuccessHead, Any]:
+    """The head fitted on train, calibrated on calibration, as the runtime serves it
+    (pool: the head selection's fits, which reuse a teacher; the same head)."""
+    if pool is None:
+        head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
+    else:
+        head = pool.fit(hc, seed, E["train"], meta["train"], rows["train"], k)
+    head.calibrate(E["calibration"], meta["calibration"], rows["calibration"])
+    if hc.calibration == "isotonic":
+        return head, head
+    n = min(256, len(E["calibration"]))
+    deployed = DeployedHead(head, threads=hc.num_threads,
+                            parity_embedding=E["calibration"][:n],
+                            parity_meta={key: v[:n] for key, v in meta["calibration"].items()},
+                            scorer=head_scorer)
+    return head, deployed
+
+
+def session_uniform(session: np.ndarray | pd.Series, seed: int) -> np.ndarray:
+    """(n,) uniform [0, 1) per session id, a function of (id, seed) only: the key of the
+    hashed samples (`train_sample`; the Dask path thresholds the same values)."""
+    from replaylab.demand.dask_ops import hash_uniform, key_hash
+
+    if not len(session):
+        return np.zeros(0)
+    return hash_uniform(key_hash(np.asarray(session, dtype=object)), int(seed))
+
+
+def train_sample(session: np.ndarray | pd.Series, cap: int | None, seed: int) -> np.ndarray:
+    """(n,) bool: the train decisions the head's fits use. All of them when n <= cap (or no
+    cap), else the `cap` sessions with the smallest `session_uniform`: a uniform sample
+    that does not depend on row order or partitioning, so the Dask path
+    (`pipelines.router_dask`) draws the same sessions (`dask_ops.kth_smallest_hash`)."""
+    n = len(session)
+    if cap is None or n <= cap:
+        return np.ones(n, dtype=bool)
+    u = session_uniform(session, seed)
+    keep = np.zeros(n, dtype=bool)
+    keep[np.argsort(u, kind="stable")[:cap]] = True
+    return keep
+
+
+@dataclass
+class FitData:
+    """What the head's fits read (the driver's, bounded): `decisions` {"train",
+    "calibration"}: decision frames whose index is the row id `replays["row"]` refers to;
+    `E`: their embeddings (rows aligned); `replays`: replay label rows of those splits
+    (`receipts.replay_rows`' columns)."""
+
+    decisions: dict[str, pd.DataFrame]
+    E: dict[str, np.ndarray]
+    replays: pd.DataFrame
+
+    @property
+    def meta(self) -> dict[str, dict[str, np.ndarray]]:
+        return {s: decision_meta(d) for s, d in self.decisions.items()}
+
+
+@dataclass
+class FittedRouter:
+    """The chosen head, its served graph and operating point (chosen on calibration)."""
+
+    head: SuccessHead
+    deployed: Any
+    config: HeadConfig
+    point: dict
+    top: int
+    selection: dict
+    data: FitData
+    candidates: tuple[str, ...]
+    unit_cost: np.ndarray
+    rule: str
+    n_thresholds: int
+    head_scorer: str
+
+    def rows_for(self, max_weight: float | None) -> dict:
+        local = {s: pd.Series(np.arange(len(d)), index=d.index)
+                 for s, d in self.data.decisions.items()}
+        rep = self.data.replays
+        return {s: _rows(self.data.decisions[s], rep[rep["split"] == s], local[s], max_weight)
+                for s in ("train", "calibration")}
+
+    def refit(self, seed: int) -> tuple[Any, dict, int]:
+        """The same head configuration fitted with another seed: (served graph, its
+        operating point on calibration, fallback column)."""
+        _, dep = _fit(self.config, seed, self.data.E, self.data.meta,
+                      self.rows_for(self.config.max_weight), len(self.candidates),
+                      self.head_scorer)
+        point, top, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
+                                        self.rule, self.n_thresholds)
+        return dep, point, top
+
+
+def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: np.ndarray,
+                    rule: str, n_thresholds: int) -> tuple[dict, int, np.ndarray]:
+    """The served head's threshold on CALIBRATION (`choose_threshold`), its fallback
+    column (the strongest constant policy) and its calibration probabilities."""
+    ca_d = data.decisions["calibration"]
+    prob_ca = dep.predict_proba(data.E["calibration"], decision_meta(ca_d))
+    b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
+    top = _strongest(b_q, prob_ca, unit_cost)
+    target = float(b_q.reward.mean())  # the logging policy's own calibration quality
+    point = choose_threshold(prob_ca, b_q, b_c, np.repeat(unit_cost[None, :], b_q.n, axis=0),
+                             target, rule, top, n_thresholds)
+    return point, top, prob_ca
+
+
+def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
+               candidates: tuple[str, ...], head_scorer: str,
+               say: Callable[[str], None]) -> FittedRouter:
+    """Steps 2-3 of the module docstring on `data` (train and calibration only): the head
+    chosen by `router.head_select`, its served graph and operating point."""
+    k = len(candidates)
+    pool, rows_by_clip = TeacherPool(), {}
+    holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
+                          cfg.policy.rule, cfg.labels.evaluation.n_thresholds, head_scorer)
+
+    def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
+        """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
+        its DR operating point; criterion the DR cost per opening call there (module doc
+        of router/head_select.py)."""
+        if cfg.head_select.enabled:
+            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
+                f"hidden {list(hc.hidden)}")
+        if hc.max_weight not in rows_by_clip:
+            rows_by_clip[hc.max_weight] = holder.rows_for(hc.max_weight)
+        h, dep = _fit(hc, cfg.seed, data.E, data.meta, rows_by_clip[hc.max_weight], k,
+                      head_scorer, pool)
+        pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
+                                     cfg.labels.evaluation.n_thresholds)
+        figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
+                   "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
+        return (pt["met"], pt["dr_cost"] if pt["met"] else -pt["dr_quality"], figures,
+                (h, dep, (pt, tp, pc)))
+
+    trial, selection = select_head(
+        cfg.head, cfg.head_select, evaluate,
+        "DR cost per opening call at the calibration operating point (DR quality >= the "
+        "logging policy's calibration quality; a head that cannot reach it ranks last)")
+    head, deployed, (point, top, _) = trial.fitted
+    holder.head, holder.deployed, holder.config = head, deployed, trial.head
+    holder.point, holder.top, holder.selection = point, top, selection
+    return holder
+
+
+def decision_cost_sums(train: pd.DataFrame, k: int) -> np.ndarray:
+    """(4, K) per action: the sum and count of finite call costs, then of finite session
+    costs, of train decisions (additive over partitions: the Dask run sums them)."""
+    out = np.zeros((4, k))
+    a = train["action"].to_numpy(np.int64)
+    for row, col in ((0, Label.COST), (2, Label.SESSION_COST)):
+        v = pd.to_numeric(train[col], errors="coerce").to_numpy(float)
+        ok = np.isfinite(v)
+        out[row] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
+        out[row + 1] = np.bincount(a[ok], minlength=k)[:k]
+    return out
+
+
+def replay_cost_sums(replays: pd.DataFrame, k: int) -> np.ndarray:
+    """(4, K) the train replays' call costs in `decision_cost_sums`' layout (a replay is a
+    call, not a session: rows 2-3 stay 0)."""
+    out = np.zeros((4, k))
+    tr = replays[replays["split"] == "train"]
+    v = tr[Label.COST].to_numpy(float)
+    a = tr["action"].to_numpy(np.int64)
+    ok = np.isfinite(v)
+    out[0] = np.bincount(a[ok], weights=v[ok], minlength=k)[:k]
+    out[1] = np.bincount(a[ok], minlength=k)[:k]
+    return out
+
+
+def mean_from_sums(total: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """The mean per action; an action without any finite value: the overall mean (0 when
+    there is none)."""
+    overall = float(total.sum() / count.sum()) if count.sum() > 0 else 0.0
+    return np.where(count > 0, total / np.maximum(count, 1), overall)
+
+
+def unit_costs(sums: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cost model from `decision_cost_sums` + `replay_cost_sums`: per-candidate mean cost
+    of every train call (decisions and train replays), and per-candidate mean session cost
+    of the train decisions."""
+    return mean_from_sums(sums[0], sums[1]), mean_from_sums(sums[2], sums[3])
