@@ -1,1 +1,2 @@
-"""`python -m export`: the demand artifact (ONNX + manifest) of a finished run; shared glue."""
+"""`python -m export`: the artifact (demand or router, manifest-verified) of a finished run;
+the Model Registry actions."""

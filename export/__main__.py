@@ -1,6 +1,6 @@
 """python -m export [ACTION] key=value ...
 
-  python -m export run_dir=DIR | run_id=<mlflow run> [out=PATH]   re-export a demand run
+  python -m export run_dir=DIR | run_id=<mlflow run> [out=PATH]   re-export a run (either kind)
   python -m export register run_dir=DIR                           register a run's artifacts
   python -m export promote name=M version=N alias=champion [force=true reason=...]
   python -m export fetch name=M alias=champion out=DIR            download + verify
