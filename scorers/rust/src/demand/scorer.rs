@@ -4,9 +4,10 @@
 //!
 //! Load: manifest (kind `demand`, every file's size and sha256, content hash, validity)
 //! -> the feature schema, outputs, calibration and fallback sections -> `trees.safetensors`.
-//! A hint: request JSON object -> feature row (section 4 of the spec) -> tree walk
-//! (`demand::trees`) -> sort, inverse scale, + prompt, cap clip; base band; conformal
-//! band of the request's cell (section 6). Online recalibration is not implemented.
+//! A hint: request JSON object -> feature row (section 4 of the spec; the fields read by
+//! `demand::request`) -> tree walk (`demand::trees`) -> sort, inverse scale, + prompt, cap
+//! clip; base band; conformal band of the request's cell (section 6). Online
+//! recalibration is not implemented.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

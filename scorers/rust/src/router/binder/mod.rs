@@ -10,7 +10,7 @@
 //! `max_sessions` sessions are held (least recently used evicted first), and a session
 //! idle longer than `ttl_s` is dropped. The clock is passed in (`now`, seconds).
 //!
-//! [`replay`] (replay.rs) runs the JSONL event format (`{"op": "bind" | "fail" | "stats", ...}`) the
+//! [`replay()`] (replay.rs) runs the JSONL event format (`{"op": "bind" | "fail" | "stats", ...}`) the
 //! Python `replay_events` runs too, one canonical JSON record per event.
 
 use std::collections::{BTreeMap, HashMap};

@@ -10,6 +10,9 @@
 //! rounds correctly, as CPython's `float()`.
 //!
 //! Duplicate keys: the last value wins (Python's dict).
+//!
+//! Here: the value types, the reader and the accessors; `write.rs`: the writers
+//! ([`canonical`], [`py_float_repr`], [`write_str`]).
 
 use std::collections::BTreeMap;
 
