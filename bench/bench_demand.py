@@ -39,7 +39,8 @@ from replaylab.demand import DemandConfig
 from replaylab.demand.conformal import GroupConformal
 from replaylab.demand.metrics import interval_metrics
 from replaylab.demand.model import QuantileDemandModel, request_cap
-from replaylab.pipelines.demand import prepare_data, train_demand
+from replaylab.pipelines.demand import train_demand
+from replaylab.pipelines.demand_model import prepare_data
 from replaylab.pipelines.project import LoadedLedger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger

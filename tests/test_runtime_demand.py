@@ -159,7 +159,7 @@ def test_export_refuses_a_model_without_the_hint_levels(synthetic):
     bad = dataclasses.replace(run, config=dataclasses.replace(run.config, quantiles=(0.1, 0.5, 0.8)))
     with pytest.raises(DemandExportError, match="0.9"):
         export_demand(bad, summary, Path("/nonexistent/never-written"))
-    assert feature_schema(run.model)[0]["name"] == run.model.feature_names_[0]
+    assert feature_schema(run.model)[0].name == run.model.feature_names_[0]
 
 
 def test_reexport_replaces_the_folder_and_keeps_it_loadable(synthetic, tmp_path):

@@ -56,6 +56,7 @@ from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import (
     CALENDAR_COLUMNS,
     HISTORY_COLUMNS,
+    HISTORY_COUNT_COLUMNS,
     KEY_COLUMNS,
     OWN_BOOL_COLUMNS,
 )
@@ -66,10 +67,21 @@ from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.demand.model import base_band, request_cap
 from replaylab.projection.requests import requests
-from replaylab.runtime.demand import GOLDEN_HINTS, HISTORY_COUNTS, KIND, MODEL_FILE, DemandPredictor
+from replaylab.runtime.demand import KIND, MODEL_FILE, DemandPredictor
+from replaylab.runtime.demand.predictor import GOLDEN_HINTS
+from replaylab.runtime.demand.spec import (
+    Calibration,
+    Contracts,
+    DemandSections,
+    Fallback,
+    FeatureSpec,
+    Outputs,
+    Requirements,
+    Training,
+)
 
 # First-turn values of the history features: counts are 0, everything else missing.
-_FIRST_TURN_ZERO = (*HISTORY_COUNTS, "hist_turns_censored")
+_FIRST_TURN_ZERO = (*HISTORY_COUNT_COLUMNS, P.TURNS_CENSORED)
 # Golden-vector tolerances, checked on the serving machine (replaylab.runtime.demand).
 # The graph is exact in double (docs/specs/artifacts.md: 1e-15 relative to LightGBM) and the
 # post-processing is the same numpy code on both sides, so another CPU can differ only
@@ -93,7 +105,7 @@ def _json_float(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def feature_schema(model: Any) -> list[dict]:
+def feature_schema(model: Any) -> tuple[FeatureSpec, ...]:
     """The ordered feature schema of a fitted QuantileDemandModel (names, kinds, vocabularies).
 
     Vocabularies are the booster's `pandas_categorical` (LightGBM's category
@@ -107,25 +119,27 @@ def feature_schema(model: Any) -> list[dict]:
     vocab = dict(zip(cats, vocabs, strict=True))
     out = []
     for name in model.feature_names_:
-        entry: dict[str, Any] = {"name": name, "dtype": "float64"}
+        vocabulary = None
         if name in vocab:
             if [str(v) for v in vocab[name]] != list(model.categories_[name]):
                 raise DemandExportError(f"{name}: the booster's vocabulary differs from the model's")
-            entry.update(kind="category", vocabulary=[str(v) for v in vocab[name]])
+            kind, vocabulary = "category", tuple(str(v) for v in vocab[name])
         else:
-            entry["kind"] = "bool" if name in OWN_BOOL_COLUMNS else "numeric"
+            kind = "bool" if name in OWN_BOOL_COLUMNS else "numeric"
+        first_turn = None
         if name in CALENDAR_COLUMNS:
-            entry["source"] = "calendar"
+            source = "calendar"
         elif name in HISTORY_COLUMNS:
-            entry.update(source="history", first_turn=0 if name in _FIRST_TURN_ZERO else None)
+            source, first_turn = "history", 0 if name in _FIRST_TURN_ZERO else None
         else:
-            entry["source"] = "request"
-        out.append(entry)
-    return out
+            source = "request"
+        out.append(FeatureSpec(name, kind, source, vocabulary, first_turn))
+    return tuple(out)
 
 
-def _sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
-              git_commit: str | None) -> dict[str, Any]:
+def demand_sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
+                    git_commit: str | None) -> DemandSections:
+    """The typed manifest sections of a demand run (`runtime.demand.spec`)."""
     cfg, model, cq = run.config, run.model, run.calibrator
     qs = [float(q) for q in cfg.quantiles]
     if 0.5 not in qs or 0.9 not in qs:
@@ -133,58 +147,44 @@ def _sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
     test = summary.get("test", {})
     model_test = test.get("model", {})
     cap = run.baselines["max_tokens_cap"]
-    return {
-        "contracts": {"ledger": LEDGER_VERSION, "hint": list(SUPPORTED_HINT_VERSIONS)},
-        "features": feature_schema(model),
-        "outputs": {
-            "onnx_input": "X", "onnx_output": "raw", "quantiles": qs, "scale": cfg.scale,
-            "clip_to_cap": bool(cfg.clip_to_cap), "interval": float(cfg.interval),
-            "unit": "total tokens (prompt_tokens + completion_tokens)",
-            "post_processing": "raw (n, q) -> sort per row -> inverse scale -> + prompt_tokens "
-                               "-> clip to [prompt, prompt + max_tokens]; interval: "
-                               "conformal_band(lowest, highest quantile before the clip "
-                               "(calibration.base_band), correction of the request's cell), "
-                               "then the same clip (replaylab.runtime.demand_math)",
-        },
-        "calibration": {
-            "method": "group_cqr", "level": float(cq.level), "scale": cq.scale,
-            "group_columns": list(cq.group_columns), "min_group_size": int(cq.min_group_size),
-            "missing_value": "<none>", "n_calibration": int(cq.n_calibration_),
-            "global_correction": _json_float(cq.global_correction_),
+    return DemandSections(
+        contracts=Contracts(LEDGER_VERSION, tuple(SUPPORTED_HINT_VERSIONS)),
+        features=feature_schema(model),
+        outputs=Outputs(
+            quantiles=tuple(qs), scale=cfg.scale, clip_to_cap=bool(cfg.clip_to_cap),
+            interval=float(cfg.interval),
+            post_processing="raw (n, q) -> sort per row -> inverse scale -> + prompt_tokens "
+                            "-> clip to [prompt, prompt + max_tokens]; interval: "
+                            "conformal_band(lowest, highest quantile before the clip "
+                            "(calibration.base_band), correction of the request's cell), "
+                            "then the same clip (replaylab.runtime.demand_math)"),
+        calibration=Calibration(
+            level=float(cq.level), scale=cq.scale, group_columns=tuple(cq.group_columns),
+            min_group_size=int(cq.min_group_size), n_calibration=int(cq.n_calibration_),
+            global_correction=_json_float(cq.global_correction_),
             # the band the corrections were fitted on (replaylab.runtime.demand_math)
-            "base_band": getattr(model, "base_band_", "clipped"),
-            "corrections": {k: _json_float(v) for k, v in sorted(cq.corrections_.items())},
-            "cell_sizes": dict(sorted(cq.cell_sizes_.items())),
-        },
-        "training": {
-            "ledger_fingerprint": run.ledger_fingerprint,
-            "projection_version": run.projection_version,
-            "time_window": dict(getattr(run, "time_window", {}) or {}),
-            "rows": summary.get("splits", {}).get("rows", {}),
-            "labels": summary.get("labels", {}),
-            "best_iterations": [int(k) for k in model.best_iterations_],
-            "headline": {
+            base_band=getattr(model, "base_band_", "clipped"),
+            corrections={k: _json_float(v) for k, v in sorted(cq.corrections_.items())},
+            cell_sizes=dict(sorted(cq.cell_sizes_.items()))),
+        training=Training(
+            ledger_fingerprint=run.ledger_fingerprint,
+            projection_version=run.projection_version,
+            time_window=dict(getattr(run, "time_window", {}) or {}),
+            rows=summary.get("splits", {}).get("rows", {}),
+            labels=summary.get("labels", {}),
+            best_iterations=tuple(int(k) for k in model.best_iterations_),
+            headline={
                 "test_mean_pinball": model_test.get("mean_pinball"),
                 "test_coverage": model_test.get("coverage"),
                 "test_mean_width": model_test.get("mean_width"),
                 "best_baseline": test.get("best_baseline"),
             },
             # the go/no-go the run's report shows (replaylab.demand.gate): the registry reads it
-            "gate": summary.get("gate"),
-            "mlflow_run_id": mlflow_run_id, "git_commit": git_commit,
-            "replaylab_version": __version__,
-        },
-        "runtime": {
-            "packages": {"numpy": ">=2.0", "onnxruntime": ">=1.18"},
-            "onnx_opset": ONNX_OPSET, "ai_onnx_ml_opset": ML_OPSET, "ir_version": 10,
-            "input_dtype": "float64", "loader": "replaylab.runtime.DemandPredictor",
-        },
-        "fallback": {
-            "name": "max_tokens_cap", "default_max_tokens": int(cap.default_max_tokens_),
-            "rule": "lo = prompt; p50 = p90 = hi = prompt + (max_tokens or default_max_tokens); "
-                    "no coverage claimed",
-        },
-    }
+            gate=summary.get("gate"),
+            mlflow_run_id=mlflow_run_id, git_commit=git_commit, replaylab_version=__version__),
+        runtime=Requirements(onnx_opset=ONNX_OPSET, ai_onnx_ml_opset=ML_OPSET),
+        fallback=Fallback(default_max_tokens=int(cap.default_max_tokens_)),
+    )
 
 
 def _unseen_column(features: list[dict]) -> str | None:
@@ -301,7 +301,8 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
     pass test rows of its `features.parquet`).
     """
     out_dir = Path(out_dir)
-    sections = _sections(run, summary, mlflow_run_id=mlflow_run_id, git_commit=git_commit)
+    sections = demand_sections(run, summary, mlflow_run_id=mlflow_run_id,
+                               git_commit=git_commit).as_manifest()
     rows = golden_rows if golden_rows is not None else getattr(run, "golden_rows", None)
     if rows is None or len(rows) == 0:
         raise DemandExportError("no golden rows: the run predates golden vectors (retrain it) "

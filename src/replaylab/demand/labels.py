@@ -32,6 +32,7 @@ from replaylab.contracts.enums import FinishReason, LifecycleState
 from replaylab.contracts.errors import InputError
 
 LABEL, LENGTH, CANCELLED, FAILED = "label", "length", "cancelled", "failed"
+CLASS_COLUMN = "label_class"  # a row's label class in a frame (label_ prefix: never a feature)
 ABSENT_USAGE, PROMPT_ABSENT = "absent_usage", "prompt_absent"
 LOWER_BOUND_CLASSES = (LENGTH, CANCELLED, FAILED)
 LABEL_CLASSES = (LABEL, *LOWER_BOUND_CLASSES, ABSENT_USAGE, PROMPT_ABSENT)

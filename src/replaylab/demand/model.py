@@ -48,6 +48,8 @@ _FITTED = ("censored_rows_", "base_band_", "feature_names_", "categories_", "val
            "best_iterations_", "compute_", "n_features_in_", "validation_pinball_")
 _FITTED_OPTIONAL = ("native_iterations_", "censored_rounds_")
 
+MODEL = "model"  # the quantile model's name among a run's predictors (beside the baselines')
+
 
 def model_feature_names(features: pd.DataFrame) -> list[str]:
     """The columns of a projection frame the model reads (a pipeline's `split` and any

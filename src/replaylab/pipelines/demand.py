@@ -1,7 +1,9 @@
 """The demand pipeline: ledger in; baselines, quantile model, conformal calibration, test scores out.
 
-`train_demand` projects the valid rows (the projection pipeline's functions),
-splits them (time-ordered, session-grouped, embargoed), fits every predictor on
+`train_demand` projects and labels the valid rows (`pipelines.demand_model.prepare_data`:
+the one projection recipe, `projection.project`, time-ordered, session-grouped,
+embargoed splits), fits the quantile model (`pipelines.demand_model.choose_censoring`)
+and the baselines on
 train labels, calibrates each one's interval on the calibration split, scores
 all of them on the same test rows, writes `predictions_test.parquet` and
 returns the summary plus a `DemandRun` holding the fitted objects (for export).
@@ -26,16 +28,12 @@ import pandas as pd
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.demand.baselines import bucket_keys, make_baselines
-from replaylab.demand.censoring import NONE, PINBALL, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
 from replaylab.demand.gate import N_BOOT, gate_from_rows
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
 from replaylab.demand.labels import (
-    DemandDataError,
     DemandLabels,
-    check_trainable,
-    demand_labels,
     label_counts,
 )
 from replaylab.demand.metrics import (
@@ -47,19 +45,23 @@ from replaylab.demand.metrics import (
     quantile_key,
     row_figures,
 )
-from replaylab.demand.model import QuantileDemandModel, base_band, request_cap
+from replaylab.demand.model import MODEL, QuantileDemandModel, base_band, request_cap
 from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.demand_model import (
+    DemandData,
+    choose_censoring,
+    prepare_data,
+    validation_pinball,
+)
 from replaylab.pipelines.project import LoadedLedger, write_run_inputs
 from replaylab.projection import (
     ProjectionConfig,
     SplitConfig,
     feature_columns,
-    project,
     split_counts,
 )
 from replaylab.tracking.demand_report import write_demand_report
 
-MODEL = "model"
 GOLDEN_ROWS = 31  # test rows kept for the artifact's golden vectors (the export adds one more)
 
 
@@ -98,7 +100,7 @@ class _Scored:
     test_hi: np.ndarray
 
 
-def _fit_and_score(predictors: dict[str, Any], data: _Data, cfg: DemandConfig,
+def _fit_and_score(predictors: dict[str, Any], data: DemandData, cfg: DemandConfig,
                    cap_test: np.ndarray | None) -> dict[str, _Scored]:
     """Fit the baselines on train, calibrate every predictor, predict every test row."""
     calib, test = data.frame("calibration"), data.frame("test")
@@ -174,46 +176,7 @@ def _predictions_frame(test: pd.DataFrame, labels: DemandLabels, test_mask: np.n
     return out
 
 
-@dataclass
-class _Data:
-    """The projected ledger, its labels and the row selections every stage shares."""
-
-    features: pd.DataFrame
-    splits: np.ndarray  # (n,) train / calibration / test / embargo
-    labels: DemandLabels
-    masks: dict[str, np.ndarray]  # labelled rows of train and calibration; all test rows
-    fingerprint: str
-    version: str
-    _frames: dict[str, pd.DataFrame] = field(default_factory=dict)
-
-    def frame(self, split: str) -> pd.DataFrame:
-        if split not in self._frames:  # one copy per split
-            self._frames[split] = self.features[self.masks[split]]
-        return self._frames[split]
-
-    def y(self, split: str) -> np.ndarray:
-        return self.labels.y_total[self.masks[split]]
-
-
-def prepare_data(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
-                 demand: DemandConfig) -> _Data:
-    """Project, split and label the valid rows; DemandDataError when nothing can be trained."""
-    ledger = loaded.result.valid
-    if len(ledger) == 0:
-        raise DemandDataError(f"{loaded.origin}: no valid ledger rows "
-                              f"({loaded.result.rows_quarantined} "
-                              "quarantined, see quarantine/ledger.jsonl): nothing to train on")
-    projected = project(ledger, projection, split)
-    features, splits = projected.features, projected.splits
-    labels = demand_labels(features, ledger, demand.failed_is_censored)
-    check_trainable(labels, splits, int(features[L.SESSION_ID].nunique()),
-                    demand.min_train_rows, demand.min_calibration_rows)
-    masks = {s: labels.usable & (splits == s) for s in ("train", "calibration")}
-    masks["test"] = splits == "test"
-    return _Data(features, splits, labels, masks, projected.fingerprint, projected.version)
-
-
-def _evaluate(data: _Data, scored: dict[str, _Scored], demand: DemandConfig,
+def _evaluate(data: DemandData, scored: dict[str, _Scored], demand: DemandConfig,
               cap_test: np.ndarray | None) -> dict:
     """The `test` section: every predictor on the same labelled rows; lower bounds apart."""
     test, labels, tm = data.frame("test"), data.labels, data.masks["test"]
@@ -286,7 +249,7 @@ def _model_facts(model: QuantileDemandModel, demand: DemandConfig) -> dict:
     }
 
 
-def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -> dict:
+def _data_facts(data: DemandData, projection: ProjectionConfig, split: SplitConfig) -> dict:
     sessions = data.features.groupby(data.splits)[L.SESSION_ID].nunique()
     return {
         "ledger_fingerprint": data.fingerprint,
@@ -301,7 +264,7 @@ def _data_facts(data: _Data, projection: ProjectionConfig, split: SplitConfig) -
     }
 
 
-def _time_window(data: _Data) -> dict[str, Any]:
+def _time_window(data: DemandData) -> dict[str, Any]:
     """First and last dispatch (epoch ms) of each split's rows."""
     t = data.features[L.TIMESTAMP].to_numpy(dtype="int64")
     return {s: {"first_ms": int(t[data.splits == s].min()), "last_ms": int(t[data.splits == s].max())}
@@ -356,127 +319,6 @@ def select_golden_rows(test: pd.DataFrame, total_q: np.ndarray, cap: np.ndarray 
     return test.iloc[picked][keep].reset_index(drop=True)
 
 
-def _censored_rows(data: _Data, split: str, demand: DemandConfig) -> np.ndarray:
-    """Rows of `split` whose observed total is a lower bound of a class training may use."""
-    lab = data.labels
-    return ((data.splits == split) & np.isin(lab.label_class, demand.censoring.classes)
-            & np.isfinite(lab.y_total))
-
-
-def _fit_model(data: _Data, demand: DemandConfig, method: str,
-               client: object = None) -> QuantileDemandModel:
-    """The quantile model on train: label rows, plus censored rows unless method is none."""
-    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale, demand.clip_to_cap,
-                                demand.seed, censoring=method,
-                                censored_rounds=demand.censoring.rounds[-1])
-    if method == NONE:
-        return model.fit(data.frame("train"), data.y("train"), client=client)
-    censored = _censored_rows(data, "train", demand)
-    rows = data.masks["train"] | censored
-    return model.fit(data.features[rows], data.labels.y_total[rows], client=client,
-                     censored=censored[rows])
-
-
-def _censoring_figures(model: QuantileDemandModel, data: _Data, demand: DemandConfig,
-                       split: str, calibrator: GroupConformal) -> dict:
-    """Figures of one censoring variant on `split`.
-
-    Label rows: mean pinball, coverage, width. Censored rows: share with hi >=
-    observed. Both: `consumption_mean_pinball`, the pinball against what each
-    request consumed (a request cut at its cap used prompt + cap): the quantity
-    admission budgets for, which the label rows alone understate.
-    `halves_mean_pinball`: the label rows' mean pinball on the earlier and the
-    later half of the split by dispatch time (a choice must hold in both).
-    """
-    lab, qs = data.labels, demand.quantiles
-
-    def interval(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        f = data.features[rows]
-        q, *band = base_band(model, f)
-        return (q, *calibrator.predict_interval(
-            f, *band, request_cap(f) if demand.clip_to_cap else None))
-
-    rows = lab.usable & (data.splits == split)
-    q, lo, hi = interval(rows)
-    y = lab.y_total[rows]
-    m = interval_metrics(y, q, lo, hi, qs)
-    t = data.features.loc[rows, L.TIMESTAMP].to_numpy(dtype="int64")
-    later = t > np.median(t)
-    out = {"n": m["n"], "mean_pinball": m["mean_pinball"],
-           "halves_mean_pinball": [mean_pinball(y[~later], q[~later], qs),
-                                   mean_pinball(y[later], q[later], qs)]
-           if later.any() and (~later).any() else None,
-           "coverage": m["coverage"], "mean_width": m["mean_width"]}
-    cens = _censored_rows(data, split, demand)
-    out["capped_n"] = int(cens.sum())
-    out["capped_hi_ge_obs"] = out["consumption_mean_pinball"] = None
-    if cens.any():
-        qc, _, hic = interval(cens)
-        out["capped_hi_ge_obs"] = lower_bound_metrics(
-            lab.y_total[cens], hic, lab.label_class[cens])["hi_at_least_observed"]
-        # what the requests consumed (a cut request used prompt + cap): all rows
-        out["consumption_mean_pinball"] = mean_pinball(
-            np.concatenate([y, lab.y_total[cens]]), np.vstack([q, qc]), qs)
-    return out
-
-
-def _choose_censoring(data: _Data, demand: DemandConfig, client: object = None
-                      ) -> tuple[QuantileDemandModel, dict]:
-    """The model to keep and the summary's `censoring` section.
-
-    `auto` fits every variant and picks on the calibration split
-    (`select_censoring`); the test figures of each are reported, never used.
-    """
-    cfg = demand.censoring
-    n_train = int(_censored_rows(data, "train", demand).sum())
-    section: dict[str, Any] = {"configured": cfg.method, "classes": list(cfg.classes),
-                               "train_censored_rows": n_train,
-                               "calibration_censored_rows":
-                                   int(_censored_rows(data, "calibration", demand).sum())}
-    if n_train < cfg.min_rows:
-        section.update(method=NONE, candidate=NONE, reason=f"{n_train} censored train rows < "
-                       f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
-        return _fit_model(data, demand, NONE, client), section
-    if cfg.method != "auto":
-        section.update(method=cfg.method, candidate=cfg.method, reason="configured")
-        if cfg.method == PINBALL:
-            section["pinball_rounds"] = cfg.rounds[-1]
-        return _fit_model(data, demand, cfg.method, client), section
-    calib = data.frame("calibration")
-    models, candidates = {}, {}
-    for method in VARIANTS:
-        model = _fit_model(data, demand, method, client)
-        # the pinball stage's trees are appended: its first r trees are the r-round model
-        for name, m in ({f"{PINBALL}@{r}": model.with_censored_rounds(r) for r in cfg.rounds}
-                        if method == PINBALL else {method: model}).items():
-            _, *band = base_band(m, calib)
-            cq = GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
-                                demand.scale).fit(calib, *band, data.y("calibration"))
-            models[name] = m
-            candidates[name] = {
-                "calibration": _censoring_figures(m, data, demand, "calibration", cq),
-                "test_report_only": _censoring_figures(m, data, demand, "test", cq)}
-    chosen, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
-                                      cfg.min_rows, cfg.max_pinball_increase,
-                                      cfg.min_capped_gain)
-    model = models[chosen]
-    section.update(method=model.censoring, candidate=chosen, reason=reason,
-                   candidates=candidates)
-    if model.censoring == PINBALL:
-        section["pinball_rounds"] = model.censored_rounds_
-    return model, section
-
-
-def _validation_pinball(data: _Data, demand: DemandConfig, model_cfg,
-                        client: object = None) -> float:
-    """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
-    model = QuantileDemandModel(demand.quantiles, model_cfg, demand.scale, demand.clip_to_cap,
-                                demand.seed).fit(data.frame("train"), data.y("train"),
-                                                 client=client)
-    val = model.validation_pinball_
-    return float(np.mean(list(val.values()))) if val else math.nan
-
-
 def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
                  demand: DemandConfig, out_dir: Path, *,
                  trial_callback: Callable[[dict[str, float]], None] | None = None,
@@ -508,12 +350,12 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     if hpo is not None and hpo.trials > 0:
         t0 = time.perf_counter()
         best, hpo_facts = search_hyperparameters(
-            lambda model_cfg: _validation_pinball(data, demand, model_cfg, client),
+            lambda model_cfg: validation_pinball(data, demand, model_cfg, client),
             demand.model, hpo, study_suffix=data.version, on_trial=on_trial)
         demand = dataclasses.replace(demand, model=best)
         timings["hpo"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    model, censoring = _choose_censoring(data, demand, client)
+    model, censoring = choose_censoring(data, demand, client)
     timings["model_fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     baselines = make_baselines(demand.quantiles, demand.default_max_tokens,

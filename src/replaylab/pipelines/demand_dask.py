@@ -47,6 +47,12 @@ over a ledger dataset; the driver receives counts, fitted parameters and sums:
 7. predictions written by the workers as Parquet, one file per test partition
    (`DIR/predictions_test/part-*.parquet`), the local file's columns.
 
+Where each step lives: this module holds the stages (read, project and label, the
+summary, the report) and the label counts; the predictors fitted on Dask frames
+(steps 3 to 5: `fit_baselines_dask`, `fit_model_dask`, `calibrate_dask`) are
+`replaylab.demand.fit_dask`; the test figures as partition sums (steps 6 and 7) are
+`pipelines.demand_dask_figures`.
+
 Measured against the local run on the same rows (bench/bench_demand_dask.py, a
 synthetic ledger of 1,094,273 rows in 16 Parquet parts, 2 worker processes x 1
 thread, 2026-12-06): accounting, splits, labels and time windows equal; every
@@ -70,7 +76,6 @@ report (which recomputes from rows), the fingerprint (the multiset scheme of
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict
@@ -83,49 +88,32 @@ import pandas as pd
 
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import KEY_COLUMNS
-from replaylab.contracts.columns import Projected as P
-from replaylab.demand.baselines import (
-    CategoryBucketBaseline,
-    MaxTokensCapBaseline,
-    PromptLengthBaseline,
-    SessionEwmaBaseline,
-    bucket_keys,
-    make_baselines,
-)
+from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.censoring import NONE, REALIZED
 from replaylab.demand.config import DemandConfig
-from replaylab.demand.conformal import GroupConformal, cell_keys, cqr_scores
-from replaylab.demand.dask_ops import (
-    exact_quantiles_dask,
-    hash_uniform,
-    key_hash,
-    kth_smallest_hash,
-    on_partitions,
-    poisson_weights,
+from replaylab.demand.conformal import GroupConformal
+from replaylab.demand.dask_ops import hash_uniform, key_hash, on_partitions
+from replaylab.demand.fit_dask import (
+    calibrate_dask,
+    fit_baselines_dask,
+    fit_model_dask,
+    model_rows,
 )
-from replaylab.demand.gate import CI_LEVEL, demand_gate
-from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.demand.labels import (
     ABSENT_USAGE,
+    CLASS_COLUMN,
     LABEL,
     LOWER_BOUND_CLASSES,
     PROMPT_ABSENT,
     DemandDataError,
     demand_labels,
 )
-from replaylab.demand.metrics import quantile_key, row_figures
-from replaylab.demand.model import (
-    QuantileDemandModel,
-    base_band,
-    is_categorical_feature,
-    model_feature_names,
-    request_cap,
-)
+from replaylab.demand.metrics import quantile_key
+from replaylab.demand.model import MODEL, request_cap
+from replaylab.pipelines.demand_dask_figures import eval_part, eval_sum, test_section
 from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project
 from replaylab.projection.version import FINGERPRINT_SCHEME_DASK
-from replaylab.runtime.demand_math import forward, raw_to_total
 
-MODEL = "model"
 CALIBRATION_COLLECT_MAX = 5_000_000  # calibration rows whose scores are collected exactly
 N_BOOT_DASK = 200
 STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
@@ -137,9 +125,6 @@ STAGES = {"read": "read and validate per partition, the quarantine written by th
           "report": "the report's figures from a uniform sample of the predictions"}
 GOLDEN_SAMPLE = 5_000  # test rows (hashed sample) the golden rows are picked from
 REPORT_ROWS = 100_000  # test predictions (hashed sample) the report's figures are drawn from
-CLASS = "label_class"  # label_ prefix: never a feature (`feature_columns`)
-TAIL = "label_es_tail"
-_FIGS = ("mean_pinball", "coverage", "mean_width", "mae_p50")
 
 
 # ------------------------------------------------------------------ labels
@@ -157,7 +142,7 @@ def _label_part(part: pd.DataFrame, ledger: pd.DataFrame, failed_is_censored: bo
     aligned = led.reindex(ids)
     aligned.index = part.index
     labels = demand_labels(part, aligned, failed_is_censored)
-    return part.assign(**{CLASS: labels.label_class})
+    return part.assign(**{CLASS_COLUMN: labels.label_class})
 
 
 def attach_labels(features: Any, valid: Any, failed_is_censored: bool) -> Any:
@@ -166,21 +151,21 @@ def attach_labels(features: Any, valid: Any, failed_is_censored: bool) -> Any:
             if c in valid.columns]
     small = valid[cols].shuffle(on=L.SESSION_ID, npartitions=features.npartitions,
                                 shuffle_method="tasks")
-    meta = features._meta.assign(**{CLASS: pd.Series([], dtype=object)})
+    meta = features._meta.assign(**{CLASS_COLUMN: pd.Series([], dtype=object)})
     return features.map_partitions(_label_part, small, failed_is_censored, meta=meta,
                                    align_dataframes=False)
 
 
 def _facts_part(part: pd.DataFrame, group_columns: tuple[str, ...]) -> dict:
     """Counts per (split, class), time window per split, train label rows' group values."""
-    counts = part.groupby(["split", CLASS]).size()
+    counts = part.groupby(["split", CLASS_COLUMN]).size()
     t = part[L.TIMESTAMP].to_numpy(dtype="int64")
     window = {}
     for s in ("train", "calibration", "test"):
         m = (part["split"] == s).to_numpy()
         if m.any():
             window[s] = (int(t[m].min()), int(t[m].max()))
-    train = part[(part["split"] == "train") & (part[CLASS] == LABEL)]
+    train = part[(part["split"] == "train") & (part[CLASS_COLUMN] == LABEL)]
     keys = bucket_keys(train, group_columns)
     return {"counts": {k: int(v) for k, v in counts.items()}, "window": window,
             "train_groups": {by: set(map(str, keys[by])) for by in group_columns}}
@@ -252,489 +237,6 @@ def check_trainable_counts(counts: dict, sessions: int, min_train_rows: int,
                 f"{usable} usable of {total} rows): add sessions or change the split fractions")
 
 
-# ------------------------------------------------------------------ baselines
-
-
-def _outputs(part: pd.DataFrame) -> pd.Series:
-    y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    return pd.Series(output_labels(part, y) if len(part) else np.zeros(0), index=part.index,
-                     dtype="float64")
-
-
-def _ratios(part: pd.DataFrame) -> pd.Series:
-    ewma = part[P.COMPLETION_EWMA].to_numpy(dtype="float64", na_value=np.nan)
-    has = np.isfinite(ewma)
-    out = _outputs(part).to_numpy()
-    return pd.Series((out[has] + 1.0) / (ewma[has] + 1.0), dtype="float64")
-
-
-def _bucket_frame(part: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
-    keys = bucket_keys(part, cols)
-    out = keys.assign(_out=_outputs(part).to_numpy())
-    out["_key"] = keys[cols[0]].str.cat([keys[c] for c in cols[1:]], sep="\x1f") \
-        if len(cols) > 1 else keys[cols[0]]
-    return out
-
-
-def _bucket_table(part: pd.DataFrame, cols: list[str], qs: list[float], min_size: int
-                  ) -> pd.DataFrame:
-    """`CategoryBucketBaseline.fit`'s table on rows holding whole buckets (its own code)."""
-    g = pd.Series(part["_out"].to_numpy(dtype="float64"), index=part.index).groupby(
-        [part[c] for c in cols])
-    size = g.size()
-    big = size.index[size >= int(min_size)]
-    table = g.quantile(list(qs)).unstack(-1)
-    return table.loc[big].set_axis(list(range(len(qs))), axis=1) if len(big) else None
-
-
-def _bucket_tables(train: Any, bucket_columns: tuple[str, ...], qs: list[float],
-                   min_size: int) -> list[pd.DataFrame]:
-    tables = []
-    for k in range(1, len(bucket_columns) + 1):
-        cols = list(bucket_columns[:k])
-        meta = pd.DataFrame({**{c: pd.Series([], dtype=object) for c in cols},
-                             "_out": pd.Series([], dtype="float64"),
-                             "_key": pd.Series([], dtype=object)})
-        frame = train.map_partitions(_bucket_frame, cols, meta=meta).shuffle(
-            on="_key", npartitions=train.npartitions, shuffle_method="tasks")
-        parts = dask.compute(*[dask.delayed(_bucket_table)(p, cols, qs, min_size)
-                               for p in frame.to_delayed()])
-        parts = [p for p in parts if p is not None and len(p)]
-        if parts:
-            tables.append(pd.concat(parts).sort_index())
-        else:  # no bucket big enough: the empty table `fit` keeps
-            idx = (pd.MultiIndex.from_arrays([[]] * len(cols), names=cols) if len(cols) > 1
-                   else pd.Index([], dtype=object, name=cols[0]))
-            tables.append(pd.DataFrame(columns=list(qs), index=idx, dtype="float64"))
-    return tables
-
-
-def _max_cap(part: pd.DataFrame) -> float:
-    caps = part[L.MAX_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
-    caps = caps[np.isfinite(caps)]
-    return float(caps.max()) if caps.size else -math.inf
-
-
-def fit_baselines_dask(train: Any, demand: DemandConfig) -> dict[str, Any]:
-    """The four baselines of `make_baselines`, fitted on the train label rows of a dask
-    frame: the same classes and the same fitted state as their local `fit`."""
-    qs = check_quantiles(demand.quantiles)
-    out = train.map_partitions(_outputs, meta=pd.Series([], dtype="float64"))
-    global_q, n = exact_quantiles_dask(out, qs)
-    base = make_baselines(demand.quantiles, demand.default_max_tokens, demand.bucket_columns,
-                          demand.min_bucket_size)
-    prompt: PromptLengthBaseline = base[PromptLengthBaseline.name]
-    prompt.output_quantiles_, prompt.n_train_ = global_q.copy(), int(n)
-
-    cap: MaxTokensCapBaseline = base[MaxTokensCapBaseline.name]
-    if cap.default_max_tokens is not None:
-        if int(cap.default_max_tokens) < 1:
-            raise ValueError(f"default_max_tokens={cap.default_max_tokens!r}: must be >= 1")
-        cap.default_max_tokens_ = float(cap.default_max_tokens)
-    else:
-        seen = on_partitions(train, _max_cap, max)
-        cap.default_max_tokens_ = float(seen if math.isfinite(seen) else
-                                        on_partitions(out, lambda s: float(s.max())
-                                                      if len(s) else -math.inf, max))
-    cap.uses_cap_ = qs >= 0.5
-
-    bucket: CategoryBucketBaseline = base[CategoryBucketBaseline.name]
-    if int(bucket.min_bucket_size) < 1:
-        raise ValueError(f"min_bucket_size={bucket.min_bucket_size!r}: must be >= 1")
-    bucket.global_quantiles_ = global_q.copy()
-    bucket.tables_ = _bucket_tables(train, tuple(bucket.bucket_columns), list(qs),
-                                    int(bucket.min_bucket_size))
-
-    ewma: SessionEwmaBaseline = base[SessionEwmaBaseline.name]
-    fallback = CategoryBucketBaseline(qs, ewma.bucket_columns, ewma.min_bucket_size)
-    fallback.global_quantiles_ = global_q.copy()
-    fallback.tables_ = ([t.copy() for t in bucket.tables_]
-                        if tuple(ewma.bucket_columns) == tuple(bucket.bucket_columns)
-                        and ewma.min_bucket_size == bucket.min_bucket_size
-                        else _bucket_tables(train, tuple(ewma.bucket_columns), list(qs),
-                                            int(ewma.min_bucket_size)))
-    ewma.fallback_ = fallback
-    ratios = train.map_partitions(_ratios, meta=pd.Series([], dtype="float64"))
-    n_hist = int(on_partitions(ratios, len, sum))
-    ewma.n_history_ = n_hist
-    ewma.ratio_quantiles_ = (exact_quantiles_dask(ratios, qs)[0]
-                             if n_hist >= int(ewma.min_history_rows) else None)
-    return base
-
-
-# ------------------------------------------------------------------ model
-
-
-def _vocabulary(part: pd.DataFrame, names: list[str]) -> dict[str, set]:
-    return {c: {str(v) for v in part[c].dropna().unique()} for c in names}
-
-
-def _union(parts: list[dict]) -> dict[str, list[str]]:
-    out: dict[str, set] = {}
-    for p in parts:
-        for c, vals in p.items():
-            out.setdefault(c, set()).update(vals)
-    return {c: sorted(v) for c, v in out.items()}
-
-
-def _design_part(part: pd.DataFrame, model: QuantileDemandModel) -> pd.DataFrame:
-    return model.design(part)
-
-
-def _target_part(part: pd.DataFrame, scale: str) -> pd.Series:
-    y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    t = forward(output_labels(part, y), scale) if len(part) else np.zeros(0)
-    return pd.Series(t, index=part.index, dtype="float64", name="target")
-
-
-def _tail_sums(part: pd.DataFrame, model: QuantileDemandModel, boosters: list,
-               rounds: list[int]) -> np.ndarray:
-    """[n, pinball sum per level] of the early-stopped boosters on the tail rows."""
-    qs = np.asarray(model.quantiles, dtype="float64")
-    if len(part) == 0:
-        return np.zeros(1 + len(qs))
-    X = model.design(part)
-    raw = np.column_stack([b.predict(X, num_iteration=k) for b, k in zip(boosters, rounds,
-                                                                      strict=True)])
-    pred = raw_to_total(raw, prompt_tokens(part),
-                        request_cap(part) if model.clip_to_cap else None, model.scale)
-    y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64")[:, None]
-    d = y - pred
-    pin = np.maximum(qs[None, :] * d, (qs[None, :] - 1.0) * d)
-    return np.concatenate([[len(part)], pin.sum(axis=0)])
-
-
-def _model_rows(lab: Any, demand: DemandConfig, method: str) -> Any:
-    """Train rows the booster fits: label rows, plus censored-class rows for `realized`."""
-    train = lab[lab["split"] == "train"]
-    if method == NONE:
-        return train[train[CLASS] == LABEL]
-    ok = train[CLASS].isin([LABEL, *demand.censoring.classes]) & \
-        train[P.LABEL_TOTAL_DEMAND].notnull()
-    return train[ok]
-
-
-def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object,
-                   n_workers: int | None = None) -> QuantileDemandModel:
-    """`QuantileDemandModel` with boosters trained by lightgbm.dask on `rows` (a dask frame
-    of train rows, session-whole partitions); the fitted model is local, as `fit`'s.
-    n_workers: the workers the boosters train on (default: those live now); a worker lost
-    during the fit is waited for and the fit redone once, the same model, or `WorkersLost`
-    (`demand.distributed.fit_quantile_boosters_dask`)."""
-    from replaylab.demand.distributed import LOST_WORKER_WAIT_S, fit_quantile_boosters_dask
-    from replaylab.projection.splits_dask import assign_splits_dask, split_boundaries_dask
-
-    qs = check_quantiles(demand.quantiles)
-    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
-                                demand.clip_to_cap, demand.seed, censoring=method,
-                                censored_rounds=demand.censoring.rounds[-1])
-    cfg = model.config_ = model.config or demand.model
-    model.base_band_ = "unclipped"
-    names = model_feature_names(rows._meta)
-    model.feature_names_ = names
-    cats = [c for c in names if is_categorical_feature(rows._meta[c])]
-    vocab = on_partitions(rows, _vocabulary, _union, cats) if cats else {}
-    model.categories_ = {c: vocab.get(c, []) for c in cats}
-    n = int(on_partitions(rows, len, sum))
-    model.censored_rows_ = 0 if method == NONE else int(on_partitions(
-        rows[rows[CLASS] != LABEL], len, sum))
-    frac = float(cfg.early_stopping_fraction)
-    rows = rows.assign(**{TAIL: False})
-    n_tail = 0
-    if cfg.early_stopping_rounds != 0 and frac != 0.0:
-        cut = SplitConfig(train=1.0 - frac, calibration=frac, test=0.0, embargo_ms=0)
-        b = split_boundaries_dask(rows, cut)
-        tail = assign_splits_dask(rows, b, cut) == "calibration"
-        n_tail = int(on_partitions(tail, lambda s: int(s.sum()), sum))
-        if n_tail >= 20 and n - n_tail >= 20:
-            rows = rows.assign(**{TAIL: tail})
-        else:
-            n_tail = 0
-    rows = rows.persist()
-    meta_x = model.design(rows._meta)
-    meta_y = pd.Series([], dtype="float64", name="target")
-
-    def xy(frame: Any) -> tuple[Any, Any]:
-        return (frame.map_partitions(_design_part, model, meta=meta_x).persist(),
-                frame.map_partitions(_target_part, model.scale, meta=meta_y).persist())
-
-    full_X, full_y = xy(rows)
-    if n_tail:
-        head_X, head_y = xy(rows[~rows[TAIL]])
-        tail_rows = rows[rows[TAIL]]
-        tail_X, tail_y = xy(tail_rows)
-    else:
-        head_X, head_y, tail_X, tail_y, tail_rows = full_X, full_y, None, None, None
-    boosters, best, stopped = fit_quantile_boosters_dask(
-        client, head_X, head_y, full_X, full_y, tail_X, tail_y, n_tail, qs, cfg, demand.seed,
-        n_workers=n_workers, wait_s=dask.config.get("replaylab.lost-worker-wait",
-                                                    LOST_WORKER_WAIT_S))
-    model.boosters_, model.best_iterations_ = boosters, best
-    model.compute_ = "dask"
-    model.n_features_in_ = len(names)
-    model.validation_rows_ = int(n_tail)
-    model.validation_pinball_ = None
-    if n_tail:
-        sums = on_partitions(tail_rows, _tail_sums, lambda p: np.sum(p, axis=0), model,
-                             stopped, best)
-        model.validation_pinball_ = {f"{q:g}": float(sums[1 + j] / sums[0])
-                                     for j, q in enumerate(qs)}
-    return model
-
-
-# ------------------------------------------------------------------ calibration
-
-
-def _calib_part(part: pd.DataFrame, predictors: dict, demand: DemandConfig) -> pd.DataFrame:
-    """Per labelled calibration row: every predictor's conformity score, the cell, the
-    model's pinball per level, a hashed uniform (the subsample's key)."""
-    y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64")
-    prompt = prompt_tokens(part)
-    out = {"cell": cell_keys(part, demand.group_columns)}
-    qs = np.asarray(demand.quantiles, dtype="float64")
-    for name, pred in predictors.items():
-        q, lo, hi = base_band(pred, part) if len(part) else (np.zeros((0, len(qs))),) * 3
-        out[f"score:{name}"] = cqr_scores(lo, hi, y, prompt, demand.scale) if len(part) \
-            else np.zeros(0)
-        if name == MODEL:
-            d = y[:, None] - q
-            pin = np.maximum(qs[None, :] * d, (qs[None, :] - 1.0) * d)
-            for j in range(len(qs)):
-                out[f"pin:{j}"] = pin[:, j]
-    out["u"] = hash_uniform(key_hash(part[L.REQUEST_ID]), demand.seed) if len(part) \
-        else np.zeros(0)
-    return pd.DataFrame(out, index=part.index)
-
-
-def calibrate_dask(calib: Any, predictors: dict, demand: DemandConfig, collect_max: int
-                   ) -> tuple[dict[str, GroupConformal], pd.DataFrame, dict]:
-    """Group calibrators of every predictor from the calibration rows' scores (module
-    docstring, step 5); returns them, the collected (score, cell) frame and its facts."""
-    meta = _calib_part(calib._meta, predictors, demand)
-    scored = calib.map_partitions(_calib_part, predictors, demand, meta=meta).persist()
-    n = int(on_partitions(scored, len, sum))
-    qs = demand.quantiles
-    pin = on_partitions(scored[[f"pin:{j}" for j in range(len(qs))]],
-                        lambda p: p.sum().to_numpy(), lambda p: np.sum(p, axis=0))
-    keep = ["cell", *[f"score:{k}" for k in predictors]]
-    if n <= collect_max:
-        got = scored[keep].compute()
-        how = {"rows": n, "scores_used": n, "rule": f"exact: all {n} calibration scores "
-               f"collected (<= {collect_max})"}
-    else:
-        thr = kth_smallest_hash(scored["u"], collect_max)
-        got = scored[scored["u"] <= thr][keep].compute()
-        how = {"rows": n, "scores_used": int(len(got)),
-               "rule": f"uniform subsample of {len(got)} of {n} rows without replacement "
-                       "(smallest hash(request_id) values): exchangeable, so the split-"
-                       "conformal guarantee holds with n = the subsample"}
-    cells = got["cell"].to_numpy(dtype=object)
-    cal = {name: GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
-                                demand.scale).fit_scores(got[f"score:{name}"].to_numpy(), cells)
-           for name in predictors}
-    how["pinball"] = {quantile_key(q): float(pin[j] / n) for j, q in enumerate(qs)}
-    return cal, got, how
-
-
-# ------------------------------------------------------------------ evaluation
-
-
-def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
-                 demand: DemandConfig) -> dict:
-    cap = request_cap(part) if demand.clip_to_cap else None
-    out = {}
-    for name, pred in predictors.items():
-        q, lo_b, hi_b = base_band(pred, part)
-        lo, hi = calibrators[name].predict_interval(part, lo_b, hi_b, cap)
-        out[name] = (q, lo, hi, (lo_b, hi_b))
-    return out
-
-
-def _predictions_frame(part: pd.DataFrame, got: dict, demand: DemandConfig) -> pd.DataFrame:
-    """The local `predictions_test.parquet` columns for one partition."""
-    keep = [c for c in (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP, *demand.group_columns,
-                        *demand.bucket_columns, L.PROMPT_TOKENS, L.MAX_TOKENS)
-            if c in part.columns]
-    out = part[list(dict.fromkeys(keep))].reset_index(drop=True).copy()
-    cls = part[CLASS].to_numpy(dtype=object)
-    out["y"] = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    out["label_class"] = cls
-    out["censored"] = np.isin(cls, LOWER_BOUND_CLASSES)
-    out["cancelled"] = cls == "cancelled"
-    out["absent_usage"] = cls == "absent_usage"
-    lvl = f"{100.0 * float(demand.interval):g}"
-    for name, (q, lo, hi, _) in got.items():
-        for j, qq in enumerate(demand.quantiles):
-            out[f"{name}-q{quantile_key(qq)}"] = q[:, j]
-        out[f"{name}-lo-{lvl}"] = lo
-        out[f"{name}-hi-{lvl}"] = hi
-    return out
-
-
-def _eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dict,
-               reliability: dict, demand: DemandConfig, n_boot: int, out_dir: str) -> dict:
-    """One test partition: write its predictions; return its sums (module docstring, 6)."""
-    names = list(predictors)
-    qs = list(demand.quantiles)
-    if len(part) == 0:
-        return {"rows": 0}
-    got = _predict_all(part, predictors, calibrators, demand)
-    _predictions_frame(part, got, demand).to_parquet(
-        os.path.join(out_dir, f"part-{index:05d}.parquet"), index=False)
-    cls = part[CLASS].to_numpy(dtype=object)
-    y_all = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    u = cls == LABEL
-    y = y_all[u]
-    cols: dict[str, np.ndarray] = {}
-    for name in names:
-        q, lo, hi, _ = got[name]
-        for k, v in row_figures(y, q[u], lo[u], hi[u], qs).items():
-            cols[f"{name}|{k}"] = v
-        cols[f"{name}|coverage_raw"] = ((y >= q[u, 0]) & (y <= q[u, -1])).astype(float)
-        cols[f"{name}|mean_width_raw"] = q[u, -1] - q[u, 0]
-    keys = list(cols)
-    X = np.column_stack([cols[k] for k in keys]) if len(y) else np.zeros((0, len(keys)))
-    res: dict[str, Any] = {"rows": len(part), "n": int(u.sum()), "keys": keys,
-                           "sums": X.sum(axis=0)}
-    # session-cluster Poisson bootstrap: per-session sums, weights from hash(session, b)
-    sess = part[L.SESSION_ID].to_numpy(dtype=object)[u]
-    codes, uniq = pd.factorize(sess)
-    xs = np.zeros((len(uniq), len(keys)))
-    np.add.at(xs, codes, X)
-    ns = np.bincount(codes, minlength=len(uniq)).astype(float)
-    w = poisson_weights(key_hash(np.asarray(uniq, dtype=object)), n_boot, demand.seed)
-    res["boot"], res["boot_n"], res["sessions"] = w @ xs, w @ ns, len(uniq)
-    # per group value: n, model pinball per level, covered, width, baselines' mean pinball
-    test_u = part[u]
-    gkeys = bucket_keys(test_u, demand.group_columns)
-    mq, mlo, mhi, mband = got[MODEL]
-    d = y[:, None] - mq[u]
-    tau = np.asarray(qs)[None, :]
-    mpin = np.maximum(tau * d, (tau - 1.0) * d)
-    bmp = np.column_stack([cols[f"{b}|mean_pinball"] for b in names if b != MODEL]) \
-        if len(y) else np.zeros((0, len(names) - 1))
-    per = np.column_stack([np.ones(len(y)), mpin, ((y >= mlo[u]) & (y <= mhi[u])),
-                           mhi[u] - mlo[u], bmp]) if len(y) else np.zeros((0, 0))
-    groups: dict = {}
-    for by in demand.group_columns:
-        vals = gkeys[by].to_numpy(dtype=object)
-        for v in set(vals.tolist()):
-            groups[(by, str(v))] = per[vals == v].sum(axis=0)
-    res["groups"] = groups
-    # rows whose total is a lower bound: hi >= observed, by reason
-    lb = np.isin(cls, LOWER_BOUND_CLASSES)
-    res["censored"] = {str(r): np.array([int(((cls == r) & lb).sum()),
-                                         int(((cls == r) & lb & (mhi >= y_all)).sum())])
-                       for r in set(cls[lb].tolist())}
-    # the model's band recalibrated to each reliability level
-    cap = request_cap(test_u) if demand.clip_to_cap else None
-    rel = {}
-    for level, cq in reliability.items():
-        lo, hi = cq.predict_interval(test_u, mband[0][u], mband[1][u], cap)
-        rel[level] = np.array([float(((y >= lo) & (y <= hi)).sum()), float((hi - lo).sum())])
-    res["reliability"] = rel
-    return res
-
-
-def _eval_sum(parts: list[dict]) -> dict:
-    parts = [p for p in parts if p.get("n") is not None]
-    out: dict[str, Any] = {"rows": 0, "n": 0, "sessions": 0, "groups": {}, "censored": {},
-                           "reliability": {}}
-    for p in parts:
-        out["rows"] += p["rows"]
-        out["n"] += p["n"]
-        out["sessions"] += p["sessions"]
-        out["keys"] = p["keys"]
-        for k in ("sums", "boot", "boot_n"):
-            out[k] = p[k] if k not in out else out[k] + p[k]
-        for field in ("groups", "censored", "reliability"):
-            for k, v in p[field].items():
-                out[field][k] = v if k not in out[field] else out[field][k] + v
-    return out
-
-
-def _ci(reps: np.ndarray) -> list[float]:
-    from replaylab.stats import percentile_interval
-
-    return [float(v) for v in percentile_interval(reps, CI_LEVEL)]
-
-
-def _test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
-                  train_groups: dict, test_rows: int) -> dict:
-    qs = list(demand.quantiles)
-    keys, n = agg["keys"], agg["n"]
-    mean = dict(zip(keys, agg["sums"] / n, strict=True))
-    reps = agg["boot"] / agg["boot_n"][:, None]  # (B, m) replicate means
-    col = {k: j for j, k in enumerate(keys)}
-    tests = {}
-    for name in names:
-        pin = {quantile_key(q): float(mean[f"{name}|pinball.{quantile_key(q)}"]) for q in qs}
-        tests[name] = {
-            "n": int(n), "pinball": pin, "mean_pinball": float(np.mean(list(pin.values()))),
-            "coverage": float(mean[f"{name}|coverage"]),
-            "mean_width": float(mean[f"{name}|mean_width"]),
-            "mae_p50": float(mean[f"{name}|mae_p50"]),
-            "coverage_raw": float(mean[f"{name}|coverage_raw"]),
-            "mean_width_raw": float(mean[f"{name}|mean_width_raw"]),
-            "ci": {k.split("|", 1)[1]: _ci(reps[:, j]) for k, j in col.items()
-                   if k.startswith(f"{name}|") and not k.endswith("_raw")}}
-    baselines = {k: v for k, v in tests.items() if k != MODEL}
-    best = min(baselines, key=lambda k: baselines[k]["mean_pinball"])
-    top = quantile_key(qs[-1])
-    m_mp, b_mp = mean[f"{MODEL}|mean_pinball"], mean[f"{best}|mean_pinball"]
-    delta = reps[:, col[f"{MODEL}|mean_pinball"]] - reps[:, col[f"{best}|mean_pinball"]]
-    gate = demand_gate(
-        demand.interval,
-        {"value": tests[MODEL]["coverage"], "ci": tests[MODEL]["ci"]["coverage"], "n": int(n),
-         "sessions": int(agg["sessions"])},
-        {"baseline": best, "model_mean_pinball": float(m_mp),
-         "baseline_mean_pinball": float(b_mp), "delta": float(m_mp - b_mp),
-         "ci": _ci(delta), "resampled": "sessions (Poisson(1) weights from hash(session_id, b))",
-         "n_boot": int(n_boot)})
-    groups = []
-    others = [b for b in names if b != MODEL]
-    for by in demand.group_columns:
-        for value in sorted(v for (b, v) in agg["groups"] if b == by):
-            s = agg["groups"][(by, value)]
-            k = s[0]
-            pin = {quantile_key(q): float(s[1 + j] / k) for j, q in enumerate(qs)}
-            base = {b: float(s[3 + len(qs) + i] / k) for i, b in enumerate(others)}
-            bb = min(base, key=base.get)
-            groups.append({"by": by, "value": value, "n": int(k),
-                           "coverage": float(s[1 + len(qs)] / k),
-                           "mean_width": float(s[2 + len(qs)] / k), "pinball": pin,
-                           "mean_pinball": float(np.mean(list(pin.values()))),
-                           "best_baseline": bb, "best_baseline_mean_pinball": base[bb]})
-    tested = {by: {v for (b, v) in agg["groups"] if b == by} for by in demand.group_columns}
-    absent = {by: sorted(train_groups.get(by, set()) - tested[by])
-              for by in demand.group_columns if train_groups.get(by, set()) - tested[by]}
-    cens = agg["censored"]
-    c_n = int(sum(v[0] for v in cens.values()))
-    censored = {"n": c_n, "hi_at_least_observed":
-                float(sum(v[1] for v in cens.values()) / c_n) if c_n else None,
-                "by_reason": {r: {"n": int(v[0]), "hi_at_least_observed": float(v[1] / v[0])}
-                              for r, v in sorted(cens.items())}}
-    reliability = [{"nominal": float(level), "observed": float(v[0] / n),
-                    "mean_width": float(v[1] / n)}
-                   for level, v in sorted(agg["reliability"].items())]
-    return {
-        "gate": gate,
-        "intervals": f"ci: 95% percentile intervals, {n_boot} session-cluster Poisson bootstrap "
-                     "replicates (w[b, s] ~ Poisson(1) from hash(session_id, b); every "
-                     "predictor on the same weights)",
-        "rows": int(test_rows), "labelled_rows": int(n),
-        "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
-        "model_beats": {
-            "best_baseline_mean_pinball":
-                tests[MODEL]["mean_pinball"] < baselines[best]["mean_pinball"],
-            f"every_baseline_pinball_{top}":
-                all(tests[MODEL]["pinball"][top] < b["pinball"][top]
-                    for b in baselines.values())},
-        "groups": groups, "groups_absent_from_test": absent, "censored": censored,
-        "reliability": reliability,
-    }
-
-
 # ------------------------------------------------------------------ entry
 
 
@@ -799,22 +301,22 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             sessions = sum(splits["sessions"].values())
             check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
                                    demand.min_calibration_rows, source)
-            lab.drop(columns=[CLASS]).to_parquet(str(out_dir / "features"), write_index=False)
+            lab.drop(columns=[CLASS_COLUMN]).to_parquet(str(out_dir / "features"), write_index=False)
 
         with stage("model"):
             method, censoring = _censoring_section(demand, facts["counts"])
             try:
-                model = fit_model_dask(_model_rows(lab, demand, method), demand, method,
+                model = fit_model_dask(model_rows(lab, demand, method), demand, method,
                                        client, n_workers)
             except WorkersLost as e:
                 raise StageFailed(f"dask stage {stage.number('model')} (model) stopped: {e}; "
                                   "no summary was written") from e
 
         with stage("calibrate"):
-            train = lab[(lab["split"] == "train") & (lab[CLASS] == LABEL)].persist()
+            train = lab[(lab["split"] == "train") & (lab[CLASS_COLUMN] == LABEL)].persist()
             baselines = fit_baselines_dask(train, demand)
             predictors = {MODEL: model, **baselines}
-            calib = lab[(lab["split"] == "calibration") & (lab[CLASS] == LABEL)]
+            calib = lab[(lab["split"] == "calibration") & (lab[CLASS_COLUMN] == LABEL)]
             calibrators, scores, cal_how = calibrate_dask(calib, predictors, demand,
                                                           calibration_max)
             cells = scores["cell"].to_numpy(dtype=object)
@@ -832,11 +334,11 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
                 old.unlink()
             shared = client.scatter([predictors, calibrators, reliability], broadcast=True,
                                     hash=False)
-            parts = [dask.delayed(_eval_part)(p, i, *shared, demand, n_boot, str(pred_dir))
+            parts = [dask.delayed(eval_part)(p, i, *shared, demand, n_boot, str(pred_dir))
                      for i, p in enumerate(test.to_delayed())]
-            agg = dask.delayed(_eval_sum)(parts).compute()
+            agg = dask.delayed(eval_sum)(parts).compute()
             test_rows = splits["rows"].get("test", 0)
-            section = _test_section(agg, list(predictors), demand, n_boot,
+            section = test_section(agg, list(predictors), demand, n_boot,
                                     facts["train_groups"], test_rows)
             frac = min(1.0, GOLDEN_SAMPLE / max(test_rows, 1))
             sample = test.map_partitions(_golden_sample, frac, demand.seed,
@@ -952,6 +454,5 @@ def _censoring_section(demand: DemandConfig, counts: dict) -> tuple[str, dict]:
     return NONE, section
 
 
-__all__ = ["CALIBRATION_COLLECT_MAX", "N_BOOT_DASK", "attach_labels", "calibrate_dask",
-           "check_trainable_counts", "fit_baselines_dask", "fit_model_dask",
+__all__ = ["CALIBRATION_COLLECT_MAX", "N_BOOT_DASK", "attach_labels", "check_trainable_counts",
            "train_demand_dask"]

@@ -19,18 +19,8 @@ and exactly the fallback flag and reason, the conformal cell key and its
 correction. A miss means the model does not compute here what it computed
 where it was built: the predictor is not used (reason `golden_mismatch`).
 
-Feature assembly mirrors the projection (`replaylab.projection.features`): a
-request is a mapping of ledger-v1 pre-dispatch fields (`prompt_tokens`,
-`max_tokens`, `turn_index`, `streaming`, `category`, `selected_model`, ...,
-`timestamp` as epoch ms, RFC 3339 or an aware datetime; now when absent) plus
-the session history the caller keeps (the projection's `hist_*` names, e.g.
-`hist_turns_ended`, `hist_completion_mean`, `hist_last_completion`). A request
-with no `hist_*` field is a first turn (counts 0, the rest missing); a request
-with some has the missing counts set to the largest given count (`censored` to
-0) and the other missing fields treated as missing values (LightGBM's missing
-branch). Numeric fields take int, float, bool or None; a string there, or a
-missing `prompt_tokens` (the hint is prompt + output), makes that request's
-hint a fallback with reason `bad_request` / `missing_prompt_tokens`.
+Requests and their feature row: `replaylab.runtime.demand.request`; the manifest
+sections read: `replaylab.runtime.demand.spec`.
 
 A loaded predictor is immutable but for its online recalibration
 (`replaylab.runtime.online`, on by default, `online=False` or
@@ -69,8 +59,16 @@ from replaylab.contracts.golden import (
 )
 from replaylab.contracts.hints import HINT_VERSION, DemandHint
 from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
+from replaylab.runtime.demand.fallback import FallbackBaseline
+from replaylab.runtime.demand.request import (
+    BadRequest,
+    assemble,
+    cell_key,
+    number,
+    request_id,
+)
+from replaylab.runtime.demand.spec import KIND, MODEL_FILE, ArtifactError, DemandSpec
 from replaylab.runtime.demand_math import (
-    SCALES,
     conformal_band,
     conformal_band_row,
     total_and_band,
@@ -78,21 +76,10 @@ from replaylab.runtime.demand_math import (
 )
 from replaylab.runtime.online import GLOBAL_CELL, OnlineConfig, OnlineConformal
 
-# One WARNING per load that falls back (reason code and path), nothing on a good load.
-log = logging.getLogger(__name__)
+# One WARNING per load that falls back (reason code and path), nothing on a good load: on
+# the package's logger, `replaylab.runtime.demand`.
+log = logging.getLogger("replaylab.runtime.demand")
 
-KIND = "demand"
-MODEL_FILE = "model.onnx"
-CALENDAR = ("hour_utc", "day_of_week")
-HISTORY_COUNTS = ("hist_turns_dispatched", "hist_turns_ended", "hist_turns_with_usage")
-HISTORY = (*HISTORY_COUNTS, "hist_turns_censored", "hist_completion_mean",
-           "hist_completion_ewma", "hist_last_completion", "hist_ms_since_last_end")
-FEATURE_KINDS = ("numeric", "bool", "category")
-FEATURE_SOURCES = ("request", "calendar", "history")
-_NONE = "<none>"  # conformal cell value of a missing group attribute (as in training)
-_NUMERIC, _CATEGORY, _HISTORY, _HOUR, _DOW = range(5)  # feature-assembly operations
-_FAST = frozenset((int, float, bool))  # exact types read with float() directly
-_MS_PER_HOUR, _MS_PER_DAY = 3_600_000, 86_400_000
 # golden.json of kind demand: what each case's `expected` holds. Compared within tolerance:
 GOLDEN_HINTS = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
 # ... and exactly (the fallback decision, the conformal cell and the correction it gets):
@@ -113,187 +100,6 @@ class BatchQuantiles:
     fallback: list[str | None]
 
 
-class ArtifactError(Exception):
-    """The artifact verified but this runtime cannot use it; `reason` is a short code."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(f"{reason}: {message}")
-        self.reason = reason
-
-
-class _BadRequest(ValueError):
-    """A request field this runtime cannot read (the request gets a fallback hint)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackBaseline:
-    """The documented conservative baseline: reserve the prompt plus the whole output cap.
-
-    hint_lo = prompt; hint_p50 = hint_p90 = hint_hi = prompt + cap, where cap is
-    the request's `max_tokens`, else `default_max_tokens`. It never
-    under-reserves a request that respects its cap: it is a reservation, not an
-    estimate, so `hint_interval` is None (no coverage is claimed). A request
-    without `prompt_tokens` reserves the cap alone. `hint_model_version` is
-    `baseline:max_tokens_cap`.
-    """
-
-    default_max_tokens: int = 4096
-    name: str = "max_tokens_cap"
-
-    def __post_init__(self) -> None:
-        if isinstance(self.default_max_tokens, bool) or not isinstance(
-                self.default_max_tokens, int) or self.default_max_tokens < 1:
-            raise ValueError(f"FallbackBaseline.default_max_tokens={self.default_max_tokens!r}: "
-                             "must be an int >= 1")
-
-    def hint(self, request: Mapping[str, Any], reason: str, age_ms: int | None = None,
-             ) -> DemandHint:
-        prompt = _lenient(request.get("prompt_tokens"))
-        cap = _lenient(request.get("max_tokens"))
-        if not math.isfinite(prompt) or prompt < 0:
-            prompt = 0.0
-        if not math.isfinite(cap) or cap < 0:
-            cap = float(self.default_max_tokens)
-        top = prompt + cap
-        return DemandHint(HINT_VERSION, f"baseline:{self.name}", top, top, prompt, top, None,
-                          age_ms, True, reason, _request_id(request))
-
-
-def _number(value: Any, default: float = math.nan) -> float:
-    """A numeric request field as float; None/NaN -> default; a string is a bad request."""
-    if value is None:
-        return default
-    if isinstance(value, bool | int | float | np.integer | np.floating | np.bool_):
-        v = float(value)
-        return default if math.isnan(v) else v
-    raise _BadRequest(f"not a number: {value!r}")
-
-
-def _lenient(value: Any) -> float:
-    """Like `_number`, but anything unreadable is NaN: the fallback never raises."""
-    try:
-        return _number(value)
-    except _BadRequest:
-        return math.nan
-
-
-def _request_id(request: Mapping[str, Any]) -> str | None:
-    rid = request.get("request_id")
-    return None if rid is None else str(rid)
-
-
-def _epoch_ms(value: Any, now_ms: int) -> int:
-    """timestamp as int epoch ms: int/float ms, RFC 3339 string, aware datetime; None -> now."""
-    if value is None:
-        return now_ms
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise _BadRequest("timestamp datetime has no timezone")
-        return int(value.timestamp() * 1000)
-    if isinstance(value, str):
-        try:
-            dt = datetime.fromisoformat(value)
-        except ValueError:
-            raise _BadRequest(f"timestamp {value!r} is not RFC 3339") from None
-        return _epoch_ms(dt if dt.tzinfo else dt.replace(tzinfo=UTC), now_ms)
-    v = _number(value)
-    if not math.isfinite(v):
-        return now_ms
-    return int(v)
-
-
-@dataclass(frozen=True)
-class _Feature:
-    name: str
-    kind: str
-    source: str
-    index: dict[str, int] | None  # category -> code, in LightGBM's (pandas) order
-    first_turn: float
-
-
-def _op(f: _Feature) -> int:
-    if f.source == "calendar":
-        return _HOUR if f.name == "hour_utc" else _DOW
-    if f.source == "history":
-        return _HISTORY
-    return _CATEGORY if f.kind == "category" else _NUMERIC
-
-
-@dataclass(frozen=True)
-class _Spec:
-    """What the manifest says about inputs, outputs and calibration, checked."""
-
-    features: tuple[_Feature, ...]
-    quantiles: tuple[float, ...]
-    i50: int
-    i90: int
-    scale: str
-    clip_to_cap: bool
-    level: float
-    group_columns: tuple[str, ...]
-    corrections: dict[str, float | None]
-    global_correction: float | None
-    version: str
-    created_ms: int
-    valid_until_ms: int
-    fallback: FallbackBaseline
-    plan: tuple = ()  # (name, op, category index, first-turn value) per feature, in order
-    # the conformal base band is the quantiles after the cap clip (artifacts before
-    # `calibration.base_band: unclipped`) or before it (demand_math.total_and_band)
-    clipped_band: bool = True
-
-    @staticmethod
-    def from_manifest(m: dict) -> _Spec:
-        feats = []
-        for f in m["features"]:
-            if not isinstance(f, dict) or not isinstance(f.get("name"), str):
-                raise ArtifactError("feature_schema", f"bad feature entry {f!r}")
-            kind, source, name = f.get("kind"), f.get("source"), f["name"]
-            if kind not in FEATURE_KINDS or source not in FEATURE_SOURCES:
-                raise ArtifactError("feature_schema", f"{name}: kind {kind!r} / source {source!r}")
-            if (source == "calendar" and name not in CALENDAR) or (
-                    source == "history" and name not in HISTORY):
-                raise ArtifactError("feature_schema", f"{name}: unknown {source} feature")
-            index = None
-            if kind == "category":
-                vocab = f.get("vocabulary")
-                if not isinstance(vocab, list) or not all(isinstance(v, str) for v in vocab) \
-                        or len(set(vocab)) != len(vocab):
-                    raise ArtifactError("feature_schema", f"{name}: bad vocabulary")
-                index = {v: i for i, v in enumerate(vocab)}
-            first = f.get("first_turn")
-            feats.append(_Feature(name, kind, source, index,
-                                  math.nan if first is None else float(first)))
-        if len({f.name for f in feats}) != len(feats) or not feats:
-            raise ArtifactError("feature_schema", "empty or duplicate feature names")
-        out, cal = m["outputs"], m["calibration"]
-        try:
-            qs = tuple(float(q) for q in out["quantiles"])
-            i50, i90 = qs.index(0.5), qs.index(0.9)
-            scale, level = out["scale"], float(cal["level"])
-            groups = tuple(str(c) for c in cal["group_columns"])
-            corr = {str(k): (None if v is None else float(v))
-                    for k, v in cal["corrections"].items()}
-            glob = cal["global_correction"]
-            glob = None if glob is None else float(glob)
-            fb = m["fallback"]
-            fallback = FallbackBaseline(int(fb["default_max_tokens"]), str(fb["name"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ArtifactError("outputs", f"outputs/calibration/fallback unusable: {exc}") from None
-        if scale not in SCALES or list(qs) != sorted(set(qs)) or not 0.0 < level < 1.0:
-            raise ArtifactError("outputs", f"scale {scale!r}, quantiles {qs}, level {level}")
-        created = datetime.fromisoformat(m["created_at"]).astimezone(UTC)
-        until = datetime.fromisoformat(m["valid_until"]).astimezone(UTC)
-        version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
-        plan = tuple((f.name, _op(f), f.index, f.first_turn) for f in feats)
-        band = cal.get("base_band", "clipped")
-        if band not in ("clipped", "unclipped"):
-            raise ArtifactError("outputs", f"calibration.base_band {band!r}")
-        return _Spec(tuple(feats), qs, i50, i90, scale, bool(out.get("clip_to_cap", True)),
-                     level, groups, corr, glob, version, int(created.timestamp() * 1000),
-                     int(until.timestamp() * 1000), fallback, plan, band == "clipped")
-
-
 class DemandPredictor:
     """Pre-dispatch demand hints from a verified artifact, or the fallback with its reason.
 
@@ -307,12 +113,13 @@ class DemandPredictor:
     (`check_golden=False`), `not_checked` (the artifact failed before the check).
     """
 
-    def __init__(self, *, spec: _Spec | None, session: Any, reason: str | None,
+    def __init__(self, *, spec: DemandSpec | None, session: Any, reason: str | None,
                  fallback: FallbackBaseline, clock: Callable[[], float],
                  online: OnlineConfig | bool | None = None) -> None:
         self._spec = spec
         self._online = None if spec is None else OnlineConformal(
-            spec.corrections, spec.global_correction, spec.level, _online_config(online))
+            spec.calibration.corrections, spec.calibration.global_correction,
+            spec.calibration.level, _online_config(online))
         self._session = session
         self.reason = reason
         self._fallback = spec.fallback if spec is not None else fallback
@@ -422,7 +229,7 @@ class DemandPredictor:
         through this very code. Raises ArtifactError when the runtime cannot use
         the sections, onnxruntime's error when it refuses the graph. No golden check.
         """
-        spec = _Spec.from_manifest(manifest)
+        spec = DemandSpec.from_manifest(manifest)
         session = _session(model, threads)
         _check_signature(session, len(spec.features), len(spec.quantiles))
         predictor = cls(spec=spec, session=session, reason=None,
@@ -489,11 +296,12 @@ class DemandPredictor:
         hints = self._hints(requests, int(self._clock() * 1000), None, frozen=True)
         out = []
         for r, h in zip(requests, hints, strict=True):
-            cell = _cell(r, spec.group_columns)
+            cell = cell_key(r, spec.calibration.group_columns)
             out.append({"hint_p50": h.hint_p50, "hint_p90": h.hint_p90, "hint_lo": h.hint_lo,
                         "hint_hi": h.hint_hi, "hint_fallback": h.hint_fallback,
                         "fallback_reason": h.fallback_reason, "cell": cell,
-                        "correction": spec.corrections.get(cell, spec.global_correction)})
+                        "correction": spec.calibration.corrections.get(
+                            cell, spec.calibration.global_correction)})
         return out
 
     def check_golden(self, golden: dict) -> GoldenCheck:
@@ -555,13 +363,14 @@ class DemandPredictor:
         prompt, cap, q0, key = prepared
         q, version = self._online.current(key) if self._online.enabled else (q0, 0)
         raw = self._session.run(None, {"X": X})[0][0].tolist()
-        total, blo, bhi = total_and_band_row(raw, prompt, cap, spec.scale, spec.clipped_band)
-        flo, fhi = conformal_band_row(blo, bhi, prompt, q0, cap, spec.scale)
+        total, blo, bhi = total_and_band_row(raw, prompt, cap, spec.outputs.scale,
+                                             spec.clipped_band)
+        flo, fhi = conformal_band_row(blo, bhi, prompt, q0, cap, spec.outputs.scale)
         lo, hi = (flo, fhi) if q == q0 else conformal_band_row(blo, bhi, prompt, q, cap,
-                                                               spec.scale)
+                                                               spec.outputs.scale)
         return DemandHint(HINT_VERSION, spec.version, total[spec.i50], total[spec.i90], lo, hi,
-                          spec.level, age, False, None, _request_id(request), key, q, version,
-                          flo, fhi)
+                          spec.calibration.level, age, False, None, request_id(request), key,
+                          q, version, flo, fhi)
 
     def predict_batch(self, requests: Sequence[Mapping[str, Any]]) -> list[DemandHint]:
         """Hints for many requests with one model call; each row falls back on its own."""
@@ -587,7 +396,7 @@ class DemandPredictor:
         if bad:
             rows = list(bad)
             total[rows], lo[rows], hi[rows] = np.nan, np.nan, np.nan
-        return BatchQuantiles(self._spec.quantiles, total, lo, hi, reasons)
+        return BatchQuantiles(self._spec.outputs.quantiles, total, lo, hi, reasons)
 
     def _batch(self, requests: Sequence[Mapping[str, Any]], now_ms: int, adapt: bool):
         """(total (n, q), lo, hi, frozen lo, frozen hi, corrections, cell keys, correction
@@ -609,11 +418,12 @@ class DemandPredictor:
         if bad:
             X[list(bad)] = 0.0  # keep the batch shape; these rows' outputs are discarded
         raw = self._session.run(None, {"X": X})[0]
-        clip = cap if spec.clip_to_cap else None
-        total, blo, bhi = total_and_band(raw, prompt, clip, spec.scale, spec.clipped_band)
-        flo, fhi = conformal_band(blo, bhi, prompt, corr0, clip, spec.scale)
+        clip = cap if spec.outputs.clip_to_cap else None
+        total, blo, bhi = total_and_band(raw, prompt, clip, spec.outputs.scale,
+                                         spec.clipped_band)
+        flo, fhi = conformal_band(blo, bhi, prompt, corr0, clip, spec.outputs.scale)
         lo, hi = (flo, fhi) if not adapt or np.array_equal(corr, corr0) else \
-            conformal_band(blo, bhi, prompt, corr, clip, spec.scale)
+            conformal_band(blo, bhi, prompt, corr, clip, spec.outputs.scale)
         return total, lo, hi, flo, fhi, corr, keys, versions, bad
 
     def _hints(self, requests: Sequence[Mapping[str, Any]], now_ms: int,
@@ -632,8 +442,9 @@ class DemandPredictor:
                 continue
             out.append(DemandHint(HINT_VERSION, spec.version, float(total[i, spec.i50]),
                                   float(total[i, spec.i90]), float(lo[i]), float(hi[i]),
-                                  spec.level, age, False, None, _request_id(r), keys[i],
-                                  float(corr[i]), versions[i], float(flo[i]), float(fhi[i])))
+                                  spec.calibration.level, age, False, None, request_id(r),
+                                  keys[i], float(corr[i]), versions[i], float(flo[i]),
+                                  float(fhi[i])))
         return out
 
     def _usable(self, now_ms: int) -> tuple[str | None, int | None]:
@@ -650,62 +461,24 @@ class DemandPredictor:
         reason this request falls back."""
         spec = self._spec
         try:
-            self._assemble(r, now_ms, row)
-            p = _number(r.get("prompt_tokens"))
+            assemble(spec.plan, r, now_ms, row)
+            p = number(r.get("prompt_tokens"))
             if not math.isfinite(p) or p < 0:
                 return "missing_prompt_tokens"
             c = math.nan
-            if spec.clip_to_cap:
-                c = _number(r.get("max_tokens"))
+            if spec.outputs.clip_to_cap:
+                c = number(r.get("max_tokens"))
                 c = c if c >= 0 else math.nan
-        except _BadRequest:
+        except BadRequest:
             return "bad_request"
-        cell = _cell(r, spec.group_columns)
-        if cell in spec.corrections:
-            q, key = spec.corrections[cell], cell
+        cell = cell_key(r, spec.calibration.group_columns)
+        if cell in spec.calibration.corrections:
+            q, key = spec.calibration.corrections[cell], cell
         else:
-            q, key = spec.global_correction, GLOBAL_CELL
+            q, key = spec.calibration.global_correction, GLOBAL_CELL
         if q is None or q == math.inf:
             return "uncertain"  # too few calibration rows: unbounded interval
         return p, c, q, key
-
-    def _assemble(self, r: Mapping[str, Any], now_ms: int, row: np.ndarray) -> None:
-        """Fill one float64 row in the artifact's feature order (the projection's encoding).
-
-        Hot path (one call per request): a precomputed plan per feature, plain
-        Python floats, one write into the numpy row.
-        """
-        has_history = not r.keys().isdisjoint(HISTORY)
-        max_count = max(_number(r.get(h), 0.0) for h in HISTORY_COUNTS) if has_history else 0.0
-        ts = None
-        vals = []
-        for name, op, index, first in self._spec.plan:
-            if op == _NUMERIC:
-                v = r.get(name)
-                if type(v) in _FAST:
-                    vals.append(float(v))  # NaN stays NaN
-                else:
-                    vals.append(_number(v))
-            elif op == _CATEGORY:
-                v = r.get(name)
-                code = None if v is None or (isinstance(v, float) and v != v) else \
-                    index.get(v if type(v) is str else str(v))
-                vals.append(math.nan if code is None else float(code))
-            elif op == _HISTORY:
-                if name in r:
-                    vals.append(_number(r[name]))
-                elif not has_history:
-                    vals.append(first)
-                elif name in HISTORY_COUNTS:
-                    vals.append(max_count)
-                else:
-                    vals.append(0.0 if name == "hist_turns_censored" else math.nan)
-            else:  # calendar
-                if ts is None:
-                    ts = _epoch_ms(r.get("timestamp"), now_ms)
-                vals.append(float((ts // _MS_PER_HOUR) % 24) if op == _HOUR else
-                            float((ts // _MS_PER_DAY + 3) % 7))  # 1970-01-01 was a Thursday
-        row[:] = vals
 
 
 def _online_config(online: OnlineConfig | bool | None) -> OnlineConfig:
@@ -716,17 +489,6 @@ def _online_config(online: OnlineConfig | bool | None) -> OnlineConfig:
     if online is False:
         return OnlineConfig(enabled=False)
     raise ValueError(f"online={online!r}: an OnlineConfig, True, False or None")
-
-
-def _cell(r: Mapping[str, Any], columns: Sequence[str]) -> str:
-    """The request's conformal cell key, as training built it ('a|b|c', missing -> '<none>')."""
-    if not columns:
-        return "*"
-    parts = []
-    for c in columns:
-        v = r.get(c)
-        parts.append(_NONE if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
-    return "|".join(parts)
 
 
 def _session(model: bytes, threads: int) -> Any:

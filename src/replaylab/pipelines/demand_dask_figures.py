@@ -1,0 +1,225 @@
+"""`pipeline=demand compute=dask`, the test figures: every predictor on every test
+partition, summed (`pipelines.demand_dask`, module docstring steps 6 and 7).
+
+`eval_part` writes one test partition's predictions (the local
+`predictions_test.parquet` columns) and returns its sums: pinball per level, coverage,
+width, MAE, the raw band, per-group tables, censored rows, reliability, and the
+session-cluster Poisson bootstrap replicates (w[b, s] ~ Poisson(1) from a hash of
+(session_id, b), `dask_ops.poisson_weights`); `eval_sum` adds partitions;
+`test_section` turns the sums into the summary's `test` section and the gate
+(`demand.gate.demand_gate`, the local rule).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from replaylab.contracts.columns import Ledger as L
+from replaylab.contracts.columns import Projected as P
+from replaylab.demand.baselines import bucket_keys
+from replaylab.demand.config import DemandConfig
+from replaylab.demand.dask_ops import key_hash, poisson_weights
+from replaylab.demand.gate import CI_LEVEL, demand_gate
+from replaylab.demand.labels import CLASS_COLUMN, LABEL, LOWER_BOUND_CLASSES
+from replaylab.demand.metrics import quantile_key, row_figures
+from replaylab.demand.model import MODEL, base_band, request_cap
+
+
+def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
+                 demand: DemandConfig) -> dict:
+    cap = request_cap(part) if demand.clip_to_cap else None
+    out = {}
+    for name, pred in predictors.items():
+        q, lo_b, hi_b = base_band(pred, part)
+        lo, hi = calibrators[name].predict_interval(part, lo_b, hi_b, cap)
+        out[name] = (q, lo, hi, (lo_b, hi_b))
+    return out
+
+
+def _predictions_frame(part: pd.DataFrame, got: dict, demand: DemandConfig) -> pd.DataFrame:
+    """The local `predictions_test.parquet` columns for one partition."""
+    keep = [c for c in (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP, *demand.group_columns,
+                        *demand.bucket_columns, L.PROMPT_TOKENS, L.MAX_TOKENS)
+            if c in part.columns]
+    out = part[list(dict.fromkeys(keep))].reset_index(drop=True).copy()
+    cls = part[CLASS_COLUMN].to_numpy(dtype=object)
+    out["y"] = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
+    out["label_class"] = cls
+    out["censored"] = np.isin(cls, LOWER_BOUND_CLASSES)
+    out["cancelled"] = cls == "cancelled"
+    out["absent_usage"] = cls == "absent_usage"
+    lvl = f"{100.0 * float(demand.interval):g}"
+    for name, (q, lo, hi, _) in got.items():
+        for j, qq in enumerate(demand.quantiles):
+            out[f"{name}-q{quantile_key(qq)}"] = q[:, j]
+        out[f"{name}-lo-{lvl}"] = lo
+        out[f"{name}-hi-{lvl}"] = hi
+    return out
+
+
+def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dict,
+               reliability: dict, demand: DemandConfig, n_boot: int, out_dir: str) -> dict:
+    """One test partition: write its predictions; return its sums (module docstring, 6)."""
+    names = list(predictors)
+    qs = list(demand.quantiles)
+    if len(part) == 0:
+        return {"rows": 0}
+    got = _predict_all(part, predictors, calibrators, demand)
+    _predictions_frame(part, got, demand).to_parquet(
+        os.path.join(out_dir, f"part-{index:05d}.parquet"), index=False)
+    cls = part[CLASS_COLUMN].to_numpy(dtype=object)
+    y_all = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
+    u = cls == LABEL
+    y = y_all[u]
+    cols: dict[str, np.ndarray] = {}
+    for name in names:
+        q, lo, hi, _ = got[name]
+        for k, v in row_figures(y, q[u], lo[u], hi[u], qs).items():
+            cols[f"{name}|{k}"] = v
+        cols[f"{name}|coverage_raw"] = ((y >= q[u, 0]) & (y <= q[u, -1])).astype(float)
+        cols[f"{name}|mean_width_raw"] = q[u, -1] - q[u, 0]
+    keys = list(cols)
+    X = np.column_stack([cols[k] for k in keys]) if len(y) else np.zeros((0, len(keys)))
+    res: dict[str, Any] = {"rows": len(part), "n": int(u.sum()), "keys": keys,
+                           "sums": X.sum(axis=0)}
+    # session-cluster Poisson bootstrap: per-session sums, weights from hash(session, b)
+    sess = part[L.SESSION_ID].to_numpy(dtype=object)[u]
+    codes, uniq = pd.factorize(sess)
+    xs = np.zeros((len(uniq), len(keys)))
+    np.add.at(xs, codes, X)
+    ns = np.bincount(codes, minlength=len(uniq)).astype(float)
+    w = poisson_weights(key_hash(np.asarray(uniq, dtype=object)), n_boot, demand.seed)
+    res["boot"], res["boot_n"], res["sessions"] = w @ xs, w @ ns, len(uniq)
+    # per group value: n, model pinball per level, covered, width, baselines' mean pinball
+    test_u = part[u]
+    gkeys = bucket_keys(test_u, demand.group_columns)
+    mq, mlo, mhi, mband = got[MODEL]
+    d = y[:, None] - mq[u]
+    tau = np.asarray(qs)[None, :]
+    mpin = np.maximum(tau * d, (tau - 1.0) * d)
+    bmp = np.column_stack([cols[f"{b}|mean_pinball"] for b in names if b != MODEL]) \
+        if len(y) else np.zeros((0, len(names) - 1))
+    per = np.column_stack([np.ones(len(y)), mpin, ((y >= mlo[u]) & (y <= mhi[u])),
+                           mhi[u] - mlo[u], bmp]) if len(y) else np.zeros((0, 0))
+    groups: dict = {}
+    for by in demand.group_columns:
+        vals = gkeys[by].to_numpy(dtype=object)
+        for v in set(vals.tolist()):
+            groups[(by, str(v))] = per[vals == v].sum(axis=0)
+    res["groups"] = groups
+    # rows whose total is a lower bound: hi >= observed, by reason
+    lb = np.isin(cls, LOWER_BOUND_CLASSES)
+    res["censored"] = {str(r): np.array([int(((cls == r) & lb).sum()),
+                                         int(((cls == r) & lb & (mhi >= y_all)).sum())])
+                       for r in set(cls[lb].tolist())}
+    # the model's band recalibrated to each reliability level
+    cap = request_cap(test_u) if demand.clip_to_cap else None
+    rel = {}
+    for level, cq in reliability.items():
+        lo, hi = cq.predict_interval(test_u, mband[0][u], mband[1][u], cap)
+        rel[level] = np.array([float(((y >= lo) & (y <= hi)).sum()), float((hi - lo).sum())])
+    res["reliability"] = rel
+    return res
+
+
+def eval_sum(parts: list[dict]) -> dict:
+    parts = [p for p in parts if p.get("n") is not None]
+    out: dict[str, Any] = {"rows": 0, "n": 0, "sessions": 0, "groups": {}, "censored": {},
+                           "reliability": {}}
+    for p in parts:
+        out["rows"] += p["rows"]
+        out["n"] += p["n"]
+        out["sessions"] += p["sessions"]
+        out["keys"] = p["keys"]
+        for k in ("sums", "boot", "boot_n"):
+            out[k] = p[k] if k not in out else out[k] + p[k]
+        for field in ("groups", "censored", "reliability"):
+            for k, v in p[field].items():
+                out[field][k] = v if k not in out[field] else out[field][k] + v
+    return out
+
+
+def _ci(reps: np.ndarray) -> list[float]:
+    from replaylab.stats import percentile_interval
+
+    return [float(v) for v in percentile_interval(reps, CI_LEVEL)]
+
+
+def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
+                  train_groups: dict, test_rows: int) -> dict:
+    qs = list(demand.quantiles)
+    keys, n = agg["keys"], agg["n"]
+    mean = dict(zip(keys, agg["sums"] / n, strict=True))
+    reps = agg["boot"] / agg["boot_n"][:, None]  # (B, m) replicate means
+    col = {k: j for j, k in enumerate(keys)}
+    tests = {}
+    for name in names:
+        pin = {quantile_key(q): float(mean[f"{name}|pinball.{quantile_key(q)}"]) for q in qs}
+        tests[name] = {
+            "n": int(n), "pinball": pin, "mean_pinball": float(np.mean(list(pin.values()))),
+            "coverage": float(mean[f"{name}|coverage"]),
+            "mean_width": float(mean[f"{name}|mean_width"]),
+            "mae_p50": float(mean[f"{name}|mae_p50"]),
+            "coverage_raw": float(mean[f"{name}|coverage_raw"]),
+            "mean_width_raw": float(mean[f"{name}|mean_width_raw"]),
+            "ci": {k.split("|", 1)[1]: _ci(reps[:, j]) for k, j in col.items()
+                   if k.startswith(f"{name}|") and not k.endswith("_raw")}}
+    baselines = {k: v for k, v in tests.items() if k != MODEL}
+    best = min(baselines, key=lambda k: baselines[k]["mean_pinball"])
+    top = quantile_key(qs[-1])
+    m_mp, b_mp = mean[f"{MODEL}|mean_pinball"], mean[f"{best}|mean_pinball"]
+    delta = reps[:, col[f"{MODEL}|mean_pinball"]] - reps[:, col[f"{best}|mean_pinball"]]
+    gate = demand_gate(
+        demand.interval,
+        {"value": tests[MODEL]["coverage"], "ci": tests[MODEL]["ci"]["coverage"], "n": int(n),
+         "sessions": int(agg["sessions"])},
+        {"baseline": best, "model_mean_pinball": float(m_mp),
+         "baseline_mean_pinball": float(b_mp), "delta": float(m_mp - b_mp),
+         "ci": _ci(delta), "resampled": "sessions (Poisson(1) weights from hash(session_id, b))",
+         "n_boot": int(n_boot)})
+    groups = []
+    others = [b for b in names if b != MODEL]
+    for by in demand.group_columns:
+        for value in sorted(v for (b, v) in agg["groups"] if b == by):
+            s = agg["groups"][(by, value)]
+            k = s[0]
+            pin = {quantile_key(q): float(s[1 + j] / k) for j, q in enumerate(qs)}
+            base = {b: float(s[3 + len(qs) + i] / k) for i, b in enumerate(others)}
+            bb = min(base, key=base.get)
+            groups.append({"by": by, "value": value, "n": int(k),
+                           "coverage": float(s[1 + len(qs)] / k),
+                           "mean_width": float(s[2 + len(qs)] / k), "pinball": pin,
+                           "mean_pinball": float(np.mean(list(pin.values()))),
+                           "best_baseline": bb, "best_baseline_mean_pinball": base[bb]})
+    tested = {by: {v for (b, v) in agg["groups"] if b == by} for by in demand.group_columns}
+    absent = {by: sorted(train_groups.get(by, set()) - tested[by])
+              for by in demand.group_columns if train_groups.get(by, set()) - tested[by]}
+    cens = agg["censored"]
+    c_n = int(sum(v[0] for v in cens.values()))
+    censored = {"n": c_n, "hi_at_least_observed":
+                float(sum(v[1] for v in cens.values()) / c_n) if c_n else None,
+                "by_reason": {r: {"n": int(v[0]), "hi_at_least_observed": float(v[1] / v[0])}
+                              for r, v in sorted(cens.items())}}
+    reliability = [{"nominal": float(level), "observed": float(v[0] / n),
+                    "mean_width": float(v[1] / n)}
+                   for level, v in sorted(agg["reliability"].items())]
+    return {
+        "gate": gate,
+        "intervals": f"ci: 95% percentile intervals, {n_boot} session-cluster Poisson bootstrap "
+                     "replicates (w[b, s] ~ Poisson(1) from hash(session_id, b); every "
+                     "predictor on the same weights)",
+        "rows": int(test_rows), "labelled_rows": int(n),
+        "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
+        "model_beats": {
+            "best_baseline_mean_pinball":
+                tests[MODEL]["mean_pinball"] < baselines[best]["mean_pinball"],
+            f"every_baseline_pinball_{top}":
+                all(tests[MODEL]["pinball"][top] < b["pinball"][top]
+                    for b in baselines.values())},
+        "groups": groups, "groups_absent_from_test": absent, "censored": censored,
+        "reliability": reliability,
+    }
