@@ -19,6 +19,8 @@ _LAZY = {
     "LedgerAccounting": ".dataset", "LedgerDataset": ".dataset", "LedgerFiles": ".dataset",
     "accounting_of": ".dataset", "ledger_paths": ".dataset", "read_ledger_blocks": ".dataset",
     "read_ledger_dask": ".dataset", "read_ledger_dataset": ".dataset",
+    "Piece": ".ledger_pieces", "plan_pieces": ".ledger_pieces", "read_piece": ".ledger_pieces",
+    "validate_piece": ".ledger_pieces",
     "read_jsonl_lines": ".io", "read_raw": ".io", "write_quarantine": ".io", "write_table": ".io",
     "LEDGER_SCHEMA": ".ledger", "LEDGER_VERSION": ".ledger", "read_ledger": ".ledger",
     "validate_ledger": ".ledger",

@@ -32,6 +32,10 @@ row. A duplicate found across pieces is quarantined with its values as validated
 
 Accounting: rows_read = rows_valid + rows_quarantined, exactly, per piece and in total
 (a malformed JSON line is read and quarantined as `malformed_json`).
+
+Reading and validating one piece is `replaylab.contracts.ledger_pieces`. What stays here
+(the files of a spec, the Dask driver, the local driver) is one unit: the two drivers
+apply one duplicate rule and one accounting, which must agree row for row.
 """
 
 from __future__ import annotations
@@ -58,7 +62,17 @@ from replaylab.contracts.io import (
     parse_jsonl_lines,
 )
 from replaylab.contracts.ledger import LEDGER_SCHEMA
-from replaylab.contracts.schema import ContractError, ValidationResult, validate_frame
+from replaylab.contracts.ledger_pieces import (
+    Piece,
+    count_lines,
+    hive_values,
+    line_starts,
+    plan_pieces,
+    read_piece,
+    validate_piece,
+    with_partition,
+)
+from replaylab.contracts.schema import ContractError, ValidationResult
 
 SOURCE_FILE = "source_file"  # quarantine column: the file (URL) the row came from
 QUARANTINE_RECORD = "record"  # quarantine column: the row as JSON (any value survives)
@@ -168,152 +182,6 @@ def _format_of(fs: Any, path: str) -> str:
                         "compressed JSON Lines are not read as a dataset)")
 
 
-def _hive_values(files: LedgerFiles) -> list[dict[str, str | None]]:
-    """Hive partition values of each file (`key=value` folders under the root), parsed by
-    pyarrow's HivePartitioning as strings (URL-decoded; the default partition is null)."""
-    if files.root is None:
-        return [{} for _ in files.paths]
-    dirs = []
-    for p in files.paths:
-        rel = p[len(files.root):].lstrip("/") if p.startswith(files.root) else p
-        dirs.append([seg for seg in rel.split("/")[:-1] if "=" in seg])
-    keys = {tuple(seg.split("=", 1)[0] for seg in d) for d in dirs}
-    if keys == {()}:
-        return [{} for _ in files.paths]
-    if len(keys) > 1:
-        raise ContractError(f"{files.spec}: inconsistent hive partitions (keys "
-                            f"{' vs '.join('/'.join(k) or '(none)' for k in sorted(keys))})")
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    names = next(iter(keys))
-    part = ds.partitioning(pa.schema([(k, pa.string()) for k in names]), flavor="hive")
-    out = []
-    for d in dirs:
-        found = ds.get_partition_keys(part.parse("".join(f"{seg}/" for seg in d)))
-        out.append({k: found.get(k) for k in names})
-    return out
-
-
-# ---------------------------------------------------------------- pieces
-
-
-@dataclass(frozen=True)
-class _Piece:
-    index: int  # reading order over the whole dataset (the duplicate rule's order)
-    path: str
-    url: str
-    fmt: str
-    partition: tuple[tuple[str, str | None], ...]
-    row_groups: tuple[int, ...] = ()  # parquet
-    first_row: int = 0  # parquet: the file's row number of the first row
-    offset: int = 0  # jsonl: byte block
-    length: int = 0
-    block: int = 0  # jsonl: block number in its file
-
-
-def _plan(files: LedgerFiles, blocksize: int) -> list[_Piece]:
-    """Pieces in reading order: Parquet row groups gathered up to `blocksize` uncompressed
-    bytes (footers only are read here), JSON Lines byte blocks of `blocksize`."""
-    hive = _hive_values(files)
-    pieces: list[_Piece] = []
-    for path, values in zip(files.paths, hive, strict=True):
-        part = tuple(values.items())
-        url = files.url(path)
-        if files.format == "parquet":
-            import pyarrow.parquet as pq
-
-            try:
-                with files.fs.open(path, "rb") as fh:
-                    meta = pq.ParquetFile(fh).metadata
-            except Exception as e:  # noqa: BLE001 - any pyarrow failure means "not Parquet"
-                raise ContractError(f"{url}: not a readable Parquet file "
-                                    f"({type(e).__name__})") from e
-            group, size, first, row = [], 0, 0, 0
-            for i in range(meta.num_row_groups):
-                rg = meta.row_group(i)
-                if group and size + rg.total_byte_size > blocksize:
-                    pieces.append(_Piece(len(pieces), path, url, "parquet", part,
-                                         tuple(group), first))
-                    group, size, first = [], 0, row
-                group.append(i)
-                size += rg.total_byte_size
-                row += rg.num_rows
-            pieces.append(_Piece(len(pieces), path, url, "parquet", part, tuple(group), first))
-        else:
-            total = files.fs.size(path)
-            starts = range(0, max(total, 1), blocksize)
-            for j, off in enumerate(starts):
-                pieces.append(_Piece(len(pieces), path, url, "jsonl", part, offset=off,
-                                     length=min(blocksize, total - off), block=j))
-    return pieces
-
-
-def _block_bytes(fs: Any, piece: _Piece) -> bytes:
-    from fsspec.utils import read_block
-
-    if piece.length <= 0:
-        return b""
-    with fs.open(piece.path, "rb") as fh:
-        return read_block(fh, piece.offset, piece.length, delimiter=b"\n")
-
-
-def _count_lines(fs: Any, piece: _Piece) -> int:
-    """Lines a text-mode reader (universal newlines) sees in the block: blocks end at a
-    b"\\n", so a "\\r\\n" never straddles two of them."""
-    data = _block_bytes(fs, piece)
-    n = data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
-    return n + (1 if data and data[-1:] not in (b"\n", b"\r") else 0)
-
-
-def _line_starts(counts: list[int]) -> list[int]:
-    return [0, *np.cumsum(counts[:-1], dtype=np.int64).tolist()] if counts else []
-
-
-def _read_piece(fs: Any, piece: _Piece, first_line: int | None = None,
-                ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(raw rows with source_row = their row / line number in the file, lines that did not
-    parse quarantined): the piece as `read_raw` reads a whole file."""
-    if piece.fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            with fs.open(piece.path, "rb") as fh:
-                raw = pq.ParquetFile(fh).read_row_groups(list(piece.row_groups)).to_pandas()
-        except Exception as e:  # noqa: BLE001 - any pyarrow failure means "not Parquet"
-            raise ContractError(f"{piece.url}: not a readable Parquet file "
-                                f"({type(e).__name__})") from e
-        if SOURCE_ROW not in raw.columns:
-            raw[SOURCE_ROW] = np.arange(piece.first_row, piece.first_row + len(raw),
-                                        dtype="int64")
-        bad = pd.DataFrame()
-    else:
-        data = _block_bytes(fs, piece)
-        text = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8-sig" if piece.block == 0
-                                else "utf-8")
-        try:
-            records, positions, bad_rows = parse_jsonl_lines(text, first_line or 0)
-        except UnicodeDecodeError as e:
-            raise ContractError(f"{piece.url}: not UTF-8 text, so not JSON Lines") from e
-        if piece.block == 0 and not records and bad_rows:
-            raise ContractError(f"{piece.url}: not JSON Lines (no line of its first block "
-                                "parses as a JSON object)")
-        raw, bad = jsonl_frame(records, positions, bad_rows)
-    return _with_partition(raw, piece), bad
-
-
-def _validate(raw: pd.DataFrame, bad: pd.DataFrame, url: str,
-              ) -> tuple[ValidationResult, np.ndarray] | None:
-    """The pandas rules on one piece; (result, source_row of each valid row). None: an empty
-    piece (a blank block or an empty file adds no row)."""
-    if len(raw) == 0 and len(bad) == 0:
-        return None
-    res = validate_frame(raw, LEDGER_SCHEMA, source=url, pre_quarantined=bad)
-    rows = raw[SOURCE_ROW].to_numpy() if len(raw) else np.zeros(0, dtype=np.int64)
-    quarantined = res.quarantine[SOURCE_ROW].to_numpy() if len(res.quarantine) else rows[:0]
-    return res, rows[~np.isin(rows, quarantined)]
-
-
 # ---------------------------------------------------------------- dask
 
 
@@ -367,7 +235,7 @@ def _canonical_dtype(name: str) -> object | None:
     return {"float": "float64", "bool": "boolean"}.get(f.kind, object)
 
 
-def _meta(files: LedgerFiles, pieces: list[_Piece], sample: int) -> pd.DataFrame:
+def _meta(files: LedgerFiles, pieces: list[Piece], sample: int) -> pd.DataFrame:
     """The valid frame's columns and dtypes, before any row is read.
 
     Parquet: the union of the files' columns (footers) and the hive keys; contract
@@ -448,11 +316,11 @@ class _Checked:
     by_reason: dict[str, int]
 
 
-def _check_piece(fs: Any, piece: _Piece, starts: list[int] | None, meta: pd.DataFrame,
+def _check_piece(fs: Any, piece: Piece, starts: list[int] | None, meta: pd.DataFrame,
                  ) -> _Checked:
     first = starts[piece.block] if starts is not None else None
-    raw, bad = _read_piece(fs, piece, first)
-    out = _validate(raw, bad, piece.url)
+    raw, bad = read_piece(fs, piece, first)
+    out = validate_piece(raw, bad, piece.url)
     if out is None:
         return _Checked(meta.iloc[0:0].copy(), np.zeros(0, np.int64), _empty(_Q_DTYPES), 0, {})
     res, rows = out
@@ -470,7 +338,7 @@ def _first_piece(parts: list[pd.Series]) -> pd.Series:
     return pd.concat(parts) if parts else pd.Series(dtype="int64")
 
 
-def _cross_duplicates(checked: _Checked, owners: pd.Series, piece: _Piece,
+def _cross_duplicates(checked: _Checked, owners: pd.Series, piece: Piece,
                       ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Move the valid rows whose id an earlier piece keeps to the quarantine."""
     valid = checked.valid
@@ -489,7 +357,7 @@ def _cross_duplicates(checked: _Checked, owners: pd.Series, piece: _Piece,
     return valid[~later].reset_index(drop=True), quarantine
 
 
-def _final(checked: _Checked, owners: pd.Series, piece: _Piece,
+def _final(checked: _Checked, owners: pd.Series, piece: Piece,
            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     valid, quarantine = _cross_duplicates(checked, owners, piece)
     reasons = quarantine[QUARANTINE_REASON].value_counts().sort_index()
@@ -621,7 +489,7 @@ def read_ledger_dask(spec: str | os.PathLike, blocksize: int | str = DEFAULT_BLO
     if size <= 0:
         raise ValueError(f"blocksize={blocksize!r}: must be > 0")
     files = ledger_paths(spec, storage_options)
-    pieces = _plan(files, size)
+    pieces = plan_pieces(files, size)
     meta = _meta(files, pieces, sample)
     for c in extra_columns:
         if c not in meta.columns:
@@ -631,13 +499,13 @@ def read_ledger_dask(spec: str | os.PathLike, blocksize: int | str = DEFAULT_BLO
                      [fs.ukey(p) for p in files.paths[:1000]], str(fs.protocol))
     starts: dict[str, Any] = {}
     if files.format == "jsonl":
-        by_file: dict[str, list[_Piece]] = {}
+        by_file: dict[str, list[Piece]] = {}
         for p in pieces:
             by_file.setdefault(p.path, []).append(p)
         for path, ps in by_file.items():
-            counts = [delayed(_count_lines, pure=True)(fs, p, dask_key_name=(
+            counts = [delayed(count_lines, pure=True)(fs, p, dask_key_name=(
                 f"ledger-lines-{token}", p.index)) for p in ps]
-            starts[path] = delayed(_line_starts, pure=True)(
+            starts[path] = delayed(line_starts, pure=True)(
                 counts, dask_key_name=(f"ledger-starts-{token}", ps[0].index))
     with dask.config.set({"dataframe.convert-string": False}):
         checked = [delayed(_check_piece, pure=True)(
@@ -686,11 +554,11 @@ def read_ledger_blocks(spec: str | os.PathLike, rows_per_block: int = 250_000, *
         raise ValueError(f"rows_per_block={rows_per_block!r}: must be > 0")
     files = ledger_paths(spec, storage_options)
     seen: set = set()
-    for path, values in zip(files.paths, _hive_values(files), strict=True):
+    for path, values in zip(files.paths, hive_values(files), strict=True):
         part = tuple(values.items())
         url = files.url(path)
         for raw, bad in _file_blocks(files, path, url, part, rows_per_block):
-            out = _validate(raw, bad, url)
+            out = validate_piece(raw, bad, url)
             if out is None:
                 continue
             res, rows = out
@@ -700,7 +568,7 @@ def read_ledger_blocks(spec: str | os.PathLike, rows_per_block: int = 250_000, *
 def _file_blocks(files: LedgerFiles, path: str, url: str,
                  part: tuple[tuple[str, str | None], ...], rows_per_block: int,
                  ) -> Iterator[tuple[pd.DataFrame, pd.DataFrame]]:
-    piece = _Piece(0, path, url, files.format, part)
+    piece = Piece(0, path, url, files.format, part)
     if files.format == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -715,7 +583,7 @@ def _file_blocks(files: LedgerFiles, path: str, url: str,
                     raw = table.to_pandas()
                     raw[SOURCE_ROW] = np.arange(first, first + len(raw), dtype="int64")
                     first += len(raw)
-                    yield _with_partition(raw, piece), pd.DataFrame()
+                    yield with_partition(raw, piece), pd.DataFrame()
             except ContractError:
                 raise
             except Exception as e:  # noqa: BLE001 - any pyarrow failure means "not Parquet"
@@ -742,15 +610,7 @@ def _file_blocks(files: LedgerFiles, path: str, url: str,
                                     "parses as a JSON object)")
             pos += len(lines)
             raw, bad_frame = jsonl_frame(records, positions, bad)
-            yield _with_partition(raw, piece), bad_frame
-
-
-def _with_partition(raw: pd.DataFrame, piece: _Piece) -> pd.DataFrame:
-    for key, value in piece.partition:
-        if key in raw.columns:
-            raise ContractError(f"{piece.url}: {key} is both a hive partition key and a column")
-        raw[key] = pd.Series(value, index=raw.index, dtype=object)
-    return raw
+            yield with_partition(raw, piece), bad_frame
 
 
 def _drop_seen(res: ValidationResult, raw: pd.DataFrame, rows: np.ndarray,
