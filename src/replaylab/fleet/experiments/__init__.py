@@ -4,7 +4,7 @@
                      per output token beside SLO, cost and capacity; again under +-20 %
                      power-model error (does the ranking hold?)                 energy.py
     hint_admission   admission without a hint / with the demand artifact's hint / with the
-                     true length                                         hint_admission.py
+                     true length                                         hint_admission/
     stale_telemetry  telemetry-aware least-loaded through a scrape outage  stale_telemetry.py
     rollout          shadow, canary shares 0/25/50/100 % and a rollback          rollout.py
     overload         arrivals at 1x, 1.5x, 2x the fleet's capacity, with and without
@@ -12,12 +12,14 @@
     autoscaling      static vs HPA vs forecast-driven controllers over a day (steady, burst,
                      mix drift, under-forecast) and a target sweep          autoscaling/
 
-Each module exposes `run(cfg, run_dir, runner=None) -> dict` and its config dataclass,
-and imports only the harness (`harness.py`: pools, policies, simulation, replicate
-statistics; `workloads.py`: the shared `fleet.workload` section and its loading;
-and the fan-out of its (policy x window/load x seed) cells, a local loop or Dask
-tasks, same results), never another experiment. `run_fleet_experiment(name, cfg, run_dir)` imports the module by name when
-it runs; nothing is imported here at import time.
+Each experiment (a module, or a package: hint_admission/, autoscaling/) exposes
+`run(cfg, run_dir, runner=None) -> dict` and its config dataclass, which extends the
+harness's `ExperimentConfig` (YAML: conf/experiment/base/), and imports only the harness
+(`harness/`: the base config, pools, policies, simulation, replicate statistics, and the
+fan-out of its (policy x window/load x seed) cells, a local loop or Dask tasks, same
+results; `workloads.py`: the shared `fleet.workload` section and its loading), never
+another experiment. `run_fleet_experiment(name, cfg, run_dir)` imports the module by name
+when it runs; nothing is imported here at import time.
 
 `cfg` is the plain experiment mapping as Hydra composes it (conf/experiment/<name>.yaml)
 with `workload` = the composed `fleet.workload`. The summary the entry point writes to

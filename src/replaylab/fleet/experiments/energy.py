@@ -3,7 +3,7 @@
 Joules per success and per output token beside SLO, cost and capacity, on real
 trace windows (any ledger: `fleet.workload`), and again under +-20 % power-model error
 (does the ranking hold?). Shared pieces (pools, workloads, pooled summaries) live in
-the harness (`harness.py`, `workloads.py`).
+the harness (`harness/`, `workloads.py`).
 """
 
 from __future__ import annotations
