@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from replaylab.pipelines import router as router_pipeline
-from replaylab.pipelines.router import prompt_hash, prompt_hashes, seeded_split
 from replaylab.artifacts.rescore_router import compare_routers, score_choices, seen_mask
+from replaylab.pipelines import router as router_pipeline
+from replaylab.pipelines.router import prompt_hashes, seeded_split
+from replaylab.router.inputs import prompt_hash
 from replaylab.tracking.compare_report import write_compare_report
 from tests.helpers.router import GSM8K, router_pipeline_config
 

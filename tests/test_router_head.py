@@ -22,11 +22,10 @@ from replaylab.contracts.manifest import verify_manifest
 from replaylab.router.head import (
     HeadConfig,
     SuccessHead,
-    TrainingRows,
     grouped_validation_mask,
-    ips_weights,
     parameter_count,
 )
+from replaylab.router.inputs import TrainingRows, ips_weights
 from tests.helpers.router import CALIB, TEST, TRAIN, K, clustered, confounded, logged_rows
 
 torch.set_num_threads(1)

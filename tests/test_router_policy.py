@@ -20,7 +20,7 @@ from replaylab.router.baselines import (
     RandomRouter,
     StrongOnlyRouter,
 )
-from replaylab.router.head import TrainingRows, ips_weights
+from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.policy import (
     PolicyConfig,
     ThresholdPolicy,

@@ -267,7 +267,8 @@ def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarra
 def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
     from replaylab.artifacts.router_head import head_tensors
     from replaylab.pipelines.router_deployed import DeployedHead
-    from replaylab.router.head import HeadConfig, SuccessHead, TrainingRows
+    from replaylab.router.head import HeadConfig, SuccessHead
+    from replaylab.router.inputs import TrainingRows
 
     rng = np.random.default_rng(3)
     n, d, k = 300, 24, 3

@@ -11,10 +11,7 @@ from replaylab.apps.router import default_outcomes
 from replaylab.router.config import (
     RouterCostConfig,
 )
-from replaylab.router.head import (
-    TrainingRows,
-    ips_weights,
-)
+from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.pipeline_config import router_config
 
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"

@@ -28,6 +28,11 @@
    cost on test with a paired, prompt-bootstrap interval excluding zero, lose
    no more than `go.quality_margin` quality, with exploration within its cap; a
    learning curve refits on shares of the explored sessions.
+
+The curves' statistics (the rules' curve, paired cost_ratio gaps) are
+`pipelines/router_curves.py`. The rest is one unit: `train_router` and the steps only it
+runs (labels from simulated receipts, the head and baselines fitted on them, OPE against
+the full table, the gate whose learning curve refits the head), sharing its splits.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from replaylab.contracts import SOURCE_ATTR
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
 from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
@@ -54,11 +60,7 @@ from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
 from replaylab.router.metrics import (
     anchors,
-    cost_order,
-    curve_metrics,
-    default_thresholds,
     policy_summary,
-    route_by_threshold,
 )
 from replaylab.router.ope import (
     feasible_interval,
@@ -82,7 +84,7 @@ from replaylab.router.replay import (
 )
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import decision_margin
-from replaylab.stats import paired_bootstrap_diff, percentile_interval, session_bootstrap
+from replaylab.stats import paired_bootstrap_diff
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -214,79 +216,6 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
         return None, None, info
     rules = ScenarioRules(cfg.labels.rules).fit(eq)
     return rules, eq, {**info, **rules.describe()}
-
-
-def _cr95_sweeps(te: OutcomeMatrix, pred: np.ndarray, ev: Any, strong: int
-                 ) -> tuple[np.ndarray, ...]:
-    t = default_thresholds(pred, ev.n_thresholds)
-    choice = route_by_threshold(pred, cost_order(te), strong, t)  # (T, n)
-    rows = np.arange(te.n_prompts)[None, :]
-    return (te.score[rows, choice], te.cost[rows, choice],
-            (choice == strong).astype(float))
-
-
-def cr95_gaps(te: OutcomeMatrix, curves: dict[str, np.ndarray], pairs: Sequence[tuple[str, str]],
-              ev: Any) -> tuple[dict, dict[str, np.ndarray]]:
-    """Paired differences of test cost_ratio_at_<target> between policies' curves.
-
-    curves: policy -> (n, K) routing scores; pairs: (a, b) -> a - b (negative: a is
-    cheaper at the target). Every replicate resamples the test prompts once for both
-    policies (`evaluation.n_boot`, `seed`), so the interval is paired. Returns
-    ({"a-b": {"mean", "ci"}}, {"a-b": (n_boot,) replicates}); empty without a trade-off.
-    """
-    weak, strong = anchors(te, ev, allow_same=True)
-    names = sorted({n for p in pairs for n in p if n in curves})
-    if weak == strong or not pairs or ev.n_boot < 1:
-        return {}, {}
-    key = f"cost_ratio_at_{round(ev.quality_target * 100)}"
-    sweeps = {n: _cr95_sweeps(te, curves[n], ev, strong) for n in names}
-    anchor = np.stack([te.score[:, weak], te.score[:, strong], te.cost[:, strong]])
-
-    def values(w: np.ndarray) -> dict[str, np.ndarray]:  # w (b, n) -> name -> (b,)
-        tot = w.sum(axis=1)
-        a = (w @ anchor.T) / tot[:, None]
-        out = {}
-        for n, (q, c, s) in sweeps.items():
-            qb, cb, sb = ((w @ x.T) / tot[:, None] for x in (q, c, s))
-            out[n] = np.array([curve_metrics(sb[j], qb[j], cb[j], a[j, 0], a[j, 1], a[j, 2],
-                                             ev.quality_target)[key] for j in range(len(w))])
-        return out
-
-    point = values(np.ones((1, te.n_prompts)))
-    reps: dict[str, list[np.ndarray]] = {n: [] for n in names}
-    for w in session_bootstrap(np.arange(te.n_prompts), ev.n_boot, ev.seed):
-        for n, v in values(w).items():
-            reps[n].append(v)
-    rep = {n: np.concatenate(v) for n, v in reps.items()}
-    summary, diffs = {}, {}
-    for a, b in pairs:
-        if a not in curves or b not in curves:
-            continue
-        d = rep[a] - rep[b]
-        lo, hi = percentile_interval(d, ev.level)
-        summary[f"{a}-{b}"] = {"mean": float(point[a][0] - point[b][0]), "ci": [lo, hi],
-                               "significant": bool(np.isfinite(lo) and np.isfinite(hi)
-                                                   and (hi < 0 or lo > 0))}
-        diffs[f"{a}-{b}"] = d
-    return summary, diffs
-
-
-def _rules_scores(rules: ScenarioRules, train: OutcomeMatrix, m: OutcomeMatrix) -> np.ndarray:
-    """The rules family's curve: per-task train success of each candidate (what the rules are
-    fitted on), shorter prompts first within a task. Under the `margin` rule, sweeping the
-    threshold is sweeping the rules' own tolerance (cheapest candidate within -t of the
-    task's best), the long-prompt rule breaking ties; under `absolute` it moves tasks
-    (then long prompts) from cheap to strong candidates."""
-    tasks = train.meta[O.TASK].astype(str).to_numpy()
-    table = pd.DataFrame(train.score).groupby(tasks).mean()
-    prior = train.score.mean(axis=0)
-    own = table.reindex(m.meta[O.TASK].astype(str)).to_numpy(float)
-    own = np.where(np.isfinite(own), own, prior[None, :])
-    length = m.meta[Label.PROMPT_LENGTH].to_numpy(float)
-    rank = pd.Series(length).rank(pct=True).to_numpy()
-    others = np.ones(own.shape, bool)  # the task's best keeps its value: a margin of 0
-    others[np.arange(len(own)), own.argmax(axis=1)] = False
-    return own - 1e-3 * rank[:, None] * others  # ties within a task broken by length
 
 
 def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
@@ -528,12 +457,12 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                    "oracle": oracle.choose(te.score, fallback=top)})
     rule = cfg.policy.rule
     curves = {**{n: routing_scores(p, rule) for n, p in prob_te.items()},
-              "rules": routing_scores(_rules_scores(rules, tr, te), rule),
+              "rules": routing_scores(rules_scores(rules, tr, te), rule),
               "random": rng.random((te.n_prompts, k)),
               "oracle": oracle.predict_proba(te.score)}
     if rules_eq is not None:
         choice["rules_equal"] = rules_eq.predict_index(te)
-        curves["rules_equal"] = routing_scores(_rules_scores(rules_eq, tr_eq, te), rule)
+        curves["rules_equal"] = routing_scores(rules_scores(rules_eq, tr_eq, te), rule)
     ev = cfg.labels.evaluation
     test = {}
     for name, ch in choice.items():

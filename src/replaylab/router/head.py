@@ -62,6 +62,11 @@ full-information calibration sets; it is applied in numpy after the network and
 is not exported. Graded rewards enter Platt's logistic fit as two weighted rows
 (label 1 with weight w r, label 0 with weight w (1 - r)), which is exactly BCE
 with soft labels.
+
+One module: the configuration, the network, its fit (distillation included) and its
+calibration define one estimator, `SuccessHead`, and change together; its inputs
+(`TrainingRows`, `MetaEncoder`) live in `router/inputs.py`, its export in
+`artifacts/router_head.py`.
 """
 
 from __future__ import annotations
@@ -79,13 +84,7 @@ import torch
 from torch import nn
 
 from replaylab.config import fail_field as _fail
-from replaylab.router.inputs import (  # noqa: F401 - re-exported: the head's inputs
-    OTHER,
-    MetaEncoder,
-    TrainingRows,
-    ips_weights,
-    meta_arrays,
-)
+from replaylab.router.inputs import MetaEncoder, TrainingRows, meta_arrays
 
 CALIBRATIONS = ("platt", "isotonic", "none")
 
