@@ -117,11 +117,11 @@ def _read_run(r, path: Path) -> Any:
 def export_run(run: Any, summary: dict, out: Path, export_cfg: Any,
                mlflow_run_id: str | None) -> dict:
     """Export `run` to `out`; returns the summary's `export` section."""
-    from replaylab.artifacts.demand_export import export_demand
+    from replaylab.artifacts.kinds import DEMAND
     from replaylab.contracts.manifest import verify_manifest
 
     key = hmac_key(export_cfg.get("hmac_key_env"))
-    path = export_demand(run, summary, out, version=str(export_cfg.version),
+    path = DEMAND.export(run, summary, out, version=str(export_cfg.version),
                          valid_days=float(export_cfg.valid_days), hmac_key=key,
                          mlflow_run_id=mlflow_run_id, git_commit=git_commit())
     m = verify_manifest(path, hmac_key=key, required_kind="demand")

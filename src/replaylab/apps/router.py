@@ -63,14 +63,14 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
 def _report_and_export(cfg: DictConfig, run: Any, summary: dict, run_dir: Path,
                        encoder_dir: Path, receipts: bool = False) -> None:
     """The go/no-go report and the router artifact."""
-    from replaylab.artifacts.router_export import export_router
+    from replaylab.artifacts.kinds import ROUTER
 
     if receipts:
         from replaylab.tracking.receipts_report import write_receipts_report as write_report
     else:
         from replaylab.tracking.router_report import write_router_report as write_report
     summary["reports"] = {"html": str(write_report(summary, run_dir))}
-    path = export_router(run, encoder_dir, run_dir / "artifacts" / "router",
+    path = ROUTER.export(run, encoder_dir, run_dir / "artifacts" / "router",
                          version=str(cfg.export.version), valid_days=float(cfg.export.valid_days),
                          hmac_key=hmac_key(cfg.export.get("hmac_key_env")),
                          training={"mlflow_run_id": active_run_id(), "git_commit": git_commit()})
