@@ -27,13 +27,16 @@ import pandas as pd
 
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import KEY_COLUMNS
+from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, reliability_curve
 from replaylab.demand.gate import N_BOOT, gate_from_rows
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
 from replaylab.demand.labels import (
-    DemandLabels,
+    ABSENT_USAGE,
+    CANCELLED,
+    CLASS_COLUMN,
     label_counts,
 )
 from replaylab.demand.metrics import (
@@ -154,25 +157,28 @@ def groups_absent_from_test(train: pd.DataFrame, test: pd.DataFrame,
     return out
 
 
-def _predictions_frame(test: pd.DataFrame, labels: DemandLabels, test_mask: np.ndarray,
-                       scored: dict[str, _Scored], cfg: DemandConfig) -> pd.DataFrame:
-    """One row per test request: keys, groups, observed total, flags, every predictor's columns."""
+def predictions_frame(test: pd.DataFrame, y: np.ndarray, label_class: np.ndarray,
+                      censored: np.ndarray, predicted: dict[str, tuple], cfg: DemandConfig,
+                      ) -> pd.DataFrame:
+    """One row per test request, the columns of `predictions_test.parquet` (local, and each
+    partition's file under compute=dask): keys, groups, observed total `y` (a lower bound
+    where censored), label class and flags, and per predictor name its quantiles and
+    interval (`predicted[name]` = (quantiles (n, q), lo, hi))."""
     keep = [c for c in (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP, *cfg.group_columns,
                         *cfg.bucket_columns, L.PROMPT_TOKENS, L.MAX_TOKENS)
             if c in test.columns]
     out = test[list(dict.fromkeys(keep))].reset_index(drop=True).copy()
-    cls = labels.label_class[test_mask]
-    out["y"] = labels.y_total[test_mask]  # observed total; a lower bound where censored
-    out["label_class"] = cls
-    out["censored"] = labels.lower_bound[test_mask]
-    out["cancelled"] = cls == "cancelled"
-    out["absent_usage"] = cls == "absent_usage"
+    out["y"] = y
+    out[CLASS_COLUMN] = label_class
+    out["censored"] = censored
+    out["cancelled"] = label_class == CANCELLED
+    out["absent_usage"] = label_class == ABSENT_USAGE
     lvl = level_label(cfg.interval)
-    for name, s in scored.items():
-        for j, q in enumerate(cfg.quantiles):
-            out[f"{name}-q{quantile_key(q)}"] = s.test_q[:, j]
-        out[f"{name}-lo-{lvl}"] = s.test_lo
-        out[f"{name}-hi-{lvl}"] = s.test_hi
+    for name, (q, lo, hi) in predicted.items():
+        for j, level in enumerate(cfg.quantiles):
+            out[f"{name}-q{quantile_key(level)}"] = q[:, j]
+        out[f"{name}-lo-{lvl}"] = lo
+        out[f"{name}-hi-{lvl}"] = hi
     return out
 
 
@@ -296,9 +302,9 @@ def select_golden_rows(test: pd.DataFrame, total_q: np.ndarray, cap: np.ndarray 
             if int(i) not in picked:
                 picked.append(int(i))
 
-    first = np.flatnonzero(test["hist_turns_dispatched"].to_numpy(dtype="float64",
-                                                                  na_value=np.nan) == 0) \
-        if "hist_turns_dispatched" in test.columns else np.array([], dtype=int)
+    first = np.flatnonzero(test[P.TURNS_DISPATCHED].to_numpy(dtype="float64",
+                                                             na_value=np.nan) == 0) \
+        if P.TURNS_DISPATCHED in test.columns else np.array([], dtype=int)
     take(first[:4])
     if cap is not None:
         prompt = test[L.PROMPT_TOKENS].to_numpy(dtype="float64", na_value=np.nan)
@@ -378,8 +384,10 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     test = _evaluate(data, scored, demand, cap_test)
     timings["evaluation"] = time.perf_counter() - t0
     path = out_dir / "predictions_test.parquet"
-    predictions = _predictions_frame(data.frame("test"), data.labels, data.masks["test"], scored,
-                                     demand)
+    tm, lab = data.masks["test"], data.labels
+    predictions = predictions_frame(data.frame("test"), lab.y_total[tm], lab.label_class[tm],
+                                    lab.lower_bound[tm], {k: (v.test_q, v.test_lo, v.test_hi)
+                                                          for k, v in scored.items()}, demand)
     predictions.to_parquet(path, index=False)
     artifacts["predictions_test"] = str(path)
 

@@ -27,6 +27,7 @@ from replaylab.demand.gate import CI_LEVEL, demand_gate
 from replaylab.demand.labels import CLASS_COLUMN, LABEL, LOWER_BOUND_CLASSES
 from replaylab.demand.metrics import quantile_key, row_figures
 from replaylab.demand.model import MODEL, base_band, request_cap
+from replaylab.pipelines.demand import predictions_frame
 
 
 def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
@@ -40,27 +41,6 @@ def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
     return out
 
 
-def _predictions_frame(part: pd.DataFrame, got: dict, demand: DemandConfig) -> pd.DataFrame:
-    """The local `predictions_test.parquet` columns for one partition."""
-    keep = [c for c in (L.REQUEST_ID, L.SESSION_ID, L.TIMESTAMP, *demand.group_columns,
-                        *demand.bucket_columns, L.PROMPT_TOKENS, L.MAX_TOKENS)
-            if c in part.columns]
-    out = part[list(dict.fromkeys(keep))].reset_index(drop=True).copy()
-    cls = part[CLASS_COLUMN].to_numpy(dtype=object)
-    out["y"] = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    out["label_class"] = cls
-    out["censored"] = np.isin(cls, LOWER_BOUND_CLASSES)
-    out["cancelled"] = cls == "cancelled"
-    out["absent_usage"] = cls == "absent_usage"
-    lvl = f"{100.0 * float(demand.interval):g}"
-    for name, (q, lo, hi, _) in got.items():
-        for j, qq in enumerate(demand.quantiles):
-            out[f"{name}-q{quantile_key(qq)}"] = q[:, j]
-        out[f"{name}-lo-{lvl}"] = lo
-        out[f"{name}-hi-{lvl}"] = hi
-    return out
-
-
 def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dict,
                reliability: dict, demand: DemandConfig, n_boot: int, out_dir: str) -> dict:
     """One test partition: write its predictions; return its sums (module docstring, 6)."""
@@ -69,10 +49,11 @@ def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dic
     if len(part) == 0:
         return {"rows": 0}
     got = _predict_all(part, predictors, calibrators, demand)
-    _predictions_frame(part, got, demand).to_parquet(
-        os.path.join(out_dir, f"part-{index:05d}.parquet"), index=False)
     cls = part[CLASS_COLUMN].to_numpy(dtype=object)
     y_all = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
+    predictions_frame(part, y_all.copy(), cls, np.isin(cls, LOWER_BOUND_CLASSES),
+                      {k: v[:3] for k, v in got.items()}, demand).to_parquet(
+        os.path.join(out_dir, f"part-{index:05d}.parquet"), index=False)
     u = cls == LABEL
     y = y_all[u]
     cols: dict[str, np.ndarray] = {}
