@@ -21,10 +21,15 @@ dask = pytest.importorskip("dask")
 from replaylab.contracts import Ledger as L  # noqa: E402
 from replaylab.contracts.ledger import validate_ledger  # noqa: E402
 from replaylab.projection import (  # noqa: E402
+    RUN_CODE_VERSION,
     SPLITS,
     ProjectionConfig,
     SplitConfig,
     dispatch_time_features,
+    ledger_fingerprint,
+    ledger_fingerprint_dask,
+    project,
+    projection_version,
     split_counts,
     time_ordered_splits,
 )
@@ -90,6 +95,29 @@ def _assert_same_as_pandas(valid: pd.DataFrame, cfg: SplitConfig) -> None:
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"{c.train}-{c.purge}-{c.embargo_ms}")
 def test_default_scheduler_equals_pandas(valid, cfg):
     _assert_same_as_pandas(valid, cfg)
+
+
+def test_project_means_the_same_under_local_and_dask(valid):
+    """`projection.project`, the one recipe: the same features and split of every row in
+    both modes; the fingerprint's scheme differs, and the version follows its fingerprint."""
+    cfg = CONFIGS[0]
+    local = project(valid, ProjectionConfig(), cfg)
+    remote = project(dd.from_pandas(valid, npartitions=4), ProjectionConfig(), cfg,
+                     compute="dask")
+    assert local.compute == "local" and remote.compute == "dask"
+    want = local.with_split_column().sort_values(L.REQUEST_ID, ignore_index=True)
+    got = remote.with_split_column().compute().sort_values(L.REQUEST_ID, ignore_index=True)
+    pd.testing.assert_frame_equal(got, want)
+    assert local.fingerprint == ledger_fingerprint(valid)
+    assert remote.fingerprint == ledger_fingerprint_dask(dd.from_pandas(valid, npartitions=3))
+    assert local.version == projection_version(ProjectionConfig(), local.fingerprint,
+                                               RUN_CODE_VERSION, cfg)
+    assert remote.version == projection_version(ProjectionConfig(), remote.fingerprint,
+                                                RUN_CODE_VERSION, cfg)
+    assert set(local.timings) == {"fingerprint", "features", "splits"}
+    assert set(remote.timings) == {"fingerprint", "project"}
+    with pytest.raises(ValueError, match="compute="):
+        project(valid, compute="spark")
 
 
 @pytest.mark.slow

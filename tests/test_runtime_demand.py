@@ -31,6 +31,7 @@ from replaylab.artifacts.demand_export import (
     GOLDEN_TOLERANCES,
     UNSEEN_CATEGORY,
     DemandExportError,
+    demand_sections,
     export_demand,
     feature_schema,
 )
@@ -42,6 +43,7 @@ from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, LoadedLedger, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.runtime import DemandPredictor, FallbackBaseline
+from replaylab.runtime.demand import DemandSpec
 from replaylab.sources.synthetic import SyntheticLedgerConfig
 from tests.conftest import REPO
 
@@ -152,6 +154,23 @@ def test_manifest_describes_the_model(synthetic):
     assert m["fallback"] == {**m["fallback"], "name": "max_tokens_cap", "default_max_tokens": 4096}
     assert [f["path"] for f in m["files"]] == ["golden.json", "model.onnx", "trees.safetensors"]
     assert m["contracts"]["ledger"] == "1" and m["contracts"]["hint"] == ["1"]
+
+
+def test_the_typed_sections_are_what_the_manifest_holds_and_read_back(synthetic):
+    """One schema: the exporter's `DemandSections` are the manifest's sections as written,
+    and the runtime's `DemandSpec` reads back the same records."""
+    _, art, summary, run = synthetic
+    m = verify_manifest(art, required_kind="demand")
+    sections = demand_sections(run, summary, mlflow_run_id="abc",
+                               git_commit="deadbeef").as_manifest()
+    assert {k: m[k] for k in sections} == sections
+    spec = DemandSpec.from_manifest(m)
+    assert [f.as_dict() for f in spec.features] == m["features"]
+    assert spec.outputs.as_dict() == m["outputs"]
+    assert spec.calibration.as_dict() == m["calibration"]
+    counts = [f for f in spec.features if f.name == "hist_turns_ended"]
+    assert counts and counts[0].first_turn == 0 and type(counts[0].first_turn) is int
+    assert spec.fallback.default_max_tokens == m["fallback"]["default_max_tokens"]
 
 
 def test_export_refuses_a_model_without_the_hint_levels(synthetic):

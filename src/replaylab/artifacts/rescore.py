@@ -36,7 +36,7 @@ import pandas as pd
 
 from replaylab.contracts import Ledger as L
 from replaylab.demand.baselines import bucket_keys
-from replaylab.demand.labels import LABEL, demand_labels
+from replaylab.demand.labels import CLASS_COLUMN, LABEL, demand_labels
 from replaylab.demand.metrics import coverage, interval_metrics, pinball_losses, quantile_key
 from replaylab.projection import project
 from replaylab.projection.recipe import SPLIT_COLUMN
@@ -65,13 +65,13 @@ def run_test_rows(features_path: str | Path, predictions_path: str | Path) -> Te
     gives the observed total and label class. Rows are matched on request_id.
     """
     features = pd.read_parquet(features_path)
-    pred = pd.read_parquet(predictions_path, columns=[L.REQUEST_ID, "y", "label_class"])
+    pred = pd.read_parquet(predictions_path, columns=[L.REQUEST_ID, "y", CLASS_COLUMN])
     test = features[features[SPLIT_COLUMN] == "test"].reset_index(drop=True)
     if len(test) != len(pred) or not np.array_equal(test[L.REQUEST_ID].to_numpy(dtype=object),
                                                     pred[L.REQUEST_ID].to_numpy(dtype=object)):
         raise RescoreError(f"{features_path}: its test rows are not those of {predictions_path}")
     return TestRows(test, pred["y"].to_numpy(dtype="float64"),
-                    pred["label_class"].to_numpy(dtype=object) == LABEL)
+                    pred[CLASS_COLUMN].to_numpy(dtype=object) == LABEL)
 
 
 def ledger_test_rows(ledger: pd.DataFrame, projection: Any, split: Any,
