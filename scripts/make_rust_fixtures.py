@@ -15,10 +15,10 @@ vectors, `replaylab.__version__` in the router manifest).
   (`train_demand`) on a seeded synthetic ledger of 300 sessions (the same run
   tests/test_rust_demand.py trains): manifest, golden.json, model.onnx and the flat
   trees (trees.safetensors, a few dozen small trees), ~70 KB.
-- `router/`: `replaylab.router.artifact.export_router` of a static-tier router trained
+- `router/`: `replaylab.artifacts.router_export.export_router` of a static-tier router trained
   by `replaylab.pipelines.router.train_router` on the shipped RouteLLM GSM8K outcomes,
   with a tiny stand-in encoder exported by the real static exporter
-  (`replaylab.router.static_encoder.export_static_encoder`, its model2vec parity gate
+  (`replaylab.artifacts.static_export.export_static_encoder`, its model2vec parity gate
   included): a BERT WordPiece tokenizer over ~400 tokens (specials, ASCII characters
   and their `##` pieces, the 300 most frequent words of the prompts) and seeded random
   16-dimensional embeddings in a model2vec `StaticModel`; a small head (hidden 32, 16).

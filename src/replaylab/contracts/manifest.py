@@ -92,7 +92,7 @@ def canonical_json(obj: Any) -> bytes:
     """Canonical encoding: sorted keys, no whitespace, UTF-8, no NaN/Infinity.
 
     The one canonical form of the project: artifact manifests and the fleet's
-    signed recommendations (`replaylab.fleet.control.events`) are signed over it.
+    signed recommendations (`replaylab.contracts.events`) are signed over it.
     """
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False).encode("utf-8")
@@ -102,7 +102,7 @@ def hmac_sha256(obj: Any, key: bytes) -> str:
     """Hex HMAC-SHA256 of `canonical_json(obj)` with `key` (bytes).
 
     The one signing helper: manifests (`signature` = "hmac-sha256:" + this) and
-    fleet recommendations (`replaylab.fleet.control.events.sign_recommendation`) use it.
+    fleet recommendations (`replaylab.contracts.events.sign_recommendation`) use it.
     The key is always handed in by the caller, never read here.
     """
     return hmac.new(key, canonical_json(obj), hashlib.sha256).hexdigest()

@@ -140,7 +140,7 @@ def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
                  ) -> tuple[OutcomeMatrix, list[str], dict[str, np.ndarray]]:
     """The test split `train_router` scores (the same matrix and seeded split): its full
     outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
-    another router artifact on the same prompts (`replaylab.router.rescore`)."""
+    another router artifact on the same prompts (`replaylab.artifacts.rescore_router`)."""
     m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     te = m.take(seeded_split(m.n_prompts, cfg.split, cfg.seed) == "test")
     return te, _texts(outcomes, te.prompt_ids), prompt_meta(te)

@@ -16,7 +16,7 @@ so serving needs neither torch nor transformers):
 
 The pooling mode, the normalization flag, `max_seq_length` and the dimension
 come from `encoder_config.json` in the artifact folder, written by
-`replaylab.router.encoder.export_encoder` from the model's own modules.
+`replaylab.artifacts.encoder_export.export_encoder` from the model's own modules.
 
 `load_encoder(folder)` verifies the folder's manifest (kind `encoder`, every
 file's size and sha256, validity, optional HMAC) and reads each file through

@@ -1,6 +1,6 @@
 //! The router head's forward pass from `head.safetensors`, in float64 (every float32
 //! weight widened exactly). docs/specs/router-scorer.md, "Head", has the arithmetic; the Python
-//! serving head is `replaylab.runtime.router.NumpyHead` (float64 too, with the linear
+//! serving head is `replaylab.runtime.router_head.NumpyHead` (float64 too, with the linear
 //! steps around layer 0 and the success layer folded at load: the same function, other
 //! rounding, ~1e-15).
 //!
