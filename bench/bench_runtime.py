@@ -188,12 +188,11 @@ def _lgbm_one_thread(model):
 
 def _setup(sessions: int, tmp: Path):
     from replaylab.artifacts.demand_export import export_demand
-    from replaylab.contracts.columns import HISTORY_COLUMNS
     from replaylab.demand import DemandConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
-    from replaylab.projection.requests import REQUEST_FIELDS, plain_value
+    from replaylab.projection.requests import requests as projected_requests
     from replaylab.runtime.demand import DemandPredictor
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 
@@ -209,9 +208,7 @@ def _setup(sessions: int, tmp: Path):
         raise SystemExit(f"artifact did not load: {predictor.reason}")
     ledger = loaded.result.valid
     feats = dispatch_time_features(ledger, ProjectionConfig())
-    keep = [c for c in (*REQUEST_FIELDS, *HISTORY_COLUMNS) if c in feats.columns]
-    requests = [{k: plain_value(v) for k, v in rec.items()}
-                for rec in feats[keep].to_dict("records")]
+    requests = projected_requests(feats, bare_first_turn=False)
     return loaded, run, predictor, feats, requests, train_s
 
 

@@ -56,12 +56,11 @@ HINTS = ("hint_p50", "hint_p90", "hint_lo", "hint_hi")
 def setup(sessions: int, tmp: Path):
     """(artifact dir, request dicts, trees) of a demand run trained and exported here."""
     from replaylab.artifacts.demand_export import export_demand
-    from replaylab.contracts.columns import HISTORY_COLUMNS
     from replaylab.demand import DemandConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig, dispatch_time_features
-    from replaylab.projection.requests import REQUEST_FIELDS, plain_value
+    from replaylab.projection.requests import requests as projected_requests
     from replaylab.sources.synthetic import SyntheticLedgerConfig
 
     loaded = load_ledger(LedgerInput(
@@ -70,9 +69,7 @@ def setup(sessions: int, tmp: Path):
                                 DemandConfig(), tmp / "run")
     art = export_demand(run, summary, tmp / "art")
     feats = dispatch_time_features(loaded.result.valid, ProjectionConfig())
-    keep = [c for c in (*REQUEST_FIELDS, *HISTORY_COLUMNS) if c in feats.columns]
-    requests = [{k: plain_value(v) for k, v in rec.items()}
-                for rec in feats[keep].to_dict("records")]
+    requests = projected_requests(feats, bare_first_turn=False)
     # through JSON once, so both sides read the very same values
     return art, [json.loads(json.dumps(r)) for r in requests]
 
