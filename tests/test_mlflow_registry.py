@@ -151,12 +151,24 @@ def test_register_puts_verified_folders_in_the_registry_with_their_tags(registry
         assert mv.run_id == s["mlflow"]["run_id"]
         run = c.get_run(mv.run_id)
         assert run.data.tags[f"replaylab.registered.{DEMAND}"] == str(v)
+        # one logging route for both kinds: logged with the run under its kind's path,
+        # registered from there (a demand folder is small: nothing stored apart)
+        reg = s["registry"][0]
+        assert reg["artifact_path"] == "demand_artifact" and mv.source.endswith(
+            "/demand_artifact")
+        assert t["replaylab.blobs"] == "uploaded 0, reused 0"
+        assert {f.path for f in c.list_artifacts(mv.run_id, "demand_artifact")} == {
+            f"demand_artifact/{e['path']}" for e in m["files"]} | {
+            "demand_artifact/manifest.json"}
     # same ledger and split: the same test window, so the pinballs are comparable
     w = {c.get_model_version(DEMAND, v).tags["replaylab.test_window"] for v in ("1", "2")}
     assert len(w) == 1
     assert c.get_model_version(DEMAND, "3").tags["replaylab.test_window"] not in w
     r1, r2 = (c.get_model_version(ROUTER, v).tags for v in ("1", "2"))
     assert (r1["replaylab.go"], r2["replaylab.go"]) == ("true", "false")
+    for v in ("1", "2"):
+        assert c.get_model_version(ROUTER, v).source.endswith("/router_artifact")
+        assert runs[f"router{v}"]["registry"][0]["artifact_path"] == "router_artifact"
     assert float(r1["replaylab.metric.learned.quality"]) == 0.85
 
 
