@@ -46,7 +46,7 @@ def make_ledger(rows: int, folder: Path) -> None:
     the pipeline's)."""
     import numpy as np
 
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.router.config import RouterExplorationConfig
     from replaylab.router.exploration import deployment_ledger, replay_outcomes, simulate_receipts
     from replaylab.router.pipeline_config import router_config

@@ -65,7 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 
 HERE = Path(__file__).resolve().parent
 STATIC_TARGET_P99_S = 100e-6  # issue 15: a static-tier route under 100 µs p99, one thread

@@ -32,7 +32,8 @@ from bench_projection import PeakRSS
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from router_results import router_values  # noqa: E402
 
-from replaylab.apps.router import default_outcomes, static_encoder_folder
+from replaylab.apps.inputs import default_outcomes
+from replaylab.artifacts.encoder_cache import static_encoder_folder
 from replaylab.contracts import read_ledger
 from replaylab.pipelines.router_receipts import train_router_receipts
 from replaylab.router.config import RouterExplorationConfig

@@ -76,7 +76,7 @@ def train_static_router(out: Path) -> Path:
 
 
 def gsm8k_queries(n: int, seed: int = 0) -> list[dict]:
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     texts = import_routellm_gsm8k(default_outcomes())["prompt_text"].drop_duplicates().tolist()

@@ -94,7 +94,7 @@ def tiny_static_model(prompts: list[str]):
 
 def router_fixture(work: Path, out: Path) -> Path:
     """A static-tier router artifact over the tiny encoder."""
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.artifacts.router_export import export_router
     from replaylab.artifacts.static_export import export_static_encoder
     from replaylab.pipelines.router import train_router

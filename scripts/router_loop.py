@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 from replaylab.contracts import validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.router.config import RouterCostConfig, RouterExplorationConfig, RouterRulesConfig

@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from router_results import apply_overrides, load_tier_encoder, router_values  # noqa: E402
 
-from replaylab.apps.router import default_outcomes  # noqa: E402
+from replaylab.apps.inputs import default_outcomes  # noqa: E402
 from replaylab.contracts import validate_ledger  # noqa: E402
 from replaylab.pipelines.router_receipts import train_router_receipts  # noqa: E402
 from replaylab.router.config import RouterExplorationConfig  # noqa: E402

@@ -34,7 +34,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 from replaylab.apps.schemas import register_schemas
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from replaylab.apps.evaluate import EXPERIMENTS, positional_experiment
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 
 REPO = Path(__file__).resolve().parents[1]
 

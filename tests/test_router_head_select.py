@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
 from replaylab.contracts.columns import Ledger as L

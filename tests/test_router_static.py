@@ -47,7 +47,7 @@ def table_tokenizer(hf_tokenizer, charmap) -> CharmapTokenizer:
 
 @pytest.fixture(scope="module")
 def prompts() -> list[str]:
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     df = import_routellm_gsm8k(str(default_outcomes()))
@@ -364,7 +364,7 @@ def test_static_pipeline_trains_exports_and_serves(static_run, tmp_path):
     # served decisions == the decisions training reported, bit for bit
     import pandas as pd
 
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     dec = pd.read_parquet(run / "router_decisions_test.parquet").head(60)

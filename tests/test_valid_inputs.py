@@ -48,7 +48,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 from replaylab.apps.train import input_errors
 from replaylab.contracts import (
     AGGREGATES_SCHEMA,

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from replaylab.apps.router import default_outcomes
+from replaylab.apps.inputs import default_outcomes
 from replaylab.router.config import (
     RouterCostConfig,
 )

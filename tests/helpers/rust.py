@@ -41,7 +41,7 @@ def run_bin(binary: Path, *args: str, stdin: str | None = None) -> subprocess.Co
 
 
 def router_texts() -> list[str]:
-    from replaylab.apps.router import default_outcomes
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.artifacts.encoder_export import EDGE_CASE_TEXTS
     from replaylab.sources.routellm import import_routellm_gsm8k
 

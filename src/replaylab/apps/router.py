@@ -13,15 +13,14 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from replaylab.apps.inputs import default_outcomes, load_outcomes, plain  # noqa: F401
+from replaylab.apps.inputs import load_outcomes, plain
 from replaylab.apps.provenance import git_commit, hmac_key
 from replaylab.apps.recording import active_run_id
-from replaylab.artifacts.encoder_cache import (  # noqa: F401 (static_encoder_folder: bench/)
+from replaylab.artifacts.encoder_cache import (
     cached_embed,
     embeddings_dir,
     encoder_verdicts,
     prepare_encoder,
-    static_encoder_folder,
 )
 from replaylab.config import ConfigError
 

@@ -2,7 +2,7 @@
 
 The Dask router path (`pipelines.router_dask`) embeds each partition's opening prompts
 on the worker that holds it: `EncoderSpec.embed(texts)` loads the verified encoder
-export the driver prepared (`apps.router.prepare_encoder`: the same folder, tier and
+export the driver prepared (`artifacts.encoder_cache.prepare_encoder`: the same folder, tier and
 variant), once per process, behind the shared content-hash cache
 (`router.embed_cache.cached_embed`: every process writes its own segments into one
 folder, so a text embedded by one worker is a cache hit for the others and for the
