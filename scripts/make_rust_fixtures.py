@@ -6,14 +6,14 @@ a tampered copy refused. Regenerate them (seeded, deterministic, ~20 s on 2 core
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/make_rust_fixtures.py
 
-(`--out DIR` writes elsewhere; tests/test_rust_crate.py regenerates them into a temp
+(`--out DIR` writes elsewhere; tests/scorers/test_rust_crate.py regenerates them into a temp
 folder and checks every file's sha256 against the committed ones). Rerun it and commit
 the result whenever an exporter's output changes on purpose (its format, the golden
 vectors, `replaylab.__version__` in the router manifest).
 
 - `demand/`: `replaylab.artifacts.demand_export.export_demand` of a demand run
   (`train_demand`) on a seeded synthetic ledger of 300 sessions (the same run
-  tests/test_rust_demand.py trains): manifest, golden.json, model.onnx and the flat
+  tests/scorers/test_rust_demand.py trains): manifest, golden.json, model.onnx and the flat
   trees (trees.safetensors, a few dozen small trees), ~70 KB.
 - `router/`: `replaylab.artifacts.router_export.export_router` of a static-tier router trained
   by `replaylab.pipelines.router.train_router` on the shipped RouteLLM GSM8K outcomes,
@@ -26,7 +26,7 @@ vectors, `replaylab.__version__` in the router manifest).
   their per-codepoint table rows (private-use deletion, NFD of Hangul and accented
   letters) alone weigh 1.3-3 MB, while lowercasing and the punctuation / whitespace
   classes make a 26 KB charmap.tsv. The full MiniLM-distilled encoder (34 MB) is still
-  checked when REPLAYLAB_ROUTER_ARTIFACT names such an artifact (tests/test_rust_scorer.py).
+  checked when REPLAYLAB_ROUTER_ARTIFACT names such an artifact (tests/scorers/test_rust_scorer.py).
 
 Both are created at a fixed time (2026-01-01T00:00:00Z) and valid for 100 years, so
 they verify on any clock the tests meet; nothing in them depends on the machine.

@@ -1,7 +1,7 @@
 //! `cargo test --offline` of the demand scorer on real demand artifacts: the crate's fixture
 //! (tests/fixtures/demand, scripts/make_rust_fixtures.py) always, and the folder
 //! REPLAYLAB_DEMAND_ARTIFACT names when set (`python -m training pipeline=demand` then
-//! `python -m export` write one to <run>/artifacts/demand; tests/test_rust_demand.py builds a
+//! `python -m export` write one to <run>/artifacts/demand; tests/scorers/test_rust_demand.py builds a
 //! tiny one and runs these against it).
 
 use std::path::PathBuf;

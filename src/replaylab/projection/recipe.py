@@ -16,7 +16,7 @@ rows, split and version from the same ledger and configs:
    rule).
 
 The two modes mean the same: the same features and the same split of every row (by
-test, `tests/test_projection_dask.py`); only the fingerprint's scheme differs (the
+test, `tests/projection/test_projection_dask.py`); only the fingerprint's scheme differs (the
 version follows its fingerprint).
 """
 

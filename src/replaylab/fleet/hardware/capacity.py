@@ -15,7 +15,7 @@ of B = min(max_batch, kv_capacity / E[kv reservation]) sequences:
     replicas for a rate r at utilization u = ceil(r * w / u)
 
 `w` is modeled (it assumes the batch is full); the test suite measures it
-against the simulator's saturated throughput (tests/test_fleet_autoscaling.py).
+against the simulator's saturated throughput (tests/fleet/test_fleet_autoscaling.py).
 
 `autoscaling_profile` builds the replica profile the autoscaling experiment
 uses, from the measurements read by `replaylab.fleet.hardware.profiles`: service curve

@@ -1,0 +1,100 @@
+"""The Rust crate (scorers/rust) tests itself on its committed fixture artifacts.
+
+scorers/rust/tests/fixtures holds a tiny demand artifact and a tiny static-tier router
+artifact, written by the real exporters through scripts/make_rust_fixtures.py. Here:
+
+- Python side (no cargo needed): every fixture manifest verifies with
+  `replaylab.contracts.manifest.verify_manifest` and lists exactly the files of its
+  folder; the Python runtime loads both artifacts with their golden vectors passed
+  (`Router.load`, `DemandPredictor.load`);
+- regenerating the fixtures with the script (into a temp folder, ~20 s) reproduces every
+  committed file's sha256: the fixtures are what the exporters write today (rerun the
+  script and commit when an exporter changes on purpose);
+- `cargo test --offline` in the crate, no environment variable set, passes and checks
+  the fixtures (manifests, golden vectors, tampered copies refused); skipped, saying so,
+  without cargo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from replaylab.contracts.manifest import verify_manifest
+from tests.helpers.rust import CRATE, cargo_env, cargo_or_skip
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = CRATE / "tests" / "fixtures"
+SCRIPT = REPO / "scripts" / "make_rust_fixtures.py"
+# (fixture, folder inside it, kind)
+MANIFESTS = [("demand", "", "demand"), ("router", "", "router"), ("router", "encoder", "encoder")]
+
+
+def _files(folder: Path) -> dict[str, str]:
+    """{relative POSIX path: sha256} of every file under `folder`."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_fixtures_are_small():
+    files = [p for p in FIXTURES.rglob("*") if p.is_file()]
+    assert {p.relative_to(FIXTURES).parts[0] for p in files} == {"demand", "router"}
+    assert sum(p.stat().st_size for p in files) < 1_000_000
+
+
+@pytest.mark.parametrize(("name", "sub", "kind"), MANIFESTS)
+def test_fixture_manifests_verify_in_python(name, sub, kind):
+    folder = FIXTURES / name / sub
+    manifest = verify_manifest(folder, required_kind=kind)
+    listed = {e["path"] for e in manifest["files"]}
+    assert listed == set(_files(folder)) - {"manifest.json"}
+
+
+def test_fixtures_load_with_their_golden_vectors_in_python():
+    from replaylab.runtime import DemandPredictor, Router
+
+    router = Router.load(FIXTURES / "router")
+    assert router.loaded and router.tier == "static", router.reason
+    assert router.golden_status == "passed"
+    demand = DemandPredictor.load(FIXTURES / "demand", online=False)
+    assert demand.loaded, demand.reason
+    assert demand.golden_status == "passed"
+
+
+def test_regenerated_fixtures_are_the_committed_ones(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in ("demand", "router"):
+        got, want = _files(tmp_path / name), _files(FIXTURES / name)
+        differ = sorted(k for k in got.keys() | want.keys() if got.get(k) != want.get(k))
+        assert not differ, (f"{name}: {differ} differ from the committed fixtures; if an exporter "
+                            f"changed on purpose, run `python {SCRIPT.relative_to(REPO)}` and "
+                            "commit scorers/rust/tests/fixtures")
+
+
+def test_cargo_test_checks_the_fixtures():
+    cargo = cargo_or_skip()
+    env = {k: v for k, v in cargo_env(cargo).items()
+           if k not in ("REPLAYLAB_ROUTER_ARTIFACT", "REPLAYLAB_DEMAND_ARTIFACT")}
+    # --nocapture: the tests' stderr says which artifacts they checked
+    proc = subprocess.run([cargo, "test", "--offline", "--", "--nocapture"], cwd=CRATE, env=env,
+                          capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "FAILED" not in proc.stdout
+    for test in ("golden_vectors_route_identically", "golden_hints_are_reproduced",
+                 "a_tampered_artifact_is_refused", "malformed_requests_fall_back",
+                 "binder_openings_are_the_routers_choice_or_explored",
+                 "the_fixtures_verify_and_list_every_file", "the_checks_refuse_with_their_reason"):
+        assert f"test {test} ... ok" in proc.stdout, test
+    assert "checked the fixture router alone" in proc.stderr
+    assert "checked the fixture demand alone" in proc.stderr
+    assert f"{FIXTURES / 'router'}: " in proc.stderr  # the golden summaries, per artifact
+    assert f"{FIXTURES / 'demand'}: " in proc.stderr
