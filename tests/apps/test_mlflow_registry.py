@@ -221,7 +221,7 @@ def test_champion_is_scored_on_the_challengers_test_rows_at_registration(registr
 
 
 def test_another_window_is_refused_until_compare_scores_the_champion_there(registry):
-    from replaylab.artifacts.rescore import run_test_rows, score_artifact
+    from replaylab.artifacts.rescore_demand import run_test_rows, score_artifact
     from replaylab.runtime import DemandPredictor
 
     url, _, runs, tmp = registry

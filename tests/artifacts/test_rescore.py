@@ -1,4 +1,4 @@
-"""replaylab.artifacts.rescore without MLflow: an artifact scored on a run's test rows.
+"""replaylab.artifacts.rescore_demand without MLflow: an artifact scored on a run's test rows.
 
 Two tiny seeded `pipeline=demand` runs (tracking off) on two ledgers (600 and 800
 sessions). A run's own artifact, scored on its own test rows by the runtime and
@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from replaylab.artifacts.rescore import (
+from replaylab.artifacts.rescore_demand import (
     compare_scores,
     ledger_test_rows,
     run_test_rows,

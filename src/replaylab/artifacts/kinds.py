@@ -9,7 +9,7 @@ one registered model for. Each `ArtifactKind` says, in one place:
 - `load`: the serving runtime's loader (`DemandPredictor` offline, `Router`),
   refusing a folder it would not serve with a `ManifestError`;
 - `rescore`: the library scorer of a challenger folder against a champion folder
-  on the challenger's own test rows (demand: `replaylab.artifacts.rescore`, the
+  on the challenger's own test rows (demand: `replaylab.artifacts.rescore_demand`, the
   pinball with a paired session-bootstrap interval; router:
   `replaylab.artifacts.rescore_router`, quality and cost with paired
   prompt-bootstrap intervals): {"doc", "tags", "metrics"}, what the registry
@@ -85,11 +85,11 @@ def _group_text(groups: list[dict]) -> str:
 def rescore_demand(challenger: Path, champion: Path, champion_manifest: dict, rows: Any,
                    hmac_key: bytes | None = None) -> dict:
     """Both demand folders scored on the challenger's test rows with the same code
-    (`replaylab.artifacts.rescore`), and the paired interval of (challenger - champion)
+    (`replaylab.artifacts.rescore_demand`), and the paired interval of (challenger - champion)
     mean pinball the promotion gate reads. ManifestError / ArtifactError: not scored."""
     import math
 
-    from replaylab.artifacts.rescore import (
+    from replaylab.artifacts.rescore_demand import (
         compare_scores,
         paired_delta,
         predict_rows,

@@ -1,6 +1,6 @@
 """Score a router artifact on another run's test prompts: the champion on the challenger's.
 
-The router beside the demand re-scoring (`replaylab.artifacts.rescore`); the
+The router beside the demand re-scoring (`replaylab.artifacts.rescore_demand`); the
 router kind declares it (`replaylab.artifacts.kinds`). The prompts, their full
 outcome matrix (every candidate's quality and cost) and metadata are the
 challenger's test split (`replaylab.pipelines.router.test_prompts`, the split

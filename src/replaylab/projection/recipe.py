@@ -2,7 +2,7 @@
 
 `project(ledger, projection, split, compute=...)` is what `pipeline=project`,
 `pipeline=demand` (training) and the re-scoring of an artifact on a ledger
-(`replaylab.artifacts.rescore.ledger_test_rows`) all call, so the three derive the same
+(`replaylab.artifacts.rescore_demand.ledger_test_rows`) all call, so the three derive the same
 rows, split and version from the same ledger and configs:
 
 1. the ledger fingerprint (`version.ledger_fingerprint`; under `compute="dask"` the

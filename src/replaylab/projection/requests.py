@@ -7,7 +7,7 @@ runtime, which derives them from `timestamp`. Cells are plain Python values
 (`plain_value`: pd.NA / NaN / NaT -> None, numpy scalars -> int / float / bool).
 
 Used by the hint replay (`hints.replay`: ledger rows and their history at dispatch), the
-re-scoring of an artifact (`artifacts.rescore`) and the golden vectors of the export
+re-scoring of an artifact (`artifacts.rescore_demand`) and the golden vectors of the export
 (`artifacts.demand_export`, which names the artifact's own columns).
 """
 

@@ -4,7 +4,7 @@ Inputs are plain dicts (the registered version's tags and its training run's
 summary.json), so this module never talks to MLflow; `replaylab.apps.registry`
 fetches them and logs the page. Demand: first, when recorded, both artifacts
 scored on the challenger's own test rows by the same code
-(`replaylab.artifacts.rescore`: pinball, coverage and width, coverage by group),
+(`replaylab.artifacts.rescore_demand`: pinball, coverage and width, coverage by group),
 the numbers the promotion gate reads; then each side's own training-run scores
 (headline metrics, pinball by quantile, calibration and coverage by group).
 Router: first, when recorded, both routers on the challenger's test prompts

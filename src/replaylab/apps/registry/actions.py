@@ -49,7 +49,7 @@ def run_rescore_rows(kind: str, summary: dict, cfg: DictConfig) -> Any:
         if not all(Path(str(arts.get(k) or "")).is_file() for k in ("features",
                                                                     "predictions_test")):
             return None
-        from replaylab.artifacts.rescore import run_test_rows
+        from replaylab.artifacts.rescore_demand import run_test_rows
 
         return run_test_rows(arts["features"], arts["predictions_test"]), "run folder"
     if summary.get("mode") == "receipts":
@@ -69,7 +69,7 @@ def register_outcome(run: Any, summary: dict, cfg: DictConfig,
     `export.register` is on and tracking is enabled; each is then scored against the
     champion on the run's own test rows (`rescore_against`). logged: kind -> what
     `log_artifact_folder` logged already (`replaylab.apps.recording.log_outcome`)."""
-    from replaylab.artifacts.rescore import RescoreError
+    from replaylab.artifacts.rescore_demand import RescoreError
 
     reg = cfg.get("export", {}) or {}
     if run is None or not reg.get("register", False):

@@ -3,7 +3,7 @@
 `rescore_against(kind, ...)` finds the version the alias points at (default
 `export.registry.rescore_alias`), downloads and verifies it, and hands both
 folders to the kind's library scorer (`replaylab.artifacts.kinds`: demand,
-`replaylab.artifacts.rescore`; router, `replaylab.artifacts.rescore_router`),
+`replaylab.artifacts.rescore_demand`; router, `replaylab.artifacts.rescore_router`),
 with the same code for both sides; the scores are recorded on the challenger
 version (tags `replaylab.vs.v<champion>.*`: the gate reads them), as metrics and
 a JSON file of the open run. The rows: demand, the run folder's test rows
@@ -135,7 +135,7 @@ def challenger_ledger_rows(c: Any, cfg: DictConfig, mv: Any, ledger: str) -> Any
     from omegaconf import OmegaConf
 
     from replaylab.apps.inputs import plain
-    from replaylab.artifacts.rescore import ledger_test_rows
+    from replaylab.artifacts.rescore_demand import ledger_test_rows
     from replaylab.config import from_mapping
     from replaylab.contracts.ledger import read_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig

@@ -387,7 +387,7 @@ class DemandPredictor:
         assembly, model call, clip and conformal band), for every quantile level of
         the artifact, with the exported (frozen) corrections and no validity check:
         the registry scores a champion artifact on a challenger's test rows with it
-        (`replaylab.artifacts.rescore`). Raises ArtifactError when no model is loaded.
+        (`replaylab.artifacts.rescore_demand`). Raises ArtifactError when no model is loaded.
         """
         if self._spec is None or self._session is None:
             raise ArtifactError(self.reason or "not_loaded", "no model to score with")
