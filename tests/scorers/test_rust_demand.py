@@ -46,6 +46,7 @@ from replaylab.pipelines.project import LedgerInput, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.projection.requests import plain_value
 from replaylab.runtime import DemandPredictor
+from replaylab.runtime.demand.spec import FeatureSpec
 from replaylab.sources.synthetic import SyntheticLedgerConfig
 from tests.helpers.rust import cargo_env, find_cargo
 
@@ -119,7 +120,8 @@ def test_flat_trees_are_lightgbm_bit_for_bit(demand_art):
     run_dir, art, run = demand_art
     model = run.model
     arrays = flat_trees(model)
-    features = json.loads((art / "manifest.json").read_text())["features"]
+    features = [FeatureSpec.from_dict(f)
+                for f in json.loads((art / "manifest.json").read_text())["features"]]
     X = schema_matrix(_test_rows(run_dir), features)
     rows = np.vstack([X, _threshold_rows(X, arrays, X.shape[1])])
     got = flat_predict(arrays, rows, len(model.boosters_))
@@ -296,7 +298,8 @@ def test_rust_hints_equal_the_python_runtime(binary, demand_art):
     assert np.array_equal(np.array([g["raw"] for g in encoded]),
                           _raw_lightgbm(run.model, X, raw_score=True))
     # the untouched test rows encode as the training design does
-    assert np.array_equal(X[:len(base)], schema_matrix(rows, features), equal_nan=True)
+    assert np.array_equal(X[:len(base)], schema_matrix(rows, [FeatureSpec.from_dict(f) for f in features]),
+                          equal_nan=True)
     print(f"rust vs python runtime: {len(requests)} requests ({len(encoded)} encoded, "
           f"{X.shape[0] * leaves.shape[1]} tree walks), hint max abs {worst_abs:.3g}, "
           f"max rel {worst_rel:.3g}")

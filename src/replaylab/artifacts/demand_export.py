@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -187,13 +188,14 @@ def demand_sections(run: Any, summary: dict, *, mlflow_run_id: str | None,
     )
 
 
-def _unseen_column(features: list[dict]) -> str | None:
+def _unseen_column(features: Sequence[FeatureSpec]) -> str | None:
     """The request category the unseen-value case changes: `category`, else the first one."""
-    cats = [f["name"] for f in features if f["kind"] == "category" and f["source"] == "request"]
+    cats = [f.name for f in features if f.kind == "category" and f.source == "request"]
     return L.CATEGORY if L.CATEGORY in cats else (cats[0] if cats else None)
 
 
-def golden_inputs(rows: pd.DataFrame, features: list[dict]) -> tuple[list[dict], pd.DataFrame]:
+def golden_inputs(rows: pd.DataFrame, features: Sequence[FeatureSpec]
+                  ) -> tuple[list[dict], pd.DataFrame]:
     """The golden cases' request dicts and the frame LightGBM scores for them.
 
     One request per row (`projection.requests.requests`: keys, the artifact's
@@ -203,7 +205,7 @@ def golden_inputs(rows: pd.DataFrame, features: list[dict]) -> tuple[list[dict],
     an unseen request category (the runtime's and LightGBM's missing branch,
     the global correction). The frame holds the same rows, that case included.
     """
-    wanted = [*KEY_COLUMNS, *(f["name"] for f in features if f["source"] != "calendar")]
+    wanted = [*KEY_COLUMNS, *(f.name for f in features if f.source != "calendar")]
     frame = rows.reset_index(drop=True)
     column = _unseen_column(features)
     if column is not None and len(frame):
@@ -243,7 +245,7 @@ def _lightgbm_parity(run: Any, frame: pd.DataFrame, expected: list[dict]) -> dic
     return figures
 
 
-def _flat_parity(run: Any, frame: pd.DataFrame, features: list[dict],
+def _flat_parity(run: Any, frame: pd.DataFrame, features: Sequence[FeatureSpec],
                  trees: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """(feature rows, raw scores) of the golden frame; the flat walk must equal LightGBM exactly."""
     model = run.model
@@ -270,10 +272,11 @@ def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes,
     """
     created = datetime.fromisoformat(manifest["created_at"]).timestamp()
     predictor = DemandPredictor.from_manifest(manifest, model, clock=lambda: created)
-    requests, frame = golden_inputs(rows, manifest["features"])
+    features = tuple(FeatureSpec.from_dict(f) for f in manifest["features"])
+    requests, frame = golden_inputs(rows, features)
     expected = predictor.golden_expected(requests)
     parity = _lightgbm_parity(run, frame, expected)
-    X, raw = _flat_parity(run, frame, manifest["features"],
+    X, raw = _flat_parity(run, frame, features,
                           flat_trees(run.model) if trees is None else trees)
     for e, x, q in zip(expected, X.tolist(), raw.tolist(), strict=True):
         e["features"] = [None if math.isnan(v) else v for v in x]

@@ -31,10 +31,13 @@ LightGBM's decision rule itself, a dozen lines to walk in any language.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from replaylab.runtime.demand.spec import FeatureSpec
 
 TREES_FILE = "trees.safetensors"
 TREES_FORMAT = "replaylab-demand-trees-1"
@@ -187,8 +190,9 @@ def flat_predict(arrays: dict[str, np.ndarray], X: np.ndarray, n_outputs: int) -
     return out
 
 
-def schema_matrix(frame: pd.DataFrame, features: list[dict]) -> np.ndarray:
-    """Projection rows -> (n, f) float64 as LightGBM sees them, from the manifest's feature schema.
+def schema_matrix(frame: pd.DataFrame, features: Sequence[FeatureSpec]) -> np.ndarray:
+    """Projection rows -> (n, f) float64 as LightGBM sees them, from the manifest's feature schema
+    (the typed records, `FeatureSpec.from_dict` of each `features` entry).
 
     Numeric and bool columns as float64 (NaN = missing); a category column as the
     position of str(value) in its vocabulary, NaN when missing or unseen (the
@@ -196,9 +200,9 @@ def schema_matrix(frame: pd.DataFrame, features: list[dict]) -> np.ndarray:
     """
     out = np.empty((len(frame), len(features)), dtype=np.float64)
     for j, f in enumerate(features):
-        s = frame[f["name"]] if f["name"] in frame else pd.Series(np.nan, index=frame.index)
-        if f["kind"] == "category":
-            index = {v: i for i, v in enumerate(f["vocabulary"])}
+        s = frame[f.name] if f.name in frame else pd.Series(np.nan, index=frame.index)
+        if f.kind == "category":
+            index = {v: i for i, v in enumerate(f.vocabulary or ())}
             out[:, j] = [np.nan if pd.isna(v) else index.get(str(v), np.nan) for v in s]
         else:
             out[:, j] = s.to_numpy(dtype="float64", na_value=np.nan)
