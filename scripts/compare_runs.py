@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +22,12 @@ KINDS = ("demand", "router")
 # made, the MLflow run id, and what the registry already held (its version numbers and
 # which blobs it could reuse depend on the store's history, not on the run)
 VOLATILE = ("/wall_seconds", "/seconds", "/artifact_path", "/created_at", "/valid_until",
-            "/content_hash", "/mlflow/run_id")
+            "/content_hash", "/mlflow/run_id",
+            # what the encoder cache already held (a fresh clone exports the encoder again)
+            "/encoder/cache_hits", "/encoder/cache_misses")
 VOLATILE_PARTS = ("/timings_s/", "/registry/")
+# an absolute path into a checkout (maybe after "source:"), up to its src/replaylab/ or outputs/
+CHECKOUT = re.compile(r"(^|:)/\S*?(/src/replaylab/|/outputs/)")
 
 
 def leaves(node: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -42,15 +47,19 @@ def volatile(key: str) -> bool:
 
 
 def relative(value: Any, root: Path) -> Any:
-    """A path the run wrote, relative to its output folder (the folders differ)."""
-    if isinstance(value, str) and value.startswith(str(root)):
+    """A path the run wrote, relative to its output folder (the folders differ); a path in
+    a checkout (the package's data, the outputs/ cache), relative to the checkout."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(str(root)):
         return "<run>" + value[len(str(root)):]
-    return value
+    return CHECKOUT.sub(r"\1<checkout>\2", value, count=1)
 
 
 def compare_json(before: Path, after: Path, label: str) -> list[str]:
-    a = {k: relative(v, before.parent) for k, v in leaves(json.loads(before.read_text()))}
-    b = {k: relative(v, after.parent) for k, v in leaves(json.loads(after.read_text()))}
+    a = {k: relative(v, before.parent.resolve())
+         for k, v in leaves(json.loads(before.read_text()))}
+    b = {k: relative(v, after.parent.resolve()) for k, v in leaves(json.loads(after.read_text()))}
     out = [f"{label}{k}: only before" for k in sorted(a.keys() - b.keys()) if not volatile(k)]
     out += [f"{label}{k}: only after" for k in sorted(b.keys() - a.keys()) if not volatile(k)]
     out += [f"{label}{k}: {a[k]!r} != {b[k]!r}" for k in sorted(a.keys() & b.keys())
@@ -59,12 +68,16 @@ def compare_json(before: Path, after: Path, label: str) -> list[str]:
 
 
 def manifest_files(root: Path) -> dict[str, dict[str, str]]:
-    """Each manifest under root (relative path) -> {file path: sha256}."""
+    """Each manifest under root (relative path) -> {file path: sha256}. A nested folder's
+    manifest.json is left out of its parent's list (it holds its own creation time); it is
+    compared as a manifest of its own, file by file."""
     found = {}
     for path in sorted(root.rglob("manifest.json")):
         doc = json.loads(path.read_text())
         if isinstance(doc, dict) and isinstance(doc.get("files"), list):
-            found[str(path.relative_to(root))] = {f["path"]: f["sha256"] for f in doc["files"]}
+            found[str(path.relative_to(root))] = {
+                f["path"]: f["sha256"] for f in doc["files"]
+                if not f["path"].endswith("/manifest.json")}
     return found
 
 
