@@ -426,7 +426,7 @@ def test_no_import_cycle_in_the_library():
 
 
 def test_each_fleet_experiment_imports_only_the_harness():
-    """The experiment package: harness.py and workloads.py know no experiment by name;
+    """The experiment package: harness/ and workloads.py know no experiment by name;
     each experiment (a module, or a package such as autoscaling/ whose modules may import
     one another) imports the harness and no other experiment."""
     package = LIBRARY / "fleet" / "experiments"
