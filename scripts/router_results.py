@@ -6,7 +6,7 @@
 
 DATA_DIR holds the public outcome sets (default ../shared/data/outcomes, see
 ../shared/data/SOURCES.md); GSM8K is the package resource
-(`replaylab.apps.router.default_outcomes`). Each run composes the training config
+(`replaylab.apps.inputs.default_outcomes`). Each run composes the training config
 (conf/train.yaml, `pipeline=router seed=<seed>`, Hydra's compose API),
 applies the set's candidates and costs (`replaylab.router.public_sets`), the
 replay share and any `--override KEY=VALUE` (a dotted key of the `router` config,

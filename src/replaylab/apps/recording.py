@@ -144,7 +144,7 @@ def end_run_quietly(status: str) -> str | None:
 def run_name(cfg: DictConfig) -> str:
     """A readable run name: `demand seed=1`, `router seed=0 ledger=receipts.parquet`,
     `evaluate overload`, `promote replaylab-router v1->champion` (the decision is added
-    when known, `replaylab.apps.verdicts.final_run_name`)."""
+    when known, `replaylab.apps.verdicts.run_tags`)."""
     if cfg.tracking.get("run_name"):
         return str(cfg.tracking.run_name)
     pipeline = str(cfg.get("pipeline", ""))
