@@ -36,6 +36,16 @@ def _tuple_fields(cls: type) -> set[str]:
     return out
 
 
+def dataclass_of(hint: Any) -> type | None:
+    """The dataclass a config field holds (`X` or `X | None`), else None."""
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return hint
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if len(args) == 1 and dataclasses.is_dataclass(args[0]) and isinstance(args[0], type):
+        return args[0]
+    return None
+
+
 def from_mapping(cls: type[T], values: dict[str, Any] | None, where: str) -> T:
     """Build dataclass `cls` from a plain mapping: the one converter from config to dataclass.
 

@@ -19,6 +19,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from replaylab.config import dataclass_of
+
 _CACHE: dict[type, type] = {}
 _SCHEMAS: set[type] = set()  # every schema made here (already schema-shaped)
 
@@ -26,16 +28,6 @@ _SCHEMAS: set[type] = set()  # every schema made here (already schema-shaped)
 def _is_mapping_type(hint: Any) -> bool:
     origin = typing.get_origin(hint) or hint
     return isinstance(origin, type) and issubclass(origin, Mapping)
-
-
-def _dataclass_of(hint: Any) -> type | None:
-    """The dataclass a field holds (`X` or `X | None`), else None."""
-    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
-        return hint
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    if len(args) == 1 and dataclasses.is_dataclass(args[0]) and isinstance(args[0], type):
-        return args[0]
-    return None
 
 
 def _plain_default(value: Any) -> Any:
@@ -75,7 +67,7 @@ def schema_of(cls: type, *, name: str | None = None, exclude: tuple[str, ...] = 
         if not f.init or f.name in exclude or f.name in extra:
             continue
         hint, default = hints.get(f.name, Any), _default(f)
-        nested = _dataclass_of(hint)
+        nested = dataclass_of(hint)
         if nested is not None:
             kind: Any = schema_of(nested)
             if default is None or type(None) in typing.get_args(hint):  # `X | None`: nullable
@@ -126,7 +118,7 @@ def group_schemas() -> dict[str, type]:
     from replaylab.router.pipeline_config import RouterPipelineConfig
     from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
-    labels = {f.name: (schema_of(_dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
+    labels = {f.name: (schema_of(dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
                        _default(f)) for f in dataclasses.fields(RouterLabelsConfig)}
     encoder = _open("EncoderSchema", cache_dir="???", int8=True, threads=1, variant="fp32",
                     tier="minilm")
@@ -234,8 +226,8 @@ def unknown_schema_key(schema: type, path: list[str]) -> tuple[str, list[str]] |
         fields = {f.name: f for f in dataclasses.fields(cls)}
         if part not in fields:
             return part, list(fields)
-        cls = _dataclass_of(typing.get_type_hints(cls).get(part, Any)) or \
-            _dataclass_of(fields[part].type) or Any
+        cls = dataclass_of(typing.get_type_hints(cls).get(part, Any)) or \
+            dataclass_of(fields[part].type) or Any
     return None
 
 

@@ -38,7 +38,6 @@ def rescore_json(name: str, version: int | str, champion_version: int | str) -> 
     return f"rescore/{name}-v{version}-vs-v{champion_version}.json"
 
 
-
 def rescore_against(kind: str | ArtifactKind, c: Any, cfg: DictConfig, name: str, mv: Any,
                     folder: Path, rows: Any | Callable[[], tuple[Any, str]],
                     source: str | None = None, alias: str | None = None) -> dict | None:

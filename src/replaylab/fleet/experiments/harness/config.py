@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from replaylab.config import ConfigError, from_mapping
+from replaylab.config import ConfigError, dataclass_of, from_mapping
 from replaylab.fleet.experiments.workloads import WorkloadSpec, workload_spec
 
 
@@ -74,13 +74,6 @@ class SimExperimentConfig(ExperimentConfig):
     sim: dict = field(default_factory=dict)
 
 
-def _dataclass_section(hint: Any) -> type | None:
-    """The dataclass a config field holds (`X` or `X | None`), else None."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
-    one = args[0] if len(args) == 1 else None
-    return one if isinstance(one, type) and is_dataclass(one) else None
-
-
 def parse_config(cls, cfg: Mapping[str, Any]) -> Any:
     """An experiment's config dataclass from its mapping: `name` dropped, `workload` (the
     shared `fleet.workload` section) as a `WorkloadSpec`, and every other field typed as a
@@ -90,7 +83,7 @@ def parse_config(cls, cfg: Mapping[str, Any]) -> Any:
     values.pop("name", None)
     hints = typing.get_type_hints(cls)
     for f in fields(cls):
-        sub = _dataclass_section(hints.get(f.name))
+        sub = dataclass_of(hints.get(f.name))
         if f.name == "workload" or sub is None:
             continue
         if f.name in values and values[f.name] is None and sub is not hints[f.name]:
