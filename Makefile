@@ -37,11 +37,15 @@ run: setup
 	@echo "demand: $(RUN_DIR)/demand/summary.json  report: $(RUN_DIR)/demand/demand_report.html"
 	@echo "router: $(RUN_DIR)/router/summary.json  report: $(RUN_DIR)/router/router_report.html"
 
+# Tests of importers on the full public files read $REPLAYLAB_SHARED_DATA, set here to
+# ../shared/data when that folder is beside the checkout (a value in the environment wins);
+# without it they skip, counted at the end of the run.
+SHARED_DATA := $(or $(REPLAYLAB_SHARED_DATA),$(wildcard $(abspath ../shared/data)))
 test: setup chromium
-	$(PY) -m pytest -q
+	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q
 
 test-fast: setup chromium
-	$(PY) -m pytest -q -m "not slow"
+	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	$(PY) bench/run_all.py --out bench/results.json

@@ -12,29 +12,43 @@ REPO = Path(__file__).resolve().parents[1]
 TEST_DATA = REPO / "tests" / "data"
 
 
-def _shared_data() -> Path:
-    env = os.environ.get("REPLAYLAB_SHARED_DATA")
-    if env:
-        return Path(env)
-    # ../shared/data beside the checkout; the workplace's fixed location for other clones
-    for candidate in (REPO.parent / "shared" / "data", Path("/work/shared/data")):
-        if candidate.is_dir():
-            return candidate
-    return REPO.parent / "shared" / "data"
+SHARED_DATA_ENV = "REPLAYLAB_SHARED_DATA"
+# The one reason a test may skip for want of data: it reads a FULL downloaded public file
+# (an importer's counts on the whole file, a provenance fit); the summary below counts them.
+FULL_FILES_REASON = f"need the full public files ({SHARED_DATA_ENV} unset)"
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """../shared/data (or $REPLAYLAB_SHARED_DATA); tests that need full files skip without it."""
-    path = _shared_data()
+    """The folder of full public files, $REPLAYLAB_SHARED_DATA (`make test` sets it to
+    ../shared/data when that folder is beside the checkout). Only tests of importers on
+    full files (and full-file variants of slice tests) ask for it; they skip when the
+    variable is unset. Set to a path that is not a folder, the test errors."""
+    env = os.environ.get(SHARED_DATA_ENV)
+    if not env:
+        pytest.skip(FULL_FILES_REASON)
+    path = Path(env)
     if not path.is_dir():
-        pytest.skip(f"real data folder not found at {path} (set REPLAYLAB_SHARED_DATA)")
+        pytest.fail(f"{SHARED_DATA_ENV}={env} is not a folder", pytrace=False)
     return path
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line: how many tests skipped for want of the full public files, and which."""
+    names = []
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        if isinstance(longrepr, tuple) and FULL_FILES_REASON in str(longrepr[2]):
+            names.append(report.nodeid.split("/")[-1])
+    if names:
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        terminalreporter.write_line(
+            f"{len(names)} tests skipped: {FULL_FILES_REASON}: {shown}", yellow=True)
 
 
 @pytest.fixture(scope="session")
 def test_data() -> Path:
-    """Small slices of real files committed under tests/data (see tests/data/README.md)."""
+    """Small slices of real files committed under tests/data (see tests/data/README_*.md)."""
     return TEST_DATA
 
 
