@@ -1,7 +1,7 @@
 """Router labels: outcome matrix, scenario rules, simulated receipts, bandit rows, replay.
 
 Committed slices under tests/data (README_outcomes.md) and tiny seeded frames;
-the full RouteLLM GSM8K file (../shared/data) in one slow test.
+all 1,319 RouteLLM GSM8K prompts (the package's shipped outcomes) in one slow test.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from replaylab.router.rules import ScenarioRules
 from replaylab.sources.llmrouter import import_llmrouter
 from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
 from replaylab.sources.routerarena import import_routerarena
-from tests.helpers.router import GPT4, MIXTRAL, ROUTELLM_COST
+from tests.helpers.router import GPT4, GSM8K, MIXTRAL, ROUTELLM_COST
 
 
 def make_outcomes(n: int, candidates: dict[str, tuple[float, float]], seed: int = 0,
@@ -300,8 +300,10 @@ def test_prompt_text_never_reaches_the_label_tables(gsm8k_slice):
 
 
 @pytest.mark.slow
-def test_gsm8k_full_receipts(shared_data):
-    frame = import_routellm_gsm8k(shared_data / "outcomes/routellm/gsm8k/gsm8k_responses.csv")
+def test_gsm8k_full_receipts(test_data):
+    """All 1,319 GSM8K prompts: the package's shipped outcomes (the full file's scores)."""
+    frame = import_routellm_gsm8k(
+        GSM8K, contaminated_path=test_data / "routellm/gsm8k/contaminated_prompts.jsonl")
     m = outcome_matrix(frame, ROUTELLM_COST)
     sim = _simulate(m)
     assert m.n_prompts == 1319 and sim.stats["sessions"] == 1319

@@ -1,7 +1,8 @@
 """Cost/quality curves, RouteLLM's APGR / CPT, cost_ratio_at_95 and the policy summary.
 
 Hand-computable tiny matrices; RouteLLM's own formula (routellm/evals, re-derived
-here) on the same threshold points; the full GSM8K file in a slow test.
+here) on the same threshold points; all 1,319 GSM8K prompts (the package's shipped
+outcomes) in a slow test.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from replaylab.router.metrics import (
 from replaylab.router.replay import Label, OutcomeMatrix, outcome_matrix
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.routellm import import_routellm_gsm8k
-from tests.helpers.router import ROUTELLM_COST
+from tests.helpers.router import GSM8K, ROUTELLM_COST
 
 
 def matrix(score: np.ndarray, cost: np.ndarray, names: tuple[str, ...] = ("weak", "strong"),
@@ -162,8 +163,10 @@ def test_three_candidate_curve_spans_cheapest_to_strong():
 
 
 @pytest.mark.slow
-def test_gsm8k_rules_and_oracle_summaries(shared_data):
-    frame = import_routellm_gsm8k(shared_data / "outcomes/routellm/gsm8k/gsm8k_responses.csv")
+def test_gsm8k_rules_and_oracle_summaries(test_data):
+    """All 1,319 GSM8K prompts: the package's shipped outcomes."""
+    frame = import_routellm_gsm8k(
+        GSM8K, contaminated_path=test_data / "routellm/gsm8k/contaminated_prompts.jsonl")
     m = outcome_matrix(frame, ROUTELLM_COST)
     rules = ScenarioRules().fit(m)
     oracle = policy_summary(m, rules.predict_index(m), m.score, RouterEvalConfig(n_boot=100))

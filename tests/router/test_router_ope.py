@@ -22,7 +22,7 @@ from replaylab.router.ope import (
 from replaylab.router.replay import Label, outcome_matrix
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.routellm import import_routellm_gsm8k
-from tests.helpers.router import ROUTELLM_COST
+from tests.helpers.router import GSM8K, ROUTELLM_COST
 
 K, CONTEXTS = 3, 6
 # mean reward of each (context type, candidate): fixed, the truth is computed from it
@@ -145,8 +145,10 @@ def test_bad_inputs_are_refused():
 
 
 @pytest.mark.slow
-def test_gsm8k_rules_and_random_policy_estimates(shared_data):
-    frame = import_routellm_gsm8k(shared_data / "outcomes/routellm/gsm8k/gsm8k_responses.csv")
+def test_gsm8k_rules_and_random_policy_estimates(test_data):
+    """All 1,319 GSM8K prompts: the package's shipped outcomes."""
+    frame = import_routellm_gsm8k(
+        GSM8K, contaminated_path=test_data / "routellm/gsm8k/contaminated_prompts.jsonl")
     m = outcome_matrix(frame, ROUTELLM_COST)
     sim = simulate_receipts(m, ScenarioRules().fit(m), RouterExplorationConfig())
     rows = bandit_rows(sim.ledger)
