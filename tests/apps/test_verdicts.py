@@ -77,6 +77,18 @@ def test_every_pipeline_has_a_line():
          "policies": {"p": {"slo_attainment": {"mean": 0.9, "ci95": [0.8, 0.95]}}}})
 
 
+def test_residuals_line_reads_coverage_and_drift_off_the_summary():
+    s = {"pipeline": "residuals", "rows": 1275, "nominal": 0.8,
+         "overall": {"hinted": 1275, "scored": 1148, "coverage": 0.7831, "nominal": 0.8,
+                     "coverage_ci95": [0.7581, 0.8066]},
+         "drift": {"flagged": 2, "groups_flagged": ["category=rag"]}}
+    assert verdict_line(s) == ("residuals: 1148 of 1275 hinted rows scored; 80% coverage "
+                               "0.783 [0.758, 0.807]; drift: 2 buckets flagged, groups "
+                               "flagged: category=rag")
+    bare = verdict_line({"pipeline": "residuals", "drift": {"flagged": 0}})
+    assert "n/a" in bare and "groups flagged" not in bare
+
+
 def test_the_report_stamp_carries_the_run_facts_once(tmp_path):
     page = tmp_path / "r.html"
     page.write_text("<!doctype html><html><body><h1>Report</h1></body></html>")
