@@ -30,7 +30,7 @@ def _run(root: Path, summary: dict, files: dict[str, str]) -> Path:
 SUMMARY = {"verdict": "NO-GO", "test": {"coverage": 0.807, "n": [1395, 2]},
            "wall_seconds": 12.0, "timings_s": {"fit": 3.2}, "mlflow": {"run_id": "a"},
            "registry": [{"version": 1}], "artifacts": {"ledger": "<RUN>/ledger.parquet"},
-           "data": {"outcomes": "gsm8k:/home/a/repo/src/replaylab/data/x.csv"}}
+           "data": {"outcomes": "gsm8k:/checkout-a/src/replaylab/data/x.csv"}}
 FILES = {"model.onnx": "1" * 64, "golden.json": "2" * 64, "encoder/manifest.json": "3" * 64}
 
 
