@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import OmegaConf
 
 from tests.conftest import REPO
 
 
-def experiment_config(name: str, shared: Path, **overrides) -> dict:
+def experiment_config(name: str, **overrides) -> dict:
     """conf/experiment/<name>.yaml composed by Hydra (its pools/, slo/ and fleet/workload/
     groups), with overrides of dotted keys from the root (`experiment.sim.queue_capacity`,
-    `fleet.workload.windows`): what the entry point hands the library."""
+    `fleet.workload.windows`): what the entry point hands the library. No data folder: the
+    defaults read only what the package ships."""
     from hydra import compose, initialize_config_dir
 
     from replaylab.apps.evaluate import fleet_values
@@ -20,8 +19,7 @@ def experiment_config(name: str, shared: Path, **overrides) -> dict:
 
     register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        root = compose(config_name="evaluate", overrides=[
-            f"experiment={name}", f"paths.shared_dir={shared}"])
+        root = compose(config_name="evaluate", overrides=[f"experiment={name}"])
     for key, value in overrides.items():
         OmegaConf.update(root, key, value, merge=isinstance(value, dict))
     return fleet_values(root)

@@ -78,8 +78,8 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
         raise ConfigError("experiment=energy needs pools and policies")
     require_source(c.workload, "energy")
     slo = c.slo_targets()
-    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
-    pools = build_pools(c.pools, c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.model)
+    pools = build_pools(c.pools, c.model)
     specs, skipped = hint_policy_check(
         c.policies, has_hints(wls), "energy",
         f"the workload ({workload.get('file') or workload.get('source')}) carries none (every hint_p90 "
@@ -87,7 +87,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     names = list(specs)
     factors = {ename: {str(p): 1.0 + float(e) for p, e in dict(fs).items()}
                for ename, fs in c.power_error.items()}
-    curves = {NOMINAL: pools, **{ename: build_pools(c.pools, c.shared_dir, c.model, f)
+    curves = {NOMINAL: pools, **{ename: build_pools(c.pools, c.model, f)
                                  for ename, f in factors.items()}}
     cells = [(cv, k, n) for cv in curves for k in range(len(wls)) for n in names]
     shared = {"pools": curves, "sim": c.sim, "policies": specs, "workloads": wls}

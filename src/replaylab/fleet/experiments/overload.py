@@ -59,6 +59,7 @@ from replaylab.fleet.experiments.workloads import (
     ledger_windows,
     read_workload_ledger,
     require_source,
+    token_cdf_path,
     window_workloads,
     workload_facts,
     workload_text,
@@ -133,9 +134,7 @@ def cdf_stream(c: OverloadConfig) -> Stream:
     from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
     w = c.workload
-    cdf = Path(c.shared_dir) / "fleet" / w.cdf
-    if not cdf.is_file():
-        raise FileNotFoundError(f"{cdf}: token CDF (paths.shared_dir/fleet)")
+    cdf = token_cdf_path(w)
     probe = workload_from_cdf(cdf, SyntheticWorkloadConfig(n_requests=20_000), seed=c.seed)
 
     def at_rate(rate: float) -> tuple[list, None]:
@@ -148,7 +147,8 @@ def cdf_stream(c: OverloadConfig) -> Stream:
 
     def facts(cap_rps: float, n_total: int, scales: dict) -> dict:
         desc = workload_text(
-            f"synthetic from the {w.cdf} token CDF (Azure LLM 2023), "
+            f"synthetic from the {w.cdf} token CDF"
+            + (" (Azure LLM 2023)" if w.cdf == "azure_cdf.json" else "") + ", "
             f"{w.arrival} arrivals cv={w.cv:g}", n_total,
             f"{len(w.seeds)} seeds x {len(c.load_factors)} load factors of "
             f"{cap_rps:.2f} req/s, {w.duration_s:g} s each, "
@@ -167,7 +167,7 @@ def cdf_stream(c: OverloadConfig) -> Stream:
 def ledger_stream(c: OverloadConfig) -> Stream:
     """A ledger: its time windows, each compressed to the offered rate (see the docstring)."""
     w = c.workload
-    led = read_workload_ledger(w, c.shared_dir)
+    led = read_workload_ledger(w)
     parts, left_out = ledger_windows(led.result.valid, w.windows, w.window_s, w.max_requests)
     base = window_workloads(parts, c.model, 1.0, w.cancel_aborted)
     for k, b in enumerate(base):
@@ -253,7 +253,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
         raise ConfigError("experiment=overload needs pools and policies")
     require_source(c.workload, "overload", generated=("cdf",))
     slo = c.slo_targets()
-    pools = build_pools(c.pools, c.shared_dir, c.model)
+    pools = build_pools(c.pools, c.model)
     stream = ledger_stream(c) if c.workload.replays_ledger else cdf_stream(c)
     policy_specs, skipped = hint_policy_check(c.policies, stream.hinted, "overload",
                                               stream.no_hint_why)

@@ -279,8 +279,8 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     by default, or Dask tasks)."""
     c = _rollout_config(cfg)
     slo = c.slo_targets()
-    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
-    pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.model)
+    pools = build_pools(pool_mapping(c.pools), c.model)
     cells = rollout_cells(c, len(wls))
     shared = {"config": c, "pools": pools, "slo": slo, "workloads": wls,
               "candidates": {n: dict(cand or {}) for n, cand in c.candidates.items()}}

@@ -120,8 +120,8 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     Cells: window x run kind (`runner`: local loop by default, or Dask)."""
     c = _stale_config(cfg)
     slo = c.slo_targets()
-    wls, workload = trace_workloads(c.workload, c.shared_dir, c.model)
-    pools = build_pools(pool_mapping(c.pools), c.shared_dir, c.model)
+    wls, workload = trace_workloads(c.workload, c.model)
+    pools = build_pools(pool_mapping(c.pools), c.model)
     runs: dict[str, list] = {k: [] for k in RUN_KINDS}
     modes: dict[str, Counter] = {k: Counter() for k in runs if k != "live"}
     inside: dict[str, list] = {k: [] for k in runs}

@@ -6,10 +6,13 @@ One config section, `WorkloadSpec`, composed at the top level of the evaluate co
     ledger=PATH   a ledger-v1 file (Parquet or JSON Lines), read and validated by the
                   contract (`replaylab.contracts.read_ledger`): real arrival times and
                   token counts, quarantined rows counted. When set it wins over `source`.
-    source=       azure_conv | azure_code: the shipped Azure LLM 2023 traces
-                  (ledger-v1 via `replaylab.sources.azure`);
-                  cdf: total tokens from a token CDF (`shared_dir/fleet/<cdf>`, or an
-                  absolute path) with an arrival process (`arrival`, `cv`,
+    source=       azure_conv_slice: the first 15 minutes of the Azure LLM 2023
+                  conversation trace (4,424 requests), shipped in the package
+                  (`replaylab.data`, fleet/; ledger-v1 via `replaylab.sources.azure`);
+                  azure_conv | azure_code: the full Azure LLM 2023 traces, a download
+                  named by `path` (absent: one line saying where to get it, exit 2);
+                  cdf: total tokens from a token CDF (`cdf`: a shipped CDF's name, or a
+                  file) with an arrival process (`arrival`, `cv`,
                   `duration_s`, `hint_sigma`, `cancel_share`, `cancel_after_mean_s`),
                   one replicate per entry of `seeds`;
                   synthetic: the seeded synthetic ledger (`synthetic`:
@@ -57,10 +60,15 @@ from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.contracts import LEDGER_SCHEMA, ValidationResult, read_ledger, validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.enums import FinishReason, LifecycleState
+from replaylab.data import PUBLIC_FILES, require_public, shipped
 from replaylab.fleet.sim.workload import ARRIVALS, Workload, workload_from_ledger
 from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
-LEDGER_SOURCES = ("azure_conv", "azure_code")   # shipped ledgers
+SLICE_SOURCE = "azure_conv_slice"                       # shipped in replaylab.data/fleet
+AZURE_SLICE = "AzureLLMInferenceTrace_conv_first15min.csv"
+DOWNLOADED_SOURCES = ("azure_conv", "azure_code")       # full traces: fleet.workload.path
+LEDGER_SOURCES = (SLICE_SOURCE, *DOWNLOADED_SOURCES)
+SHIPPED_CDFS = ("azure_cdf.json", "lmsys_cdf.json", "agent_heavy_cdf.json")
 GENERATED_SOURCES = ("cdf", "synthetic")
 SOURCES = (*LEDGER_SOURCES, *GENERATED_SOURCES)
 
@@ -70,14 +78,15 @@ class WorkloadSpec:
     """`fleet.workload`: the workload of a fleet experiment (see the module docstring)."""
 
     ledger: str | None = None          # a ledger-v1 file; wins over source
-    source: str = "azure_conv"         # azure_conv | azure_code | cdf | synthetic
+    source: str = SLICE_SOURCE         # azure_conv_slice | azure_conv | azure_code | cdf | synthetic
+    path: str | None = None            # source=azure_conv|azure_code: the downloaded trace
     windows: int = 4                   # ledger: consecutive time windows = replicates
     window_s: float | None = None      # null: the ledger's span / windows
     time_scale: float = 8.0            # arrivals compressed this much
     max_requests: int | None = None    # per window (tests)
     cancel_aborted: bool = True        # aborted rows cancelled at their recorded duration
     # source=cdf: a synthetic stream from a token CDF
-    cdf: str = "azure_cdf.json"        # under shared_dir/fleet (or an absolute path)
+    cdf: str = "azure_cdf.json"        # a shipped CDF (SHIPPED_CDFS) or a file
     duration_s: float = 300.0
     arrival: str = "gamma"             # poisson | gamma
     cv: float = 1.5
@@ -106,6 +115,10 @@ class WorkloadSpec:
             fail_field(c, "duration_s", self.duration_s, "must be > 0")
         if not self.seeds:
             fail_field(c, "seeds", self.seeds, "needs at least one seed")
+        if self.path and self.source not in DOWNLOADED_SOURCES and not self.ledger:
+            fail_field(c, "path", self.path, "names the file of source="
+                       f"{' | '.join(DOWNLOADED_SOURCES)} (a ledger-v1 file: fleet.workload."
+                       "ledger)")
 
     @property
     def replays_ledger(self) -> bool:
@@ -157,36 +170,41 @@ def file_sha256(path: str | Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def azure_trace_path(shared_dir: str | Path, service: str = "conv") -> Path:
-    """The Azure LLM inference trace 2023 CSV of `service` (conv or code)."""
-    path = Path(shared_dir) / "traces" / "azure_llm_2023" / (
-        f"AzureLLMInferenceTrace_{service}.csv")
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: the Azure LLM 2023 trace (paths.shared_dir)")
-    return path
+def azure_trace_path(spec: WorkloadSpec) -> Path:
+    """The Azure LLM inference trace 2023 CSV of a trace source: the shipped slice
+    (azure_conv_slice), or the downloaded file `spec.path` names (azure_conv, azure_code;
+    absent or unnamed: one line saying what it is and where to download it)."""
+    if spec.source == SLICE_SOURCE:
+        return shipped("fleet", AZURE_SLICE)
+    if not spec.path:
+        f = PUBLIC_FILES[spec.source]
+        raise ConfigError(f"fleet.workload.source={spec.source} needs fleet.workload.path="
+                          f"FILE: {f.what} ({f.license}), {f.where}; or "
+                          f"source={SLICE_SOURCE} (its first 15 minutes, shipped)")
+    return require_public(spec.path, spec.source, "fleet.workload.path")
 
 
-def azure_ledger(shared_dir: str | Path, service: str = "conv") -> pd.DataFrame:
-    """The Azure LLM inference trace 2023 (`conv` or `code`) as a ledger-v1 frame."""
-    from replaylab.sources.azure import import_azure_llm_2023
+def read_workload_ledger(spec: WorkloadSpec) -> ReplayedLedger:
+    """The ledger `spec` names, validated: its file, or the trace of its source.
 
-    return import_azure_llm_2023(azure_trace_path(shared_dir, service))
-
-
-def read_workload_ledger(spec: WorkloadSpec, shared_dir: str | Path) -> ReplayedLedger:
-    """The ledger `spec` names, validated: its file, or the shipped trace of its source.
-
-    A missing or unreadable file is a ContractError (one line naming the path).
+    A missing file is one line saying what it is and where to get it (FileNotFoundError);
+    an unreadable one a ContractError (one line naming the path).
     """
     if spec.ledger:
-        path = Path(spec.ledger)
+        path = require_public(spec.ledger, "ledger", "fleet.workload.ledger")
         result = read_ledger(path)
         label = f"ledger-v1 file {path}"
     elif spec.source in LEDGER_SOURCES:
-        path = azure_trace_path(shared_dir, spec.source.split("_", 1)[1])
-        result = validate_ledger(azure_ledger(shared_dir, spec.source.split("_", 1)[1]),
+        from replaylab.sources.azure import import_azure_llm_2023
+
+        path = azure_trace_path(spec)
+        service = "conv" if spec.source == SLICE_SOURCE else spec.source.split("_", 1)[1]
+        result = validate_ledger(import_azure_llm_2023(path, service=service),
                                  source=str(path))
-        label = (f"Azure LLM inference trace 2023 ({spec.source}, ledger-v1 via "
+        label = ("Azure LLM inference trace 2023 (conversation, its first 15 minutes: the "
+                 "slice shipped in replaylab.data; ledger-v1 via replaylab.sources.azure)"
+                 if spec.source == SLICE_SOURCE else
+                 f"Azure LLM inference trace 2023 ({spec.source}, ledger-v1 via "
                  "replaylab.sources.azure)")
     else:
         raise ConfigError(f"fleet.workload.source={spec.source!r} is not a ledger")
@@ -241,11 +259,10 @@ def window_workloads(parts: Sequence[pd.DataFrame], model: str, time_scale: floa
             for p in parts]
 
 
-def trace_workloads(spec: WorkloadSpec, shared_dir: str | Path, model: str,
-                    ) -> tuple[list[Workload], dict[str, Any]]:
+def trace_workloads(spec: WorkloadSpec, model: str) -> tuple[list[Workload], dict[str, Any]]:
     """(workloads per time window, the summary's `workload` mapping) of the ledger
     `spec` names, all rows served as `model`."""
-    led = read_workload_ledger(spec, shared_dir)
+    led = read_workload_ledger(spec)
     parts, cut = ledger_windows(led.result.valid, spec.windows, spec.window_s,
                                 spec.max_requests)
     wls = window_workloads(parts, model, spec.time_scale, spec.cancel_aborted)
@@ -257,6 +274,14 @@ def trace_workloads(spec: WorkloadSpec, shared_dir: str | Path, model: str,
         f"(~{span:.0f} s simulated each), {skipped} rows skipped, all served as {model!r}")
     return wls, ledger_facts(led, parts, cut, description=desc, requests_simulated=n,
                              windows=len(wls), time_scale=spec.time_scale)
+
+
+def token_cdf_path(spec: WorkloadSpec) -> Path:
+    """The token CDF `spec.cdf` names: a shipped one (SHIPPED_CDFS), or a file (absent:
+    one line saying what it is and where FleetSim's come from)."""
+    if spec.cdf in SHIPPED_CDFS:
+        return shipped("fleet", spec.cdf)
+    return require_public(spec.cdf, "token_cdf", "fleet.workload.cdf")
 
 
 def workload_text(source: str, n: int, note: str = "") -> str:

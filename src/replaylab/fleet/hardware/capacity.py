@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from replaylab.config import fail_field
 from replaylab.fleet.hardware.profiles import (
-    MLENERGY_FILE,
-    SPLITWISE_FILE,
     GpuProfile,
     calibrate_mlenergy,
     calibrate_splitwise,
     kv_capacity_estimate,
+    measurement_file,
     mlenergy_operating_point,
 )
 
@@ -82,6 +80,8 @@ class ProfileSpec:
 
     KV capacity = num_gpus * memory_gb * 0.9 - weights_gb over kv_bytes_per_token
     (modeled; Llama-3.1-70B: 80 layers x 8 KV heads x 128 x 2 x 2 bytes = 327,680).
+    `mlenergy_measurements` / `splitwise_measurements`: full downloaded files to read
+    instead of the points the package ships (null: shipped; `profiles.MLENERGY_SHIPPED`).
     """
 
     model: str = "meta-llama/Llama-3.1-70B-Instruct"
@@ -97,6 +97,8 @@ class ProfileSpec:
     kv_bytes_per_token: int = 327_680
     chunk_tokens: int = 512
     cost_per_gpu_hour: float = 4.0
+    mlenergy_measurements: str | None = None
+    splitwise_measurements: str | None = None
 
     def __post_init__(self) -> None:
         c = "ProfileSpec"
@@ -106,10 +108,15 @@ class ProfileSpec:
             fail_field(c, "itl_p99_slo_ms", self.itl_p99_slo_ms, "must be > 0")
 
 
-def autoscaling_profile(shared_dir: str | Path, spec: ProfileSpec) -> tuple[GpuProfile, dict]:
-    """(profile, facts for the report) from the ML.ENERGY and Splitwise files under shared_dir."""
-    shared = Path(shared_dir)
-    ml_path, sw_path = shared / MLENERGY_FILE, shared / SPLITWISE_FILE
+def autoscaling_profile(spec: ProfileSpec) -> tuple[GpuProfile, dict]:
+    """(profile, facts for the report) from the ML.ENERGY and Splitwise points (shipped, or
+    the full files `spec` names)."""
+    ml_path = spec.mlenergy_measurements and measurement_file(
+        "", spec.mlenergy_measurements, key="mlenergy",
+        setting="experiment.profile.mlenergy_measurements")
+    sw_path = spec.splitwise_measurements and measurement_file(
+        "", spec.splitwise_measurements, key="splitwise",
+        setting="experiment.profile.splitwise_measurements")
     row = mlenergy_operating_point(ml_path, model=spec.model, gpu=spec.gpu,
                                    num_gpus=spec.num_gpus, task=spec.task,
                                    itl_p99_slo_ms=spec.itl_p99_slo_ms)

@@ -26,9 +26,15 @@ Each profile carries one label per part (service, power, kv, cost); a result
 inherits the weakest label of the parts it used (`weakest`).
 
 This module is the one reader of the GPU measurements (ML.ENERGY v3,
-Splitwise): calibrations (`calibrate_mlenergy`, `calibrate_splitwise`), the
-latency-bound operating point (`mlenergy_operating_point`) and the prompt-phase
-throughput (`splitwise_prefill_tok_per_s`) all read the files here.
+Splitwise, FleetSim's profiles): calibrations (`calibrate_mlenergy`,
+`calibrate_splitwise`), the latency-bound operating point
+(`mlenergy_operating_point`) and the prompt-phase throughput
+(`splitwise_prefill_tok_per_s`) all read the files here (`read_mlenergy`,
+`read_splitwise`, `load_fleetsim_profiles`). Each takes `path=None`: the points
+the package ships (`replaylab.data`, folder `fleet/`: the rows of the
+configurations in `MLENERGY_SHIPPED` / `SPLITWISE_SHIPPED`, copied unchanged
+from the full files, and FleetSim's profiles whole; provenance and license in
+its README.md), or a full downloaded file named by the caller.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import fail_field
+from replaylab.data import require_public, shipped
 from replaylab.fleet.hardware.curves import (
     CurveFit,
     fit_power_curve,
@@ -53,11 +60,55 @@ from replaylab.fleet.hardware.curves import (
 
 PROVENANCE = ("measured", "calibrated", "modeled", "projected")  # strongest first
 
-# The measured GPU files under paths.shared_dir this module reads (the one reader of GPU
-# measurements: ML.ENERGY v3, Splitwise, FleetSim's manual profiles)
-MLENERGY_FILE = "energy/mlenergy_v3_measured.csv"
-SPLITWISE_FILE = "energy/splitwise_perf.csv"
-FLEETSIM_PROFILES_FILE = "fleet/fleetsim_gpu_profiles.json"
+# The measured GPU files this module reads (the one reader of GPU measurements: ML.ENERGY
+# v3, Splitwise, FleetSim's manual profiles), shipped in replaylab.data/fleet: the rows of
+# these configurations, copied unchanged from the full downloads (scripts/fleet_data.py),
+# and the fits of the default profiles on them (FITTED_PROFILES, checked by the tests).
+DATA_FOLDER = "fleet"
+MLENERGY_POINTS = "mlenergy_v3_points.csv"
+SPLITWISE_POINTS = "splitwise_points.csv"
+FLEETSIM_PROFILES = "fleetsim_gpu_profiles.json"
+FITTED_PROFILES = "fitted_profiles.json"
+MLENERGY_SHIPPED = (   # (task, model, gpu, num_gpus)
+    ("lm-arena-chat", "meta-llama/Llama-3.1-8B-Instruct", "H100", 1),
+    ("lm-arena-chat", "meta-llama/Llama-3.1-8B-Instruct", "B200", 1),
+    ("lm-arena-chat", "meta-llama/Llama-3.1-70B-Instruct", "H100", 4),
+    ("lm-arena-chat", "meta-llama/Llama-3.1-70B-Instruct", "B200", 2),
+    ("lm-arena-chat", "Qwen/Qwen3-8B", "H100", 1),
+    ("lm-arena-chat", "Qwen/Qwen3-8B", "B200", 1),
+)
+SPLITWISE_SHIPPED = (  # (model, hardware, tensor_parallel)
+    ("llama2-70b", "a100-80gb", 4),
+    ("llama2-70b", "h100-80gb", 2),
+    ("llama2-70b", "h100-80gb", 4),
+)
+
+
+def measurement_file(name: str, path: str | Path | None = None, *, key: str = "",
+                     setting: str = "path") -> Path:
+    """`path` (a full downloaded file: it must exist, else one line saying where to get
+    it) or, when None, the shipped file `name` (replaylab.data, folder fleet/)."""
+    if path is None:
+        return shipped(DATA_FOLDER, name)
+    return require_public(path, key, setting)
+
+
+def _shipped_note(path: str | Path | None) -> str:
+    if path is not None:
+        return ""
+    return ("; the shipped points hold only the configurations of MLENERGY_SHIPPED and "
+            "SPLITWISE_SHIPPED (replaylab.fleet.hardware.profiles): name the full downloaded "
+            "file for another")
+
+
+def read_mlenergy(path: str | Path | None = None) -> pd.DataFrame:
+    """ML.ENERGY v3 rows: the shipped points (None) or a full `mlenergy_v3_measured.csv`."""
+    return pd.read_csv(measurement_file(MLENERGY_POINTS, path, key="mlenergy"))
+
+
+def read_splitwise(path: str | Path | None = None) -> pd.DataFrame:
+    """Splitwise perf rows: the shipped points (None) or a full `splitwise_perf.csv`."""
+    return pd.read_csv(measurement_file(SPLITWISE_POINTS, path, key="splitwise"))
 
 
 def weakest(labels) -> str:
@@ -132,14 +183,15 @@ class GpuProfile:
 _FLEETSIM_SECTION = "manual_profiles__fleet_sim/gpu_profiles/profiles.py"
 
 
-def load_fleetsim_profiles(path: str | Path) -> dict[str, GpuProfile]:
-    """FleetSim's manual profiles (A100-80GB, H100-80GB, A10G), all labelled `modeled`.
+def load_fleetsim_profiles(path: str | Path | None = None) -> dict[str, GpuProfile]:
+    """FleetSim's manual profiles (A100-80GB, H100-80GB, A10G), all labelled `modeled`
+    (path None: the shipped `fleetsim_gpu_profiles.json`).
 
     FleetSim's iteration time is W + H * n * mean_seq_len / calibration_ctx,
     i.e. W + (H / calibration_ctx) * (KV tokens in the batch): per_kv_token_s =
     H / calibration_ctx. Its prefill chunks cost a decode iteration (prefill_chunk_s = 0).
     """
-    raw = json.loads(Path(path).read_text())
+    raw = json.loads(measurement_file(FLEETSIM_PROFILES, path, key="fleetsim").read_text())
     out = {}
     for name, p in raw[_FLEETSIM_SECTION].items():
         if name.startswith("_"):
@@ -167,7 +219,8 @@ class CalibratedProfile:
         return pd.DataFrame([f.summary() for f in self.fits.values()])
 
 
-def calibrate_mlenergy(path: str | Path, *, model: str, gpu: str, kv_capacity_tokens: int,
+def calibrate_mlenergy(path: str | Path | None = None, *, model: str, gpu: str,
+                       kv_capacity_tokens: int,
                        task: str = "lm-arena-chat", num_gpus: int | None = None,
                        chunk_tokens: int = 512, cost_per_gpu_hour: float = 4.0,
                        max_batch: int | None = None,
@@ -181,14 +234,14 @@ def calibrate_mlenergy(path: str | Path, *, model: str, gpu: str, kv_capacity_to
     curves would be projections). The data start at batch 8, so the fitted idle
     power is an extrapolated asymptote; `idle_w` holds it at a stated value instead.
     """
-    df = pd.read_csv(path)
+    df = read_mlenergy(path)
     sel = df[(df["task"] == task) & (df["model"] == model) & (df["gpu"] == gpu)]
     if num_gpus is None and not sel.empty:
         num_gpus = int(sel["num_gpus"].min())
     sel = sel[sel["num_gpus"] == num_gpus].sort_values("avg_batch")
     if len(sel) < 4:
         raise ValueError(f"ML.ENERGY: {len(sel)} rows for task={task!r} model={model!r} "
-                         f"gpu={gpu!r} num_gpus={num_gpus}; need >= 4")
+                         f"gpu={gpu!r} num_gpus={num_gpus}; need >= 4{_shipped_note(path)}")
     src = f"ML.ENERGY leaderboard v3 (measured): {task} {model} {gpu}x{num_gpus}"
     labels = [f"max_num_seqs={int(s)}" for s in sel["max_num_seqs"]]
     tput = fit_throughput_curve(sel["avg_batch"], sel["output_tok_per_s"], source=src,
@@ -207,7 +260,8 @@ def calibrate_mlenergy(path: str | Path, *, model: str, gpu: str, kv_capacity_to
     return CalibratedProfile(prof, {"throughput": tput, "power": power})
 
 
-def calibrate_splitwise(path: str | Path, *, model: str, hardware: str, tensor_parallel: int,
+def calibrate_splitwise(path: str | Path | None = None, *, model: str, hardware: str,
+                        tensor_parallel: int,
                         kv_capacity_tokens: int, power_from: GpuProfile,
                         chunk_tokens: int = 512, max_batch: int = 64) -> CalibratedProfile:
     """Fit decode step and prefill times to Splitwise measurements of one configuration.
@@ -219,11 +273,12 @@ def calibrate_splitwise(path: str | Path, *, model: str, hardware: str, tensor_p
     and price come from `power_from` with its provenance. Rows at batch 64 whose
     prompt time falls below batch 32's are a measurement artefact and are dropped.
     """
-    df = pd.read_csv(path)
+    df = read_splitwise(path)
     sel = df[(df["model"] == model) & (df["hardware"] == hardware)
              & (df["tensor_parallel"] == tensor_parallel)]
     if sel.empty:
-        raise ValueError(f"Splitwise: no rows for {model!r} {hardware!r} tp={tensor_parallel}")
+        raise ValueError(f"Splitwise: no rows for {model!r} {hardware!r} tp={tensor_parallel}"
+                         f"{_shipped_note(path)}")
     g = (sel.groupby(["prompt_size", "batch_size", "token_size"])[["token_time", "prompt_time"]]
          .median().reset_index())
     per_tok = g["prompt_time"] / (g["prompt_size"] * g["batch_size"])
@@ -246,7 +301,8 @@ def calibrate_splitwise(path: str | Path, *, model: str, hardware: str, tensor_p
     return CalibratedProfile(prof, {"decode_step": step, "prefill": pre})
 
 
-def mlenergy_operating_point(path: str | Path, *, model: str, gpu: str, num_gpus: int,
+def mlenergy_operating_point(path: str | Path | None = None, *, model: str, gpu: str,
+                             num_gpus: int,
                              task: str, itl_p99_slo_ms: float) -> pd.Series:
     """The ML.ENERGY v3 row (measured) of the fastest batch whose ITL p99 meets the SLO.
 
@@ -254,12 +310,12 @@ def mlenergy_operating_point(path: str | Path, *, model: str, gpu: str, num_gpus
     `itl_p99_slo_ms`; the one with the highest `output_tok_per_s`. Its
     `max_num_seqs` is the largest batch a latency-bound deployment would run.
     """
-    df = pd.read_csv(path)
+    df = read_mlenergy(path)
     rows = df[(df["model"] == model) & (df["gpu"] == gpu) & (df["num_gpus"] == num_gpus)
               & (df["task"] == task)]
     if rows.empty:
         raise ValueError(f"ML.ENERGY: no row for model={model!r} gpu={gpu!r} "
-                         f"num_gpus={num_gpus} task={task!r}")
+                         f"num_gpus={num_gpus} task={task!r}{_shipped_note(path)}")
     ok = rows[rows["itl_p99_ms"] <= itl_p99_slo_ms]
     if ok.empty:
         raise ValueError(f"ML.ENERGY: no batch of {model!r} on {num_gpus}x{gpu} meets "
@@ -268,7 +324,7 @@ def mlenergy_operating_point(path: str | Path, *, model: str, gpu: str, num_gpus
     return ok.loc[ok["output_tok_per_s"].idxmax()]
 
 
-def splitwise_prefill_tok_per_s(path: str | Path, *, model: str, hardware: str,
+def splitwise_prefill_tok_per_s(path: str | Path | None = None, *, model: str, hardware: str,
                                 tensor_parallel: int, min_tokens: int = 2048) -> float:
     """Prompt-phase tokens/s of a Splitwise configuration (measured), over saturated runs.
 
@@ -277,7 +333,7 @@ def splitwise_prefill_tok_per_s(path: str | Path, *, model: str, hardware: str,
     out; the median per (prompt_size, batch_size) first (each is repeated), then
     a pooled ratio: sum of tokens / sum of prompt seconds.
     """
-    df = pd.read_csv(path)
+    df = read_splitwise(path)
     rows = df[(df["model"] == model) & (df["hardware"] == hardware)
               & (df["tensor_parallel"] == tensor_parallel)]
     tokens = rows["prompt_size"] * rows["batch_size"]

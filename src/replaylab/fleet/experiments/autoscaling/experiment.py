@@ -69,8 +69,6 @@ from replaylab.fleet.hardware.capacity import (
 from replaylab.fleet.hardware.profiles import GpuProfile
 from replaylab.fleet.sim.workload import workload_from_ledger
 
-SERVEGEN_DEFAULT = "traces/servegen/language/m-large"
-
 
 @dataclass(frozen=True)
 class TokenSpec:
@@ -151,9 +149,11 @@ class AutoscalingConfig(ExperimentConfig):
     """The whole experiment (see the module doc); `policies` run in every scenario.
     `workload` is the shared `fleet.workload` section (requests: tokens, or a ledger);
     `seed` (the harness's `ExperimentConfig`) draws the rates: burst time, synthetic
-    trace noise."""
+    trace noise. Nothing is read from outside the package by default: the rates are the
+    seeded synthetic diurnal (`trace.source=synthetic`), the tokens the shipped Azure
+    slice, the profile the shipped ML.ENERGY and Splitwise points; `trace.source=servegen`
+    needs `trace.path` (a downloaded ServeGen folder)."""
 
-    shared_dir: str = ""
     trace: TraceConfig = field(default_factory=TraceConfig)
     tokens: TokenSpec = field(default_factory=TokenSpec)
     workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec(time_scale=1.0))
@@ -249,7 +249,7 @@ def _requests(c: AutoscalingConfig) -> tuple[TokenSample, np.ndarray | None, dic
     (what they occupied: docs/design/demand-target.md), counted in `rows_censored`."""
     spec = c.workload
     require_source(spec, "autoscaling")
-    led = read_workload_ledger(spec, c.shared_dir)
+    led = read_workload_ledger(spec)
     frame = led.result.valid
     tokens = token_sample(frame, c.tokens.long_output_threshold,
                           f"{led.label}, measured" if led.kind != "ledger" else led.label)
@@ -264,10 +264,8 @@ def _requests(c: AutoscalingConfig) -> tuple[TokenSample, np.ndarray | None, dic
 
 
 def build_context(c: AutoscalingConfig) -> Context:
-    """Profile, tokens and rates read from `c.shared_dir`; the setup every run shares."""
-    if c.trace.source == "servegen" and not c.trace.path:
-        c = replace(c, trace=replace(c.trace, path=str(Path(c.shared_dir) / SERVEGEN_DEFAULT)))
-    profile, facts = autoscaling_profile(c.shared_dir, c.profile)
+    """Profile, tokens and rates (see `AutoscalingConfig`); the setup every run shares."""
+    profile, facts = autoscaling_profile(c.profile)
     tokens, arrivals, workload = _requests(c)
     if arrivals is not None:
         c = replace(c, trace=replace(c.trace, source="ledger", scale=1.0))

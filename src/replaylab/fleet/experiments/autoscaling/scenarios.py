@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.config import ConfigError
+from replaylab.data import PUBLIC_FILES, require_public
 from replaylab.fleet.sim.workload import Workload
 
 DAY_S = 86_400
@@ -46,8 +47,8 @@ SCENARIO_KINDS = ("steady", "burst", "mix_drift", "forecast_error")
 
 @dataclass(frozen=True)
 class TraceConfig:
-    source: str = "servegen"      # servegen | synthetic | ledger (base_rates(..., ledger=frame))
-    path: str = ""                # servegen folder (aggregates-v1 via import_servegen)
+    source: str = "synthetic"     # synthetic | servegen | ledger (base_rates(..., ledger=frame))
+    path: str | None = None       # servegen: a downloaded folder, e.g. language/m-large
     day: int = 3                  # evaluated day (0-based); days before it are history
     scale: float = 0.25           # multiply the source's request rate
     tick_noise_cv: float = 0.1    # synthetic trace: cv of the rate per tick
@@ -61,6 +62,10 @@ class TraceConfig:
         if self.source not in ("servegen", "synthetic", "ledger"):
             raise ConfigError(f"trace.source={self.source!r}; choose servegen, synthetic or "
                               "ledger")
+        if self.source == "servegen" and not self.path:
+            f = PUBLIC_FILES["servegen"]
+            raise ConfigError(f"trace.source=servegen needs trace.path=FOLDER: {f.what} "
+                              f"({f.license}), {f.where}; or trace.source=synthetic (seeded)")
         if self.day < 1 or self.scale <= 0 or not 0 < self.hours <= 24:
             raise ConfigError(f"trace: day={self.day} (needs >= 1 history day), "
                               f"scale={self.scale}, hours={self.hours} out of range")
@@ -109,7 +114,8 @@ def servegen_bucket_rps(path: str) -> tuple[pd.Series, pd.Series, int]:
     summed: cv = sqrt(sum n cv^2 / sum n)), and the bucket width."""
     from replaylab.sources.servegen import import_servegen
 
-    agg = import_servegen(path)
+    agg = import_servegen(require_public(path, "servegen", "experiment.trace.path",
+                                         folder=True))
     width = int(agg["bucket_seconds"].iloc[0])
     agg = agg.assign(w=agg["requests"] * agg["rate_cv"].fillna(1.0) ** 2)
     g = agg.groupby("bucket_start")[["requests", "w"]].sum().sort_index()

@@ -37,16 +37,17 @@ class ExperimentConfig:
     """What every fleet experiment's config has; its YAML is conf/experiment/base/fleet.yaml,
     which each conf/experiment/<name>.yaml lists in its defaults.
 
-    shared_dir  the shared data folder (`paths.shared_dir`): profiles, traces, token CDFs
     seed        the entry point's `seed`
     workload    the shared `fleet.workload` section (`workloads.WorkloadSpec`), what is replayed
     slo         {class: {ttft_s, tpot_s, e2e_s}}, the shared slo/ group (`slo_targets`)
 
     Each experiment's config extends it (or `SimExperimentConfig`) with its own sections
-    and is read from its plain mapping by `parse` (`parse_config`).
+    and is read from its plain mapping by `parse` (`parse_config`). No data folder: the
+    profiles, token CDFs and the default trace slice ship with the package
+    (`replaylab.data`); a downloaded file is named where it is used (`fleet.workload.ledger`,
+    `fleet.workload.path`, a pool's `measurements`).
     """
 
-    shared_dir: str
     seed: int = 0
     workload: WorkloadSpec = field(default_factory=WorkloadSpec)   # fleet.workload
     slo: dict = field(default_factory=dict)

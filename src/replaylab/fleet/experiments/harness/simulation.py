@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,8 +25,10 @@ from replaylab.config import ConfigError, from_mapping
 class PoolSpec:
     """One pool of an experiment's fleet; `source` says where its profile comes from.
 
-    mlenergy: `calibrate_mlenergy` on energy/mlenergy_v3_measured.csv (model, gpu,
-      num_gpus, task); fleetsim: FleetSim's manual profile `gpu` (modeled).
+    mlenergy: `calibrate_mlenergy` on the ML.ENERGY v3 points the package ships (model,
+      gpu, num_gpus, task; `measurements`: a full downloaded mlenergy_v3_measured.csv
+      instead, for a configuration not shipped); fleetsim: FleetSim's manual profile `gpu`
+      (modeled, shipped whole).
     KV capacity: kv_capacity_tokens, or kv_capacity_estimate(memory_gb, weights_gb,
     kv_bytes_per_token, num_gpus) when it is null. max_batch / cost / idle_w: null
     keeps the source's value.
@@ -47,6 +48,7 @@ class PoolSpec:
     cost_per_gpu_hour: float | None = None
     idle_w: float | None = None
     cold_start_s: float = 60.0
+    measurements: str | None = None     # mlenergy: a full ML.ENERGY v3 CSV (null: shipped)
 
     def __post_init__(self) -> None:
         if self.source not in ("mlenergy", "fleetsim"):
@@ -55,27 +57,29 @@ class PoolSpec:
             raise ValueError(f"replicas={self.replicas}: must be >= 0")
 
 
-def build_profile(spec: PoolSpec, shared_dir: str | Path):
-    """The GpuProfile of a pool spec (see PoolSpec)."""
+def build_profile(spec: PoolSpec, section: str = "experiment.pool"):
+    """The GpuProfile of a pool spec (see PoolSpec); `section` names it in errors."""
     from replaylab.fleet.hardware.profiles import (
-        FLEETSIM_PROFILES_FILE,
-        MLENERGY_FILE,
         calibrate_mlenergy,
         kv_capacity_estimate,
         load_fleetsim_profiles,
+        measurement_file,
     )
 
-    shared = Path(shared_dir)
     kv = spec.kv_capacity_tokens or kv_capacity_estimate(
         spec.memory_gb, spec.weights_gb, spec.kv_bytes_per_token, spec.num_gpus or 1)
     if spec.source == "mlenergy":
         kw = {"cost_per_gpu_hour": spec.cost_per_gpu_hour} if spec.cost_per_gpu_hour else {}
-        prof = calibrate_mlenergy(shared / MLENERGY_FILE,
-                                  model=spec.model, gpu=spec.gpu, kv_capacity_tokens=kv,
-                                  task=spec.task, num_gpus=spec.num_gpus,
-                                  max_batch=spec.max_batch, idle_w=spec.idle_w, **kw).profile
-        return prof
-    profiles = load_fleetsim_profiles(shared / FLEETSIM_PROFILES_FILE)
+        path = spec.measurements and measurement_file(
+            "", spec.measurements, key="mlenergy", setting=f"{section}.measurements")
+        try:
+            return calibrate_mlenergy(path, model=spec.model, gpu=spec.gpu,
+                                      kv_capacity_tokens=kv, task=spec.task,
+                                      num_gpus=spec.num_gpus, max_batch=spec.max_batch,
+                                      idle_w=spec.idle_w, **kw).profile
+        except ValueError as e:
+            raise ConfigError(str(e)) from e
+    profiles = load_fleetsim_profiles()
     if spec.gpu not in profiles:
         raise ConfigError(f"fleetsim profile {spec.gpu!r} unknown; known {sorted(profiles)}")
     prof = profiles[spec.gpu]
@@ -91,7 +95,7 @@ def build_profile(spec: PoolSpec, shared_dir: str | Path):
     return prof.with_overrides(**changes) if changes else prof
 
 
-def build_pools(pools: Mapping[str, Mapping], shared_dir: str | Path, model: str,
+def build_pools(pools: Mapping[str, Mapping], model: str,
                 power_factor: Mapping[str, float] | None = None) -> list:
     """PoolConfigs (in config order) serving `model`; power_factor scales a pool's power curve."""
     from replaylab.fleet.sim.fleet import PoolConfig
@@ -99,7 +103,7 @@ def build_pools(pools: Mapping[str, Mapping], shared_dir: str | Path, model: str
     out = []
     for pid, raw in pools.items():
         spec = from_mapping(PoolSpec, dict(raw or {}), f"experiment.pools.{pid}")
-        prof = build_profile(spec, shared_dir)
+        prof = build_profile(spec, f"experiment.pools.{pid}")
         f = float((power_factor or {}).get(pid, 1.0))
         if f != 1.0:
             prof = scaled_power(prof, f)

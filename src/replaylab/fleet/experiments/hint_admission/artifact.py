@@ -30,7 +30,7 @@ def training_ledger(c: HintConfig):
         return synthetic_ledger(c, c.ledger.train_seed), None
     from replaylab.pipelines.project import LoadedLedger
 
-    led = read_workload_ledger(c.workload, c.shared_dir)
+    led = read_workload_ledger(c.workload)
     return LoadedLedger(led.result, origin=led.file), led
 
 

@@ -76,7 +76,7 @@ def run(cfg: Mapping[str, Any], run_dir: Path,
     mult_all = res["overall"]["sizing_multiplier"] or {}
     mult = float(mult_all.get(c.sizing.multiplier_quantile, 1.0))
     spec = from_mapping(PoolSpec, dict(c.pool), "experiment.pool")
-    profile = build_profile(spec, c.shared_dir)
+    profile = build_profile(spec, "experiment.pool")
     sizing = size_pools(calib, c, mult, profile)
     fleet_replicas = sizing["hint"]["replicas"]
 
