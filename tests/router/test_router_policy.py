@@ -208,24 +208,16 @@ def test_policy_config_is_validated() -> None:
         escalated_outcome(np.array([3]), S4[:1], C4[:1])
 
 
-@pytest.mark.slow
-def test_routellm_small_real_check(shared_data) -> None:
-    """GSM8K + 3,000 MMLU prompts (Mixtral cheap, GPT-4 strong; MODELED per-call costs),
-    TF-IDF+SVD embeddings standing in for MiniLM; the head vs random at the same rate."""
-    import pandas as pd
+def _small_real_check(outcomes, min_auc: float) -> None:
+    """Mixtral cheap, GPT-4 strong (MODELED per-call costs), TF-IDF+SVD embeddings standing
+    in for MiniLM: AUC of both heads above `min_auc`, the threshold meets 95% of the strong
+    model's quality on calibration, and on test the head beats random at the same rate
+    and costs less than the strong model alone."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     from replaylab.router.head import SuccessHead
-    from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
 
-    root = shared_data / "outcomes" / "routellm"
-    if not (root / "gsm8k").is_dir():
-        pytest.skip("RouteLLM outcomes not found")
-    mmlu = import_routellm_mmlu(root / "mmlu" / "responses")
-    keep = pd.Series(mmlu["prompt_id"].unique()).sample(3000, random_state=0)
-    outcomes = pd.concat([import_routellm_gsm8k(root / "gsm8k" / "gsm8k_responses.csv"),
-                          mmlu[mmlu["prompt_id"].isin(keep)]])
     wide = outcomes.pivot(index="prompt_id", columns="candidate", values="score")
     score = wide[["mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"]].to_numpy()
     first = outcomes.drop_duplicates("prompt_id").set_index("prompt_id").loc[wide.index]
@@ -245,7 +237,7 @@ def test_routellm_small_real_check(shared_data) -> None:
 
     head = SuccessHead(seed=0).fit(emb, meta, full(tr), 2).calibrate(emb, meta, full(ca))
     prob = head.predict_proba(emb, meta)
-    assert min(roc_auc_score(score[te, k], prob[te, k]) for k in range(2)) > 0.6
+    assert min(roc_auc_score(score[te, k], prob[te, k]) for k in range(2)) > min_auc
     choice = select_threshold(prob[ca], score[ca], cost[ca], PolicyConfig(escalate=False))
     assert choice.met and choice.quality >= 0.95 * score[ca, 1].mean() - 1e-12
     routed = choice.choose(prob[te])
@@ -253,6 +245,33 @@ def test_routellm_small_real_check(shared_data) -> None:
     rnd = RandomRouter.matching(routed, 2, seed=0).choose(emb[te])
     assert ours["quality"] > evaluate(rnd, score[te], cost[te], escalate=False)["quality"]
     assert ours["cost"] < cost[te, 1].mean()
+
+
+@pytest.mark.slow
+def test_routellm_gsm8k_real_check(test_data) -> None:
+    """All 1,319 GSM8K prompts (the package's shipped outcomes). One task, so the category
+    feature says nothing and the text alone separates: min AUC 0.565 at this seed (0.553 to
+    0.589 over permutation seeds 0-4, the head above random on each), hence 0.55."""
+    from replaylab.sources.routellm import import_routellm_gsm8k
+    from tests.helpers.router import GSM8K
+
+    _small_real_check(import_routellm_gsm8k(
+        GSM8K, contaminated_path=test_data / "routellm/gsm8k/contaminated_prompts.jsonl"), 0.55)
+
+
+@pytest.mark.slow
+def test_routellm_small_real_check_full_files(shared_data) -> None:
+    """Full-file variant: GSM8K + 3,000 prompts sampled from the full MMLU folder (57
+    subjects, 6.6 MB, too large to commit); the task mix lifts both AUCs above 0.6."""
+    import pandas as pd
+
+    from replaylab.sources.routellm import import_routellm_gsm8k, import_routellm_mmlu
+
+    root = shared_data / "outcomes" / "routellm"
+    mmlu = import_routellm_mmlu(root / "mmlu" / "responses")
+    keep = pd.Series(mmlu["prompt_id"].unique()).sample(3000, random_state=0)
+    _small_real_check(pd.concat([import_routellm_gsm8k(root / "gsm8k" / "gsm8k_responses.csv"),
+                                 mmlu[mmlu["prompt_id"].isin(keep)]]), 0.6)
 
 
 # ---------------------------------------------------------------- the margin rule

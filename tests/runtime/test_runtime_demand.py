@@ -108,21 +108,34 @@ def test_parity_every_test_row_synthetic(synthetic):
     assert figures["rows"] > 300
 
 
-@pytest.mark.slow
-def test_parity_every_test_row_real_azure_trace(shared_data, tmp_path):
-    """Real data: the full Azure LLM 2023 conversation trace (19k requests)."""
+def _check_azure_parity(path: Path, split: SplitConfig, out: Path) -> dict:
     from replaylab.contracts import validate_ledger
     from replaylab.sources.azure import import_azure_llm_2023
 
-    path = shared_data / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
-    if not path.is_file():
-        pytest.skip(f"{path} not present")
     ledger = import_azure_llm_2023(path)
     loaded = LoadedLedger(validate_ledger(ledger, source=str(path)), origin=str(path))
-    summary, run = train_demand(loaded, ProjectionConfig(), SPLIT, DemandConfig(), tmp_path)
-    art = export_demand(run, summary, tmp_path / "art")
-    figures = _check_parity(tmp_path, art)
-    assert figures["rows"] > 2000
+    summary, run = train_demand(loaded, ProjectionConfig(), split, DemandConfig(), out)
+    art = export_demand(run, summary, out / "art")
+    return _check_parity(out, art)
+
+
+@pytest.mark.parametrize("service", ["code", "conv"])
+def test_parity_every_test_row_real_azure_slice(service, test_data, tmp_path):
+    """Real rows on a fresh clone: the committed first 200 requests of each Azure LLM 2023
+    trace (tests/data/README_ledgers.md). They span 37 s (conv) and 80 s (code), so the
+    embargo is 0 instead of a minute."""
+    path = test_data / "azure_llm_2023" / f"AzureLLMInferenceTrace_{service}_first200.csv"
+    figures = _check_azure_parity(path, SplitConfig(embargo_ms=0), tmp_path)
+    assert figures["rows"] == 40  # the test fifth of 200 single-request sessions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("service, rows", [("code", 1500), ("conv", 2000)])
+def test_parity_every_test_row_real_azure_trace(service, rows, shared_data, tmp_path):
+    """Full-file variant: the whole Azure LLM 2023 traces (code 8,819, conv 19,366 requests)."""
+    path = shared_data / "traces" / "azure_llm_2023" / f"AzureLLMInferenceTrace_{service}.csv"
+    figures = _check_azure_parity(path, SPLIT, tmp_path)
+    assert figures["rows"] > rows
 
 
 # ---------------------------------------------------------------- manifest
