@@ -6,6 +6,7 @@ written to summary.json (`verdict`), set as the MLflow run's `verdict` and `go` 
 and stamped on every HTML report with the run date, test window, run link and commit.
 
     demand: NO-GO (coverage 0.807 ... ; mean pinball vs best baseline ...)
+    forecast: GO (mstl vs seasonal naive: MASE ... (95% CI [...]): beats it; 80% coverage ...)
     router: NO-GO (quality vs rules -0.0227, CI lower bound -0.0568 is below -0.01); ...
     promote replaylab-router v3->champion: REFUSED (go=false: ...)
 """
@@ -72,6 +73,14 @@ def project_line(s: dict) -> str:
 
 
 def forecast_line(s: dict) -> str:
+    """The backtest's gate (`replaylab.forecast.gate`): GO, NO-GO or NOT ENOUGH EVIDENCE and
+    why; a summary written before the gate existed gets its targets instead."""
+    shape = (f"; {s['series']} series x {s['horizon_buckets']} buckets ahead"
+             if s.get("series") is not None and s.get("horizon_buckets") is not None else "")
+    gate = s.get("gate")
+    if isinstance(gate, dict) and gate.get("decision"):
+        return (f"forecast: {gate['decision']} ({'; '.join(map(str, gate.get('reasons') or []))})"
+                f"{shape}")
     best, scores = s.get("best"), s.get("backtest") or {}
     t = s.get("targets") or {}
     b = scores.get(best) or {}
@@ -80,8 +89,6 @@ def forecast_line(s: dict) -> str:
     from replaylab.forecast.config import COVERAGE_TARGET
 
     lo, hi = COVERAGE_TARGET
-    shape = (f"; {s['series']} series x {s['horizon_buckets']} buckets ahead"
-             if s.get("series") is not None and s.get("horizon_buckets") is not None else "")
     return (f"forecast: {'targets met' if ok else 'targets not met'} (best {best}: MASE "
             f"{num(b.get('mase'))} vs seasonal naive {num(naive)}, 80% coverage "
             f"{num(b.get('coverage_80'))} [target {lo:g}-{hi:g}]{shape})")
@@ -175,9 +182,11 @@ def verdict_line(summary: dict) -> str:
 
 
 def summary_go(summary: dict) -> bool | None:
-    """The run's go/no-go where it has one (demand gate, router gate, a promotion)."""
+    """The run's go/no-go where it has one (demand gate, forecast gate, router gate, a
+    promotion); None where the gate could not decide (the forecast's NOT ENOUGH EVIDENCE)."""
     if isinstance(summary.get("gate"), dict) and "go" in summary["gate"]:
-        return bool(summary["gate"]["go"])
+        go = summary["gate"]["go"]
+        return None if go is None else bool(go)
     if isinstance(summary.get("go"), bool):
         return summary["go"]
     p = summary.get("promotion")

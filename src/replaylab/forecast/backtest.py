@@ -237,6 +237,19 @@ def score_backtest(bt: BacktestResult, panel: Panel, seasons: Seasons) -> dict[s
     return out
 
 
+def origin_mase(bt: BacktestResult, panel: Panel, seasons: Seasons) -> pd.DataFrame:
+    """MASE per origin: one row per backtest origin (`cutoff`, in order), one column per
+    forecaster, each the mean over series of that origin's MASE (the per-(origin, series)
+    values `score_backtest` averages). The paired comparisons of `forecast.gate` read it."""
+    from utilsforecast.losses import mase
+
+    names = bt.forecasters
+    ms = mase(bt.predictions, models=names, seasonality=seasons.naive, train_df=panel.long())
+    ms[names] = ms[names].apply(pd.to_numeric, errors="coerce").replace([np.inf, -np.inf],
+                                                                         np.nan)
+    return ms.groupby("cutoff", sort=True)[names].mean().reset_index()
+
+
 def series_scores(bt: BacktestResult, panel: Panel, seasons: Seasons) -> dict[str, dict]:
     """{series id: {forecaster: {"mase", "coverage_80"}}}: the per-series view of the scores."""
     from utilsforecast.losses import coverage, mase

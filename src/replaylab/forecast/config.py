@@ -206,6 +206,27 @@ class LightGBMConfig:
 
 
 @dataclass(frozen=True)
+class GateConfig:
+    """The forecast's go/no-go (`replaylab.forecast.gate`).
+
+    min_origins: fewer backtest origins than this: NOT ENOUGH EVIDENCE (no go/no-go).
+    n_boot, level: the bootstrap over origins of the paired MASE difference (origins
+        whose test windows overlap are resampled together).
+    """
+
+    min_origins: int = 12
+    n_boot: int = 2000
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        object.__setattr__(self, "min_origins", _int(name, "min_origins", self.min_origins, 2))
+        object.__setattr__(self, "n_boot", _int(name, "n_boot", self.n_boot, 100))
+        if not 0.5 <= float(self.level) < 1.0:
+            _fail(name, "level", self.level, "must be in [0.5, 1)")
+
+
+@dataclass(frozen=True)
 class ForecastConfig:
     """What the forecast pipeline aggregates, forecasts and backtests.
 
@@ -225,11 +246,13 @@ class ForecastConfig:
     drift_window_s: window of the archetype-mix drift; null: a day when the data
         spans >= 2 days, else an hour when it spans >= 2 hours, else 6 buckets.
     report_series: series drawn in the actual-vs-forecast figure.
+    gate: the go/no-go the run ends with (GateConfig).
     """
 
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     backtest: BacktestConfig = field(default_factory=BacktestConfig)
     lightgbm: LightGBMConfig = field(default_factory=LightGBMConfig)
+    gate: GateConfig = field(default_factory=GateConfig)
     forecasters: tuple[str, ...] = FORECASTERS
     seasonalities_s: tuple[int, ...] = (86_400, 604_800)
     moving_window_buckets: int = 6
@@ -246,6 +269,7 @@ class ForecastConfig:
         _nested(self, "aggregation", AggregationConfig, "forecast.aggregation")
         _nested(self, "backtest", BacktestConfig, "forecast.backtest")
         _nested(self, "lightgbm", LightGBMConfig, "forecast.lightgbm")
+        _nested(self, "gate", GateConfig, "forecast.gate")
         fc = tuple(self.forecasters)
         unknown = [f for f in fc if f not in FORECASTERS]
         if unknown or not fc or len(set(fc)) != len(fc):

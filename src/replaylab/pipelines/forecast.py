@@ -103,11 +103,13 @@ def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig,
     """Panel, plan, seasons, backtest, scores, comparison and drift of one input."""
     from replaylab.forecast.backtest import (
         choose_best,
+        origin_mase,
         run_backtest,
         score_backtest,
         series_scores,
     )
     from replaylab.forecast.drift import archetype_mix_drift, calibration_drift
+    from replaylab.forecast.gate import forecast_gate
 
     panel = build_panel(aggregates, cfg)
     plan = plan_backtest(panel.n_buckets, cfg.backtest)
@@ -117,9 +119,10 @@ def _backtest(aggregates: pd.DataFrame, cfg: ForecastConfig,
     scores = score_backtest(bt, panel, seasons)
     drift = {"archetype_mix": archetype_mix_drift(aggregates, cfg.drift_window_s),
              "calibration": calibration_drift(bt.predictions, bt.forecasters)}
+    gate = forecast_gate(scores, origin_mase(bt, panel, seasons), plan, cfg.gate, cfg.seed)
     return {"panel": panel, "plan": plan, "seasons": seasons, "bt": bt, "scores": scores,
             "by_series": series_scores(bt, panel, seasons), "comparison": choose_best(scores),
-            "drift": drift}
+            "drift": drift, "gate": gate}
 
 
 def _summary(r: dict[str, Any], source: dict, cfg: ForecastConfig) -> dict[str, Any]:
@@ -139,7 +142,7 @@ def _summary(r: dict[str, Any], source: dict, cfg: ForecastConfig) -> dict[str, 
                     "notes": list(seasons.notes)},
         "backtest": scores, "backtest_by_series": r["by_series"],
         "skipped": r["bt"].skipped, **r["comparison"],
-        "targets": _targets(scores, best), "drift": r["drift"]}
+        "targets": _targets(scores, best), "gate": r["gate"], "drift": r["drift"]}
 
 
 def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
@@ -176,6 +179,7 @@ def run_forecast(data: AggregationResult | ValidationResult | pd.DataFrame,
     facts = {k: summary[k] for k in ("series", "buckets", "bucket_seconds", "suppressed_buckets",
                                      "horizon_buckets", "taxonomy_version", "plan", "seasons",
                                      "backtest", "best", "beats_seasonal_naive", "targets")}
+    facts["gate"] = {k: summary["gate"][k] for k in ("decision", "reasons", "rule")}
     summary["reports"] = _report(out_dir, panel, bt, r["scores"], summary["best"], r["drift"],
                                  cfg, facts)
     timings["report"] = time.perf_counter() - t0

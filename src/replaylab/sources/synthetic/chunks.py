@@ -170,18 +170,15 @@ def ledger_table(lc: LedgerColumns, seed: int, chunk: int, width: int = CHUNK_DI
 def draw_chunk(spec: ChunkSpec) -> tuple[pa.Table, int, dict[str, int]]:
     """Chunk `spec.index` as an Arrow table (dispatch order, times shifted to its slot), its
     sessions, and the defects injected into it ({reason: rows}; empty when defect_rate is 0)."""
-    cfg = dataclasses.replace(spec.cfg, n_requests=spec.rows)
+    # drawn on its slot's clock (start_ms + offset), so a daily / weekly profile of session
+    # starts (`start_rate`) follows the wall clock across chunks
+    offset = spec.index * chunk_duration_ms(spec.cfg, spec.chunk_rows)
+    cfg = dataclasses.replace(spec.cfg, n_requests=spec.rows, start_ms=spec.cfg.start_ms + offset)
     ss = chunk_seed(spec.seed, spec.index)
     draw_rng, defect_ss = (np.random.default_rng(s) for s in ss.spawn(2))
     d = draw_ledger(cfg, draw_rng)
     lc = ledger_columns(cfg, d)
-    offset = spec.index * chunk_duration_ms(spec.cfg, spec.chunk_rows)
-    cols = dict(lc.columns)
-    cols[L.TIMESTAMP] = cols[L.TIMESTAMP] + offset
-    ended = cols[L.ENDED_AT]
-    assert isinstance(ended, NullableInt)
-    cols[L.ENDED_AT] = NullableInt(ended.values + offset, ended.null)
-    table = ledger_table(dataclasses.replace(lc, columns=cols), spec.seed, spec.index, spec.width)
+    table = ledger_table(lc, spec.seed, spec.index, spec.width)
     if spec.defect_rate <= 0:
         return table, lc.n_sessions, {}
     frame, intended = inject_defects(decoded(table).to_pandas(), rate=spec.defect_rate,

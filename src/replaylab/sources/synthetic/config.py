@@ -31,6 +31,13 @@ class SyntheticLedgerConfig:
     min_window_s: float = 3600.0  # starts spread over at least this: small ledgers keep
     # whole conversations (think times are minutes); 1 h, the length of the Azure traces
     max_turns: int = 200
+    # Daily and weekly profile of session starts (chosen, not fitted; 0 / 1: none, the
+    # default): the start rate at clock time t is proportional to 1 + diurnal_amplitude x
+    # cos(2 pi (hour of day UTC - diurnal_peak_hour) / 24), times weekend_factor on Saturday
+    # and Sunday (UTC). The mean rate over the ledger is unchanged.
+    diurnal_amplitude: float = 0.0
+    diurnal_peak_hour: float = 14.0
+    weekend_factor: float = 1.0
     categories: tuple[str, ...] = _CATEGORIES  # each must have a fit in params
     category_mix: tuple[float, ...] = (0.5, 0.25, 0.15, 0.10)  # per session
     models: tuple[str, ...] = _MODELS  # small -> large; escalation goes one step up
@@ -70,6 +77,9 @@ class SyntheticLedgerConfig:
             ("sessions_per_s", self.sessions_per_s > 0, "must be > 0"),
             ("min_window_s", self.min_window_s >= 0, "must be >= 0"),
             ("max_turns", self.max_turns >= 1, "must be >= 1"),
+            ("diurnal_amplitude", 0.0 <= self.diurnal_amplitude < 1.0, "must be in [0, 1)"),
+            ("diurnal_peak_hour", 0.0 <= self.diurnal_peak_hour < 24.0, "must be in [0, 24)"),
+            ("weekend_factor", self.weekend_factor > 0, "must be > 0"),
             ("cap_values", min(self.cap_values, default=0) >= 1, "caps must be >= 1 token"),
             ("abort_rate", self.abort_rate + self.failure_rate + self.unknown_state_rate < 1,
              "abort + failure + unknown_state rates must sum below 1"),

@@ -14,7 +14,8 @@ real-vs-synthetic table). Per session, then per turn:
   propensity; after a failing turn, maybe an escalation rebind to the next larger model;
 - time: service time = TTFT + completion * ITL; turn k+1 is dispatched at the end of turn k
   plus a think time (BurstGPT v3), or at `overlap_rate` before it ended; a per-category
-  ON/OFF time warp gives the inter-arrival CV of the Azure 2023 traces; the ledger ends
+  ON/OFF time warp gives the inter-arrival CV of the Azure 2023 traces; session starts may
+  follow a daily and weekly profile (off by default); the ledger ends
   where an export would (sessions still running lose their later turns).
 
 Vectorized numpy; times are int64 epoch milliseconds (UTC). The config lives in
@@ -57,7 +58,8 @@ from replaylab.sources.synthetic.frame import (
 
 __all__ = ["DEFECT_REASONS", "SyntheticLedgerConfig", "accumulate_prompts", "draw_ledger",
            "draw_turn_tokens", "generate_synthetic_ledger", "inject_defects",
-           "sample_sessions", "session_rows", "steady_request_rate", "token_quantiles"]
+           "profile_offsets", "sample_sessions", "session_rows", "start_rate",
+           "steady_request_rate", "token_quantiles"]
 
 _DEFAULT_ARRIVAL = "chat"  # categories without an arrival trace of their own
 # Chosen constants (not fitted), documented in docs/design/synthetic-ledger.md.
@@ -67,6 +69,7 @@ _TTFT_JITTER = 0.3  # lognormal sigma of queueing noise on TTFT
 _ITL_JITTER = 0.1  # lognormal sigma of the per-request decode speed
 _SCORE_SPREAD = 1.5  # sd of the per-turn logit noise around a model's success rate
 _MAX_THINK_MS = 86_400_000
+_DAY_MS = 86_400_000
 
 
 # ---------------------------------------------------------------- building blocks
@@ -274,18 +277,43 @@ def _timing(cfg: SyntheticLedgerConfig, s: SessionDraws, r: SessionRows, tok: Tu
     step[turn == 0] = 0
     cs = np.cumsum(step)
     # Session starts: Poisson in each category's active time, compressed by the expected
-    # stretch of its OFF periods so that every category spans about the same wall time.
+    # stretch of its OFF periods so that every category spans about the same wall time;
+    # with a daily / weekly profile, at the rate `start_rate` (the OFF warp damps it in a
+    # category whose time is mostly OFF: code).
     span_s = max(s.turns.size / cfg.sessions_per_s, cfg.min_window_s)
     rate, span_ms = s.turns.size / span_s, 1000.0 * span_s  # sessions/s, ms
     kappa = np.array([1.0 + _arrival(c).off_per_request * _arrival(c).mean_off
                       for c in cfg.categories])
-    start = np.floor(rng.random(s.turns.size) * span_ms / kappa[s.cat]).astype(np.int64)
+    offset = rng.random(s.turns.size) * span_ms  # uniform: a constant start rate
+    if cfg.diurnal_amplitude > 0 or cfg.weekend_factor != 1.0:
+        offset = profile_offsets(offset / span_ms, span_ms, cfg)
+    start = np.floor(offset / kappa[s.cat]).astype(np.int64)
     active = start[r.sess] + cs - cs[r.first_row]
     # mean steady-state gap of each category's requests in active time, ms
     mix = np.asarray(cfg.category_mix, dtype=float) / sum(cfg.category_mix)
     gap_ms = 1000.0 / (rate * mix * kappa * _mean_turns(cfg) + 1e-12)
     return Timing(timestamp=cfg.start_ms + _warp(active, tok.cat, gap_ms, cfg.categories, rng),
                   duration=dur_ms)
+
+
+def start_rate(clock_ms: np.ndarray, cfg: SyntheticLedgerConfig) -> np.ndarray:
+    """Relative session start rate at epoch-ms clock times (float, mean ~1 over whole days
+    and weeks): 1 + diurnal_amplitude x cos(2 pi (hour UTC - diurnal_peak_hour) / 24), times
+    weekend_factor on Saturdays and Sundays (UTC)."""
+    hour = (clock_ms % _DAY_MS) / 3_600_000.0
+    rate = 1.0 + cfg.diurnal_amplitude * np.cos(2 * np.pi * (hour - cfg.diurnal_peak_hour) / 24)
+    weekday = (clock_ms // _DAY_MS + 3) % 7  # 0 = Monday (1970-01-01 was a Thursday)
+    return rate * np.where(weekday >= 5, cfg.weekend_factor, 1.0)
+
+
+def profile_offsets(u: np.ndarray, span_ms: float, cfg: SyntheticLedgerConfig) -> np.ndarray:
+    """Session start offsets in [0, span_ms] (ms, float) whose rate follows `start_rate` from
+    `cfg.start_ms`: uniform draws u (n,) through the inverse of the cumulative rate (a
+    one-minute grid, linear in between). The same number of sessions over the same span."""
+    grid = np.linspace(0.0, span_ms, max(2, int(np.ceil(span_ms / 60_000.0)) + 1))
+    rate = start_rate(cfg.start_ms + grid, cfg)
+    cum = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
+    return np.interp(u * cum[-1], cum, grid)
 
 
 def _arrival(category: str) -> P.OnOffBurst:
