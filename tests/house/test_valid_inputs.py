@@ -77,14 +77,14 @@ LEDGER_FILES = {
     "mooncake": "mooncake_fast25/conversation_trace_first200.jsonl",
 }
 LEDGER_SOURCES = ("synthetic", *LEDGER_FILES)
-# outcomes: (path under tests/data, path under ../shared/data or None). A slice keeps the
-# first PROMPTS prompts; the committed slices of MMLU and RouterArena hold fewer than
-# the router needs (50), so the full shared files are used when they are there.
+# outcomes: the paths under tests/data. A table keeps the first PROMPTS prompts; MMLU and
+# RouterArena read slices of 60 prompts (tests/data/README_outcomes.md), as the router
+# needs 50; GSM8K reads the package's shipped outcomes.
 OUTCOME_FILES = {
-    "routellm_gsm8k": ("routellm/gsm8k/gsm8k_responses.csv", None),
-    "routellm_mmlu": ("routellm/mmlu/responses", "outcomes/routellm/mmlu/responses"),
-    "routerarena": ("routerarena", "outcomes/routerarena"),
-    "llmrouter": ("llmrouter/dcrouter_preprocessed", None),
+    "routellm_gsm8k": "routellm/gsm8k/gsm8k_responses.csv",
+    "routellm_mmlu": "routellm/mmlu_first60/responses",
+    "routerarena": "routerarena_short60",
+    "llmrouter": "llmrouter/dcrouter_preprocessed",
 }
 GSM8K_FULL = default_outcomes()  # shipped, Apache-2.0
 PROMPTS = 60
@@ -104,14 +104,8 @@ def _ledger_frame(name: str) -> pd.DataFrame:
     return import_source(name, str(TEST_DATA / LEDGER_FILES[name]))[1]
 
 
-def _outcome_frame(name: str, shared: Path | None) -> pd.DataFrame:
-    test_path, shared_path = OUTCOME_FILES[name]
-    if name == "routellm_gsm8k":
-        path = GSM8K_FULL
-    elif shared is not None and shared_path is not None and (shared / shared_path).exists():
-        path = shared / shared_path
-    else:
-        path = TEST_DATA / test_path
+def _outcome_frame(name: str) -> pd.DataFrame:
+    path = GSM8K_FULL if name == "routellm_gsm8k" else TEST_DATA / OUTCOME_FILES[name]
     frame = import_source(name, str(path))[1]
     if name == "llmrouter":  # two of the nine candidates: the cheapest and dearest listed
         frame = frame[frame[O.CANDIDATE].isin(_llmrouter_pair())]
@@ -125,7 +119,7 @@ def _llmrouter_prices() -> pd.DataFrame:
     from replaylab.sources.llmrouter import load_llmrouter_prices
 
     prices = load_llmrouter_prices(TEST_DATA / "llmrouter/llm_candidates/default_llm.json")
-    scored = import_source("llmrouter", str(TEST_DATA / OUTCOME_FILES["llmrouter"][0]))[1]
+    scored = import_source("llmrouter", str(TEST_DATA / OUTCOME_FILES["llmrouter"]))[1]
     prices = prices[prices.index.isin(scored[O.CANDIDATE].unique())]
     return prices.assign(t=prices.sum(axis=1)).sort_values("t")
 
@@ -240,7 +234,7 @@ def _one_column_null(name: str) -> bool:
 # Collection needs each source's columns; the committed slices are tiny (ms to read).
 _LEDGER_CASES = _cases({s: _ledger_frame(s) for s in LEDGER_SOURCES}, LEDGER_SCHEMA, "jsonl",
                        slow=_one_column_null)
-_OUTCOME_CASES = _cases({s: import_source(s, str(TEST_DATA / OUTCOME_FILES[s][0]))[1]
+_OUTCOME_CASES = _cases({s: import_source(s, str(TEST_DATA / OUTCOME_FILES[s]))[1]
                          for s in OUTCOME_FILES}, OUTCOMES_SCHEMA, "jsonl")
 _AGGREGATE_CASES = _cases({"servegen": _aggregates_frame()}, AGGREGATES_SCHEMA, "csv")
 
@@ -251,7 +245,7 @@ def _present_optional(frames: dict[str, pd.DataFrame], schema) -> list:
 
 
 _LEDGER_PAIRS = _present_optional({s: _ledger_frame(s) for s in LEDGER_SOURCES}, LEDGER_SCHEMA)
-_OUTCOME_PAIRS = _present_optional({"routerarena": _outcome_frame("routerarena", None)},
+_OUTCOME_PAIRS = _present_optional({"routerarena": _outcome_frame("routerarena")},
                                    OUTCOMES_SCHEMA)
 _AGGREGATE_PAIRS = _present_optional({"servegen": _aggregates_frame()}, AGGREGATES_SCHEMA)
 
@@ -260,22 +254,13 @@ _AGGREGATE_PAIRS = _present_optional({"servegen": _aggregates_frame()}, AGGREGAT
 
 
 @pytest.fixture(scope="module")
-def shared_root(request) -> Path | None:
-    """../shared/data when it is there (full outcome files), else None (committed slices)."""
-    try:
-        return request.getfixturevalue("shared_data")
-    except pytest.skip.Exception:
-        return None
-
-
-@pytest.fixture(scope="module")
 def ledgers() -> dict[str, pd.DataFrame]:
     return {s: _ledger_frame(s) for s in LEDGER_SOURCES}
 
 
 @pytest.fixture(scope="module")
-def outcome_tables(shared_root) -> dict[str, pd.DataFrame]:
-    return {s: _outcome_frame(s, shared_root) for s in OUTCOME_FILES}
+def outcome_tables() -> dict[str, pd.DataFrame]:
+    return {s: _outcome_frame(s) for s in OUTCOME_FILES}
 
 
 @pytest.fixture
@@ -516,7 +501,7 @@ def _no_cost_at_all(source: str, variant: str) -> bool:
 
 @pytest.mark.parametrize(("source", "variant", "fmt"), _OUTCOME_CASES)
 def test_outcomes_variant_trains_the_router(source, variant, fmt, outcome_tables, tmp_path):
-    from replaylab.pipelines.router import RouterDataError, train_router
+    from replaylab.pipelines.router import train_router
 
     table = outcome_tables[source]
     frame = make_variant(table, OUTCOMES_SCHEMA, variant)
@@ -533,10 +518,6 @@ def test_outcomes_variant_trains_the_router(source, variant, fmt, outcome_tables
     if _no_cost_at_all(source, variant):  # found before the table's size is looked at
         err = ends_cleanly(run, str(path), O.COST)
         assert err is not None, "a table without cost or token counts trained"
-        return
-    if table[O.PROMPT_ID].nunique() < 50:  # a committed slice: too small, and said so
-        err = ends_cleanly(run)
-        assert isinstance(err, RouterDataError), err
         return
     assert ends_cleanly(run) is None
     s = summaries[0]
@@ -683,8 +664,6 @@ def test_cli_router_runs_outcomes_without_token_columns(outcome_tables, tmp_path
     """The issue's case: cost on every row, no prompt_tokens / completion_tokens columns,
     through `python -m training pipeline=router` and the real MiniLM encoder."""
     table = outcome_tables["routerarena"]
-    if table[O.PROMPT_ID].nunique() < 50:
-        pytest.skip("needs the full RouterArena file in ../shared/data")
     path = write(table.drop(columns=[O.PROMPT_TOKENS, O.COMPLETION_TOKENS]), tmp_path, "ra",
                  "parquet")
     cands = ",".join(sorted(table[O.CANDIDATE].unique()))

@@ -1,6 +1,6 @@
 """Ledger importers on slices of the real public traces (tests/data) and on the full files.
 
-Slices: tests/data/README_ledgers.md. Full files: ../shared/data (skips without it).
+Slices: tests/data/README_ledgers.md. Full files: $REPLAYLAB_SHARED_DATA (skips when unset).
 ShareGPT text is never in the repo: its real-data test reads the installed package.
 """
 

@@ -188,7 +188,8 @@ def test_config_accepts_lists_from_yaml() -> None:
 
 @pytest.mark.slow
 def test_params_module_matches_a_fresh_fit(shared_data) -> None:
-    """synthetic/params.py is a copy of scripts/fit_synthetic.py's output on ../shared/data."""
+    """Full-file provenance check: synthetic/params.py is a copy of scripts/fit_synthetic.py's
+    output on the full public files ($REPLAYLAB_SHARED_DATA) and ShareGPT."""
     import importlib.util
     from pathlib import Path
 
