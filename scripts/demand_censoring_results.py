@@ -1,6 +1,6 @@
 """Censoring-aware demand training: none vs realized vs censored pinball; tabulate for docs/results/demand.md.
 
-    python scripts/demand_censoring_results.py --out outputs/demand-censoring [--shared ../shared/data]
+    python scripts/demand_censoring_results.py --out outputs/demand-censoring [--shared DIR]
         [--seeds 0 1 2] [--only NAME ...] [--reuse]
 
 Datasets: the synthetic ledger at 4,000 sessions (its requests carry caps and some are
@@ -11,7 +11,9 @@ no public trace records caps, so the cut is the only synthetic part). Each (data
 seed) is one `python -m training pipeline=demand` run with the default
 `demand.censoring.method=auto`: it fits every variant, chooses on the calibration
 split and reports every variant's test figures beside the choice (`censoring` in
-summary.json). Writes OUT/censoring_results.json and prints a markdown table.
+summary.json). Writes OUT/censoring_results.json and prints a markdown table. DIR: the
+folder of downloaded public files the real traces are imported from (default
+$REPLAYLAB_SHARED_DATA; docs/howto/import-data.md); the synthetic ledger needs none.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
+
 REPO = Path(__file__).resolve().parents[1]
 REAL = ("azure_conv", "azure_code+conv")
 NAMES = ("synthetic", *REAL)
 
 
-def run(name: str, seed: int, out: Path, shared: Path, reuse: bool) -> dict:
+def run(name: str, seed: int, out: Path, shared: Path | None, reuse: bool) -> dict:
     from replaylab.demand.real_traces.datasets import TRACE_DATASETS, import_trace_ledger
     from replaylab.sources.shift import inject_caps
 
@@ -38,6 +42,7 @@ def run(name: str, seed: int, out: Path, shared: Path, reuse: bool) -> dict:
         if name in REAL:
             path = out / "ledgers" / f"{name}-caps-s{seed}.parquet"
             if not path.is_file():
+                assert shared is not None, "main resolves --shared for the real traces"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 ledger = import_trace_ledger(name, shared, 0).valid
                 inject_caps(ledger, seed=seed).to_parquet(path, index=False)
@@ -94,13 +99,14 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "demand-censoring")
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    add_shared_argument(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--only", nargs="+", choices=NAMES)
     ap.add_argument("--reuse", action="store_true")
     args = ap.parse_args()
-    rows = [run(name, seed, args.out, args.shared, args.reuse)
-            for name in (args.only or NAMES) for seed in args.seeds]
+    names = args.only or NAMES
+    shared = shared_data_or_exit(args.shared) if set(names) & set(REAL) else None
+    rows = [run(name, seed, args.out, shared, args.reuse) for name in names for seed in args.seeds]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "censoring_results.json").write_text(json.dumps(rows, indent=1))
     print(table(rows))

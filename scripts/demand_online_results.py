@@ -1,6 +1,6 @@
 """Frozen vs online-recalibrated demand hints on time-ordered replays; tabulate for docs/results/demand.md.
 
-    python scripts/demand_online_results.py --out outputs/demand-online [--shared ../shared/data]
+    python scripts/demand_online_results.py --out outputs/demand-online [--shared DIR]
         [--only NAME ...] [--reuse] [--step 0.005] [--max-narrowing 0.15]
 
 Datasets: the real traces azure_conv and azure_code+conv (`replaylab.demand.real_traces`,
@@ -19,7 +19,9 @@ window: `replaylab.hints.online_eval.compare_online` replays the whole ledger in
 time order frozen and adaptive, feeding actuals back only after each request
 ended and only from the deployment on, and scores both on the test window's
 exact rows. Writes OUT/<name>/online.json and online_coverage.png, and
-OUT/online_results.json (all of them).
+OUT/online_results.json (all of them). DIR: the folder of downloaded public files the
+real traces are imported from (default $REPLAYLAB_SHARED_DATA; docs/howto/import-data.md);
+the synthetic datasets need none.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
 from replaylab.demand.real_traces.datasets import TRACE_DATASETS, import_trace_ledger, ledger_name
 from replaylab.jsonsafe import json_safe
 
@@ -56,13 +59,14 @@ def train(ledger: Path | None, run_dir: Path, extra: list[str], reuse: bool) -> 
     return art
 
 
-def ledger_of(name: str, out: Path, shared: Path, reuse: bool) -> tuple[pd.DataFrame, Path, Path]:
+def ledger_of(name: str, out: Path, shared: Path | None, reuse: bool) -> tuple[pd.DataFrame, Path, Path]:
     """(the replayed ledger, the ledger file trained on, the run folder)."""
     from replaylab.contracts import read_ledger
 
     if name in REAL:
         path = out / "ledgers" / f"{ledger_name(name)}.parquet"
         if not path.is_file():
+            assert shared is not None, "main resolves --shared for the real traces"
             path.parent.mkdir(parents=True, exist_ok=True)
             import_trace_ledger(name, shared, 0).valid.to_parquet(path, index=False)
         run = out / "runs" / ledger_name(name)
@@ -74,7 +78,7 @@ def ledger_of(name: str, out: Path, shared: Path, reuse: bool) -> tuple[pd.DataF
     return read_ledger(path).valid, path, run
 
 
-def evaluate(name: str, out: Path, shared: Path, reuse: bool, online) -> dict:
+def evaluate(name: str, out: Path, shared: Path | None, reuse: bool, online) -> dict:
     from replaylab.hints.online_eval import compare_online, deployment_start_ms, online_figure
     from replaylab.runtime.demand import DemandPredictor
     from replaylab.sources.shift import inject_latent_shift, inject_mix_shift
@@ -110,7 +114,7 @@ def evaluate(name: str, out: Path, shared: Path, reuse: bool, online) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "demand-online")
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    add_shared_argument(ap)
     ap.add_argument("--only", nargs="*", default=None, choices=NAMES)
     ap.add_argument("--reuse", action="store_true")
     ap.add_argument("--step", type=float, default=None)
@@ -121,8 +125,9 @@ def main() -> None:
     kw = {k: v for k, v in (("step", args.step), ("max_narrowing", args.max_narrowing))
           if v is not None}
     online = OnlineConfig(**kw) if kw else None
-    results = [evaluate(n, args.out, args.shared, args.reuse, online)
-               for n in (args.only or NAMES)]
+    names = args.only or NAMES
+    shared = shared_data_or_exit(args.shared) if set(names) & set(REAL) else None
+    results = [evaluate(n, args.out, shared, args.reuse, online) for n in names]
     (args.out / "online_results.json").write_text(json.dumps(json_safe(results), indent=2))
     print(f"wrote {args.out / 'online_results.json'}")
 

@@ -1,6 +1,6 @@
 """Run the demand pipeline on ledgers imported from the real public traces; tabulate results.
 
-    python scripts/demand_real_data.py --out outputs/demand-real [--shared ../shared/data]
+    python scripts/demand_real_data.py --out outputs/demand-real [--shared DIR]
         [--sharegpt-limit 5000] [--only NAME ...] [--with-defaults]
         [--write-doc docs/results/demand.md] [--doc-only]
 
@@ -15,7 +15,8 @@ baseline on the same labelled test rows, a paired session bootstrap of the
 differences and of the coverage, the verdict against issue 3's targets).
 `results.json` holds everything; `--write-doc` renders it with
 `replaylab.demand.real_traces.markdown` (`--doc-only`: from an earlier
-`results.json`, no training).
+`results.json`, no training). DIR: the folder of downloaded public files (default
+$REPLAYLAB_SHARED_DATA; what to download: docs/howto/import-data.md).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
 from replaylab.demand.real_traces.datasets import (
     TRACE_DATASETS,
     data_file_hashes,
@@ -140,7 +142,7 @@ def run_all(args: argparse.Namespace, names: list[str]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "demand-real")
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    add_shared_argument(ap)
     ap.add_argument("--sharegpt-limit", type=int, default=5000)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--with-defaults", action="store_true",
@@ -157,6 +159,7 @@ def main() -> None:
     if args.doc_only:
         saved = json.loads((args.out / "results.json").read_text())
     else:
+        args.shared = shared_data_or_exit(args.shared)
         args.out.mkdir(parents=True, exist_ok=True)
         saved = run_all(args, names)
         (args.out / "results.json").write_text(json.dumps(saved, indent=1))

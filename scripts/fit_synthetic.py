@@ -1,11 +1,13 @@
 """Fit the parameters of the synthetic ledger to the real public traces.
 
-Reads ../shared/data (or the folder given), prints the fitted parameters as JSON and
+Reads the folder of downloaded public files (DATA or --shared DIR, else
+$REPLAYLAB_SHARED_DATA; what to download: docs/howto/import-data.md), prints the fitted
+parameters as JSON and
 writes them to --out; `src/replaylab/sources/synthetic/params.py` holds a copy with
 comments. With --compare N it also draws an N-row synthetic ledger and prints the
 real-vs-synthetic quantile table of docs/design/synthetic-ledger.md.
 
-    .venv/bin/python scripts/fit_synthetic.py --out /tmp/synthetic_fit.json --compare 200000
+    .venv/bin/python scripts/fit_synthetic.py --shared DIR --out /tmp/synthetic_fit.json --compare 200000
 
 Sources (cite where their numbers appear): Azure LLM inference traces 2023 (Azure Public
 Dataset, Splitwise, CC-BY-4.0); BurstGPT v3 (CC-BY-4.0); Mooncake FAST'25 (Apache-2.0);
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
 from replaylab.sources.synthetic import params as P
 from replaylab.sources.synthetic.generator import (
     accumulate_prompts,
@@ -453,12 +456,12 @@ def compare(fit: dict, n_rows: int, seed: int = 0) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("data", nargs="?", default=str(Path(__file__).resolve().parents[1].parent / "shared/data"),
-                    help="the shared data folder (default ../shared/data)")
+    ap.add_argument("data", nargs="?", default=None, help="the folder of public files (or --shared)")
+    add_shared_argument(ap)
     ap.add_argument("--out", default="synthetic_fit.json", help="where to write the JSON")
     ap.add_argument("--compare", type=int, default=0, help="rows of a synthetic ledger to compare")
     args = ap.parse_args(argv)
-    fit = fit_all(Path(args.data))
+    fit = fit_all(shared_data_or_exit(args.data or args.shared))
     text = json.dumps(fit, indent=2, default=float)
     print(text)
     Path(args.out).write_text(text + "\n")

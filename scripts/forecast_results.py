@@ -1,6 +1,9 @@
 """The runs behind docs/results/forecast.md: import each trace, backtest every forecaster.
 
-    python scripts/forecast_results.py --out outputs/forecast-results [--shared ../shared/data]
+    python scripts/forecast_results.py --out outputs/forecast-results [--shared DIR]
+
+DIR: the folder of downloaded public files (default $REPLAYLAB_SHARED_DATA; the files and
+where to get them: docs/howto/import-data.md); each import names its file in it.
 
 Each step is the user command (`python -m training pipeline=import ...`, then
 `python -m training pipeline=forecast ... tracking=off`) with the overrides listed
@@ -20,8 +23,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
+
 REPO = Path(__file__).resolve().parents[1]
+# the imported files, inside the shared folder
+SERVEGEN_LANGUAGE = "traces/servegen/language/m-large"
 SERVEGEN_REASON = "traces/servegen/reason/deepseek-r1"
+AZURE_FILES = {"azure_code": "traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv",
+               "azure_conv": "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"}
 AZURE = ["forecast.aggregation.bucket_seconds=60", "forecast.backtest.horizon_buckets=5",
          "forecast.backtest.step_buckets=1", "forecast.backtest.min_train_buckets=24"]
 # name -> (input override, forecast overrides); inputs are written by IMPORTS below
@@ -52,12 +61,13 @@ def fmt(x: float | None, spec: str) -> str:
 
 def import_inputs(data: Path, shared: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
-    at = f"paths.shared_dir={shared}"
-    training("pipeline=import", "source=servegen", at, f"out={data}/servegen_language.parquet")
+    training("pipeline=import", "source=servegen", f"source.path={shared / SERVEGEN_LANGUAGE}",
+             f"out={data}/servegen_language.parquet")
     training("pipeline=import", "source=servegen", f"source.path={shared / SERVEGEN_REASON}",
-             at, f"out={data}/servegen_reason.parquet")
-    for name in ("azure_code", "azure_conv"):
-        training("pipeline=import", f"source={name}", at, f"out={data}/{name}.parquet")
+             f"out={data}/servegen_reason.parquet")
+    for name, rel in AZURE_FILES.items():
+        training("pipeline=import", f"source={name}", f"source.path={shared / rel}",
+                 f"out={data}/{name}.parquet")
     pd.concat([pd.read_parquet(data / "azure_code.parquet"),
                pd.read_parquet(data / "azure_conv.parquet")]).to_parquet(
         data / "azure_code+conv.parquet")
@@ -66,15 +76,15 @@ def import_inputs(data: Path, shared: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "forecast-results")
-    ap.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "data")
+    add_shared_argument(ap)
     args = ap.parse_args()
+    shared = shared_data_or_exit(args.shared)
     out, data = args.out.resolve(), args.out.resolve() / "data"
-    import_inputs(data, args.shared.resolve())
+    import_inputs(data, shared)
     results, lines = {}, ["| dataset | forecaster | MASE | pinball | cov80 |", "|---|---|---|---|---|"]
     for name, (source, extra) in RUNS.items():
         training("pipeline=forecast", source.format(data=data), *extra,
-                 f"paths.shared_dir={args.shared.resolve()}", f"hydra.run.dir={out / name}",
-                 "tracking=off")
+                 f"hydra.run.dir={out / name}", "tracking=off")
         s = json.loads((out / name / "summary.json").read_text())
         results[name] = {k: s[k] for k in ("best", "beats_seasonal_naive", "targets", "backtest")}
         for f, b in s["backtest"].items():

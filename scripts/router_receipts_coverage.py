@@ -1,7 +1,7 @@
 """Does the receipts-mode OPE cover the truth? The table behind docs/results/router.md
 "From your receipts: coverage over seeds".
 
-    python scripts/router_receipts_coverage.py OUT.json [DATA_DIR] [--seeds 0 1 ... 19]
+    python scripts/router_receipts_coverage.py OUT.json [DATA_DIR | --shared DIR] [--seeds 0 1 ... 19]
         [--sets gsm8k mmlu] [--tier static|minilm] [--rate 0.05] [--sessions-per-prompt 3]
         [--override head.teachers=1 ...]
 
@@ -29,7 +29,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from router_results import apply_overrides, load_tier_encoder, router_values  # noqa: E402
+from router_results import (  # noqa: E402
+    add_outcomes_arguments,
+    apply_overrides,
+    load_tier_encoder,
+    outcomes_root,
+    router_values,
+)
 
 from replaylab.apps.inputs import default_outcomes  # noqa: E402
 from replaylab.contracts import validate_ledger  # noqa: E402
@@ -113,7 +119,7 @@ def summarize(rows: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("data_dir", nargs="?", default="../shared/data/outcomes")
+    add_outcomes_arguments(ap)  # DATA_DIR or --shared DIR; gsm8k alone needs neither
     ap.add_argument("--seeds", type=int, nargs="+", default=list(range(20)))
     ap.add_argument("--sets", nargs="+", choices=SETS, default=["gsm8k"])
     ap.add_argument("--tier", choices=("static", "minilm"), default="static")
@@ -129,7 +135,7 @@ def main() -> None:
     embed, _ = cached_embed(encoder, cache / "embeddings")
     scorer = "numpy" if args.tier == "static" else "onnx"
     rows = []
-    for name, outcomes, over in public_outcome_sets(args.data_dir, default_outcomes(),
+    for name, outcomes, over in public_outcome_sets(outcomes_root(args), default_outcomes(),
                                                     tuple(args.sets)):
         for seed in args.seeds:
             vals = router_values(seed)

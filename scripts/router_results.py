@@ -1,11 +1,12 @@
 """The runs behind docs/results/router.md: every outcome set, replay share, seed and tier.
 
-    python scripts/router_results.py OUT.json [DATA_DIR] [--seeds 0 1 2] [--shares 0.25 1.0]
+    python scripts/router_results.py OUT.json [DATA_DIR | --shared DIR] [--seeds 0 1 2] [--shares 0.25 1.0]
         [--sets gsm8k mmlu llmrouter routerarena] [--tier minilm|static] [--cache-dir DIR]
         [--override head.prior_strength=10 ...]
 
-DATA_DIR holds the public outcome sets (default ../shared/data/outcomes, see
-../shared/data/SOURCES.md); GSM8K is the package resource
+DATA_DIR holds the public outcome sets (`routellm/mmlu/responses/`, `llmrouter/`,
+`routerarena/`); default DIR/outcomes of `--shared DIR` or $REPLAYLAB_SHARED_DATA (what to
+download: docs/howto/import-data.md), needed unless only gsm8k runs; GSM8K is the package resource
 (`replaylab.apps.inputs.default_outcomes`). Each run composes the training config
 (conf/train.yaml, `pipeline=router seed=<seed>`, Hydra's compose API),
 applies the set's candidates and costs (`replaylab.router.public_sets`), the
@@ -36,6 +37,7 @@ from omegaconf import OmegaConf
 
 from replaylab.apps.inputs import default_outcomes
 from replaylab.apps.schemas import register_schemas
+from replaylab.apps.shared_data import add_shared_argument, shared_data_or_exit
 from replaylab.pipelines.router import train_router
 from replaylab.router.embed_cache import cached_embed
 from replaylab.router.pipeline_config import router_config
@@ -90,7 +92,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     embed, _ = cached_embed(encoder, cache_dir / "embeddings")
     scorer = "numpy" if args.tier == "static" else "onnx"  # how the runtime scores the head
     rows, replicates = [], []
-    for name, outcomes, over in public_outcome_sets(args.data_dir, default_outcomes(),
+    for name, outcomes, over in public_outcome_sets(outcomes_root(args), default_outcomes(),
                                                     tuple(args.sets)):
         for seed in args.seeds:
             base = router_values(seed)
@@ -120,10 +122,27 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     return rows
 
 
+def add_outcomes_arguments(ap: argparse.ArgumentParser) -> None:
+    """DATA_DIR (the outcome sets' folder) or --shared DIR (DATA_DIR = DIR/outcomes)."""
+    ap.add_argument("data_dir", nargs="?", default=None,
+                    help="the public outcome sets' folder (default: DIR/outcomes of --shared)")
+    add_shared_argument(ap)
+
+
+def outcomes_root(args: argparse.Namespace) -> str:
+    """DATA_DIR as given, else DIR/outcomes of --shared / $REPLAYLAB_SHARED_DATA (one line and
+    exit code 2 without either); unused ('') when only gsm8k (the package resource) runs."""
+    if args.data_dir:
+        return str(args.data_dir)
+    if set(args.sets) <= {"gsm8k"}:
+        return ""
+    return str(shared_data_or_exit(args.shared) / "outcomes")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path, help="OUT.json: every run's row")
-    ap.add_argument("data_dir", nargs="?", default="../shared/data/outcomes")
+    add_outcomes_arguments(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--shares", type=float, nargs="+", default=list(SHARES))
     ap.add_argument("--sets", nargs="+", choices=SETS, default=list(SETS))

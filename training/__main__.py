@@ -13,9 +13,9 @@ from omegaconf import DictConfig
 @hydra.main(config_path="../conf", config_name="train", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     from replaylab.apps.recording import run_recorded
-    from replaylab.apps.train import input_errors, run_pipeline
+    from replaylab.apps.train import input_errors, precheck, run_pipeline
 
-    run_recorded(cfg, run_pipeline, input_errors())
+    run_recorded(cfg, run_pipeline, input_errors(), precheck)
 
 
 if __name__ == "__main__":

@@ -117,9 +117,8 @@ def load_outcomes(cfg: DictConfig) -> tuple[Any, str]:
         if source not in SOURCES or SOURCES[source].contract != "outcomes":
             names = sorted(k for k, v in SOURCES.items() if v.contract == "outcomes")
             raise ConfigError(f"data.outcomes_source={source!r}: choose one of {names}")
-        if path is not None and not Path(path).exists():
-            raise FileNotFoundError(f"data.outcomes={path}: no such file or folder")
-        _, frame = import_source(source, None if path is None else str(path))
+        # a path not given or not there: one line naming the file and where to download it
+        _, frame = import_source(source, None if path is None else str(path), "data.outcomes")
         return frame, f"{source}:{path}"
     if not Path(path).is_file():
         raise FileNotFoundError(f"data.outcomes={path}: no such file")

@@ -152,6 +152,16 @@ def run_pipeline(cfg: DictConfig, run_dir: Path) -> dict:
     return table[cfg.pipeline](cfg, run_dir)
 
 
+def precheck(cfg: DictConfig) -> None:
+    """What can be refused before an MLflow run is opened: pipeline=import's file (not given,
+    or not there: one line saying what it is and where to download it)."""
+    from replaylab.sources.registry import SOURCES, source_file
+
+    src = cfg.get("source")
+    if cfg.get("pipeline") == "import" and src is not None and src.get("name") in SOURCES:
+        source_file(src.name, src.get("path"))
+
+
 def input_errors() -> tuple[type[BaseException], ...]:
     """A bad input or config (not a bug): one `error: ...` line and exit code 2. Every
     such error of the library is an `InputError` (a `StageFailed`, a Dask stage stopped
