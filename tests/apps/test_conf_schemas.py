@@ -76,9 +76,11 @@ def test_each_experiment_composes(experiment):
 def test_export_and_import_compose():
     cfg = _compose(CONF, "export", ["run_dir=x"])
     assert cfg.export.version == "1.0.0" and cfg.run_dir == "x"
+    cfg = _compose(CONF, "train", ["pipeline=import", "source=servegen", "out=a.parquet"])
+    assert cfg.source.name == "servegen" and cfg.source.path is None  # required: no default
     cfg = _compose(CONF, "train", ["pipeline=import", "source=servegen", "out=a.parquet",
-                                   "paths.shared_dir=/data"])
-    assert cfg.source.name == "servegen" and cfg.source.path.startswith("/data/")
+                                   "source.path=m-large"])
+    assert cfg.source.path == "m-large"
 
 
 def test_a_router_run_cannot_set_a_demand_key():
