@@ -1,7 +1,7 @@
 """Benchmark: the fleet simulator on --rows requests over 16 and 64 replicas.
 
-Workload: token totals from FleetSim's LMSYS CDF (../shared/data/fleet, or a
-built-in lognormal stand-in without it), Poisson arrivals at 4 requests/s per
+Workload: token totals from FleetSim's LMSYS CDF (shipped in replaylab.data, fleet/),
+Poisson arrivals at 4 requests/s per
 replica, so the load per replica (and the batch sizes) stay the same as the
 fleet grows. Profile: FleetSim's H100-80GB constants (modeled). Policies:
 RoundRobin (O(1): the simulator's own cost) and LeastLoaded (adds an
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -34,43 +33,21 @@ RATE_PER_REPLICA = 4.0
 TARGET_S, TARGET_MB, TARGET_RATIO = 20.0, 400.0, 1.5
 
 
-def _shared_data() -> Path | None:
-    env = os.environ.get("REPLAYLAB_SHARED_DATA")
-    for cand in ([Path(env)] if env else []) + [HERE.parent.parent / "shared" / "data",
-                                                  Path("/work/shared/data")]:
-        if (cand / "fleet").is_dir():
-            return cand
-    return None
-
-
 def _maxrss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _one(replicas: int, rows: int, policy_name: str, repeats: int) -> dict:
-    import numpy as np
-
-    from replaylab.fleet.hardware.profiles import GpuProfile, load_fleetsim_profiles
+    from replaylab.data import shipped
+    from replaylab.fleet.hardware.profiles import load_fleetsim_profiles
     from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
     from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
     from replaylab.fleet.sim.outcomes import summarize
     from replaylab.fleet.sim.simulator import FleetSim
     from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
-    data = _shared_data()
-    if data is not None:
-        profile = load_fleetsim_profiles(data / "fleet" / "fleetsim_gpu_profiles.json")["H100-80GB"]
-        cdf = data / "fleet" / "lmsys_cdf.json"
-    else:  # the same constants, and a lognormal CDF with LMSYS's median (~400 tokens)
-        profile = GpuProfile("fleetsim:H100-80GB", "H100-80GB", base_s=0.004,
-                             per_kv_token_s=0.00032 / 8192, chunk_tokens=1024,
-                             kv_capacity_tokens=65536 * 16, max_batch=256, power_idle_w=300.0,
-                             power_nominal_w=600.0, power_k=1.0, power_x0=4.2,
-                             cost_per_gpu_hour=4.02)
-        from scipy.stats import lognorm
-
-        xs = 2.0 ** np.arange(6, 17)
-        cdf = [[float(x), float(lognorm.cdf(x, 1.0, scale=400.0))] for x in xs]
+    profile = load_fleetsim_profiles()["H100-80GB"]      # shipped (replaylab.data)
+    cdf = shipped("fleet", "lmsys_cdf.json")
     t0 = time.perf_counter()
     cfg = SyntheticWorkloadConfig(n_requests=rows, rate_per_s=RATE_PER_REPLICA * replicas)
     workload = workload_from_cdf(cdf, cfg, seed=0)
@@ -101,7 +78,7 @@ def _one(replicas: int, rows: int, policy_name: str, repeats: int) -> dict:
         "completed": summary["completed"], "ttft_p99_s": round(summary["ttft_p99_s"], 4),
         "e2e_p99_s": round(summary["e2e_p99_s"], 3),
         "joules_per_output_token": round(summary["joules_per_output_token"], 4),
-        "data": "shared" if data is not None else "built-in stand-in",
+        "data": "shipped (replaylab.data: FleetSim H100-80GB, lmsys_cdf.json)",
     }
 
 

@@ -1,16 +1,24 @@
 """The runs behind docs/results/fleet.md: the fleet experiments at their defaults and on a ledger.
 
-    python scripts/fleet_results.py --out outputs/fleet-results --write-doc docs/results/fleet.md
+    python scripts/fleet_results.py --data DIR --out outputs/fleet-results \
+        --write-doc docs/results/fleet.md
     python scripts/fleet_results.py --from outputs/fleet-results --write-doc docs/results/fleet.md
     python scripts/fleet_results.py --out OUT --sets mine --ledger mine=my_ledger.parquet \
         --experiments energy rollout --override fleet.workload.time_scale=6
+    python scripts/fleet_results.py --out OUT --sets shipped    # the defaults, nothing downloaded
 
-A *set* is a list of experiments on one workload (SETS): `azure`, the five at their
-defaults (the Azure LLM 2023 conversation trace, the overload token CDF, the synthetic
-ledger of hint_admission); `mooncake`, the Mooncake FAST'25 conversation trace imported
-as ledger-v1 (`python -m training pipeline=import source=mooncake`) and replayed by
-`fleet.workload.ledger`; `--ledger NAME=PATH` makes a set NAME of `--experiments` on a
-ledger of yours, with `--override` (`key=value` for every run, `exp:key=value` for one).
+A *set* is a list of experiments on one workload (SETS): `shipped`, the five at their
+defaults (the Azure conversation slice the package ships, the overload token CDF, the
+synthetic ledger of hint_admission: nothing outside the checkout); `azure`, the same but
+energy, stale_telemetry and rollout on the full Azure LLM 2023 conversation trace
+(`fleet.workload.source=azure_conv fleet.workload.path=DIR/traces/azure_llm_2023/...`);
+`mooncake`, the Mooncake FAST'25 conversation trace imported as ledger-v1 (`python -m
+training pipeline=import source=mooncake source.path=DIR/...`) and replayed by
+`fleet.workload.ledger`; `burstgpt` likewise. DIR (`--data`, default
+$REPLAYLAB_SHARED_DATA) is the folder of the full public downloads (layout of
+../shared/data: SOURCES there); the sets that need it stop with one line without it.
+`--ledger NAME=PATH` makes a set NAME of `--experiments` on a ledger of yours, with
+`--override` (`key=value` for every run, `exp:key=value` for one).
 Each run is the user command, one at a time:
 
     python -m evaluation experiment=<name> tracking=off hydra.run.dir=OUT/<set>/<name> ...
@@ -58,11 +66,15 @@ MARKER = re.compile(r"<!-- fleet_results:(\S+) -->\n.*?<!-- /fleet_results:\1 --
 @dataclass(frozen=True)
 class ResultSet:
     """Experiments on one workload: each experiment's default (ledger None), a ledger file,
-    or the ledger `python -m training pipeline=import source=<source>` writes."""
+    the ledger `python -m training pipeline=import source=<source> source.path=DATA/<file>`
+    writes, or (`trace`) a full downloaded trace DATA/<trace> that the fixed-fleet
+    experiments replay as `fleet.workload.source=azure_conv`."""
 
     experiments: tuple[str, ...] = EXPERIMENTS
     ledger: str | None = None
     source: str | None = None
+    file: str | None = None        # the source's download under DATA
+    trace: str | None = None       # azure_conv: its download under DATA
     overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # "*": every run
 
 
@@ -74,15 +86,19 @@ class ResultSet:
 # 0.28 with live state), so 4x (0.54), where live routing keeps the SLO near its
 # light-load level. overload sets its own rates, hint_admission sizes its fleet (both at
 # their defaults).
+AZURE_CONV = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
 SETS = {
-    "azure": ResultSet(),
-    "mooncake": ResultSet(source="mooncake", overrides={
+    "shipped": ResultSet(),
+    "azure": ResultSet(trace=AZURE_CONV),
+    "mooncake": ResultSet(source="mooncake", file="traces/mooncake_fast25/conversation_trace.jsonl",
+                          overrides={
         "energy": ("fleet.workload.time_scale=6",),
         "stale_telemetry": ("fleet.workload.time_scale=4",),
         "rollout": ("fleet.workload.time_scale=8",)}),
     # BurstGPT's first 400 rows (11.5 h, one failed row without usage): the row accounting
     # on a real trace with a failure; 9000x: 0.35 of its simulated capacity (Azure 0.32).
     "burstgpt": ResultSet(("energy",), source="burstgpt",
+                          file="traces/burstgpt/burstgpt3_first400.csv",
                           overrides={"energy": ("fleet.workload.time_scale=9000",)}),
 }
 
@@ -149,10 +165,10 @@ def offered_load(cfg, cache_dir: Path | None = None) -> dict[str, Any]:
 
     exp = OmegaConf.to_container(cfg.experiment, resolve=True)
     spec = workload_spec(OmegaConf.to_container(cfg.fleet.workload, resolve=True))
-    led = read_workload_ledger(spec, exp["shared_dir"])
+    led = read_workload_ledger(spec)
     parts, _ = ledger_windows(led.result.valid, spec.windows, spec.window_s, spec.max_requests)
     wls = window_workloads(parts, exp["model"], spec.time_scale, spec.cancel_aborted)
-    pools = build_pools(exp["pools"], exp["shared_dir"], exp["model"])
+    pools = build_pools(exp["pools"], exp["model"])
     prompt_tok = np.concatenate([w.prompt_tokens for w in wls])
     completion_tok = np.concatenate([w.completion_tokens for w in wls])
     prompt, completion = prompt_tok.astype(float), completion_tok.astype(float)
@@ -178,23 +194,40 @@ def offered_load(cfg, cache_dir: Path | None = None) -> dict[str, Any]:
             "tokens": {"prompt": spread(prompt), "completion": spread(completion)}}
 
 
-def import_ledger(source: str, data: Path) -> Path:
-    """OUT/data/<source>.parquet from `python -m training pipeline=import source=<source>`."""
+def downloaded(data: Path | None, rel: str) -> Path:
+    """DATA/rel, a full public download; one line and exit when it is not there."""
+    if data is None:
+        sys.exit(f"{rel}: a full public download; name its folder with --data DIR "
+                 "(or REPLAYLAB_SHARED_DATA)")
+    path = (data / rel).resolve()
+    if not path.exists():
+        sys.exit(f"{path}: no such file (--data {data}: the layout of ../shared/data)")
+    return path
+
+
+def import_ledger(source: str, file: Path, data: Path) -> Path:
+    """OUT/data/<source>.parquet from `python -m training pipeline=import source=<source>
+    source.path=<file>`."""
     data.mkdir(parents=True, exist_ok=True)
     out = data / f"{source}.parquet"
     run = checked([sys.executable, "-m", "training", "pipeline=import", f"source={source}",
-                   f"out={out}", "tracking=off", f"hydra.run.dir={data / ('import_' + source)}"],
+                   f"source.path={file}", f"out={out}", "tracking=off",
+                   f"hydra.run.dir={data / ('import_' + source)}"],
                   data / f"import_{source}.log")
     (data / f"import_{source}.json").write_text(json.dumps(run, indent=1))
     return out
 
 
-def run_set(name: str, rs: ResultSet, out: Path) -> None:
-    ledger = rs.ledger or (str(import_ledger(rs.source, out / "data")) if rs.source else None)
+def run_set(name: str, rs: ResultSet, out: Path, data: Path | None) -> None:
+    ledger = rs.ledger or (str(import_ledger(rs.source, downloaded(data, rs.file), out / "data"))
+                           if rs.source else None)
     for exp in rs.experiments:
         over = [*rs.overrides.get("*", ()), *rs.overrides.get(exp, ())]
         if ledger:
             over.insert(0, f"fleet.workload.ledger={Path(ledger).resolve()}")
+        elif rs.trace and exp in FIXED_FLEET:
+            over[:0] = ["fleet.workload.source=azure_conv",
+                        f"fleet.workload.path={downloaded(data, rs.trace)}"]
         run_dir = out / name / exp
         run_dir.mkdir(parents=True, exist_ok=True)
         run = checked([sys.executable, "-m", "evaluation", f"experiment={exp}", "tracking=off",
@@ -601,6 +634,8 @@ def main() -> None:
     ap.add_argument("--experiments", nargs="+", default=list(EXPERIMENTS), choices=EXPERIMENTS)
     ap.add_argument("--override", action="append", default=[], metavar="[EXP:]KEY=VALUE")
     ap.add_argument("--write-doc", type=Path, metavar="DOC")
+    ap.add_argument("--data", type=Path, default=os.environ.get("REPLAYLAB_SHARED_DATA"),
+                    help="the folder of the full public downloads (azure, mooncake, burstgpt)")
     args = ap.parse_args()
     known = parse_sets(args)
     root = (args.src or args.out).resolve()
@@ -612,7 +647,7 @@ def main() -> None:
         for name in names:
             if name not in known:
                 sys.exit(f"--sets {name}: unknown; one of {', '.join(known)}")
-            run_set(name, known[name], root)
+            run_set(name, known[name], root, args.data)
     blocks = {f"{n}/{k}": v for n in names
               for k, v in render_set(root / n, refresh=bool(args.src)).items()}
     tables = root / "results-fleet-tables.md"

@@ -383,10 +383,10 @@ def test_hpa_desired_matches_the_kubernetes_algorithm(ready, starting, util, exp
     assert hpa_desired(ready, starting, util, 0.5, 0.1) == expected
 
 
-def test_measured_profile_picks_the_largest_batch_within_the_itl_slo(shared_data):
+def test_measured_profile_picks_the_largest_batch_within_the_itl_slo():
     from replaylab.fleet.hardware.capacity import ProfileSpec, autoscaling_profile
 
-    prof, facts = autoscaling_profile(shared_data, ProfileSpec(itl_p99_slo_ms=100.0))
+    prof, facts = autoscaling_profile(ProfileSpec(itl_p99_slo_ms=100.0))
     assert prof.max_batch == 64 and prof.gpus == 4
     assert facts["itl_p99_ms at that batch (measured)"] <= 100
     assert facts["decode_tok_per_s at that batch (measured)"] == pytest.approx(2510.5, rel=1e-3)
@@ -394,7 +394,7 @@ def test_measured_profile_picks_the_largest_batch_within_the_itl_slo(shared_data
     assert facts["decode_tok_per_s at that batch (calibrated fit)"] == pytest.approx(
         2510.5, rel=0.05)
     with pytest.raises(ValueError, match="meets"):
-        autoscaling_profile(shared_data, ProfileSpec(itl_p99_slo_ms=1.0))
+        autoscaling_profile(ProfileSpec(itl_p99_slo_ms=1.0))
 
 
 # ---------------------------------------------------------------- the rate forecast

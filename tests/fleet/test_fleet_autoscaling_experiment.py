@@ -17,9 +17,8 @@ from replaylab.fleet.experiments.autoscaling.experiment import (
 from replaylab.fleet.experiments.autoscaling.report import compare, efficient, gpu_hours_at, winner
 
 
-def tiny(shared_data, **kw) -> AutoscalingConfig:
-    values = {"shared_dir": str(shared_data),
-              "trace": {"source": "synthetic", "hours": 0.5, "scale": 0.1},
+def tiny(**kw) -> AutoscalingConfig:
+    values = {"trace": {"source": "synthetic", "hours": 0.5, "scale": 0.1},
               "seeds": [0, 1], "policies": ["static", "reactive", "forecast",
                                             "forecast_no_floor"],
               "sweep": {"scenario": "steady", "reactive_targets": [0.3, 0.6],
@@ -53,9 +52,9 @@ def test_config_is_typed_and_names_bad_fields():
     assert "workload" not in schema  # the shared fleet.workload section
 
 
-def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(shared_data,
+def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(
                                                                           tmp_path):
-    s = run_autoscaling_experiment(tiny(shared_data), tmp_path)
+    s = run_autoscaling_experiment(tiny(), tmp_path)
     json.dumps(s, allow_nan=False)
     assert s["conserved"] is True
     assert set(s["scenarios"]) == {"steady", "burst", "mix_drift", "under_forecast"}
@@ -82,11 +81,11 @@ def test_experiment_measures_every_policy_with_intervals_and_says_who_wins(share
     assert ev["recommendation"] > 0 and ev["acknowledgement"] > 0
 
 
-def test_workers_do_not_change_the_numbers(shared_data, tmp_path):
+def test_workers_do_not_change_the_numbers(tmp_path):
     kw = {"scenarios": {"burst": {"kind": "burst", "factor": 3.0, "minutes": 5.0}},
           "sweep": None, "trace": {"source": "synthetic", "hours": 0.25, "scale": 0.1}}
-    a = run_autoscaling_experiment(tiny(shared_data, **kw), tmp_path / "a")
-    b = run_autoscaling_experiment(tiny(shared_data, workers=2, **kw), tmp_path / "b")
+    a = run_autoscaling_experiment(tiny(**kw), tmp_path / "a")
+    b = run_autoscaling_experiment(tiny(workers=2, **kw), tmp_path / "b")
     assert a["scenarios"] == b["scenarios"] and a["verdicts"] == b["verdicts"]
 
 
@@ -117,7 +116,7 @@ def test_verdict_rules_are_computed_from_the_numbers():
     assert gpu_hours_at(pts, 0.95) == 100.0 and gpu_hours_at(pts, 0.9999) is None
 
 
-def test_evaluation_entry_point_runs_the_simulator_experiment(shared_data, tmp_path):
+def test_evaluation_entry_point_runs_the_simulator_experiment(tmp_path):
     """`python -m evaluation experiment=autoscaling`, composed from conf/, on a short synthetic day."""
     import subprocess
     import sys
@@ -126,7 +125,7 @@ def test_evaluation_entry_point_runs_the_simulator_experiment(shared_data, tmp_p
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "evaluation", "experiment=autoscaling",
-           f"hydra.run.dir={out}", "tracking.enabled=false", f"paths.shared_dir={shared_data}",
+           f"hydra.run.dir={out}", "tracking.enabled=false",
            "experiment.trace.source=synthetic", "experiment.trace.day=1",
            "experiment.trace.hours=0.5", "experiment.trace.scale=0.1", "experiment.seeds=[0]",
            "experiment.workers=1", "experiment.sweep.reactive_targets=[0.4]",

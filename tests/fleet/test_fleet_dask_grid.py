@@ -92,8 +92,8 @@ def test_dask_grid_gathers_in_cell_order_and_raises_a_cells_error(client):
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_dask_summary_equals_local(name, client, shared_data, tmp_path):
-    cfg = experiment_config(name, shared_data, **SMALL[name])
+def test_dask_summary_equals_local(name, client, tmp_path):
+    cfg = experiment_config(name, **SMALL[name])
     local = run_fleet_experiment(name, cfg, tmp_path / "local")
     dist = run_fleet_experiment(name, cfg, tmp_path / "dask", runner=DaskGrid(client))
     assert differences(local, dist) == []
@@ -105,14 +105,14 @@ def test_dask_summary_equals_local(name, client, shared_data, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_autoscaling_jobs_on_dask_equal_local(client, shared_data, tmp_path):
+def test_autoscaling_jobs_on_dask_equal_local(client, tmp_path):
     from replaylab.fleet.experiments.autoscaling.experiment import (
         autoscaling_config,
         run_autoscaling_experiment,
     )
 
     cfg = autoscaling_config({
-        "shared_dir": str(shared_data), "seeds": [0, 1], "workers": 1,
+        "seeds": [0, 1], "workers": 1,
         "trace": {"source": "synthetic", "hours": 0.25, "scale": 0.1},
         "policies": ["static", "reactive", "forecast"],
         "scenarios": {"burst": {"kind": "burst", "factor": 3.0, "minutes": 5.0}},
@@ -125,14 +125,14 @@ def test_autoscaling_jobs_on_dask_equal_local(client, shared_data, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_entry_point_overload_on_dask(shared_data, tmp_path):
+def test_entry_point_overload_on_dask(tmp_path):
     out = tmp_path / "run"
     small = ["fleet.workload.duration_s=15", "fleet.workload.seeds=[0,1]",
              "experiment.load_factors=[1.0,2.0]"]
     proc = subprocess.run(
         [sys.executable, "-m", "evaluation", "experiment=overload", "compute=dask",
          "compute.n_workers=2", "tracking=off", f"hydra.run.dir={out}",
-         f"paths.shared_dir={shared_data}", *small],
+         *small],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
@@ -140,7 +140,7 @@ def test_entry_point_overload_on_dask(shared_data, tmp_path):
     assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
     # the library's sections hold the numbers of the local loop on the same config (the
     # entry point adds its own: pipeline, compute, verdict, ...)
-    cfg = experiment_config("overload", shared_data, **SMALL["overload"])
+    cfg = experiment_config("overload", **SMALL["overload"])
     local = json.loads(json.dumps(run_fleet_experiment("overload", cfg, tmp_path / "local")))
     assert differences(local, {k: s[k] for k in local if k in s}) == []
     assert set(local) <= set(s)

@@ -1,4 +1,7 @@
-"""GPU profiles and energy: FleetSim constants, fits to measured points, joules in the simulator."""
+"""GPU profiles and energy: FleetSim constants, fits to measured points, joules in the simulator.
+
+The profiles read the points the package ships (replaylab.data, fleet/); one test checks
+them against the full downloads when those are there (`shared_data`)."""
 
 from __future__ import annotations
 
@@ -7,13 +10,21 @@ import json
 import numpy as np
 import pytest
 
+from replaylab.data import shipped
 from replaylab.fleet.hardware.curves import fit_power_curve, logistic_power_w
 from replaylab.fleet.hardware.profiles import (
+    DATA_FOLDER,
+    FITTED_PROFILES,
+    FLEETSIM_PROFILES,
+    MLENERGY_SHIPPED,
+    SPLITWISE_SHIPPED,
     GpuProfile,
     calibrate_mlenergy,
     calibrate_splitwise,
     kv_capacity_estimate,
     load_fleetsim_profiles,
+    read_mlenergy,
+    read_splitwise,
     weakest,
 )
 from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
@@ -25,9 +36,9 @@ SECTION = "manual_profiles__fleet_sim/gpu_profiles/profiles.py"
 
 
 @pytest.fixture(scope="module")
-def fleetsim(shared_data):
-    path = shared_data / "fleet" / "fleetsim_gpu_profiles.json"
-    return load_fleetsim_profiles(path), json.loads(path.read_text())[SECTION]
+def fleetsim():
+    path = shipped(DATA_FOLDER, FLEETSIM_PROFILES)
+    return load_fleetsim_profiles(), json.loads(path.read_text())[SECTION]
 
 
 def test_fleetsim_profiles_reproduce_fleetsims_own_numbers(fleetsim):
@@ -49,9 +60,8 @@ def test_fleetsim_profiles_reproduce_fleetsims_own_numbers(fleetsim):
 
 @pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B",
                                    "meta-llama/Llama-3.1-70B-Instruct"])
-def test_power_and_throughput_fits_explain_the_measured_points(shared_data, model):
-    cal = calibrate_mlenergy(shared_data / "energy" / "mlenergy_v3_measured.csv", model=model,
-                             gpu="H100", kv_capacity_tokens=400_000)
+def test_power_and_throughput_fits_explain_the_measured_points(model):
+    cal = calibrate_mlenergy(model=model, gpu="H100", kv_capacity_tokens=400_000)
     power, tput = cal.fits["power"], cal.fits["throughput"]
     assert power.mape < 0.02 and power.max_abs_rel < 0.05
     assert tput.mape < 0.04 and tput.max_abs_rel < 0.10
@@ -63,14 +73,62 @@ def test_power_and_throughput_fits_explain_the_measured_points(shared_data, mode
     assert len(table) == power.y.size and {"measured", "fitted", "rel_residual"} <= set(table)
 
 
-def test_splitwise_step_time_fit(shared_data, fleetsim):
-    cal = calibrate_splitwise(shared_data / "energy" / "splitwise_perf.csv", model="llama2-70b",
-                              hardware="h100-80gb", tensor_parallel=2,
+def test_splitwise_step_time_fit(fleetsim):
+    cal = calibrate_splitwise(model="llama2-70b", hardware="h100-80gb", tensor_parallel=2,
                               kv_capacity_tokens=200_000, power_from=fleetsim[0]["H100-80GB"])
     step = cal.fits["decode_step"]
     assert step.mape < 0.03 and step.max_abs_rel < 0.08
     assert cal.profile.gpus == 2 and cal.profile.prefill_chunk_s > 0
     assert cal.profile.energy_provenance == "modeled"  # power borrowed from FleetSim
+
+
+def test_shipped_fits_are_the_fits_of_the_shipped_points():
+    """fitted_profiles.json (scripts/fleet_data.py --fits) is what the shipped points give."""
+    record = json.loads(shipped(DATA_FOLDER, FITTED_PROFILES).read_text())
+    assert len(record["mlenergy"]) == len(MLENERGY_SHIPPED)
+    assert len(record["splitwise"]) == len(SPLITWISE_SHIPPED)
+    for task, model, gpu, n in MLENERGY_SHIPPED:
+        cal = calibrate_mlenergy(model=model, gpu=gpu, num_gpus=n, task=task,
+                                 kv_capacity_tokens=400_000)
+        want = record["mlenergy"][f"{task} {model} {gpu}x{n}"]
+        for curve, fit in cal.fits.items():
+            got = fit.summary()
+            assert got["n_points"] == want[curve]["n_points"]
+            for k, v in want[curve].items():
+                if isinstance(v, float):
+                    assert got[k] == pytest.approx(v, rel=1e-6, abs=1e-9), (model, gpu, k)
+    h100 = load_fleetsim_profiles()["H100-80GB"]
+    for model, hw, tp in SPLITWISE_SHIPPED:
+        cal = calibrate_splitwise(model=model, hardware=hw, tensor_parallel=tp,
+                                  kv_capacity_tokens=200_000, power_from=h100)
+        want = record["splitwise"][f"{model} {hw} tp{tp}"]
+        for curve, fit in cal.fits.items():
+            for k, v in want[curve].items():
+                if isinstance(v, float):
+                    assert fit.summary()[k] == pytest.approx(v, rel=1e-6, abs=1e-9), (hw, tp, k)
+
+
+def test_a_configuration_not_shipped_says_so_and_a_missing_download_says_where():
+    with pytest.raises(ValueError, match="shipped points hold only"):
+        calibrate_mlenergy(model="Qwen/Qwen3-14B", gpu="H100", kv_capacity_tokens=400_000)
+    with pytest.raises(FileNotFoundError, match=r"no such file.*ML.ENERGY.*https://ml.energy"):
+        calibrate_mlenergy("nowhere/mlenergy_v3_measured.csv", model="m", gpu="H100",
+                           kv_capacity_tokens=1)
+
+
+def test_shipped_points_are_the_full_files_rows(shared_data):
+    """The shipped ML.ENERGY and Splitwise points are the rows of their configurations in
+    the full downloads, unchanged (needs ../shared/data: skipped without it)."""
+    import pandas as pd
+
+    full = read_mlenergy(shared_data / "energy" / "mlenergy_v3_measured.csv")
+    keys = ["task", "model", "gpu", "num_gpus"]
+    want = full[full[keys].apply(tuple, axis=1).isin(MLENERGY_SHIPPED)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(read_mlenergy(), want)
+    full = read_splitwise(shared_data / "energy" / "splitwise_perf.csv")
+    keys = ["model", "hardware", "tensor_parallel"]
+    want = full[full[keys].apply(tuple, axis=1).isin(SPLITWISE_SHIPPED)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(read_splitwise(), want)
 
 
 def test_power_fit_recovers_a_known_curve():

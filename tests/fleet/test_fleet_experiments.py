@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replaylab.data import shipped
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import pooled_summary
 from tests.helpers.fleet import experiment_config
@@ -51,21 +52,21 @@ def check_summary(s: dict, name: str, run_dir: Path) -> None:
 # ---------------------------------------------------------------- helpers (fast)
 
 
-def test_pooled_summary_of_one_run_is_summarize(shared_data):
+def test_pooled_summary_of_one_run_is_summarize():
     from replaylab.fleet import FleetSim, SimConfig, SyntheticWorkloadConfig, summarize
     from replaylab.fleet.experiments.harness import build_pools
     from replaylab.fleet.sim.workload import workload_from_cdf
 
-    w = workload_from_cdf(shared_data / "fleet" / "azure_cdf.json",
+    w = workload_from_cdf(shipped("fleet", "azure_cdf.json"),
                           SyntheticWorkloadConfig(n_requests=400, rate_per_s=30.0,
                                                   cancel_share=0.1), seed=1)
-    pools = build_pools({"p": {"gpu": "H100", "replicas": 1}}, shared_data, "model")
+    pools = build_pools({"p": {"gpu": "H100", "replicas": 1}}, "model")
     r = FleetSim(pools, SimConfig(queue_capacity=16, queue_timeout_s=5.0)).run(w)
     a, b = pooled_summary([r]), summarize(r)
     for k in REQUIRED:
         assert a[k] == b[k] or (isinstance(b[k], float) and math.isnan(b[k]) and math.isnan(a[k]))
     # a pool's power curve scaled by f: that pool's energy times f (post-hoc == re-simulated)
-    scaled = build_pools({"p": {"gpu": "H100", "replicas": 1}}, shared_data, "model", {"p": 1.2})
+    scaled = build_pools({"p": {"gpu": "H100", "replicas": 1}}, "model", {"p": 1.2})
     r2 = FleetSim(scaled, SimConfig(queue_capacity=16, queue_timeout_s=5.0)).run(w)
     assert math.isclose(pooled_summary([r], power_factor={"p": 1.2})["joules_per_output_token"],
                         pooled_summary([r2])["joules_per_output_token"], rel_tol=1e-9)
@@ -98,8 +99,8 @@ def test_canary_split_is_fixed_per_request():
 # ---------------------------------------------------------------- each experiment, tiny
 
 
-def test_energy_experiment(shared_data, tmp_path):
-    cfg = experiment_config("energy", shared_data, **{"fleet.workload.windows": 2,
+def test_energy_experiment(tmp_path):
+    cfg = experiment_config("energy", **{"fleet.workload.windows": 2,
                                                       "fleet.workload.max_requests": 300})
     s = run_fleet_experiment("energy", cfg, tmp_path)
     check_summary(s, "energy", tmp_path)
@@ -118,8 +119,8 @@ def test_energy_experiment(shared_data, tmp_path):
     assert s["ci95"]["energy_aware"]["joules_per_output_token"]["n"] == 2
 
 
-def test_overload_experiment(shared_data, tmp_path):
-    cfg = experiment_config("overload", shared_data, **{
+def test_overload_experiment(tmp_path):
+    cfg = experiment_config("overload", **{
         "fleet.workload.duration_s": 15.0, "fleet.workload.seeds": [0],
         "experiment.load_factors": [1.0, 2.0]})
     s = run_fleet_experiment("overload", cfg, tmp_path)
@@ -133,9 +134,9 @@ def test_overload_experiment(shared_data, tmp_path):
     assert s["capacity"]["rps"] > 0 and s["capacity"]["source"] == "simulated saturation run"
 
 
-def test_stale_telemetry_experiment(shared_data, tmp_path):
+def test_stale_telemetry_experiment(tmp_path):
     # 2 windows of 10 trace minutes (30 s simulated): the outage (6 s) outlasts the ttl (3 s)
-    cfg = experiment_config("stale_telemetry", shared_data, **{"fleet.workload.windows": 2,
+    cfg = experiment_config("stale_telemetry", **{"fleet.workload.windows": 2,
                                                                "fleet.workload.window_s": 600.0})
     s = run_fleet_experiment("stale_telemetry", cfg, tmp_path)
     check_summary(s, "stale_telemetry", tmp_path)
@@ -148,8 +149,8 @@ def test_stale_telemetry_experiment(shared_data, tmp_path):
         s["policies"]["telemetry_outage"]["arrived"] - s["policies"]["telemetry_outage"]["cancelled"]
 
 
-def test_rollout_experiment(shared_data, tmp_path):
-    cfg = experiment_config("rollout", shared_data, **{"fleet.workload.windows": 2,
+def test_rollout_experiment(tmp_path):
+    cfg = experiment_config("rollout", **{"fleet.workload.windows": 2,
                                                        "fleet.workload.max_requests": 400})
     s = run_fleet_experiment("rollout", cfg, tmp_path)
     check_summary(s, "rollout", tmp_path)
@@ -174,8 +175,8 @@ def test_rollout_experiment(shared_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_hint_admission_experiment(shared_data, tmp_path):
-    cfg = experiment_config("hint_admission", shared_data, **{
+def test_hint_admission_experiment(tmp_path):
+    cfg = experiment_config("hint_admission", **{
         "fleet.workload.synthetic": {"n_sessions": 700, "sessions_per_s": 0.25},
         "experiment.ledger.replicate_seeds": [0, 101], "fleet.workload.time_scale": 20.0})
     s = run_fleet_experiment("hint_admission", cfg, tmp_path)
@@ -194,11 +195,11 @@ def test_hint_admission_experiment(shared_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_entry_point_energy(shared_data, tmp_path):
+def test_entry_point_energy(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "evaluation", "experiment=energy", f"hydra.run.dir={out}",
-         "tracking=off", f"paths.shared_dir={shared_data}", "fleet.workload.windows=2",
+         "tracking=off", "fleet.workload.windows=2",
          "fleet.workload.max_requests=150"],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from replaylab.data import shipped
 from replaylab.fleet.hardware.profiles import GpuProfile
 from replaylab.fleet.policies.reference import RoundRobin
 from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
@@ -43,9 +44,9 @@ def test_single_sequence_service_time_matches_the_iteration_count():
 
 
 @pytest.mark.parametrize("cdf,c,rho", [("azure", 4, 0.7), ("agent_heavy", 8, 0.8)])
-def test_mgc_wait_and_utilization_within_10_percent(shared_data, cdf, c, rho):
+def test_mgc_wait_and_utilization_within_10_percent(cdf, c, rho):
     """Poisson arrivals, c one-sequence replicas, one shared FIFO: an M/G/c queue."""
-    w0 = workload_from_cdf(shared_data / "fleet" / f"{cdf}_cdf.json",
+    w0 = workload_from_cdf(shipped("fleet", f"{cdf}_cdf.json"),
                            SyntheticWorkloadConfig(n_requests=100_000, rate_per_s=1.0), seed=0)
     service = single_sequence_service_s(w0.prompt_tokens, w0.completion_tokens, ONE_SERVER)
     w = w0.time_scaled(rho * c / service.mean())

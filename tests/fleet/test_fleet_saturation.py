@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from replaylab.config import ConfigError
+from replaylab.data import shipped
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import build_pools, hint_policy_check, needs_hint
 from replaylab.fleet.experiments.overload import capacity_estimate
@@ -33,18 +34,18 @@ FLEETSIM_H100 = {"h100": {"source": "fleetsim", "gpu": "H100-80GB", "replicas": 
 POOLS = {"default_pool": DEFAULT_POOL, "fleetsim_h100": FLEETSIM_H100}
 
 
-def _mix(shared_data, n: int = 20_000):
+def _mix(n: int = 20_000):
     from replaylab.fleet.sim.workload import SyntheticWorkloadConfig, workload_from_cdf
 
-    w = workload_from_cdf(shared_data / "fleet" / "azure_cdf.json",
+    w = workload_from_cdf(shipped("fleet", "azure_cdf.json"),
                           SyntheticWorkloadConfig(n_requests=n), seed=0)
     return w.prompt_tokens, w.completion_tokens
 
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
-def test_saturated_capacity_matches_a_longer_run_and_is_cached(shared_data, tmp_path, pool):
-    pools = build_pools(POOLS[pool], shared_data, "llama-3.1-8b")
-    prompt, completion = _mix(shared_data)
+def test_saturated_capacity_matches_a_longer_run_and_is_cached(tmp_path, pool):
+    pools = build_pools(POOLS[pool], "llama-3.1-8b")
+    prompt, completion = _mix()
     clear_memory_cache()
     cap = saturated_capacity(pools, prompt, completion, cache_dir=tmp_path)
     assert cap["source"] == SOURCE and cap["cache"] == "computed"
@@ -68,8 +69,8 @@ def test_saturated_capacity_matches_a_longer_run_and_is_cached(shared_data, tmp_
 
 
 @pytest.mark.parametrize("pool", sorted(POOLS))
-def test_overload_named_loads_are_the_loads(shared_data, tmp_path, pool):
-    cfg = experiment_config("overload", shared_data, **{
+def test_overload_named_loads_are_the_loads(tmp_path, pool):
+    cfg = experiment_config("overload", **{
         "fleet.workload.seeds": [0], "fleet.workload.cancel_share": 0.0,
         "experiment.load_factors": [0.7, 1.0, 1.5]})
     cfg["pools"] = POOLS[pool]
@@ -97,8 +98,8 @@ def test_overload_named_loads_are_the_loads(shared_data, tmp_path, pool):
     assert "simulated saturation run" in s["answer"]
 
 
-def test_stated_capacity_is_used_and_the_measured_one_reported(shared_data, tmp_path):
-    cfg = experiment_config("overload", shared_data, **{
+def test_stated_capacity_is_used_and_the_measured_one_reported(tmp_path):
+    cfg = experiment_config("overload", **{
         "fleet.workload.duration_s": 10.0, "fleet.workload.seeds": [0],
         "experiment.load_factors": [1.0], "experiment.capacity_rps": 20.0})
     cfg["policies"] = {"least_loaded": {"kind": "least_loaded"}}
@@ -125,11 +126,10 @@ def test_hint_policy_check():
         hint_policy_check({"hint": specs["hint"]}, False, "x", "the ledger carries none")
 
 
-def test_overload_without_hints_skips_admission_hint_and_refuses_it_alone(shared_data,
-                                                                          tmp_path):
+def test_overload_without_hints_skips_admission_hint_and_refuses_it_alone(tmp_path):
     over = {"fleet.workload.duration_s": 10.0, "fleet.workload.seeds": [0],
             "fleet.workload.hint_sigma": None, "experiment.load_factors": [1.5]}
-    cfg = experiment_config("overload", shared_data, **over)
+    cfg = experiment_config("overload", **over)
     s = run_fleet_experiment("overload", cfg, tmp_path / "all")
     assert set(s["skipped_policies"]) == {"admission_hint"}
     assert "hint_sigma is null" in s["skipped_policies"]["admission_hint"]
@@ -141,16 +141,16 @@ def test_overload_without_hints_skips_admission_hint_and_refuses_it_alone(shared
     with pytest.raises(ConfigError, match=r"admission_hint admits by hint_p90"):
         run_fleet_experiment("overload", cfg, tmp_path / "alone")
     # with hints (the default hint_sigma) it runs
-    cfg = experiment_config("overload", shared_data, **{**over, "fleet.workload.hint_sigma": 0.5})
+    cfg = experiment_config("overload", **{**over, "fleet.workload.hint_sigma": 0.5})
     cfg["policies"] = {"admission_hint": cfg["policies"]["admission_hint"]}
     s = run_fleet_experiment("overload", cfg, tmp_path / "hinted")
     assert s["skipped_policies"] == {} and set(s["policies"]) == {"admission_hint@1.5x"}
 
 
-def test_overload_on_a_ledger_without_hints(shared_data, tmp_path):
+def test_overload_on_a_ledger_without_hints(tmp_path):
     """A shipped trace (no hint_p90 column): admission_hint is skipped, never run as none."""
-    cfg = experiment_config("overload", shared_data, **{
-        "fleet.workload.source": "azure_conv", "fleet.workload.windows": 2,
+    cfg = experiment_config("overload", **{
+        "fleet.workload.source": "azure_conv_slice", "fleet.workload.windows": 2,
         "fleet.workload.max_requests": 200, "experiment.load_factors": [1.0]})
     s = run_fleet_experiment("overload", cfg, tmp_path)
     assert set(s["skipped_policies"]) == {"admission_hint"}
@@ -159,10 +159,10 @@ def test_overload_on_a_ledger_without_hints(shared_data, tmp_path):
 
 
 @pytest.mark.slow
-def test_entry_point_refuses_admission_hint_alone_in_one_line(shared_data, tmp_path):
+def test_entry_point_refuses_admission_hint_alone_in_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "evaluation", "experiment=overload", "tracking=off",
-         f"hydra.run.dir={tmp_path / 'run'}", f"paths.shared_dir={shared_data}",
+         f"hydra.run.dir={tmp_path / 'run'}",
          "fleet.workload.hint_sigma=null", "fleet.workload.duration_s=5",
          "fleet.workload.seeds=[0]", "~experiment.policies.least_loaded",
          "~experiment.policies.round_robin", "~experiment.policies.admission_none"],

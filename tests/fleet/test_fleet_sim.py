@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replaylab.data import shipped
 from replaylab.fleet.hardware.profiles import GpuProfile
 from replaylab.fleet.policies.reference import LeastLoaded, RoundRobin
 from replaylab.fleet.sim.fleet import PoolConfig, SimConfig
@@ -412,8 +413,8 @@ def test_workload_from_ledger_keeps_arrivals_and_counts_skipped_rows(tmp_path):
     assert r.counts()["arrived"] == w.n
 
 
-def test_cdf_workload_follows_the_cdf_and_the_arrival_process(shared_data):
-    path = shared_data / "fleet" / "azure_cdf.json"
+def test_cdf_workload_follows_the_cdf_and_the_arrival_process():
+    path = shipped("fleet", "azure_cdf.json")
     cfg = SyntheticWorkloadConfig(n_requests=40_000, rate_per_s=50.0, arrival="gamma", cv=3.0,
                                   hint_sigma=0.5)
     w = workload_from_cdf(path, cfg, seed=1)

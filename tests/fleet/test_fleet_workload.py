@@ -5,8 +5,8 @@ Two ledgers are written here, each as JSON Lines and as Parquet:
 - RAGPulse-shaped (flashserve/RAGPulse `0_trace.jsonl`: sessions of a RAG Q&A service,
   prompts of 1.05k-7.7k tokens with the retrieved passages, outputs of 7-2.2k): some
   rows without usage, some cut at their cap (finish_reason=length), some cancelled;
-- Azure-shaped: 400 rows of the Azure LLM 2023 conversation trace through
-  `replaylab.sources.azure` (no sessions, every row completed).
+- Azure-shaped: 400 rows of the Azure LLM 2023 conversation trace (the slice the package
+  ships) through `replaylab.sources.azure` (no sessions, every row completed).
 
 Into each, rows the contract must quarantine are planted (negative token counts, an
 unknown lifecycle state; in the JSON Lines RAGPulse file also a line that is not JSON).
@@ -81,11 +81,13 @@ def ragpulse_frame(n_sessions: int = 170, seed: int = 0) -> tuple[pd.DataFrame, 
                 "absent_usage": len(absent), "length": len(length), "cancelled": len(cancelled)}
 
 
-def azure_frame(shared: Path, tmp: Path) -> tuple[pd.DataFrame, dict]:
+def azure_frame(tmp: Path) -> tuple[pd.DataFrame, dict]:
     """400 rows of the Azure conversation trace via replaylab.sources.azure, 3 of them bad."""
+    from replaylab.data import shipped
+    from replaylab.fleet.experiments.workloads import AZURE_SLICE
     from replaylab.sources.azure import import_azure_llm_2023
 
-    src = shared / "traces" / "azure_llm_2023" / "AzureLLMInferenceTrace_conv.csv"
+    src = shipped("fleet", AZURE_SLICE)
     csv = tmp / "AzureLLMInferenceTrace_conv.csv"
     pd.read_csv(src, nrows=400).to_csv(csv, index=False)
     df = import_azure_llm_2023(csv)
@@ -97,14 +99,14 @@ def azure_frame(shared: Path, tmp: Path) -> tuple[pd.DataFrame, dict]:
 
 
 @pytest.fixture(scope="module")
-def ledgers(shared_data, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
+def ledgers(tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     """name -> (file, planted counts + the window length covering every row)."""
     from replaylab.contracts import write_table
 
     tmp = tmp_path_factory.mktemp("ledgers")
     out = {}
     rag, rag_n = ragpulse_frame()
-    az, az_n = azure_frame(shared_data, tmp)
+    az, az_n = azure_frame(tmp)
     for name, df, n in (("ragpulse", rag, rag_n), ("azure", az, az_n)):
         ts = df["timestamp"].to_numpy("int64")
         n["window_s"] = math.ceil((ts.max() - ts.min() + 1) / 2 / 1000) + 1  # 2 windows: all rows
@@ -120,7 +122,7 @@ def ledgers(shared_data, tmp_path_factory) -> dict[str, tuple[Path, dict]]:
     return out
 
 
-def compose(name: str, shared: Path, *overrides: str):
+def compose(name: str, *overrides: str):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -129,7 +131,7 @@ def compose(name: str, shared: Path, *overrides: str):
     register_schemas()
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         return hydra_compose(config_name="evaluate", overrides=[
-            f"experiment={name}", f"paths.shared_dir={shared}", *overrides])
+            f"experiment={name}", *overrides])
 
 
 def small(name: str, window_s: float | None) -> list[str]:
@@ -144,11 +146,10 @@ def small(name: str, window_s: float | None) -> list[str]:
     }[name]
 
 
-def run_on_ledger(name: str, path: Path, planted: dict, shared: Path, run_dir: Path,
-                  *extra: str) -> dict:
+def run_on_ledger(name: str, path: Path, planted: dict, run_dir: Path, *extra: str) -> dict:
     from replaylab.apps.evaluate import run_experiment
 
-    cfg = compose(name, shared, f"fleet.workload.ledger={path}",
+    cfg = compose(name, f"fleet.workload.ledger={path}",
                   *small(name, planted["window_s"]), *extra)
     return run_experiment(cfg, run_dir)
 
@@ -192,10 +193,9 @@ CASES = [pytest.param(name, led, marks=pytest.mark.slow if name == "hint_admissi
 
 
 @pytest.mark.parametrize("name, ledger", CASES)
-def test_every_fleet_experiment_runs_on_a_ledger_file(name, ledger, ledgers, shared_data,
-                                                      tmp_path):
+def test_every_fleet_experiment_runs_on_a_ledger_file(name, ledger, ledgers, tmp_path):
     path, planted = ledgers[ledger]
-    s = run_on_ledger(name, path, planted, shared_data, tmp_path)
+    s = run_on_ledger(name, path, planted, tmp_path)
     assert s["experiment"] == name and s["pipeline"] == "fleet"
     check_policies(s)
     check_workload(s, path, planted, name)
@@ -209,10 +209,10 @@ def test_every_fleet_experiment_runs_on_a_ledger_file(name, ledger, ledgers, sha
 
 
 @pytest.mark.slow
-def test_hint_admission_trains_on_an_azure_shaped_ledger(ledgers, shared_data, tmp_path):
+def test_hint_admission_trains_on_an_azure_shaped_ledger(ledgers, tmp_path):
     path, planted = ledgers["azure.jsonl"]
     # 400 rows span 75 s: the default 5-minute embargo between splits would empty train
-    s = run_on_ledger("hint_admission", path, planted, shared_data, tmp_path,
+    s = run_on_ledger("hint_admission", path, planted, tmp_path,
                       "experiment.ledger.embargo_ms=2000")
     check_policies(s)
     check_workload(s, path, planted, "hint_admission")
@@ -220,12 +220,12 @@ def test_hint_admission_trains_on_an_azure_shaped_ledger(ledgers, shared_data, t
     assert [q["window"] for q in s["hint_quality_test"]] == [0, 1]
 
 
-def test_parquet_and_jsonl_replay_the_same_requests(ledgers, shared_data, tmp_path):
+def test_parquet_and_jsonl_replay_the_same_requests(ledgers, tmp_path):
     """The same ledger in either format: the same simulation; only file and hash differ."""
     out = {}
     for ext in ("jsonl", "parquet"):
         path, planted = ledgers[f"azure.{ext}"]
-        out[ext] = run_on_ledger("energy", path, planted, shared_data, tmp_path / ext)
+        out[ext] = run_on_ledger("energy", path, planted, tmp_path / ext)
     a, b = out["jsonl"], out["parquet"]
     assert a["policies"] == b["policies"]
     assert a["workload"]["fingerprint"] != b["workload"]["fingerprint"]
@@ -237,42 +237,42 @@ def test_parquet_and_jsonl_replay_the_same_requests(ledgers, shared_data, tmp_pa
 def test_fleet_workload_is_one_section_with_checked_keys(name, tmp_path):
     from hydra.errors import ConfigCompositionException
 
-    cfg = compose(name, Path("/data"), "fleet.workload.ledger=my_ledger.jsonl")
+    cfg = compose(name, "fleet.workload.ledger=my_ledger.jsonl")
     assert cfg.fleet.workload.ledger == "my_ledger.jsonl"
     assert "workload" not in cfg.experiment  # one section, not a copy per experiment
     for bad in ("fleet.workload.ledgr=1", "experiment.workload.ledger=x"):
         with pytest.raises(ConfigCompositionException, match="ledg"):
-            compose(name, Path("/data"), bad)
+            compose(name, bad)
     # Hydra's explicit append (+key=value) passes composition: the library names the key
     from replaylab.apps.evaluate import run_experiment
     from replaylab.config import ConfigError
 
     with pytest.raises(ConfigError, match="ledgr"):
-        run_experiment(compose(name, Path("/data"), "+fleet.workload.ledgr=1"), tmp_path)
+        run_experiment(compose(name, "+fleet.workload.ledgr=1"), tmp_path)
 
 
-def test_a_bad_ledger_is_one_clear_error(tmp_path, shared_data):
+def test_a_bad_ledger_is_one_clear_error(tmp_path):
     from replaylab.apps.evaluate import run_experiment
     from replaylab.config import ConfigError
     from replaylab.contracts import ContractError
 
     not_parquet = tmp_path / "ledger.parquet"
     not_parquet.write_text("timestamp,prompt_tokens\n1,2\n")
-    for path, match in ((tmp_path / "missing.jsonl", "no such file"),
-                        (not_parquet, "not a readable Parquet file")):
-        cfg = compose("energy", shared_data, f"fleet.workload.ledger={path}")
-        with pytest.raises(ContractError, match=match):
-            run_experiment(cfg, tmp_path / "run")
+    missing = tmp_path / "missing.jsonl"
+    with pytest.raises(FileNotFoundError, match="no such file.*ledger-v1.*pipeline=import"):
+        run_experiment(compose("energy", f"fleet.workload.ledger={missing}"), tmp_path / "run")
+    cfg = compose("energy", f"fleet.workload.ledger={not_parquet}")
+    with pytest.raises(ContractError, match="not a readable Parquet file"):
+        run_experiment(cfg, tmp_path / "run")
     with pytest.raises(ConfigError, match="fleet.workload.source"):
-        run_experiment(compose("energy", shared_data, "fleet.workload.source=cdf"),
-                       tmp_path / "run")
+        run_experiment(compose("energy", "fleet.workload.source=cdf"), tmp_path / "run")
 
 
 @pytest.mark.slow
-def test_entry_point_energy_on_a_ledger_and_on_a_missing_one(ledgers, shared_data, tmp_path):
+def test_entry_point_energy_on_a_ledger_and_on_a_missing_one(ledgers, tmp_path):
     path, planted = ledgers["ragpulse.parquet"]
     base = [sys.executable, "-m", "evaluation", "experiment=energy", "tracking=off",
-            f"paths.shared_dir={shared_data}", *small("energy", planted["window_s"])]
+            *small("energy", planted["window_s"])]
     out = tmp_path / "run"
     proc = subprocess.run([*base, f"hydra.run.dir={out}", f"fleet.workload.ledger={path}"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -290,13 +290,13 @@ def test_entry_point_energy_on_a_ledger_and_on_a_missing_one(ledgers, shared_dat
 
 
 @pytest.mark.slow
-def test_autoscaling_runs_on_a_ledger_file(ledgers, shared_data, tmp_path):
+def test_autoscaling_runs_on_a_ledger_file(ledgers, tmp_path):
     """experiment=autoscaling with fleet.workload.ledger: the file's arrivals (stretched to
     two days: history + the evaluated day) give the rates and its rows the tokens."""
     from replaylab.apps.evaluate import run_experiment
 
     path, planted = ledgers["ragpulse.parquet"]
-    cfg = compose("autoscaling", shared_data, f"fleet.workload.ledger={path}",
+    cfg = compose("autoscaling", f"fleet.workload.ledger={path}",
                   f"fleet.workload.time_scale={SPAN_S / (50 * 3600)}",   # 2 h -> 50 h
                   "experiment.trace.day=1", "experiment.trace.hours=2", "experiment.seeds=[0]",
                   "experiment.sweep=null", "experiment.workers=1",

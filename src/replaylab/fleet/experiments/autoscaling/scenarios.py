@@ -50,7 +50,7 @@ class TraceConfig:
     source: str = "synthetic"     # synthetic | servegen | ledger (base_rates(..., ledger=frame))
     path: str | None = None       # servegen: a downloaded folder, e.g. language/m-large
     day: int = 3                  # evaluated day (0-based); days before it are history
-    scale: float = 0.25           # multiply the source's request rate
+    scale: float = 1.0            # multiply the source's request rate (ServeGen m-large: 0.25)
     tick_noise_cv: float = 0.1    # synthetic trace: cv of the rate per tick
     synthetic_days: int = 4
     synthetic_mean_rps: float = 50.0
