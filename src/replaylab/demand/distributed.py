@@ -144,7 +144,13 @@ class _RanksInPartOrder:
 
 class WorkersLost(RuntimeError):
     """lightgbm.dask lost a worker and the cluster did not return to the workers the fit
-    needs for the same model; the message is one line."""
+    needs for the same model; the message is one line (what the worker died of is the
+    caller's to add: `pipelines.stages.DaskStages.failure` reads the nannies' logs).
+    lost: the addresses of the workers lost."""
+
+    def __init__(self, message: str, lost: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.lost = list(lost)
 
 
 def live_workers(client: object) -> dict[str, str]:
@@ -215,15 +221,55 @@ def _local_booster(estimator: lgb.DaskLGBMRegressor) -> lgb.Booster:
 
 
 def _fit(estimator: lgb.DaskLGBMRegressor, X: dd.DataFrame, y: dd.Series,
-         **kwargs: object) -> lgb.Booster:
+         categorical: Sequence[str], **kwargs: object) -> lgb.Booster:
     with warnings.catch_warnings():  # the sklearn wrapper always holds n_jobs; dask drops it
         warnings.filterwarnings("ignore", message="Parameter n_jobs will be ignored")
-        estimator.fit(X, y, **kwargs)
+        estimator.fit(X, y, categorical_feature=list(categorical), **kwargs)
     return estimator
+
+
+BIN_SAMPLE_ROWS = 200_000  # LightGBM's bin_construct_sample_cnt: the rows a rank bins from
+MIN_SAMPLE_VALUES = 30  # expected non-missing values of a categorical in a rank's bin sample
+
+
+def _piece_facts(part: pd.DataFrame, categorical: Sequence[str]) -> tuple[int, dict[str, int]]:
+    return len(part), {c: int(part[c].notna().sum()) for c in categorical}
+
+
+def fit_layout(X: dd.DataFrame, categorical: Sequence[str],
+               sample_rows: int = BIN_SAMPLE_ROWS) -> tuple[list[int], list[str]]:
+    """(the partitions of X that hold rows, the features of `categorical` that every rank
+    can bin as categorical) for a lightgbm.dask fit on X's partitions.
+
+    A rank with no rows fails LightGBM's Dataset ("Input data must be 2 dimensional and
+    non empty") and leaves the other ranks on a dead socket: empty partitions are left
+    out (the model is a function of the rows, so of the non-empty partitions).
+
+    A categorical feature with no non-missing value in the bin-finding sample of the rank
+    that bins it segfaults LightGBM's distributed Dataset construction (`QuantileDemand
+    Model.lightgbm_categorical` has the cause and its proof); the model drops the features
+    with no category on train, and this guards the rest, per rank: a feature is kept
+    categorical when every non-empty partition has a non-missing value and, when the
+    frame holds more rows than one rank samples (`sample_rows`, so a rank may sample),
+    a share of them that puts >= MIN_SAMPLE_VALUES in expectation in any rank's sample
+    (a rank's rows are whole partitions, so the bound holds for every rank; the chance
+    of none is below e^-30). The others train as numeric codes (the same codes)."""
+    facts = dask.compute(*[dask.delayed(_piece_facts)(p, list(categorical))
+                           for p in X.to_delayed()])
+    keep = [i for i, (n, _) in enumerate(facts) if n]
+    total = sum(n for n, _ in facts)
+
+    def binnable(c: str) -> bool:
+        return all(k[c] >= 1 and (total <= sample_rows or
+                                  k[c] * int(sample_rows) >= MIN_SAMPLE_VALUES * n)
+                   for n, k in facts if n)
+
+    return keep, [c for c in categorical if binnable(c)]
 
 
 def _boost_levels(ordered: object, quantiles: Sequence[float], cfg: QuantileModelConfig,
                   seed: int, head: tuple | None, full: tuple, evals: tuple | None, n_tail: int,
+                  categorical: Sequence[str],
                   ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
     """One booster per level on the cluster: early-stopped on `head` against the tail
     (`evals`: one copy per training partition) when `head` is given, then refit on `full`
@@ -238,7 +284,7 @@ def _boost_levels(ordered: object, quantiles: Sequence[float], cfg: QuantileMode
         if head is not None:
             est = lgb.DaskLGBMRegressor(client=ordered, **estimator_params(
                 {**native, "metric": "None"}, rounds, cfg.max_bin))
-            _fit(est, *head, eval_X=(evals[0],), eval_y=(evals[1],),
+            _fit(est, *head, categorical, eval_X=(evals[0],), eval_y=(evals[1],),
                  eval_metric=_TailPinball(n_tail, q),
                  callbacks=[lgb.early_stopping(int(cfg.early_stopping_rounds), verbose=False)])
             rounds = max(int(est.booster_.best_iteration or rounds), 1)
@@ -247,11 +293,11 @@ def _boost_levels(ordered: object, quantiles: Sequence[float], cfg: QuantileMode
             if cfg.refit_full_train:
                 est = lgb.DaskLGBMRegressor(
                     client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-                booster = _local_booster(_fit(est, *full))
+                booster = _local_booster(_fit(est, *full, categorical))
         else:
             est = lgb.DaskLGBMRegressor(
                 client=ordered, **estimator_params(native, rounds, cfg.max_bin))
-            booster = _local_booster(_fit(est, *full))
+            booster = _local_booster(_fit(est, *full, categorical))
         boosters.append(booster)
         best.append(rounds)
     return boosters, best, stopped
@@ -259,12 +305,15 @@ def _boost_levels(ordered: object, quantiles: Sequence[float], cfg: QuantileMode
 
 def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, tail: np.ndarray,
                           quantiles: Sequence[float], cfg: QuantileModelConfig, seed: int,
+                          categorical: Sequence[str] = (),
                           ) -> tuple[list[lgb.Booster], list[int], list[np.ndarray]]:
     """One booster per quantile, trained on the cluster behind `client`.
 
     X: the design frame (n, f) (float and fixed-category categorical columns);
     target: (n,) on the model scale; tail: (n,) bool, the early-stopping rows
-    (none: no early stopping). Returns (boosters, best round counts, the
+    (none: no early stopping); categorical: the features LightGBM bins as categorical
+    (`QuantileDemandModel.lightgbm_categorical`: pieces are a random permutation, so a
+    feature with a category on train has it on every piece). Returns (boosters, best round counts, the
     early-stopped boosters' raw predictions on the tail per level, empty without
     a tail), as the local path does.
     """
@@ -290,7 +339,8 @@ def fit_quantile_boosters(client: object, X: pd.DataFrame, target: np.ndarray, t
                 _scatter_pieces(client, X, target, np.arange(len(X)), workers, seed), meta)
             early = evals = None
         boosters, best, stopped = _boost_levels(ordered, quantiles, cfg, seed, early,
-                                                (full_X, full_y), evals, len(tail_rows))
+                                                (full_X, full_y), evals, len(tail_rows),
+                                                categorical)
     # the early-stopped boosters' raw predictions on the tail (none without a tail)
     tail_raw = [booster.predict(x_tail, num_iteration=rounds)
                 for booster, rounds in zip(stopped, best, strict=False)]
@@ -310,6 +360,7 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
                                tail_X: dd.DataFrame | None, tail_y: dd.Series | None,
                                n_tail: int, quantiles: Sequence[float],
                                cfg: QuantileModelConfig, seed: int, *,
+                               categorical: Sequence[str] = (),
                                n_workers: int | None = None,
                                wait_s: float = LOST_WORKER_WAIT_S,
                                ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
@@ -317,7 +368,9 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
 
     head_X/head_y: the design frame and model-scale target of train without the
     early-stopping tail (partition-aligned); full_X/full_y: all of train (the refit);
-    tail_X/tail_y: the tail (None or n_tail == 0: no early stopping). The tail is
+    tail_X/tail_y: the tail (None or n_tail == 0: no early stopping); categorical: the
+    features LightGBM bins as categorical (`fit_layout`: every partition non-empty, every
+    listed feature binnable on every rank). The tail is
     brought to one partition on a worker and referenced once per training partition,
     so every worker evaluates the whole tail (`_TailPinball`, as the scattered path).
     Returns (boosters, best round counts, the early-stopped boosters) - the caller
@@ -350,13 +403,13 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
                 f"lightgbm.dask: {why}workers up: {len(before)} of the {n_workers} the fit needs, "
                 f"after waiting {time.monotonic() - t0:.0f} s; the same model needs as "
                 "many workers (ranks hold fixed partitions): bring the workers back (or start "
-                "new ones) and rerun")
+                "new ones) and rerun", lost=lost)
         pinned = sorted(before)[:n_workers]
         ordered = _RanksInPartOrder(client, pinned)
         watch = _LostWorkerWatch(client, {a: before[a] for a in pinned}, ordered)
         try:
             result = _fit_pinned(ordered, head_X, head_y, full_X, full_y, tail_X, tail_y,
-                                 n_tail, quantiles, cfg, seed)
+                                 n_tail, quantiles, cfg, seed, categorical)
         except Exception as e:  # judged below: a lost worker's error, or the fit's own
             result, error = None, e
         finally:
@@ -374,8 +427,8 @@ def fit_quantile_boosters_dask(client: object, head_X: dd.DataFrame, head_y: dd.
             if result is None:
                 raise error
             return result
-    raise WorkersLost(f"lightgbm.dask: lost worker {lost[0]} during the refit too; check the "
-                      "workers (memory, restarts) and rerun")
+    raise WorkersLost(f"lightgbm.dask: lost worker {lost[0]} during the fit and again during "
+                      "the refit", lost=lost)
 
 
 def restart_survivors(client: object, survivors: list[str], lost: str, wait_s: float) -> None:
@@ -392,7 +445,7 @@ def restart_survivors(client: object, survivors: list[str], lost: str, wait_s: f
         raise WorkersLost(
             f"lightgbm.dask: lost worker {lost} during training and could not restart the "
             f"others for the refit ({type(e).__name__}: {first}); start the workers with a "
-            "nanny (the default of `dask worker`) or rerun") from e
+            "nanny (the default of `dask worker`) or rerun", lost=[lost]) from e
 
 
 class _LostWorkerWatch:
@@ -433,7 +486,7 @@ class _LostWorkerWatch:
 def _fit_pinned(ordered: _RanksInPartOrder, head_X: dd.DataFrame, head_y: dd.Series,
                 full_X: dd.DataFrame, full_y: dd.Series, tail_X: dd.DataFrame | None,
                 tail_y: dd.Series | None, n_tail: int, quantiles: Sequence[float],
-                cfg: QuantileModelConfig, seed: int,
+                cfg: QuantileModelConfig, seed: int, categorical: Sequence[str],
                 ) -> tuple[list[lgb.Booster], list[int], list[lgb.Booster]]:
     with dask.config.set({"dataframe.convert-string": False}):
         early = tail_X is not None and n_tail > 0
@@ -444,4 +497,4 @@ def _fit_pinned(ordered: _RanksInPartOrder, head_X: dd.DataFrame, head_y: dd.Ser
             evals = (_copies(one_X, head_X.npartitions), _copies(one_y, head_X.npartitions))
         return _boost_levels(ordered, quantiles, cfg, seed,
                              (head_X, head_y) if early else None,
-                             (full_X, full_y), evals, n_tail)
+                             (full_X, full_y), evals, n_tail, categorical)

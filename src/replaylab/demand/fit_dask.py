@@ -16,6 +16,7 @@ conformal calibrators (`pipeline=demand compute=dask`, `pipelines.demand_dask`).
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -230,7 +231,11 @@ def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object,
     n_workers: the workers the boosters train on (default: those live now); a worker lost
     during the fit is waited for and the fit redone once, the same model, or `WorkersLost`
     (`demand.distributed.fit_quantile_boosters_dask`)."""
-    from replaylab.demand.distributed import LOST_WORKER_WAIT_S, fit_quantile_boosters_dask
+    from replaylab.demand.distributed import (
+        LOST_WORKER_WAIT_S,
+        fit_layout,
+        fit_quantile_boosters_dask,
+    )
     from replaylab.projection.splits_dask import assign_splits_dask, split_boundaries_dask
 
     qs = check_quantiles(demand.quantiles)
@@ -274,10 +279,32 @@ def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object,
         tail_X, tail_y = xy(tail_rows)
     else:
         head_X, head_y, tail_X, tail_y, tail_rows = full_X, full_y, None, None, None
+    # LightGBM's ranks: no empty partition, only features every rank can bin as categorical
+    # (`distributed.fit_layout`; `lightgbm_categorical` already left out those with no
+    # category at all, the segfault of issue 41)
+    cats = model.lightgbm_categorical()
+    keep_full, cats_full = fit_layout(full_X, cats)
+    keep_head, cats_head = (keep_full, cats_full) if head_X is full_X else fit_layout(head_X, cats)
+    categorical = [c for c in cats if c in cats_full and c in cats_head]
+    model.categorical_as_codes_ = [c for c in cats if c not in categorical]
+    if model.categorical_as_codes_:
+        logging.getLogger("replaylab").warning(
+            "lightgbm.dask: %s train as numeric category codes: too few values on some "
+            "training partition for every rank to bin them as categorical",
+            ", ".join(model.categorical_as_codes_))
+    model.empty_partitions_ = int(full_X.npartitions - len(keep_full))
+
+    def non_empty(X: Any, y: Any, keep: list[int]) -> tuple[Any, Any]:
+        return (X, y) if len(keep) == X.npartitions else (X.partitions[keep],
+                                                          y.partitions[keep])
+
+    same = head_X is full_X
+    full_X, full_y = non_empty(full_X, full_y, keep_full)
+    head_X, head_y = (full_X, full_y) if same else non_empty(head_X, head_y, keep_head)
     boosters, best, stopped = fit_quantile_boosters_dask(
         client, head_X, head_y, full_X, full_y, tail_X, tail_y, n_tail, qs, cfg, demand.seed,
-        n_workers=n_workers, wait_s=dask.config.get("replaylab.lost-worker-wait",
-                                                    LOST_WORKER_WAIT_S))
+        categorical=categorical, n_workers=n_workers,
+        wait_s=dask.config.get("replaylab.lost-worker-wait", LOST_WORKER_WAIT_S))
     model.boosters_, model.best_iterations_ = boosters, best
     model.compute_ = "dask"
     model.n_features_in_ = len(names)

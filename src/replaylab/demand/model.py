@@ -126,6 +126,33 @@ class QuantileDemandModel:
                 cols[c] = s.to_numpy(dtype="float64", na_value=np.nan)
         return pd.DataFrame(cols, index=features.index)
 
+    def lightgbm_categorical(self) -> list[str]:
+        """The features LightGBM bins as categorical (its `categorical_feature`): those with
+        at least one category on train. A categorical feature with none (an optional
+        ledger-v1 column the ledger lacks: decision, slo_class, region; every value missing)
+        enters as a numeric all-missing column: LightGBM finds it trivial and never splits
+        on it, as it would a categorical one, so the trees are the same; the design matrix
+        keeps its pandas categorical dtype, so `pandas_categorical` and `categories_` stay
+        aligned for the export.
+
+        Why: LightGBM's distributed Dataset construction (lightgbm.dask, num_machines > 1)
+        segfaults on a categorical feature with no non-missing value in the bin-finding
+        sample of the rank that bins it. Each rank finds the bin mappers of its block of
+        features and serialises them for an Allgather (`DatasetLoader::ConstructFromSample
+        Data` -> `BinMapper::CopyTo`), which copies `num_bin_` ints from
+        `bin_2_categorical_.data()`; with no category that vector is empty, its data() is
+        NULL, and the memcpy reads address 0 (SIGSEGV). The single-machine path never
+        serialises bin mappers, which is why the local run and a one-partition Dask run
+        passed. Proved on the tiled Azure conversation ledger (issue 41): a worker core dump
+        under gdb stops in `__memcpy_avx512_unaligned_erms` (rsi = 0) called from
+        `LightGBM::DatasetLoader::ConstructFromSampleData` <- `LGBM_DatasetCreateFromMat`;
+        lightgbm.dask alone on the two dumped training pieces crashes with the all-missing
+        categorical columns and trains with them dropped, or with the same column given as
+        numeric; a categorical with values on every rank trains. A categorical that has
+        categories but none on one rank's partitions is `demand.distributed`'s to guard.
+        """
+        return [c for c in self.feature_names_ if self.categories_.get(c)]
+
     def _learn_vocabulary(self, features: pd.DataFrame) -> None:
         names = model_feature_names(features)
         self.feature_names_ = names
@@ -197,7 +224,8 @@ class QuantileDemandModel:
         else:
             from replaylab.demand.distributed import fit_quantile_boosters
 
-            fitted = fit_quantile_boosters(client, X, target, tail, qs, self.config_, self.seed)
+            fitted = fit_quantile_boosters(client, X, target, tail, qs, self.config_, self.seed,
+                                           categorical=self.lightgbm_categorical())
         self.boosters_, self.best_iterations_, tail_raw = fitted
         self.compute_ = "local" if client is None else "dask"
         self.n_features_in_ = len(self.feature_names_)
@@ -215,7 +243,8 @@ class QuantileDemandModel:
         X = self.design(features)
         target = forward(output_labels(features, y), self.scale)
         data = lgb.Dataset(X, target, free_raw_data=False,
-                           params={"max_bin": int(cfg.max_bin), "verbosity": -1})
+                           params={"max_bin": int(cfg.max_bin), "verbosity": -1},
+                           categorical_feature=self.lightgbm_categorical())
         boosters, rounds = [], []
         for booster, k, q in zip(self.boosters_, self.best_iterations_, qs, strict=True):
             # only the trees predict uses (an early-stopped booster holds more)
@@ -252,11 +281,14 @@ class QuantileDemandModel:
         """(boosters, best round counts, early-stopped raw predictions on the tail per level)."""
         cfg = self.config_
         data_params = {"max_bin": int(cfg.max_bin), "verbosity": -1}
-        full_set = lgb.Dataset(X, target, free_raw_data=False, params=data_params)
+        cats = self.lightgbm_categorical()
+        full_set = lgb.Dataset(X, target, free_raw_data=False, params=data_params,
+                               categorical_feature=cats)
         if tail.any():
             head_set = lgb.Dataset(X[~tail], target[~tail], free_raw_data=False,
-                                   params=data_params)
-            tail_set = lgb.Dataset(X[tail], target[tail], reference=head_set, params=data_params)
+                                   params=data_params, categorical_feature=cats)
+            tail_set = lgb.Dataset(X[tail], target[tail], reference=head_set, params=data_params,
+                                   categorical_feature=cats)
         boosters: list[lgb.Booster] = []
         best_iterations: list[int] = []
         tail_raw = []  # early-stopped predictions on the tail, model scale, per level

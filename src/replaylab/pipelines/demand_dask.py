@@ -272,7 +272,7 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
     from replaylab.demand.distributed import WorkersLost
     from replaylab.pipelines.demand import DemandRun, select_golden_rows
-    from replaylab.pipelines.stages import DaskStages, StageFailed
+    from replaylab.pipelines.stages import DaskStages
     from replaylab.projection.distributed import no_string_conversion
 
     client = client or default_client()
@@ -308,9 +308,8 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             try:
                 model = fit_model_dask(model_rows(lab, demand, method), demand, method,
                                        client, n_workers)
-            except WorkersLost as e:
-                raise StageFailed(f"dask stage {stage.number('model')} (model) stopped: {e}; "
-                                  "no summary was written") from e
+            except WorkersLost as e:  # the line says what the worker died of (the nannies)
+                raise stage.failure("model", e, "LightGBM (lightgbm.dask)") from e
 
         with stage("calibrate"):
             train = lab[(lab["split"] == "train") & (lab[CLASS_COLUMN] == LABEL)].persist()
@@ -382,6 +381,9 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
                            "mean_pinball": float(np.mean(list(val.values()))) if val else None},
             "feature_importance_gain": dict(importance[:15]),
             "trained_with": "lightgbm.dask (demand.distributed.fit_quantile_boosters_dask)",
+            "lightgbm_categorical": model.lightgbm_categorical(),
+            "categorical_as_codes": list(getattr(model, "categorical_as_codes_", [])),
+            "train_partitions_without_rows": int(getattr(model, "empty_partitions_", 0)),
             "workers": n_workers},  # the model is a function of the rows and of this number
         "censoring": censoring,
         "hpo": {"trials_run": 0, "note": "not run under compute=dask"},

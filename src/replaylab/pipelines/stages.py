@@ -17,7 +17,15 @@ worker turned into one line naming the stage.
 - end: `progress("dask stage i/N done in S s: <name>")`; `timings[name]` holds S;
 - a lost worker Dask could not recover from inside the stage (`KilledWorker`, a closed
   comm, cancelled futures; `is_lost_worker`) raises `StageFailed`, one line naming the
-  stage and what to do (`python -m training` prints it as `error: ...`, exit code 2).
+  stage, what the worker process died of and what to do (`python -m training` prints it
+  as `error: ...`, exit code 2); a pipeline that judges a loss itself (the demand
+  boosters) raises `stage.failure(name, exc, library)`, the same line. What it died of
+  comes from the nannies' own record: a nanny logs "Worker process PID was killed by
+  signal N" / "exited with status N" when its worker process ends, and
+  `Client.get_worker_logs(nanny=True)` returns those logs (`worker_exits`); the exits
+  seen when the stage started are left out. A signal is named (`describe_exit`):
+  SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGABRT are a crash in native code, SIGKILL what kills
+  for memory (the kernel's OOM killer, the nanny's memory limit) or a person.
   Any other exception passes unchanged.
 
 Nothing is imported from Dask until a stage runs (no I/O at import).
@@ -26,6 +34,8 @@ Nothing is imported from Dask until a stage runs (no I/O at import).
 from __future__ import annotations
 
 import logging
+import re
+import signal
 import sys
 import threading
 import time
@@ -57,6 +67,51 @@ def is_lost_worker(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}".lower()
     # lightgbm.dask: a peer's socket closed under a surviving worker's training
     return type(exc).__name__ == "LightGBMError" and "socket" in text
+
+
+# a nanny's line when its worker process ends (distributed.nanny.WorkerProcess._death_message)
+_EXIT = re.compile(r"Worker process (\d+) (?:was killed by signal (\d+)|exited with status "
+                   r"(-?\d+)|was killed by (unknown) signal)")
+_NATIVE = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"}
+
+
+def worker_exits(client: Any) -> dict[int, tuple[str, int | None]]:
+    """{pid: ("signal" | "status" | "unknown", number)} of every worker process exit the
+    cluster's nannies logged (their log deques, `Client.get_worker_logs(nanny=True)`);
+    {} when the nannies cannot be asked (no nanny, a scheduler gone)."""
+    try:
+        logs = client.get_worker_logs(nanny=True)
+    except Exception:  # no nanny or no scheduler: nothing to say
+        return {}
+    out: dict[int, tuple[str, int | None]] = {}
+    for records in logs.values():
+        for record in records if isinstance(records, list | tuple) else ():
+            text = record[1] if isinstance(record, list | tuple) and len(record) > 1 else record
+            m = _EXIT.search(str(text))
+            if m:
+                kind = "signal" if m.group(2) else "status" if m.group(3) else "unknown"
+                number = m.group(2) or m.group(3)
+                out[int(m.group(1))] = (kind, int(number) if number is not None else None)
+    return out
+
+
+def describe_exit(kind: str, number: int | None) -> str:
+    """One worker exit in words: `killed by signal 11 (SIGSEGV: a crash in native code)`."""
+    if kind == "status":
+        return f"exited with status {number}"
+    if kind == "unknown" or number is None:
+        return "killed by an unknown signal"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"killed by signal {number}"
+    if name in _NATIVE:
+        why = "a crash in native code, not memory"
+    elif name == "SIGKILL":
+        why = "the kernel's OOM killer, the nanny's memory limit, or a person"
+    else:
+        why = "sent by the system or a person"
+    return f"killed by signal {number} ({name}: {why})"
 
 
 def one_line(exc: BaseException, limit: int = 200) -> str:
@@ -155,6 +210,7 @@ class DaskStages:
         self.bar = sys.stderr.isatty() if bar is None else bool(bar)
         self.timings: dict[str, float] = {}
         self.plugin = False
+        self.exits_before: dict[int, tuple[str, int | None]] = {}
 
     def number(self, name: str) -> str:
         return f"{list(self.stages).index(name) + 1}/{len(self.stages)}"
@@ -169,6 +225,55 @@ class DaskStages:
             except Exception:  # a scheduler already gone: nothing to clean
                 pass
             self.plugin = False
+
+    def get_client(self) -> Any:
+        """The stages' client (the current one when none was given), or None."""
+        if self.client is None:
+            try:
+                from distributed import default_client
+
+                self.client = default_client()
+            except (ImportError, ValueError):  # no client: no exits to read
+                return None
+        return self.client
+
+    def failure(self, name: str, exc: BaseException, library: str | None = None,
+                ) -> StageFailed:
+        """The `StageFailed` of stage `name` stopped by a lost worker (`exc`): one line with
+        the stage, the error (a pipeline's own judgement, given with its `library`, leads
+        as it is), what the worker processes that ended during the stage died of
+        (`worker_exits`, `describe_exit`), the library that was running (`library`, else
+        the task Dask named) and what to do."""
+        client = self.get_client()
+        now = worker_exits(client) if client is not None else {}
+        new = {pid: e for pid, e in now.items() if self.exits_before.get(pid) != e}
+        by: dict[str, int] = {}
+        for e in new.values():
+            by[describe_exit(*e)] = by.get(describe_exit(*e), 0) + 1
+        explicit = library is not None  # a loss the pipeline judged: its message leads
+        if library is None:
+            task = getattr(exc, "task", None)
+            if task is not None:
+                from dask.utils import key_split
+
+                library = f"task {key_split(task)!r}"
+        where = f" in {library}" if library else ""
+        if by:
+            died = "; ".join((f"{k} worker processes were {d}" if k > 1 else
+                              f"a worker process was {d}") + where for d, k in by.items())
+            native = any(e[0] == "signal" and describe_exit(*e).endswith("not memory)")
+                         for e in new.values())
+            todo = ("a native crash repeats on the same data: see the library's inputs and its "
+                    "known bugs, then rerun" if native else
+                    "check the workers' memory and restarts, and rerun")
+        else:
+            died = (f"no worker process exit in the nannies' logs{where} (a worker without a "
+                    "nanny, or its network)")
+            todo = "check the workers and the network, and rerun"
+        lead = (one_line(exc, 300).split(": ", 1)[-1] if explicit else
+                f"a worker was lost and Dask could not recover ({one_line(exc, 160)})")
+        return StageFailed(f"dask stage {self.number(name)} ({name}) stopped: {lead}; {died}; "
+                           f"no summary was written: {todo}")
 
     def start_bar(self, name: str) -> TaskBar | None:
         if not self.bar:
@@ -193,6 +298,8 @@ class DaskStages:
             raise KeyError(f"unknown stage {name!r}; stages: {list(self.stages)}")
         number = self.number(name)
         self.progress(f"dask stage {number}: {self.stages[name]}")
+        client = self.get_client()
+        self.exits_before = worker_exits(client) if client is not None else {}
         bar = self.start_bar(name)
         t0 = time.perf_counter()
         try:
@@ -201,10 +308,7 @@ class DaskStages:
             raise
         except Exception as e:
             if is_lost_worker(e):
-                raise StageFailed(
-                    f"dask stage {number} ({name}) stopped: a worker was lost and Dask could "
-                    f"not recover ({one_line(e, 160)}); no summary was written: check the "
-                    "workers (memory, restarts) and rerun") from e
+                raise self.failure(name, e) from e
             raise
         finally:
             if bar is not None:
@@ -213,4 +317,5 @@ class DaskStages:
         self.progress(f"dask stage {number} done in {self.timings[name]:.1f} s: {name}")
 
 
-__all__ = ["DaskStages", "StageFailed", "is_lost_worker", "one_line"]
+__all__ = ["DaskStages", "StageFailed", "describe_exit", "is_lost_worker", "one_line",
+           "worker_exits"]
