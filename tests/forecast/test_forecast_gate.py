@@ -50,8 +50,11 @@ def test_not_enough_evidence_on_a_short_backtest():
     assert g["go"] is None and g["decision"] == NOT_ENOUGH and "5 backtest origins" in g["reasons"][0]
 
 
-def test_overlapping_windows_are_resampled_together():
+def test_overlapping_windows_are_resampled_together_and_count_once():
     by = _origins(24, naive=1.0, other=0.7)
     plan = BacktestPlan(horizon=6, step=2, n_windows=24, n_windows_requested=24)
     g = forecast_gate(_scores(by, 0.8), by, plan, GateConfig(), seed=0)
-    assert g["block_origins"] == 3 and g["blocks"] == 8
+    assert g["block_origins"] == 3 and g["blocks"] == 8 and g["decision"] == NOT_ENOUGH
+    assert "in 8 independent blocks (windows overlap: step 2 < horizon 6)" in g["reasons"][0]
+    g = forecast_gate(_scores(by, 0.8), by, plan, GateConfig(min_origins=8), seed=0)
+    assert g["go"] is True and g["blocks"] == 8

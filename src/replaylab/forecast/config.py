@@ -209,7 +209,9 @@ class LightGBMConfig:
 class GateConfig:
     """The forecast's go/no-go (`replaylab.forecast.gate`).
 
-    min_origins: fewer backtest origins than this: NOT ENOUGH EVIDENCE (no go/no-go).
+    min_origins: fewer independent backtest origins than this: NOT ENOUGH EVIDENCE (no
+        go/no-go). Origins whose test windows overlap (step < horizon) count as one per
+        ceil(horizon / step).
     n_boot, level: the bootstrap over origins of the paired MASE difference (origins
         whose test windows overlap are resampled together).
     """

@@ -3,7 +3,8 @@
 The rule (`summary["gate"]`, the console's last line, the MLflow `go` / `verdict` tags):
 
 - NOT ENOUGH EVIDENCE (go = None) when the backtest has fewer than `gate.min_origins`
-  rolling origins: too few to tell a forecaster from the control;
+  independent origins: origins whose test windows overlap (step < horizon) count as one
+  block of ceil(horizon / step); too few to tell a forecaster from the control;
 - else the challenger is the forecaster with the lowest backtest MASE other than
   seasonal naive (the control and the MASE scale). Per origin, its MASE minus seasonal
   naive's (each the mean over series of that origin's MASE) is a paired difference; its
@@ -36,7 +37,7 @@ def gate_rule(cfg: GateConfig) -> str:
     return (f"GO when the forecaster with the lowest MASE other than seasonal naive beats "
             f"seasonal naive's MASE with the {cfg.level:.0%} paired interval over backtest "
             f"origins wholly below 0, and its 80% coverage is within {lo:g}-{hi:g}; "
-            f"{NOT_ENOUGH} under {cfg.min_origins} origins")
+            f"{NOT_ENOUGH} under {cfg.min_origins} independent origins")
 
 
 def _f(x: float, fmt: str = ".3f") -> str:
@@ -55,14 +56,17 @@ def forecast_gate(scores: dict[str, dict], by_origin: pd.DataFrame, plan: Backte
     lo_t, hi_t = COVERAGE_TARGET
     n = int(len(by_origin))
     block = max(1, math.ceil(plan.horizon / plan.step))
+    blocks = math.ceil(n / block)
     out: dict[str, Any] = {"rule": gate_rule(cfg), "origins": n, "block_origins": block,
-                           "blocks": math.ceil(n / block), "coverage_target": [lo_t, hi_t],
+                           "blocks": blocks, "coverage_target": [lo_t, hi_t],
                            "challenger": None, "mase_diff": None, "coverage_80": None}
-    if n < cfg.min_origins:
+    if blocks < cfg.min_origins:
+        overlap = (f" in {blocks} independent blocks (windows overlap: step {plan.step} < "
+                   f"horizon {plan.horizon})" if block > 1 else "")
         return {**out, "go": None, "decision": NOT_ENOUGH, "reasons": [
-            f"{n} backtest origins < gate.min_origins={cfg.min_origins}: too few to tell a "
-            "forecaster from seasonal naive (a longer history, or more "
-            "forecast.backtest.n_windows)"]}
+            f"{n} backtest origins{overlap} < gate.min_origins={cfg.min_origins}: too few to "
+            "tell a forecaster from seasonal naive (a longer history, more "
+            "forecast.backtest.n_windows, or windows that do not overlap)"]}
     others = {k: v["mase"] for k, v in scores.items()
               if k != CONTROL and v.get("mase") is not None and k in by_origin}
     if not others:
