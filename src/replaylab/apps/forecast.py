@@ -3,7 +3,10 @@
 Input, first match wins:
 - `data.aggregates`: an aggregates-v1 file (CSV or Parquet), forecast as it is;
 - `data.ledger`: a ledger-v1 file or dataset, aggregated first (`forecast.aggregation`);
-- neither: the embedded synthetic ledger (`data.synthetic`), aggregated first.
+- neither: the embedded synthetic ledger (`data.synthetic`), aggregated first; for this
+  pipeline 4 days with a daily profile of session starts (conf/pipeline/forecast.yaml), so
+  the bare `python -m training pipeline=forecast` has a season to forecast and room for
+  its backtest. The run ends with the gate's verdict (`replaylab.forecast.gate`).
 
 compute=dask: the backtest's jobs run as Dask tasks (`pipelines.forecast_dask.client_map`),
 and a `data.ledger` is aggregated on the workers (`aggregate_dataset_dask`: nothing of the

@@ -2,7 +2,8 @@
 
 `aggregate_ledger` turns a ledger (validated here when given raw) into
 aggregates-v1 with k_min suppression; `run_forecast` backtests every forecaster
-over rolling origins, scores them, measures drift, writes the forecast table of
+over rolling origins, scores them, judges them (`summary["gate"]`:
+`replaylab.forecast.gate`), measures drift, writes the forecast table of
 the last origin, the backtest predictions and a report under the folder it is
 handed, and returns the summary (DIR/summary.json).
 """
