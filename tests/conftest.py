@@ -33,17 +33,22 @@ def shared_data() -> Path:
     return path
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
-    """One line: how many tests skipped for want of the full public files, and which."""
-    names = []
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_terminal_summary(terminalreporter):
+    """The run's last line before the counts: how many tests skipped for want of the full
+    public files, by test module (after pytest's own short summary: the outer wrapper)."""
+    result = yield
+    per_file: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = report.longrepr
         if isinstance(longrepr, tuple) and FULL_FILES_REASON in str(longrepr[2]):
-            names.append(report.nodeid.split("/")[-1])
-    if names:
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            module = report.nodeid.split("::")[0].split("/")[-1]
+            per_file[module] = per_file.get(module, 0) + 1
+    if per_file:
+        shown = ", ".join(f"{m} ({n})" for m, n in sorted(per_file.items()))
         terminalreporter.write_line(
-            f"{len(names)} tests skipped: {FULL_FILES_REASON}: {shown}", yellow=True)
+            f"{sum(per_file.values())} tests skipped: {FULL_FILES_REASON}: {shown}", yellow=True)
+    return result
 
 
 @pytest.fixture(scope="session")
