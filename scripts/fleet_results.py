@@ -87,13 +87,16 @@ class ResultSet:
 # light-load level. overload sets its own rates, hint_admission sizes its fleet (both at
 # their defaults).
 AZURE_CONV = "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv"
+# stale_telemetry's defaults are sized for the shipped 15-minute slice (3 windows, outage
+# [0.2, 0.8]); on an hour-long trace the runs keep 4 windows and the [0.4, 0.6] outage
+FULL_TRACE_STALE = ("fleet.workload.windows=4", "experiment.feed.outage_fraction=[0.4,0.6]")
 SETS = {
     "shipped": ResultSet(),
-    "azure": ResultSet(trace=AZURE_CONV),
+    "azure": ResultSet(trace=AZURE_CONV, overrides={"stale_telemetry": FULL_TRACE_STALE}),
     "mooncake": ResultSet(source="mooncake", file="traces/mooncake_fast25/conversation_trace.jsonl",
                           overrides={
         "energy": ("fleet.workload.time_scale=6",),
-        "stale_telemetry": ("fleet.workload.time_scale=4",),
+        "stale_telemetry": ("fleet.workload.time_scale=4", *FULL_TRACE_STALE),
         "rollout": ("fleet.workload.time_scale=8",)}),
     # BurstGPT's first 400 rows (11.5 h, one failed row without usage): the row accounting
     # on a real trace with a failure; 9000x: 0.35 of its simulated capacity (Azure 0.32).
@@ -414,7 +417,7 @@ def stale_blind(s: Mapping[str, Any], run: Mapping[str, Any]) -> str:
         fb = s["decisions_by_mode"].get(n, {}).get("fallback", 0) if n != "live" else None
         rows.append([n, "-" if fb is None else f"{fb} ({pct(fb / total, '.1f')})",
                      by["blind"]["requests"], num(by["blind"]["slo_attainment"], ".3f"),
-                     ", ".join(f"{x:.3f}" for x in by["blind"]["per_window"]),
+                     ", ".join(num(x, ".3f") for x in by["blind"]["per_window"]),
                      num(by["rest"]["slo_attainment"], ".3f")])
     d = s["blind_vs_live_slo_diff"]
     return (table(("policy", "fallback decisions", "arrived blind", "SLO blind",
