@@ -18,6 +18,7 @@ from typing import Literal
 import pandas as pd
 
 from replaylab.contracts.errors import InputError
+from replaylab.data import PUBLIC_FILES
 
 Contract = Literal["ledger", "outcomes", "aggregates"]
 
@@ -49,18 +50,23 @@ class SourceSpec:
         return getattr(mod, self.function)
 
 
-_AZURE = "https://github.com/Azure/AzurePublicDataset/blob/master/AzureLLMInferenceDataset2023.md"
 _ROUTELLM = "https://github.com/lm-sys/RouteLLM/tree/main/routellm/evals"
+
+
+def _public(key: str) -> tuple[str, str]:
+    """(what, url) of a public file the package also names for the fleet (replaylab.data's
+    PUBLIC_FILES, their one home)."""
+    f = PUBLIC_FILES[key]
+    return f.what, f.url
+
 
 SOURCES: dict[str, SourceSpec] = {
     s.name: s
     for s in (
         SourceSpec("azure_code", "ledger", "azure", "import_azure_llm_2023",
-                   "AzureLLMInferenceTrace_code.csv, the Azure LLM inference trace 2023 "
-                   "(code service)", _AZURE, (("service", "code"),)),
+                   *_public("azure_code"), (("service", "code"),)),
         SourceSpec("azure_conv", "ledger", "azure", "import_azure_llm_2023",
-                   "AzureLLMInferenceTrace_conv.csv, the Azure LLM inference trace 2023 "
-                   "(conversation service)", _AZURE, (("service", "conv"),)),
+                   *_public("azure_conv"), (("service", "conv"),)),
         SourceSpec("burstgpt", "ledger", "burstgpt", "import_burstgpt",
                    "a BurstGPT trace CSV (BurstGPT_1.csv of data/, or the v3 layout with "
                    "sessions)", "https://github.com/HPMLL/BurstGPT"),
@@ -86,9 +92,7 @@ SOURCES: dict[str, SourceSpec] = {
                    "LLMRouter's dcrouter_preprocessed/ folder (train.json, test.json; "
                    "prices from llm_candidates/default_llm.json)",
                    "https://github.com/ulab-uiuc/LLMRouter"),
-        SourceSpec("servegen", "aggregates", "servegen", "import_servegen",
-                   "a ServeGen client-trace folder, e.g. language/m-large "
-                   "(chunk-N-trace.csv files)", "https://github.com/alibaba/ServeGen"),
+        SourceSpec("servegen", "aggregates", "servegen", "import_servegen", *_public("servegen")),
     )
 }
 
