@@ -3,7 +3,9 @@
 Each value names its source file and statistic; docs/design/synthetic-ledger.md has the method,
 the sample sizes and a real-vs-synthetic comparison. Refit with
 
-    .venv/bin/python scripts/fit_synthetic.py ../shared/data --out /tmp/synthetic_fit.json
+    .venv/bin/python scripts/fit_synthetic.py --shared DIR --out /tmp/synthetic_fit.json
+
+(DIR: the folder of the downloaded public files, docs/howto/import-data.md.)
 
 Data versions: the files listed in ../shared/data/SOURCES.md (Azure LLM inference traces
 2023-11-16, BurstGPT v3 first 400 rows, Mooncake FAST'25 conversation trace, RouteLLM
