@@ -22,8 +22,10 @@ worker turned into one line naming the stage.
   boosters) raises `stage.failure(name, exc, library)`, the same line. What it died of
   comes from the nannies' own record: a nanny logs "Worker process PID was killed by
   signal N" / "exited with status N" when its worker process ends, and
-  `Client.get_worker_logs(nanny=True)` returns those logs (`worker_exits`); the exits
-  seen when the stage started are left out. A signal is named (`describe_exit`):
+  `Client.get_worker_logs(nanny=True)` returns those logs (`worker_exits`; the scheduler
+  asks the nannies of its registered workers, so a failure waits up to `EXIT_WAIT_S` for
+  a restarted worker to register again); the exits seen when the stage started are left
+  out. A signal is named (`describe_exit`):
   SIGSEGV/SIGBUS/SIGILL/SIGFPE/SIGABRT are a crash in native code, SIGKILL what kills
   for memory (the kernel's OOM killer, the nanny's memory limit) or a person.
   Any other exception passes unchanged.
@@ -46,6 +48,7 @@ from typing import Any
 from replaylab.contracts.errors import InputError
 
 POLL_S = 0.5  # seconds between two polls of the scheduler's task counts (the bar only)
+EXIT_WAIT_S = 5.0  # seconds a failure waits for a lost worker's nanny to be asked again
 PLUGIN_NAME = "replaylab-task-counter"
 
 
@@ -245,8 +248,14 @@ class DaskStages:
         (`worker_exits`, `describe_exit`), the library that was running (`library`, else
         the task Dask named) and what to do."""
         client = self.get_client()
-        now = worker_exits(client) if client is not None else {}
-        new = {pid: e for pid, e in now.items() if self.exits_before.get(pid) != e}
+        new: dict[int, tuple[str, int | None]] = {}
+        deadline = time.monotonic() + EXIT_WAIT_S
+        while client is not None:  # a restarted worker's nanny is asked once it is back
+            now = worker_exits(client)
+            new = {pid: e for pid, e in now.items() if self.exits_before.get(pid) != e}
+            if new or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
         by: dict[str, int] = {}
         for e in new.values():
             by[describe_exit(*e)] = by.get(describe_exit(*e), 0) + 1
