@@ -29,21 +29,49 @@ vectors, `replaylab.__version__` in the router manifest).
   checked when REPLAYLAB_ROUTER_ARTIFACT names such an artifact (tests/scorers/test_rust_scorer.py).
 
 Both are created at a fixed time (2026-01-01T00:00:00Z) and valid for 100 years, so
-they verify on any clock the tests meet; nothing in them depends on the machine.
+they verify on any clock the tests meet, and their golden.json files record
+`replaylab.contracts.golden.ANY_MACHINE` instead of the CPU that wrote them (its model,
+flags and int8 probe would change the bytes and the manifests' content hashes on every
+other CPU): nothing in them depends on the machine (docs/specs/artifacts.md "What a
+committed fixture holds").
+
+The numbers are pinned too (`PINNED_NUMERICS`, set before numpy, torch or onnxruntime
+load): numpy, torch, MKL and OpenBLAS pick their kernels by CPU (numpy's AVX-512 expm1
+/ log1p, torch's AVX2 / AVX-512 ATen kernels, MKL's and OpenBLAS's GEMMs), and those
+differ in the last bits, enough to change a golden hint's repr, the head's float32
+weights and every hash above them. Pinned to their baseline code paths and one thread,
+they compute the same bits on any x86-64 CPU with AVX2 (checked natively on AVX-512 VNNI
++ AMX and under `qemu-x86_64 -cpu Haswell`: `make test-haswell`). Real exports keep every
+kernel.
 """
 
 from __future__ import annotations
 
-import argparse
-import collections
-import re
-import shutil
-import sys
-import tempfile
-from datetime import UTC, datetime
-from pathlib import Path
+import os
 
-import numpy as np
+# numpy: baseline (x86-64-v2) loops only; torch: ATen's default (non-AVX) kernels; MKL
+# (torch's BLAS and VML): its AVX2 code path on any AVX2 CPU, AVX-512 and AMD included
+# (conditional numerical reproducibility; its AVX-512 VML sqrt, which AdamW calls, is not
+# correctly rounded: 629 of 100,000 float32 differ, its AVX2 one is); OpenBLAS (numpy's,
+# scipy's): the Nehalem kernels; one thread each (a threaded reduction sums in another order).
+PINNED_NUMERICS = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+                   "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2",
+                   "OPENBLAS_CORETYPE": "Nehalem", "OMP_NUM_THREADS": "1",
+                   "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+os.environ.update(PINNED_NUMERICS)  # before the imports below load any of them
+
+import argparse  # noqa: E402
+import collections  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from replaylab.contracts.golden import ANY_MACHINE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "scorers" / "rust" / "tests" / "fixtures"
@@ -69,7 +97,8 @@ def demand_fixture(work: Path, out: Path) -> Path:
                                                                      sessions_per_s=0.25)))
     summary, run = train_demand(loaded, ProjectionConfig(), SplitConfig(embargo_ms=60_000),
                                 DemandConfig(), work / "demand-run")
-    return export_demand(run, summary, out, created=CREATED, valid_days=VALID_DAYS)
+    return export_demand(run, summary, out, created=CREATED, valid_days=VALID_DAYS,
+                         built_on=ANY_MACHINE)
 
 
 def tiny_static_model(prompts: list[str]):
@@ -106,7 +135,8 @@ def router_fixture(work: Path, out: Path) -> Path:
     prompts = outcomes.drop_duplicates("prompt_id")["prompt_text"].astype(str).tolist()
     enc_dir = work / "encoder-static"
     export_static_encoder(tiny_static_model(prompts), enc_dir, parity_texts=prompts[:50],
-                          model_id=TINY_MODEL_ID, created=CREATED, valid_days=VALID_DAYS)
+                          model_id=TINY_MODEL_ID, created=CREATED, valid_days=VALID_DAYS,
+                          built_on=ANY_MACHINE)
     encoder = load_static_encoder(enc_dir)
     if encoder.golden_status != "passed":
         raise RuntimeError(f"the tiny encoder misses its golden vectors: {encoder.golden_status}")
@@ -118,7 +148,8 @@ def router_fixture(work: Path, out: Path) -> Path:
         "seed": SEED})
     _, run = train_router(outcomes, cfg, work / "router-run", encoder.encode,
                           head_scorer="numpy")
-    return export_router(run, enc_dir, out, created=CREATED, valid_days=VALID_DAYS)
+    return export_router(run, enc_dir, out, created=CREATED, valid_days=VALID_DAYS,
+                         built_on=ANY_MACHINE)
 
 
 def make(out: Path) -> dict[str, Path]:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from replaylab.contracts.golden import (
+    ANY_MACHINE,
     GOLDEN_FILE,
     MISMATCH,
     U8S8_EXACT,
@@ -19,6 +20,7 @@ from replaylab.contracts.golden import (
     read_golden,
     row_cosines,
     stable_agreement,
+    this_machine,
     write_golden,
 )
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
@@ -52,6 +54,16 @@ def test_document_round_trips_through_the_verified_manifest(tmp_path):
         golden_document("t", [], {})
     with pytest.raises(ValueError):
         golden_document("t", [{"input": {}}], {})
+
+
+def test_built_on_describes_this_machine_unless_pinned():
+    cases, tol = [{"input": {"x": 1}, "expected": {"y": 2.5}}], {"y_abs": 1e-6}
+    real = golden_document("t", cases, tol)["built_on"]
+    assert real == this_machine() and "cpu_flags" in real and real["onnxruntime"]
+    # a committed fixture records the constant: the same bytes whichever CPU writes it
+    pinned = golden_document("t", cases, tol, built_on=ANY_MACHINE)
+    assert pinned["built_on"] == dict(ANY_MACHINE)
+    assert "cpu_flags" not in json.dumps(pinned) and "u8s8" not in json.dumps(pinned)
 
 
 def test_absent_and_malformed_golden_files_say_which(tmp_path):

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -260,7 +260,8 @@ def _flat_parity(run: Any, frame: pd.DataFrame, features: Sequence[FeatureSpec],
 
 
 def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes,
-                  trees: dict[str, np.ndarray] | None = None) -> dict:
+                  trees: dict[str, np.ndarray] | None = None, *,
+                  built_on: Mapping[str, Any] | None = None) -> dict:
     """golden.json of a demand artifact: the runtime's hints for `rows`, checked against LightGBM.
 
     manifest: the manifest built so far (its sections are what the loader will
@@ -285,13 +286,14 @@ def demand_golden(run: Any, rows: pd.DataFrame, manifest: dict, model: bytes,
     return golden_document(KIND, cases, GOLDEN_TOLERANCES,
                            reference="replaylab.runtime.DemandPredictor on the staged "
                                      "model.onnx and manifest sections",
-                           lightgbm_parity=parity)
+                           lightgbm_parity=parity, built_on=built_on)
 
 
 def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str = "1.0.0",
                   valid_days: float = 30.0, hmac_key: bytes | None = None,
                   created: datetime | None = None, mlflow_run_id: str | None = None,
                   git_commit: str | None = None, golden_rows: pd.DataFrame | None = None,
+                  built_on: Mapping[str, Any] | None = None,
                   _after_model_written: Any = None) -> Path:
     """Write the demand artifact of `run` (a DemandRun) to `out_dir`; returns `out_dir`.
 
@@ -301,7 +303,9 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
     the test rows the run kept, `DemandRun.golden_rows`). Raises
     DemandExportError for a run that cannot be exported, a run without golden
     rows included (one trained before golden vectors existed: retrain it, or
-    pass test rows of its `features.parquet`).
+    pass test rows of its `features.parquet`). built_on: what golden.json records about
+    the exporting machine (None: this one, `golden.this_machine()`; a committed fixture
+    passes `golden.ANY_MACHINE`, so that its bytes are the same on any CPU).
     """
     out_dir = Path(out_dir)
     sections = demand_sections(run, summary, mlflow_run_id=mlflow_run_id,
@@ -328,7 +332,8 @@ def export_demand(run: Any, summary: dict, out_dir: str | Path, *, version: str 
             _after_model_written(tmp)
         draft = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,
                                created=created, **sections)
-        golden = write_golden(tmp, demand_golden(run, rows, draft, graph, trees))
+        golden = write_golden(tmp, demand_golden(run, rows, draft, graph, trees,
+                                                 built_on=built_on))
         with golden.open("rb") as f:  # durable before the manifest names it, like model.onnx
             os.fsync(f.fileno())
         manifest = build_manifest(tmp, kind=KIND, version=version, valid_days=valid_days,

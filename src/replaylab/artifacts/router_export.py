@@ -36,6 +36,7 @@ renamed into place (atomic, as the demand export).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,14 @@ def router_config_json(run: Any, tier: str = "minilm") -> dict:
 def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
                   version: str = "1.0.0", valid_days: float = 30.0,
                   hmac_key: bytes | None = None, created: datetime | None = None,
-                  training: dict | None = None) -> Path:
+                  training: dict | None = None,
+                  built_on: Mapping[str, Any] | None = None) -> Path:
     """Write the router artifact of `run` (a RouterRun) to `out_dir`; returns it.
 
-    encoder_dir: the verified encoder export the head was trained with.
+    encoder_dir: the verified encoder export the head was trained with. built_on: what
+    golden.json records about the exporting machine (None: this one,
+    `golden.this_machine()`; a committed fixture passes `golden.ANY_MACHINE`, so that its
+    bytes are the same on any CPU).
     """
     from replaylab.runtime.static_encoder import VARIANT as STATIC
     from replaylab.runtime.static_encoder import is_static_folder
@@ -165,13 +170,14 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
         publish()  # so the runtime can load the staged folder and compute the golden vectors
         if run.golden_inputs:
             write_golden(tmp, router_golden(tmp, run.golden_inputs, hmac_key=hmac_key,
-                                            now=created))
+                                            now=created, built_on=built_on))
             publish()
     return out_dir
 
 
 def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = None,
-                  now: datetime | None = None) -> dict:
+                  now: datetime | None = None,
+                  built_on: Mapping[str, Any] | None = None) -> dict:
     """golden.json of a router folder: `inputs` (text, category, prompt_tokens) routed by
     `replaylab.runtime.Router` with every encoder variant the folder ships."""
     from replaylab.runtime.encoder import CONFIG_FILE as ENCODER_CONFIG
@@ -205,4 +211,4 @@ def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = 
                     **({"token_ids": tok} if static else {})}
     cases = [{"input": {"text": t, "category": c, "prompt_tokens": p}, "expected": e}
              for t, c, p, e in zip(texts, cats, tokens, expected, strict=True)]
-    return golden_document(KIND, cases, GOLDEN_TOLERANCES)
+    return golden_document(KIND, cases, GOLDEN_TOLERANCES, built_on=built_on)

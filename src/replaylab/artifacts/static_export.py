@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
@@ -88,8 +88,13 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
                           model_id: str = MINILM_MODEL_ID, version: str = "1.0.0",
                           valid_days: float = 365.0, min_cosine: float = 0.99999,
                           overwrite: bool = False, created: datetime | None = None,
-                          hmac_key: bytes | None = None) -> StaticExport:
-    """Write the verified static encoder folder of `model` (a model2vec StaticModel)."""
+                          hmac_key: bytes | None = None,
+                          built_on: Mapping[str, Any] | None = None) -> StaticExport:
+    """Write the verified static encoder folder of `model` (a model2vec StaticModel).
+
+    built_on: what golden.json records about the exporting machine (None: this one,
+    `golden.this_machine()`; a committed fixture passes `golden.ANY_MACHINE`, so that its
+    bytes are the same on any CPU)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not overwrite:
         raise FileExistsError(f"{out_dir} exists (pass overwrite=True to replace it)")
@@ -135,7 +140,7 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
     with staged_folder(out_dir, overwrite=overwrite) as tmp:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
-        write_golden(tmp, _golden(encoder, texts, len(parity_texts)))
+        write_golden(tmp, _golden(encoder, texts, len(parity_texts), built_on))
         texts_sha = hashlib.sha256("\x1e".join(texts).encode("utf-8")).hexdigest()
         manifest = build_manifest(
             tmp, kind=KIND, version=version, contracts={"ledger": "1"}, valid_days=valid_days,
@@ -183,7 +188,8 @@ def _parity(model: Any, encoder: Any, texts: list[str], n_prompts: int,
     return figures
 
 
-def _golden(encoder: Any, texts: list[str], n_prompts: int) -> dict:
+def _golden(encoder: Any, texts: list[str], n_prompts: int,
+            built_on: Mapping[str, Any] | None = None) -> dict:
     chosen = sorted({int(i) for i in np.linspace(0, n_prompts - 1,
                                                   num=min(GOLDEN_PROMPTS, n_prompts))})
     chosen += [n_prompts + j for j in range(len(texts) - n_prompts)]  # every edge case: cheap
@@ -195,4 +201,5 @@ def _golden(encoder: Any, texts: list[str], n_prompts: int) -> dict:
                       "expected": {"token_ids": ids,
                                    VARIANT: [float(x) for x in encoder.pool(ids)]}})
     return golden_document(KIND, cases, GOLDEN_TOLERANCES,
-                           reference="replaylab.runtime.static_encoder (float64 mean, spec)")
+                           reference="replaylab.runtime.static_encoder (float64 mean, spec)",
+                           built_on=built_on)

@@ -11,6 +11,12 @@ any other file:
      "cases": [{"input": {...}, "expected": {...}}, ...],
      "built_on": {"machine": "x86_64", "cpu_flags": [...], "onnxruntime": "1.x"}}
 
+`built_on` describes the exporting machine (`this_machine()`), for whoever reads a
+failed check; no check reads it. A committed fixture, which must be the same
+bytes wherever it is regenerated, records `ANY_MACHINE` instead
+(`golden_document(..., built_on=ANY_MACHINE)`, docs/specs/artifacts.md "What a
+committed fixture holds").
+
 The meaning of each input, expected field and tolerance is the artifact's own
 (the kind's runtime loader documents it: `replaylab.runtime.encoder`,
 `replaylab.runtime.router`, `replaylab.runtime.demand`). This module holds only
@@ -29,8 +35,10 @@ import functools
 import json
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -131,23 +139,47 @@ def cpu_info() -> dict[str, Any]:
             "cpu_flags": sorted(f for f in KERNEL_FLAGS if f in flags), **int8_kernel_probe()}
 
 
+def _onnxruntime_version() -> str | None:
+    try:
+        import onnxruntime  # noqa: PLC0415 - reported only, optional at build time
+    except ImportError:  # pragma: no cover - the builders all have onnxruntime
+        return None
+    return onnxruntime.__version__
+
+
+def this_machine() -> dict[str, Any]:
+    """This machine as golden.json's `built_on` records it: `cpu_info()` and the onnxruntime
+    version (informative: no check reads it; a check's own `GoldenCheck.cpu` names the
+    serving CPU)."""
+    return {**cpu_info(), "onnxruntime": _onnxruntime_version()}
+
+
+# What a committed fixture's golden.json records instead of `this_machine()`: the CPU
+# model, flags and int8 probe of whoever regenerates it would change its bytes (and its
+# manifest's content hash) on every other CPU. A constant, so nothing else is kept (the
+# onnxruntime version is requirements.lock's).
+ANY_MACHINE: Mapping[str, Any] = MappingProxyType({
+    "machine": "any",
+    "note": "left out on purpose: a committed fixture is the same bytes on any CPU",
+})
+
+
 def golden_document(kind: str, cases: list[dict], tolerances: dict[str, float],
-                    **extra: Any) -> dict:
-    """The golden.json body (validated enough that the loader can trust its shape)."""
+                    *, built_on: Mapping[str, Any] | None = None, **extra: Any) -> dict:
+    """The golden.json body (validated enough that the loader can trust its shape).
+
+    `built_on`: what the file records about the machine that computed the expected
+    values; None (real exports) describes this one (`this_machine()`), a committed fixture
+    passes `ANY_MACHINE` so that its bytes do not depend on the CPU."""
     if not cases:
         raise ValueError("golden vectors need at least one case")
     for i, case in enumerate(cases):
         if set(case) < {"input", "expected"}:
             raise ValueError(f"golden case {i} needs 'input' and 'expected'")
-    try:
-        import onnxruntime  # noqa: PLC0415 - reported only, optional at build time
-
-        ort_version = onnxruntime.__version__
-    except ImportError:  # pragma: no cover - the builders all have onnxruntime
-        ort_version = None
+    machine = this_machine() if built_on is None else dict(built_on)
     return {"format": GOLDEN_FORMAT, "kind": kind,
             "tolerances": {k: float(v) for k, v in tolerances.items()},
-            "cases": cases, "built_on": {**cpu_info(), "onnxruntime": ort_version}, **extra}
+            "cases": cases, "built_on": machine, **extra}
 
 
 def write_golden(folder: Path, document: dict) -> Path:
