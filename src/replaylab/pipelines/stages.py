@@ -276,9 +276,10 @@ class DaskStages:
                     "known bugs, then rerun" if native else
                     "check the workers' memory and restarts, and rerun")
         else:
-            died = (f"no worker process exit in the nannies' logs{where} (a worker without a "
-                    "nanny, or its network)")
-            todo = "check the workers and the network, and rerun"
+            died = (f"no worker process ended during the stage{where} (the nannies' logs): the "
+                    "data was lost otherwise (a worker without a nanny or killed with it, its "
+                    "network, or the scheduler: see its log)")
+            todo = "check the workers, the network and the scheduler's log, and rerun"
         lead = (one_line(exc, 300).split(": ", 1)[-1] if explicit else
                 f"a worker was lost and Dask could not recover ({one_line(exc, 160)})")
         return StageFailed(f"dask stage {self.number(name)} ({name}) stopped: {lead}; {died}; "
