@@ -35,12 +35,14 @@ def _compose(conf: Path, name: str, overrides: list[str]):
 def test_one_conf_tree():
     assert not (CONF.parent / "conf_eval").exists() and not (CONF.parent / "conf_export").exists()
     assert {"train.yaml", "evaluate.yaml", "export.yaml"} <= {p.name for p in CONF.glob("*.yaml")}
-    # tracking/ and paths/ exist once, shared by all three entry configs
-    for group in ("tracking", "paths", "export", "pipeline", "experiment", "slo", "pools",
+    # tracking/ exists once, shared by all three entry configs
+    for group in ("tracking", "export", "pipeline", "experiment", "slo", "pools",
                   "fleet/workload"):
         assert (CONF / group).is_dir(), group
-    assert sum("shared_dir:" in p.read_text() for p in CONF.rglob("*.yaml")
-               if "${paths.shared_dir}" not in p.read_text()) == 1
+    # no default reads a folder outside the checkout: no shared data folder, no paths/ group
+    assert not (CONF / "paths").exists()
+    for p in CONF.rglob("*.yaml"):
+        assert "shared_dir" not in p.read_text() and "../" not in p.read_text(), p
 
 
 @pytest.mark.parametrize("pipeline", PIPELINES)
@@ -52,12 +54,12 @@ def test_each_pipeline_composes_only_what_it_reads(pipeline):
              "demand": {"data", "projection", "split", "demand", "export", "compute"},
              "forecast": {"data", "forecast", "compute"}, "import": set(),
              "router": {"data", "router", "export", "compute"}}[pipeline]
-    assert groups == {"paths", "tracking"} | needs
+    assert groups == {"tracking"} | needs
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_each_experiment_composes(experiment):
-    cfg = _compose(CONF, "evaluate", [f"experiment={experiment}", "paths.shared_dir=/data"])
+    cfg = _compose(CONF, "evaluate", [f"experiment={experiment}"])
     assert cfg.experiment.name == experiment
     values = OmegaConf.to_container(cfg.experiment, resolve=True)
     if "slo" in values:  # the shared slo/ group, not a copy per experiment
@@ -69,8 +71,7 @@ def test_each_experiment_composes(experiment):
             else SloTarget(ttft_s=1.0, tpot_s=0.05)
         assert slo_targets(values["slo"]) == {"interactive": interactive,
                                               "batch": SloTarget(e2e_s=3600.0)}
-    if experiment != "residuals":
-        assert values["shared_dir"] == "/data"
+    assert "shared_dir" not in values  # the shipped data, or a file the user names
 
 
 def test_export_and_import_compose():
@@ -113,10 +114,10 @@ def test_a_misspelt_yaml_key_fails_at_composition(tmp_path, where, old, new):
         assert old in text, f"{where} no longer has {old!r}: update this test"
         text = text.replace(old, new, 1)
     path.write_text(text)
-    name, overrides = ("evaluate", [f"experiment={path.stem}", "paths.shared_dir=/d"]) \
+    name, overrides = ("evaluate", [f"experiment={path.stem}"]) \
         if where.startswith(("experiment/", "slo/", "fleet/")) else ("train", ["pipeline=demand"])
     if where.startswith(("slo/", "fleet/")):
-        overrides = ["experiment=energy", "paths.shared_dir=/d"]
+        overrides = ["experiment=energy"]
     if where.startswith("router/"):
         overrides = ["pipeline=router"]
     bad_key = new.split(":")[0].strip().split("{")[-1].split(",")[-1].strip()

@@ -150,7 +150,6 @@ def group_schemas() -> dict[str, type]:
                                                  "rescore_alias": "champion",
                                                  "blob_min_bytes": 1048576,
                                                  "blob_experiment": "replaylab-artifact-store"}),
-        "paths": _open("PathsSchema", shared_dir="???"),
         "source": _open("SourceSchema", name="???", path=None, options={}),
     }
 
