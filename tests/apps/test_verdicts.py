@@ -72,6 +72,11 @@ def test_every_pipeline_has_a_line():
         assert line.split(":")[0] and "None" not in line, line
     assert "targets met" in verdict_line({"pipeline": "forecast", "best": "mstl",
                                           "targets": {"a": True}, "backtest": {}})
+    auto = {"pipeline": "fleet", "experiment": "autoscaling", "conserved": True,
+            "winners": {"steady": {"policy": "forecast", "gpu_hours": 1663.8,
+                                   "slo_attainment": 0.99978}}}
+    assert verdict_line(auto) == ("fleet autoscaling: requests conserved; steady: forecast wins "
+                                  "(1664 GPU-hours at SLO 0.9998)")
     assert "0.900 [0.800, 0.950]" in verdict_line(
         {"pipeline": "fleet", "experiment": "x", "conserved": True,
          "policies": {"p": {"slo_attainment": {"mean": 0.9, "ci95": [0.8, 0.95]}}}})

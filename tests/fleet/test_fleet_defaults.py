@@ -13,28 +13,11 @@ from omegaconf import OmegaConf
 
 from replaylab.data import PUBLIC_FILES, shipped
 from tests.conftest import REPO
-from tests.helpers.fleet import composed_config, experiment_config
+from tests.helpers.fleet import TINY, composed_config, experiment_config
 
 SIX = ("energy", "stale_telemetry", "rollout", "overload", "hint_admission", "autoscaling")
 DATA_SUFFIXES = (".csv", ".json", ".jsonl", ".parquet")
 PACKAGE_DATA = shipped()
-
-# tiny sizes: the defaults' sources and pools, fewer windows, seeds and requests
-TINY = {
-    "energy": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150},
-    "stale_telemetry": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150},
-    "rollout": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150,
-                "experiment.shares": [0.0, 1.0]},
-    "overload": {"fleet.workload.duration_s": 10.0, "fleet.workload.seeds": [0],
-                 "experiment.load_factors": [1.0], "experiment.saturation.requests": 4000},
-    "hint_admission": {"fleet.workload.synthetic": {"n_sessions": 300},
-                       "fleet.workload.windows": 2,
-                       "experiment.ledger.replicate_seeds": [0]},
-    "autoscaling": {"experiment.seeds": [0], "experiment.sweep": None,
-                    "experiment.trace.hours": 0.25, "experiment.trace.scale": 0.1,
-                    "experiment.policies": ["static", "reactive"]},
-}
-
 
 def strings(node) -> list[str]:
     if isinstance(node, dict):

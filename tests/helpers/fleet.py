@@ -30,3 +30,37 @@ def experiment_config(name: str, **overrides) -> dict:
     for key, value in overrides.items():
         OmegaConf.update(root, key, value, merge=isinstance(value, dict))
     return fleet_values(root)
+
+
+# tiny sizes: the defaults' sources and pools, fewer windows, seeds and requests
+TINY = {
+    "energy": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150},
+    "stale_telemetry": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150},
+    "rollout": {"fleet.workload.windows": 2, "fleet.workload.max_requests": 150,
+                "experiment.shares": [0.0, 1.0]},
+    "overload": {"fleet.workload.duration_s": 10.0, "fleet.workload.seeds": [0],
+                 "experiment.load_factors": [1.0], "experiment.saturation.requests": 4000},
+    "hint_admission": {"fleet.workload.synthetic": {"n_sessions": 300},
+                       "fleet.workload.windows": 2,
+                       "experiment.ledger.replicate_seeds": [0]},
+    "autoscaling": {"experiment.seeds": [0], "experiment.sweep": None,
+                    "experiment.trace.hours": 0.25, "experiment.trace.scale": 0.1,
+                    "experiment.policies": ["static", "reactive"]},
+}
+
+
+def tiny_overrides(name: str) -> list[str]:
+    """TINY[name] as Hydra command-line overrides (nested dicts flattened, lists as [a,b])."""
+    def text(v) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, list):
+            return "[" + ",".join(text(x) for x in v) + "]"
+        return str(v)
+
+    def flat(prefix: str, v) -> list[str]:
+        if isinstance(v, dict):
+            return [o for k, x in v.items() for o in flat(f"{prefix}.{k}", x)]
+        return [f"{prefix}={text(v)}"]
+
+    return [o for k, v in TINY[name].items() for o in flat(k, v)]

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.fleet import TINY, tiny_overrides
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
@@ -100,22 +101,9 @@ def test_bare_forecast(clone):
     assert s["pipeline"] == "forecast"
 
 
-# Each fleet experiment at a tiny size, on its shipped default workload (no path given).
-FLEET = {
-    "energy": ["fleet.workload.windows=2", "fleet.workload.max_requests=150"],
-    "stale_telemetry": ["fleet.workload.windows=2", "fleet.workload.max_requests=150"],
-    "rollout": ["fleet.workload.windows=2", "fleet.workload.max_requests=150"],
-    "hint_admission": ["fleet.workload.windows=2", "fleet.workload.max_requests=150"],
-    "overload": ["fleet.workload.duration_s=5", "fleet.workload.seeds=[0]",
-                 "experiment.saturation.requests=2000"],
-    "autoscaling": ["experiment.trace.day=1", "experiment.trace.hours=0.5",
-                    "experiment.trace.scale=0.1", "experiment.seeds=[0]", "experiment.workers=1",
-                    "experiment.sweep=null", "~experiment.scenarios.burst",
-                    "~experiment.scenarios.mix_drift", "~experiment.scenarios.under_forecast"],
-}
-
-
-@pytest.mark.parametrize("name", sorted(FLEET))
+# Each fleet experiment at the tiny size of tests/fleet/test_fleet_defaults.py, on its
+# shipped default workload (no path given).
+@pytest.mark.parametrize("name", sorted(TINY))
 def test_fleet_experiment(clone, name):
-    s = run_here(clone, name, "evaluation", f"experiment={name}", *FLEET[name])
+    s = run_here(clone, name, "evaluation", f"experiment={name}", *tiny_overrides(name))
     assert s["experiment"] == name

@@ -101,6 +101,10 @@ def fleet_line(s: dict) -> str:
         att = p.get("slo_attainment") if isinstance(p, dict) else None
         if att is not None:
             parts.append(f"{policy} SLO {interval_text(att)}")
+    for scenario, w in list((s.get("winners") or {}).items())[:4]:  # autoscaling
+        if isinstance(w, dict) and w.get("policy"):
+            parts.append(f"{scenario}: {w['policy']} wins ({num(w.get('gpu_hours'), '.0f')} "
+                         f"GPU-hours at SLO {num(w.get('slo_attainment'), '.4f')})")
     conserved = s.get("conserved")
     return (f"fleet {name}: requests {'conserved' if conserved else 'NOT conserved'}"
             + (f"; {', '.join(parts)}" if parts else ""))
