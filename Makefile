@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.replaylab-installed
 RUN_DIR ?= outputs/make-run
 
-.PHONY: setup run test test-fast bench lint clean chromium
+.PHONY: setup run test test-fast test-haswell bench lint clean chromium
 
 CHROMIUM ?= /usr/bin/chromium
 
@@ -46,6 +46,32 @@ test: setup chromium
 
 test-fast: setup chromium
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"
+
+# The golden-vector, int8, fixture and Rust tests on an emulated AVX2-only CPU (no AVX-512,
+# no VNNI): qemu-user's Haswell (Debian: apt-get install qemu-user), less the features qemu's
+# TCG lacks anyway (it warns about each: TSX, pcid, x2apic, ...). Figures and why:
+# docs/results/int8-cpus.md "make test-haswell". First it checks that the emulated CPU is
+# the AVX2 one (numpy finds no AVX-512, the int8 probe saturates); /proc/cpuinfo under
+# qemu-user is the host's. NPY_DISABLE_CPU_FEATURES: numpy's AVX2 (X86_V3) float64 argsort
+# segfaults under qemu 7.2's TCG (pandas' groupby quantile calls it), numpy's baseline
+# loops run instead; onnxruntime, torch, MKL and OpenBLAS keep their AVX2 kernels.
+# REPLAYLAB_EMULATOR: the tests start their Python children through it too.
+QEMU ?= qemu-x86_64
+HASWELL = $(QEMU) -cpu Haswell,-pcid,-tsc-deadline,-x2apic,-hle,-invpcid,-rtm
+HASWELL_TESTS ?= tests/contracts/test_golden.py tests/scorers/test_rust_crate.py \
+	tests/scorers/test_rust_demand.py tests/runtime/test_runtime_demand.py \
+	tests/artifacts/test_onnx_export.py
+HASWELL_PYTEST_ARGS ?= -m "not slow"
+
+test-haswell: setup
+	@command -v $(QEMU) >/dev/null || { echo "test-haswell: $(QEMU) not found (apt-get install qemu-user)"; exit 2; }
+	$(HASWELL) $(PY) -c "from numpy._core._multiarray_umath import __cpu_features__ as f; \
+	from replaylab.contracts.golden import int8_kernel_probe as p; r = p(); \
+	print('emulated CPU: avx2', f['AVX2'], 'avx512f', f['AVX512F'], 'int8 probe', r); \
+	assert f['AVX2'] and not f['AVX512F'] and r['u8s8_saturates'], 'not an AVX2-only CPU'"
+	NPY_DISABLE_CPU_FEATURES=X86_V3 HF_HUB_OFFLINE=1 REPLAYLAB_EMULATOR="$(HASWELL)" \
+	  $(HASWELL) $(PY) -m pytest -q -p no:cacheprovider $(HASWELL_PYTEST_ARGS) $(HASWELL_TESTS)
+	cd scorers/rust && CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$(HASWELL)" cargo test --offline
 
 bench: setup
 	$(PY) bench/run_all.py --out bench/results.json
