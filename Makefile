@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.replaylab-installed
 RUN_DIR ?= outputs/make-run
 
-.PHONY: setup run test test-fast test-haswell bench lint clean chromium
+.PHONY: setup run test test-fast test-haswell bench lint clean chromium postgresql
 
 CHROMIUM ?= /usr/bin/chromium
 
@@ -31,6 +31,15 @@ chromium:
 	  $$SUDO apt-get install -y -q chromium || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; } \
 	  || echo "warning: could not install chromium; the browser report test will skip"; }
 
+# PostgreSQL server binaries (Debian's package) for the Router Replay store test, which
+# starts its own server on loopback in a temporary folder.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q postgresql || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q postgresql; } \
+	  || echo "warning: could not install postgresql; the Router Replay PostgreSQL tests will skip"; }
+
 run: setup
 	$(PY) -m training pipeline=demand hydra.run.dir=$(RUN_DIR)/demand
 	$(PY) -m training pipeline=router hydra.run.dir=$(RUN_DIR)/router
@@ -41,10 +50,10 @@ run: setup
 # ../shared/data when that folder is beside the checkout (a value in the environment wins);
 # without it they skip, counted at the end of the run.
 SHARED_DATA := $(or $(REPLAYLAB_SHARED_DATA),$(wildcard $(abspath ../shared/data)))
-test: setup chromium
+test: setup chromium postgresql
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q
 
-test-fast: setup chromium
+test-fast: setup chromium postgresql
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"
 
 # The golden-vector, int8, fixture and Rust tests on an emulated AVX2-only CPU (no AVX-512,

