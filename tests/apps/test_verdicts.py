@@ -82,6 +82,14 @@ def test_every_pipeline_has_a_line():
          "policies": {"p": {"slo_attainment": {"mean": 0.9, "ci95": [0.8, 0.95]}}}})
 
 
+def test_an_import_line_ends_with_what_the_ledger_is_ready_for():
+    counts = {"pipeline": "import", "rows_read": 16, "rows_valid": 13, "rows_quarantined": 3}
+    assert verdict_line(counts) == "import: 16 rows read, 13 valid, 3 quarantined"
+    ready = {**counts, "readiness": {"line": "ready: demand: usage on 90% of 10 completed rows"}}
+    assert verdict_line(ready) == ("import: 16 rows read, 13 valid, 3 quarantined; ready: "
+                                   "demand: usage on 90% of 10 completed rows")
+
+
 def test_residuals_line_reads_coverage_and_drift_off_the_summary():
     s = {"pipeline": "residuals", "rows": 1275, "nominal": 0.8,
          "overall": {"hinted": 1275, "scored": 1148, "coverage": 0.7831, "nominal": 0.8,

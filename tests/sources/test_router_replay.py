@@ -258,13 +258,15 @@ def test_postgres_table_and_json_export_import_to_identical_bytes(tmp_path):
     export.write_text(json.dumps([as_read_from_postgres(r) for r in stored][::-1]))
     with postgres_server() as uri:
         load_table(uri, TABLE, stored)
-        pg = _import(tmp_path / "pg", uri=uri, table=TABLE, chunk_rows=4)
+        secret = uri.replace("replay@", "replay:s3cret@")  # trust auth: never asked for
+        pg = _import(tmp_path / "pg", uri=secret, table=TABLE, chunk_rows=4)
         pg_parts = _import(tmp_path / "pgparts", uri=uri, table=TABLE, out="rr", chunk_rows=4)
     js = _import(tmp_path / "js", export, chunk_rows=5)
     for s in (pg, js):
         assert s["rows_read"] == 14 == s["rows_valid"] + s["rows_quarantined"]
         assert s["quarantine_by_reason"] == {"in_progress": 2}  # r4, and r12's '' in a table
-    assert pg["chunks"] == 4 and pg["source_uri"] == uri and pg["source_table"] == TABLE
+    assert pg["chunks"] == 4 and pg["source_table"] == TABLE
+    assert pg["source_uri"] == uri.replace("replay@", "replay:***@")  # no password kept
     a, b = Path(pg["artifacts"]["table"]), Path(js["artifacts"]["table"])
     assert hashlib.sha256(a.read_bytes()).hexdigest() == hashlib.sha256(b.read_bytes()).hexdigest()
     pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b))
@@ -281,6 +283,13 @@ def test_a_missing_table_is_one_line(tmp_path):
     _postgres_or_skip()
     with postgres_server() as uri, pytest.raises(RouterReplayError, match="source.table=nope"):
         _import(tmp_path, uri=uri, table="nope")
+
+
+def test_a_server_that_does_not_answer_is_one_line(tmp_path):
+    pytest.importorskip("psycopg", reason="psycopg is not installed (replaylab[postgres])")
+    with pytest.raises(RouterReplayError, match="cannot connect") as e:
+        _import(tmp_path, uri="postgresql://nobody:secret@127.0.0.1:1/db?connect_timeout=2")
+    assert "\n" not in str(e.value)
 
 
 def test_summary_record_drops_what_the_list_api_blanks():

@@ -93,12 +93,16 @@ class ReplayField:
 
 
 def _f(key: str, kind: Kind, column: str = "", typ: Type = "-", note: str = "") -> ReplayField:
+    if kind == "carried" and typ == "str" and "empty" not in note:
+        note = "; ".join(x for x in ("as is; empty: null", note) if x)
     return ReplayField(key, kind, column, typ, note)
 
 
 _CONTENT = "content; summary records blank it, and only `prompt` may become text (keep_prompt)"
 _ZERO = "Go's zero value when absent (the JSON omits it, the table defaults to it)"
-_PG_NONE = "; not a column of the PostgreSQL table: null on a table import"
+_ZERO_JSON = "Go's zero value when absent (the JSON omits it)"
+_PG_NONE = "; not a column of the PostgreSQL table: Go's zero value on a table import"
+_PG_NULL = "not a column of the PostgreSQL table: null on a table import"
 
 # Every JSON key of store.Record, in the struct's order. The one home of the mapping.
 MAPPING: tuple[ReplayField, ...] = (
@@ -123,7 +127,7 @@ MAPPING: tuple[ReplayField, ...] = (
     _f("selected_model", "ledger", L.SELECTED_MODEL, note="as is; empty: quarantined "
        "(`missing_required_field`)"),
     _f("reasoning_mode", "carried", typ="str"),
-    _f("confidence_score", "carried", typ="float", note="routing field" + _PG_NONE),
+    _f("confidence_score", "carried", typ="float", note="routing field; " + _ZERO_JSON + _PG_NONE),
     _f("selection_method", "carried", typ="str", note="routing field; empty: "
        "`route_diagnostics.selection_method` (the table keeps it only there)"),
     _f("route_diagnostics", "carried", typ="json", note="canonical JSON text (keys sorted)"),
@@ -159,16 +163,16 @@ MAPPING: tuple[ReplayField, ...] = (
     _f("guardrails_enabled", "carried", typ="bool", note=_ZERO),
     _f("jailbreak_enabled", "carried", typ="bool", note=_ZERO),
     _f("pii_enabled", "carried", typ="bool", note=_ZERO),
-    _f("jailbreak_detected", "carried", typ="bool", note=_ZERO + _PG_NONE),
-    _f("jailbreak_type", "carried", typ="str", note=_PG_NONE[2:]),
-    _f("jailbreak_confidence", "carried", typ="float32", note=_ZERO + _PG_NONE),
-    _f("response_jailbreak_detected", "carried", typ="bool", note=_ZERO + _PG_NONE),
-    _f("response_jailbreak_type", "carried", typ="str", note=_PG_NONE[2:]),
-    _f("response_jailbreak_confidence", "carried", typ="float32", note=_ZERO + _PG_NONE),
-    _f("pii_detected", "carried", typ="bool", note=_ZERO + _PG_NONE),
-    _f("pii_entities", "carried", typ="json", note="entity types, canonical JSON text"
-       + _PG_NONE),
-    _f("pii_blocked", "carried", typ="bool", note=_ZERO + _PG_NONE),
+    _f("jailbreak_detected", "carried", typ="bool", note=_ZERO_JSON + _PG_NONE),
+    _f("jailbreak_type", "carried", typ="str", note=_PG_NULL),
+    _f("jailbreak_confidence", "carried", typ="float32", note=_ZERO_JSON + _PG_NONE),
+    _f("response_jailbreak_detected", "carried", typ="bool", note=_ZERO_JSON + _PG_NONE),
+    _f("response_jailbreak_type", "carried", typ="str", note=_PG_NULL),
+    _f("response_jailbreak_confidence", "carried", typ="float32", note=_ZERO_JSON + _PG_NONE),
+    _f("pii_detected", "carried", typ="bool", note=_ZERO_JSON + _PG_NONE),
+    _f("pii_entities", "carried", typ="json", note="entity types, canonical JSON text; "
+       + _PG_NULL),
+    _f("pii_blocked", "carried", typ="bool", note=_ZERO_JSON + _PG_NONE),
     _f("prompt", "ledger", L.PROMPT_TEXT, note="ONLY with `source.keep_prompt=true` and "
        "present (capture on, not a summary record); else null"),
     _f("prompt_truncated", "carried", typ="bool", note=_ZERO),
@@ -179,10 +183,10 @@ MAPPING: tuple[ReplayField, ...] = (
     _f("rag_context_length", "carried", typ="int", note=_ZERO),
     _f("rag_similarity_score", "carried", typ="float32", note=_ZERO),
     _f("cache_similarity", "carried", typ="float32", note=_ZERO),
-    _f("cache_hit_kind", "carried", typ="str", note=_PG_NONE[2:]),
-    _f("cache_source", "carried", typ="str", note=_PG_NONE[2:]),
-    _f("cache_entry_age_seconds", "carried", typ="float", note=_ZERO + _PG_NONE),
-    _f("cache_ttl_seconds", "carried", typ="int", note=_ZERO + _PG_NONE),
+    _f("cache_hit_kind", "carried", typ="str", note=_PG_NULL),
+    _f("cache_source", "carried", typ="str", note=_PG_NULL),
+    _f("cache_entry_age_seconds", "carried", typ="float", note=_ZERO_JSON + _PG_NONE),
+    _f("cache_ttl_seconds", "carried", typ="int", note=_ZERO_JSON + _PG_NONE),
     _f("context_token_count", "carried", typ="int", note=_ZERO),
     _f("hallucination_enabled", "carried", typ="bool", note=_ZERO),
     _f("hallucination_detected", "carried", typ="bool", note=_ZERO),
