@@ -232,10 +232,14 @@ def test_import_entrypoint_ends_with_the_readiness_line(fixture_file, tmp_path):
 
 
 def test_uri_is_refused_by_sources_that_read_files(tmp_path):
-    proc = run_training("pipeline=import", "source=mooncake", "source.path=x.jsonl",
+    trace = tmp_path / "conversation_trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 7, "hash_ids": [1]}\n')
+    proc = run_training("pipeline=import", "source=mooncake", f"source.path={trace}",
                         "source.uri=postgresql://a@b/c", f"out={tmp_path / 'x.parquet'}",
                         f"hydra.run.dir={tmp_path / 'run'}", "tracking=off", check=False)
     assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "error: source=mooncake takes no source.uri (only source.path and source.options)")
 
 
 # ---------------------------------------------------------------- the PostgreSQL store
@@ -290,6 +294,19 @@ def test_a_server_that_does_not_answer_is_one_line(tmp_path):
     with pytest.raises(RouterReplayError, match="cannot connect") as e:
         _import(tmp_path, uri="postgresql://nobody:secret@127.0.0.1:1/db?connect_timeout=2")
     assert "\n" not in str(e.value)
+
+
+def test_every_outcome_verdict_maps_to_a_status():
+    def status(*outcomes):
+        return record_to_row(record(0, outcomes=list(outcomes) or None))[L.OUTCOME_STATUS]
+
+    assert status() is None  # no outcome: null, not unknown
+    assert [status(outcome(v)) for v in ("good_fit", "overprovisioned", "underpowered",
+                                         "failed", "thumbs_sideways")] == [
+        "success", "success", "failure", "failure", "unknown"]
+    assert status(outcome("failed"), outcome("good_fit")) == "success"  # the last appended
+    row = record_to_row(record(0, outcomes=json.dumps([outcome("good_fit", score=0.5)])))
+    assert (row[L.OUTCOME_STATUS], row[L.OUTCOME_SCORE]) == ("success", 0.5)  # JSON text too
 
 
 def test_summary_record_drops_what_the_list_api_blanks():
