@@ -1,4 +1,4 @@
-"""aggregates-v1: content-free demand buckets (../shared/contracts/aggregates-v1.md)."""
+"""aggregates-v1: content-free demand buckets (docs/specs/data-contracts/aggregates-v1.md)."""
 
 from __future__ import annotations
 

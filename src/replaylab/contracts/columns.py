@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 class Ledger:
-    """ledger-v1 columns (../shared/contracts/ledger-v1.md)."""
+    """ledger-v1 columns (docs/specs/data-contracts/ledger-v1.md)."""
 
     VERSION = "ledger_version"
     REQUEST_ID = "request_id"
@@ -58,7 +58,7 @@ class Ledger:
 
 
 class Outcomes:
-    """outcomes-v1 columns (../shared/contracts/outcomes-v1.md)."""
+    """outcomes-v1 columns (docs/specs/data-contracts/outcomes-v1.md)."""
 
     VERSION = "outcomes_version"
     PROMPT_ID = "prompt_id"
@@ -74,7 +74,7 @@ class Outcomes:
 
 
 class Aggregates:
-    """aggregates-v1 columns (../shared/contracts/aggregates-v1.md)."""
+    """aggregates-v1 columns (docs/specs/data-contracts/aggregates-v1.md)."""
 
     VERSION = "aggregates_version"
     BUCKET_START = "bucket_start"

@@ -1,4 +1,4 @@
-"""Enum values of the data contracts, declared once (../shared/contracts/ledger-v1.md).
+"""Enum values of the data contracts, declared once (docs/specs/data-contracts/ledger-v1.md).
 
 Standard library only: the serving runtime imports this module, so it stays free of
 pandas. Values are plain strings (they go into numpy and pandas columns as they are);

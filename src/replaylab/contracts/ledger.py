@@ -1,4 +1,4 @@
-"""ledger-v1: the replay ledger, one row per request (../shared/contracts/ledger-v1.md)."""
+"""ledger-v1: the replay ledger, one row per request (docs/specs/data-contracts/ledger-v1.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""outcomes-v1: full-information candidate outcomes (../shared/contracts/outcomes-v1.md)."""
+"""outcomes-v1: full-information candidate outcomes (docs/specs/data-contracts/outcomes-v1.md)."""
 
 from __future__ import annotations
 
