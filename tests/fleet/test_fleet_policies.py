@@ -207,6 +207,28 @@ def test_a_fleet_scaled_to_zero_under_a_passive_controller_ends():
     assert feed.scrapes <= STALL_TICKS + 10  # ended after the grace, not at a memory limit
 
 
+
+def test_a_pool_scaled_to_zero_beside_an_idle_one_ends():
+    """Regression (found by the property test, a random draw that grew make test to 24 GB):
+    model b's only pool scaled to zero while model a's pool stays up and idle, a shared
+    queue, no deadlines, a passive controller ticking. b's requests can never be served;
+    the run used to tick forever (the other pool was not off). It now ends after the stall
+    grace, b's requests timed out, a's served."""
+    from replaylab.fleet.sim.views import STALL_TICKS
+
+    pools = [PoolConfig("p0", "b", FLAT, replicas=1, cold_start_s=2.0),
+             PoolConfig("p1", "a", FLAT, replicas=1, cold_start_s=0.1)]
+    feed = TelemetryFeed(0.5, 0.0, 0.1)
+    # b's requests queue while p0 is still starting; then p0 is switched off
+    cfg = feed.sim_config(SimConfig(queueing="shared", queue_capacity=4, warm_start=False,
+                                    scale_events=((1.0, "p0", -1),)))
+    w = make_workload([0.0, 0.5, 0.6], [100, 100, 100], [10, 10, 10], models=("a", "b"),
+                      model=[0, 1, 1])
+    r = FleetSim(pools, cfg, LeastLoaded(), feed).run(w)
+    c = r.counts()
+    assert c["completed"] == 1 and c["timed_out"] == 2 and c["arrived"] == 3
+    assert feed.scrapes <= STALL_TICKS + 10  # ended after the grace, not at a memory limit
+
 # ---------- the rules ----------
 
 def test_marginal_energy_is_extra_watts_over_extra_tokens_per_second():

@@ -178,8 +178,14 @@ class ScalingMixin:
         a queue timeout of a queued request) can change anything. Ticking on would loop
         forever (a passive controller such as a TelemetryFeed never scales), so the run
         ends and `_finish` drains those requests as timed out. The grace leaves a
-        controller with a stabilisation window time to scale up from zero."""
-        if acted or any(r.state != OFF for r in self.reps):
+        controller with a stabilisation window time to scale up from zero.
+
+        "Every replica is off" includes replicas that are on but idle: a ready replica with
+        nothing running or queued would already hold an eligible queued request, so the
+        requests left wait for a model whose pool was scaled away (found by the property
+        test: one pool scaled to zero, the other idle, a shared queue, no timeouts)."""
+        if acted or any(r.state == STARTING or (r.state != OFF and (r.running or r.queued))
+                        for r in self.reps):
             self._idle_ticks = 0
             return False
         for _, key in self.heap:
