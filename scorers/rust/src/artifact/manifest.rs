@@ -6,7 +6,7 @@
 //! readable JSON object -> schema_version "1" -> structure (every field and its JSON
 //! type; each files entry: path, 64 lowercase hex sha256, integer size >= 0, no
 //! duplicate path) -> kind -> content_hash (sha256 of the canonical JSON of
-//! {files, features, outputs, calibration}, recomputed) -> validity period
+//! {files, features, outputs, calibration, training}, recomputed) -> validity period
 //! (created_at <= now + 5 min, now <= valid_until) -> each listed file: a path that
 //! cannot leave the folder, present, a regular file, its size, its sha256.
 //!
@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Component, Path, PathBuf};
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::util::error::Error;
 use crate::util::json::{self, Json};
@@ -29,7 +29,7 @@ pub const MAX_CLOCK_SKEW_S: f64 = 300.0;
 /// A file as read and hashed once.
 #[derive(Clone, Debug)]
 pub struct FileData {
-    pub bytes: Rc<Vec<u8>>,
+    pub bytes: Arc<Vec<u8>>,
     pub sha256: String,
 }
 
@@ -63,7 +63,7 @@ impl Store {
             return Err(Error::new("not_a_file", format!("{rel:?} is not a regular file")));
         }
         let bytes = std::fs::read(&path).map_err(|e| Error::new("not_a_file", format!("cannot read {rel:?}: {e}")))?;
-        let f = FileData { sha256: sha256::sha256_hex(&bytes), bytes: Rc::new(bytes) };
+        let f = FileData { sha256: sha256::sha256_hex(&bytes), bytes: Arc::new(bytes) };
         self.cache.insert(rel.to_string(), f.clone());
         Ok(f)
     }
@@ -109,7 +109,7 @@ pub struct Verified {
 
 impl Verified {
     /// The verified bytes of listed file `name` (`not_listed` otherwise).
-    pub fn bytes(&self, name: &str) -> Result<Rc<Vec<u8>>, Error> {
+    pub fn bytes(&self, name: &str) -> Result<Arc<Vec<u8>>, Error> {
         self.files
             .get(name)
             .map(|f| f.bytes.clone())
@@ -131,10 +131,11 @@ fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// `"sha256:" + hex(sha256(canonical_json({files, features, outputs, calibration})))`.
+/// `"sha256:" + hex(sha256(canonical_json({files, features, outputs, calibration, training})))`:
+/// `training` holds the gate's decision, so an edited verdict changes the hash.
 pub fn content_hash(manifest: &Json) -> Result<String, Error> {
     let mut body = BTreeMap::new();
-    for k in ["files", "features", "outputs", "calibration"] {
+    for k in ["files", "features", "outputs", "calibration", "training"] {
         let v = manifest.get(k).ok_or_else(|| Error::new("malformed", format!("missing field {k:?}")))?;
         body.insert(k.to_string(), v.clone());
     }

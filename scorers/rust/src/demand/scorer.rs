@@ -218,7 +218,7 @@ impl Demand {
     }
 
     /// The verified bytes of a listed file.
-    pub fn file(&self, name: &str) -> Result<std::rc::Rc<Vec<u8>>, Error> {
+    pub fn file(&self, name: &str) -> Result<std::sync::Arc<Vec<u8>>, Error> {
         self.manifest.bytes(name)
     }
 

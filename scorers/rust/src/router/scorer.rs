@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::router::encoder::StaticEncoder;
 use crate::util::error::Error;
@@ -156,7 +156,7 @@ impl Router {
     }
 
     /// The verified bytes of a file the router manifest lists (e.g. "golden.json").
-    pub fn file(&self, name: &str) -> Result<Rc<Vec<u8>>, Error> {
+    pub fn file(&self, name: &str) -> Result<Arc<Vec<u8>>, Error> {
         self.manifest.bytes(name)
     }
 }
