@@ -43,7 +43,7 @@ FOREIGN_PRIVATE = frozenset({"_meta"})  # a dask collection's empty frame of its
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("replaylab", "contracts", "data"),   # 0: the data contracts (and the package's version)
     ("runtime",),                         # 1: serving
-    ("config", "stats", "jsonsafe"),      # 2: helpers written once
+    ("config", "stats", "jsonsafe", "verdict"),  # 2: helpers written once
     ("sources", "projection"),            # 3: ledgers in; dispatch-time features and splits
     ("demand",),                          # 4: the demand model
     ("tracking",),                        # 5: reports and figures
