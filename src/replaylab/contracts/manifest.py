@@ -67,6 +67,7 @@ REASON_CODES = (
     "bad_signature",     # signature does not match (wrong key or edited manifest)
     "kind",              # kind differs from required_kind
     "content_hash",      # content_hash differs from files+features+outputs+calibration
+                         # +training
     "expired",           # now > valid_until
     "future_created",    # created_at > now + MAX_CLOCK_SKEW
     "path_escape",       # absolute path, '..', or symlink resolving outside the folder
@@ -126,9 +127,16 @@ def _same(a: str, b: str) -> bool:
                                b.encode("utf-8", "surrogatepass"))
 
 
+# The fields `content_hash` covers. `training` is among them: it holds the gate's
+# decision (rule, verdict, reasons, intervals, objective), so editing the verdict of a
+# registered artifact changes its hash even when the manifest is not signed.
+HASHED_FIELDS = ("files", "features", "outputs", "calibration", "training")
+
+
 def content_hash(manifest: dict) -> str:
-    """`sha256:` + hex of canonical JSON of {files, features, outputs, calibration}."""
-    body = {k: manifest[k] for k in ("files", "features", "outputs", "calibration")}
+    """`sha256:` + hex of canonical JSON of {files, features, outputs, calibration,
+    training} (`HASHED_FIELDS`)."""
+    body = {k: manifest[k] for k in HASHED_FIELDS}
     return HASH_PREFIX + hashlib.sha256(canonical_json(body)).hexdigest()
 
 
