@@ -24,7 +24,7 @@ fn openings(dir: &Path) {
     let router = Router::load(dir, timefmt::now()).expect("the artifact loads");
     let queries = golden::golden_queries(&router).expect("golden queries");
     let own: Vec<String> = queries.iter()
-        .map(|q| router.candidates[router.route(&q.text, q.category.as_deref(), q.prompt_tokens).candidate].clone())
+        .map(|q| router.candidates[router.route(&q.text, q.category.as_deref(), q.prompt_tokens).unwrap().candidate].clone())
         .collect();
     let k = router.candidates.len();
     let rate = 0.1;

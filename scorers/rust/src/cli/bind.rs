@@ -99,7 +99,8 @@ pub fn bind_bench(args: &[String]) -> Result<u8, Error> {
         let q = &queries[i % queries.len()];
         let time_route = |b: &Binder| {
             let t = Instant::now();
-            let d = b.router.as_ref().expect("loaded").route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens);
+            let d = b.router.as_ref().expect("loaded").route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens)
+                .expect("static tier: Binder::shared checked");
             let us = t.elapsed().as_secs_f64() * 1e6;
             std::hint::black_box(d);
             us
@@ -129,7 +130,8 @@ pub fn bind_bench(args: &[String]) -> Result<u8, Error> {
     // choice given (a decision without probabilities or token ids: no allocation)
     let router = b.router.take().expect("loaded");
     let decided: Vec<usize> = queries.iter()
-        .map(|q| router.route(&q.text, q.category.as_deref(), q.prompt_tokens).candidate).collect();
+        .map(|q| router.route(&q.text, q.category.as_deref(), q.prompt_tokens).map(|d| d.candidate))
+        .collect::<Result<_, _>>()?;
     let mut only = Binder::new(Some(router), binder_config(args)?)?;
     let mut only_us = Vec::with_capacity(n);
     for (i, sid) in sids.iter().enumerate() {

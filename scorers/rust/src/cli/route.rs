@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use replaylab_scorer::router::golden::{self, Query};
-use replaylab_scorer::util::json::{self, py_float_repr, write_str, Json, Number};
+use replaylab_scorer::util::json::{self, Json, Number};
 use replaylab_scorer::util::timefmt;
 use replaylab_scorer::{Error, Router};
 
@@ -19,6 +19,7 @@ pub fn load(args: &[String]) -> Result<Router, Error> {
 
 pub fn route(args: &[String]) -> Result<u8, Error> {
     let router = load(args)?;
+    router.text_encoder()?; // a MiniLM-tier router: embedding_only, said before any input
     if !args.iter().any(|a| a == "--no-golden") {
         let (ok, summary) = golden::check(&router)?;
         if !ok {
@@ -37,27 +38,10 @@ pub fn route(args: &[String]) -> Result<u8, Error> {
         }
         let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("stdin line {}: not JSON: {e}", n + 1)))?;
         let q = golden::query(&v).map_err(|e| Error::new("bad_input", format!("stdin line {}: {}", n + 1, e.message)))?;
-        let d = router.route(&q.text, q.category.as_deref(), q.prompt_tokens);
+        let d = router.route(&q.text, q.category.as_deref(), q.prompt_tokens)?;
         line_s.clear();
-        line_s.push_str("{\"candidate\":");
-        write_str(&mut line_s, &router.candidates[d.candidate]);
-        line_s.push_str(",\"success_prob\":[");
-        for (i, p) in d.success_prob.iter().enumerate() {
-            if i > 0 {
-                line_s.push(',');
-            }
-            line_s.push_str(&py_float_repr(*p));
-        }
-        line_s.push_str("],\"margin\":");
-        line_s.push_str(&if d.margin.is_finite() { py_float_repr(d.margin) } else { "null".into() });
-        line_s.push_str(",\"token_ids\":[");
-        for (i, t) in d.token_ids.iter().enumerate() {
-            if i > 0 {
-                line_s.push(',');
-            }
-            line_s.push_str(&t.to_string());
-        }
-        line_s.push_str("]}\n");
+        line_s.push_str(&router.decision_json(&d));
+        line_s.push('\n');
         out.write_all(line_s.as_bytes()).and_then(|_| out.flush())
             .map_err(|e| Error::new("io", e.to_string()))?;
     }
@@ -81,10 +65,12 @@ pub fn bench(args: &[String]) -> Result<u8, Error> {
     let t0 = Instant::now();
     let router = load(args)?;
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    router.text_encoder()?;
     let queries = bench_queries(args, &router, n)?;
     let (mut s, tokens) = time_calls(args, n, warmup, queries.len(), 1, load_ms, &router.version, |i| {
         let q = &queries[i % queries.len()];
         router.route(std::hint::black_box(&q.text), q.category.as_deref(), q.prompt_tokens)
+            .expect("static tier: checked before timing")
     }, |d| d.token_ids.len());
     let mean_tokens = tokens as f64 / n as f64;
     s.insert("tokens_mean".to_string(), Json::Num(Number { value: (mean_tokens * 10.0).round() / 10.0, int: None }));

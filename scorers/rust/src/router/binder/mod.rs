@@ -135,6 +135,10 @@ impl Binder {
     /// A binder over `router` (None: it did not load; then `fallback_candidate` is needed).
     #[allow(clippy::neg_cmp_op_on_partial_ord)] // a NaN ttl_s is refused
     pub fn new(router: Option<Router>, cfg: Config) -> Result<Binder, Error> {
+        if let Some(r) = router.as_ref() {
+            r.text_encoder().map_err(|e| Error::new("bad_config", format!("binder: openings are routed from \
+                                                                          their text; {}", e.message)))?;
+        }
         if cfg.max_sessions < 1 || !(cfg.ttl_s > 0.0) {
             return Err(Error::new("bad_config", format!("binder: max_sessions={} must be >= 1 and ttl_s={} > 0",
                                                         cfg.max_sessions, cfg.ttl_s)));
@@ -201,7 +205,8 @@ impl Binder {
     pub fn bind(&mut self, session_id: &str, text: &str, category: Option<&str>, prompt_tokens: Option<f64>,
                 turn_index: Option<i64>, now: f64) -> Receipt {
         self.bind_with(session_id, text, category, prompt_tokens, turn_index, now,
-                       |router| router.route(text, category, prompt_tokens))
+                       |router| router.route(text, category, prompt_tokens)
+                           .expect("the binder's router routes text: Binder::shared refuses the MiniLM tier"))
     }
 
     /// `bind` with the router's answer on an opening given by `route` (called at most
