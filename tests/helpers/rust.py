@@ -88,3 +88,17 @@ def train_static_router(run: Path) -> Path:
     art = run / "artifacts" / "router"
     assert json.loads((art / "router.json").read_text())["encoder"]["tier"] == "static"
     return art
+
+
+LIBRARY_SO = CRATE / "target" / "release" / "libreplaylab_scorer.so"
+LIBRARY_A = CRATE / "target" / "release" / "libreplaylab_scorer.a"
+HEADER = CRATE / "include" / "replaylab.h"
+SESSIONS = CRATE / "tests" / "sessions"  # scripts/make_binder_sessions.py
+
+
+def build_library(cargo: str) -> Path:
+    """The crate's release build (the CLI, libreplaylab_scorer.so and .a: one cargo build);
+    the shared library's path."""
+    build_binary(cargo)
+    assert LIBRARY_SO.is_file() and LIBRARY_A.is_file()
+    return LIBRARY_SO

@@ -11,6 +11,8 @@
 //!   verifies one and reads its flat trees (trees.safetensors); `Demand::hint(request,
 //!   now_ms)` answers a pre-dispatch demand hint.
 //! - `artifact`: what both load through: manifest verification, safetensors.
+//! - `ffi`: the C ABI over `demand`, `router` and the binder (docs/specs/c-abi.md, header
+//!   include/replaylab.h), built into libreplaylab_scorer.so and .a.
 //! - `util`: the error type, JSON (Python-compatible writers), SHA-256, ISO 8601 times.
 //!
 //! tests/fixtures holds a tiny artifact of each kind (scripts/make_rust_fixtures.py), which
@@ -18,6 +20,7 @@
 
 pub mod artifact;
 pub mod demand;
+pub mod ffi;
 pub mod router;
 pub mod util;
 

@@ -132,7 +132,7 @@ pub fn bind_bench(args: &[String]) -> Result<u8, Error> {
     let decided: Vec<usize> = queries.iter()
         .map(|q| router.route(&q.text, q.category.as_deref(), q.prompt_tokens).map(|d| d.candidate))
         .collect::<Result<_, _>>()?;
-    let mut only = Binder::new(Some(router), binder_config(args)?)?;
+    let mut only = Binder::shared(Some(router), binder_config(args)?)?;
     let mut only_us = Vec::with_capacity(n);
     for (i, sid) in sids.iter().enumerate() {
         let q = &queries[i % queries.len()];

@@ -14,6 +14,7 @@
 //! Python `replay_events` runs too, one canonical JSON record per event.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::util::error::Error;
 use crate::util::json::{Json, Number};
@@ -108,8 +109,9 @@ struct Session {
 }
 
 pub struct Binder {
-    /// None: the artifact did not load (every opening: the fallback candidate)
-    pub router: Option<Router>,
+    /// None: the artifact did not load (every opening: the fallback candidate); shared
+    /// (Arc): binders of the C ABI share one loaded router handle
+    pub router: Option<Arc<Router>>,
     rules: Option<Rules>,
     pub rate: f64,
     pub cap: f64,
@@ -133,8 +135,13 @@ pub struct Binder {
 
 impl Binder {
     /// A binder over `router` (None: it did not load; then `fallback_candidate` is needed).
-    #[allow(clippy::neg_cmp_op_on_partial_ord)] // a NaN ttl_s is refused
     pub fn new(router: Option<Router>, cfg: Config) -> Result<Binder, Error> {
+        Binder::shared(router.map(Arc::new), cfg)
+    }
+
+    /// `new` over a router shared with other holders (the C ABI's `rl_binder_new`).
+    #[allow(clippy::neg_cmp_op_on_partial_ord)] // a NaN ttl_s is refused
+    pub fn shared(router: Option<Arc<Router>>, cfg: Config) -> Result<Binder, Error> {
         if let Some(r) = router.as_ref() {
             r.text_encoder().map_err(|e| Error::new("bad_config", format!("binder: openings are routed from \
                                                                           their text; {}", e.message)))?;
