@@ -76,7 +76,7 @@ def one_run(outcomes, vals: dict, seed: int, rate: float, spp: int, embed, encod
         tol = 1e-12 * max(1.0, abs(v))
         return bool(d["ci"][0] - tol <= v <= d["ci"][1] + tol)
 
-    margin = float(cfg.go.quality_margin)
+    margin = float(cfg.objective.margin)  # the default objective: incumbent
     truly_ok = truth["diff_quality"] >= -margin and truth["diff_cost"] < 0
     return {"seed": seed, "sessions": int(sim.stats["sessions"]), "turns": int(len(led)),
             "test_sessions": int(ope["sessions"]), "explored_test": int(ope["explored_sessions"]),

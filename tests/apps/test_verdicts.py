@@ -21,13 +21,21 @@ def test_demand_line_is_the_gates_verdict_and_reasons():
 
 
 def test_router_lines_in_both_modes():
-    s = {"pipeline": "router", "go": True, "go_reasons": ["saves 0.001 USD/prompt"],
-         "test": {"learned": {"cost_ratio_at_95": 0.6061}},
-         "spread": {"seeds": [0, 1, 2], "cost_ratio_at_95": {"min": 0.584, "max": 0.644}}}
-    assert verdict_line(s) == ("router: GO (saves 0.001 USD/prompt); test cost_ratio_at_95 "
-                               "0.606; over head seeds [0, 1, 2]: 0.584..0.644")
+    s = {"pipeline": "router", "go": True, "verdict": "GO",
+         "go_reasons": ["objective incumbent: ...; GO: saves 0.001 USD/prompt"],
+         "test": {"learned": {"cost_ratio_at_95": 0.6061, "quality": 0.8512, "cost": 0.00712}},
+         "headline": {"cost_vs_strong_only": 0.5765, "cost_vs_incumbent": 0.6012,
+                      "incumbent": "rules"},
+         "spread": {"seeds": [0, 1, 2], "cost": {"min": 0.0069, "max": 0.0074}}}
+    assert verdict_line(s) == (
+        "router: GO (objective incumbent: ...; GO: saves 0.001 USD/prompt); served point on "
+        "test: quality 0.851, cost 0.00712 USD/prompt (over head seeds [0, 1, 2]: "
+        "0.0069..0.0074) = 0.577 of strong-only, 0.601 of rules; curve figure "
+        "cost_ratio_at_95 0.606")
     r = {"pipeline": "router", "mode": "receipts", "go": False, "go_reasons": ["CI spans 0"]}
     assert verdict_line(r) == "router: NO-GO (CI spans 0)"
+    thin = {**r, "verdict": "NOT ENOUGH EVIDENCE"}
+    assert verdict_line(thin) == "router: NOT ENOUGH EVIDENCE (CI spans 0)"
 
 
 def test_promote_lines_say_promoted_refused_or_forced_and_name_the_run():

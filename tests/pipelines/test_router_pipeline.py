@@ -23,6 +23,7 @@ from replaylab.pipelines.router import RouterDataError, prompt_meta, seeded_spli
 from replaylab.router.exploration import simulate_receipts
 from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
+from replaylab.verdict import GO, VERDICTS
 from tests.conftest import REPO
 from tests.helpers.router import CHEAP, GSM8K, STRONG, router_pipeline_config, tfidf
 
@@ -62,6 +63,9 @@ def test_summary_has_the_documented_keys(gsm8k_run):
         lo, hi = s["ope"][est]["ci"]
         assert lo <= hi and np.isfinite(s["ope"][est]["estimate"])
     assert isinstance(s["go"], bool) and s["go_reasons"]
+    assert s["verdict"] in VERDICTS and s["go"] == (s["verdict"] == GO)
+    assert s["go_reasons"][0].startswith("objective incumbent")
+    assert f"; {s['verdict']}: " in s["go_reasons"][0]
     assert [c["fraction"] for c in s["learning_curve"]] == [0.25, 0.5, 1.0]
 
 
@@ -85,9 +89,13 @@ def test_the_console_verdict_is_the_summarys(gsm8k_run):
 
     s, _, _, _ = gsm8k_run
     line = verdict_line(s)
-    assert line.startswith("router: GO (" if s["go"] else "router: NO-GO (")
+    assert line.startswith(f"router: {s['verdict']} (objective incumbent")
     assert all(r in line for r in s["go_reasons"])
-    assert f"{s['test']['learned']['cost_ratio_at_95']:.3f}" in line
+    # the headline is the served point's; cost_ratio_at_95 is named as the curve figure
+    learned = s["test"]["learned"]
+    assert f"served point on test: quality {learned['quality']:.3f}" in line
+    assert f"curve figure cost_ratio_at_95 {learned['cost_ratio_at_95']:.3f}" in line
+    assert "headline says otherwise" not in line
 
 
 def test_exploration_is_bounded_and_session_scoped(gsm8k_run):
@@ -184,6 +192,13 @@ def test_rules_equal_sees_only_the_learned_routers_label_budget(outcomes, tmp_pa
     assert s2["go_detail"]["rules_cost"] == pytest.approx(s2["test"]["rules_equal"]["cost"])
     assert s2["go_detail"]["rules_cost"] != pytest.approx(s1["go_detail"]["rules_cost"])
     assert all("rules_equal" in r for r in s2["go_reasons"])
+    # another objective: the cheapest point at 95% of strong-only, judged on that floor
+    s3, _ = train_router(changed, router_pipeline_config(**{**small, "objective": {
+        "kind": "quality_floor", "fraction_of_strong": 0.9}}), tmp_path / "d", tfidf)
+    assert s3["objective"]["kind"] == "quality_floor"
+    assert s3["go_reasons"][0].startswith("objective quality_floor")
+    assert s3["go_detail"]["criteria"][0]["name"] == "quality - 0.9 x strong-only"
+    assert s3["go_detail"]["operating_point"].startswith("quality >= 0.9 x strong-only")
 
 
 def test_go_baseline_is_checked_and_needs_replayed_prompts(outcomes, tmp_path):
@@ -459,26 +474,18 @@ def test_the_gated_threshold_is_the_shipped_one(gsm8k_run):
     assert d["learned_cost"] == pytest.approx(s["test"]["learned"]["cost"], rel=1e-12)
     assert f"served threshold {d['threshold']:.4g}" in d["served"]
     assert "gated at the same threshold" in d["served"]
-    # the verdict and the headline curve metric tell one story, or a note says why not
-    a, b = (s["test"][p]["cost_ratio_at_95"] for p in ("learned", s["go_baseline"]))
-    if (s["go"] and a > b) or (not s["go"] and a < b):
-        assert d["headline_note"] in s["go_reasons"] and "cost_ratio_at_95" in d["headline_note"]
-    else:
-        assert "headline_note" not in d
+    # one objective: the threshold was chosen for it on calibration, the gate judged it
+    o = s["objective"]
+    assert o["kind"] == "incumbent" and d["operating_point"].startswith("quality >= ")
+    floor = d["rules_calibration_quality"] - o["margin"]
+    assert d["learned_calibration_quality"] >= floor - 1e-12 or not d[
+        "objective_met_on_calibration"]
+    assert [c["name"] for c in d["criteria"]] == ["quality vs rules", "cost saving vs rules"]
+    assert d["criteria"][0]["line"] == -o["margin"]
+    h = s["headline"]
+    assert h["quality"] == s["test"]["learned"]["quality"] and h["verdict"] == s["verdict"]
+    assert "not a served point" in h["curve_figures"]["what"]
+    assert not any("headline says otherwise" in r for r in s["go_reasons"])
     # the prompts it was fitted on, hashed, for a compare's leakage count
     assert set(run.fit_prompts) == {"train", "calibration"}
     assert len(run.fit_prompts["train"]) > len(run.fit_prompts["calibration"]) > 0
-
-
-def test_headline_note_when_verdict_and_curve_disagree():
-    from replaylab.pipelines.router import headline_note
-
-    gate = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
-    headline_note(gate, {"learned": {"cost_ratio_at_95": 0.811},
-                         "rules": {"cost_ratio_at_95": 0.544}}, "rules")
-    assert len(gate["go_reasons"]) == 2 and "0.811" in gate["go_reasons"][1]
-    assert "a point neither serves" in gate["go_detail"]["headline_note"]
-    agree = {"go": True, "go_reasons": ["saves"], "go_detail": {"threshold": -0.2}}
-    headline_note(agree, {"learned": {"cost_ratio_at_95": 0.4},
-                          "rules": {"cost_ratio_at_95": 0.544}}, "rules")
-    assert agree["go_reasons"] == ["saves"] and "headline_note" not in agree["go_detail"]

@@ -36,6 +36,7 @@ from replaylab.router.ope import (
 )
 from replaylab.router.receipts import ReceiptsError
 from replaylab.router.rules import ScenarioRules
+from replaylab.verdict import GO, NO_GO, NOT_ENOUGH_EVIDENCE, VERDICTS
 from tests.conftest import REPO
 from tests.helpers.router import (
     CHEAP,
@@ -76,10 +77,27 @@ def test_summary_keys_and_one_verdict(trained):
         d = ope["diff"][key]
         assert d["ci"][0] <= d["estimate"] <= d["ci"][1]
     assert {"quality", "cost", "session_cost"} <= set(ope["logging"])
-    assert isinstance(s["go"], bool) and s["go_reason"].startswith("GO" if s["go"] else "NO-GO")
-    # the verdict is the rule applied to the reported intervals
-    rule = (ope["diff"]["quality"]["ci"][0] >= -0.01) and (ope["diff"]["cost"]["ci"][1] < 0)
+    assert s["verdict"] in VERDICTS and s["go"] == (s["verdict"] == GO)
+    assert s["go_reason"].startswith(s["verdict"] + ": objective incumbent")
+    # the verdict is the objective's rule applied to the gate's intervals (DR, no clip)
+    ev = ope["evidence"]
+    ch = ev["variants"][ev["chosen"]]
+    assert ev["chosen"] == "dr@none" and ch["diff_quality"]["estimate"] == pytest.approx(
+        ope["diff"]["quality"]["estimate"])
+    rule = (ch["diff_quality"]["ci"][0] >= -0.01) and (ch["diff_cost"]["ci"][1] < 0)
     assert s["go"] == rule
+    # the evidence: IPS, SNIPS, DR at no clip and the automatic clip; the weight tail; the
+    # high-confidence lower bound under the two-sided interval's lower end
+    assert {f"{e}@{c}" for e in ("ips", "snips", "dr") for c in ("none", "auto")} == set(
+        ev["variants"])
+    assert ev["variants"]["ips@none"]["quality"]["estimate"] == pytest.approx(
+        ope["ips"]["estimate"]) and ev["variants"]["snips@none"]["quality"]["estimate"] == \
+        pytest.approx(ope["snips"]["estimate"])
+    w = ev["weights"]
+    assert w["ess"] == pytest.approx(ope["ess"]) and w["max_weight"] == pytest.approx(
+        ope["max_weight"]) and 0 < w["top1pct_weight_share"] <= 1
+    assert ch["diff_quality"]["ci"][0] <= ev["hclb"]["quality_gain"] <= ch["diff_quality"]["estimate"]
+    assert (s["verdict"] == NOT_ENOUGH_EVIDENCE) == (s["go_detail"]["more_data"] is not None)
     assert 0 < ope["ess"] <= ope["n"] and 0 <= ope["agreement"] <= 1
     assert s["mode"] == "receipts" and s["receipts"]["escalation_bindings"] > 0
     for name in ("router_curves_test.parquet", "router_decisions_test.parquet",
@@ -87,6 +105,7 @@ def test_summary_keys_and_one_verdict(trained):
         assert (out / name).is_file(), name
     assert run.threshold == s["operating_point"]["threshold"]  # the shipped point is the judged one
     assert s["spread"]["seeds"] == [0] and s["spread"]["go"] == [s["go"]]
+    assert s["spread"]["verdict"] == [s["verdict"]]
 
 
 def test_seed_to_seed_spread_beside_the_headline(files, tmp_path):
@@ -271,20 +290,51 @@ def test_paired_difference_covers_the_truth_and_point_values_agree():
     assert covered >= 8  # a 95% interval: 10 seeds, >= 8 covered holds with prob > 0.98
 
 
-def test_gate_rule_and_sessions_needed():
-    def ope(dq, dc):
-        return {"diff": {"quality": {"estimate": dq[0], "ci": dq[1:]},
-                         "cost": {"estimate": dc[0], "ci": dc[1:]}}}
+def test_gate_reads_the_objective_and_says_what_would_flip_it():
+    from replaylab.router.objective import ObjectiveConfig
 
-    g = gate(ope((0.0, -0.005, 0.01), (-1.0, -2.0, -0.5)), 0.01, 100, 0.05, 1e4)
-    assert g["go"] and g["go_reason"].startswith("GO")
-    g = gate(ope((0.0, -0.03, 0.03), (-1.0, -2.0, -0.5)), 0.01, 100, 0.05, 1e4)
-    assert not g["go"] and g["go_detail"]["explored_sessions_needed"] == pytest.approx(900.0)
-    g = gate(ope((-0.05, -0.08, -0.02), (-1.0, -2.0, -0.5)), 0.01, 100, 0.05, 1e4)
-    assert not g["go"] and g["go_detail"]["explored_sessions_needed"] is None
-    assert "would not decide" in g["go_reason"]
-    g = gate(ope((0.0, -0.001, 0.001), (-1.0, -2.0, 0.1)), 0.01, 100, 0.05, 1e4)
-    assert not g["go"] and "no significant saving" in g["go_reason"]
+    def variant(dq, dc, cost=(0.004, 0.003, 0.005), floor=(0.0, -0.01, 0.01), est="dr",
+                clip="none"):
+        return {"estimator": est, "clip_level": clip, "clip": None if clip == "none" else 20.0,
+                "diff_quality": {"estimate": dq[0], "ci": list(dq[1:])},
+                "diff_cost": {"estimate": dc[0], "ci": list(dc[1:])},
+                "cost": {"estimate": cost[0], "ci": list(cost[1:])},
+                "quality_vs_floor": {"estimate": floor[0], "ci": list(floor[1:])}}
+
+    def ope(chosen, other=None, failed=()):
+        vs = {"dr@none": chosen, "ips@none": other or chosen}
+        return {"sessions": 1000, "explored_sessions": 50,
+                "evidence": {"chosen": "dr@none", "variants": vs,
+                             "weights": {"failed": list(failed),
+                                         "factors": [4.0] * len(failed)}}}
+
+    inc = ObjectiveConfig()
+    g = gate(ope(variant((0.0, -0.005, 0.01), (-1.0, -2.0, -0.5))), inc, 1e4)
+    assert g["verdict"] == GO and g["go"] and g["go_reason"].startswith("GO: objective incumbent")
+    assert "every estimator" in g["go_reason"] and g["go_detail"]["flips"] == []
+    # straddling with the estimate on the passing side: NOT ENOUGH EVIDENCE with the data
+    g = gate(ope(variant((0.0, -0.03, 0.03), (-1.0, -2.0, -0.5))), inc, 1e4)
+    assert g["verdict"] == NOT_ENOUGH_EVIDENCE and not g["go"]
+    assert g["go_detail"]["more_data"]["sessions"] == pytest.approx(8000.0)
+    assert g["go_detail"]["explored_sessions_needed"] == pytest.approx(400.0)
+    assert "days at 10000 per day" in g["go_reason"]
+    # wholly below the margin: NO-GO; another estimator saying GO is named
+    g = gate(ope(variant((-0.05, -0.08, -0.02), (-1.0, -2.0, -0.5)),
+                 variant((0.0, -0.005, 0.01), (-1.0, -2.0, -0.5), est="ips")), inc, 1e4)
+    assert g["verdict"] == NO_GO and g["go_detail"]["flips"] == ["IPS with no clip would say GO"]
+    assert "would flip it: IPS with no clip would say GO" in g["go_reason"]
+    # failing overlap diagnostics make a straddling interval thin evidence
+    g = gate(ope(variant((-0.02, -0.05, 0.01), (-1.0, -2.0, -0.5)), failed=["ESS 9 < 50"]),
+             inc, 1e4)
+    assert g["verdict"] == NOT_ENOUGH_EVIDENCE and "ESS 9 < 50" in g["go_reason"]
+    # budget: cost per call within the budget and significantly better quality
+    bud = ObjectiveConfig(kind="budget", cost_per_call=0.006)
+    g = gate(ope(variant((0.02, 0.01, 0.03), (0.0, -0.1, 0.1))), bud, 1e4)
+    assert g["verdict"] == GO and g["go_reason"].startswith("GO: objective budget")
+    floor = ObjectiveConfig(kind="quality_floor")
+    g = gate(ope(variant((0.0, -0.1, 0.1), (-1.0, -2.0, -0.5), floor=(-0.05, -0.07, -0.03))),
+             floor, 1e4)
+    assert g["verdict"] == NO_GO and "strong-only" in g["go_reason"]
 
 
 # ---------------------------------------------------------------- the entry point

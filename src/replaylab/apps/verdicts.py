@@ -53,16 +53,27 @@ def demand_line(s: dict) -> str:
 
 
 def router_line(s: dict) -> str:
-    """Outcomes mode adds the test headline and its spread over head seeds."""
-    head = f"router: {go_word(s.get('go'))} ({'; '.join(map(str, s.get('go_reasons') or []))})"
+    """The verdict (its first reason names the objective); outcomes mode adds the SERVED
+    point's test figures (the headline), its spread over head seeds, and cost_ratio_at_95
+    labelled as the curve figure it is."""
+    from replaylab.verdict import VERDICTS
+
+    word = s["verdict"] if s.get("verdict") in VERDICTS else go_word(s.get("go"))
+    head = f"router: {word} ({'; '.join(map(str, s.get('go_reasons') or []))})"
     learned = (s.get("test") or {}).get("learned")
     if s.get("mode") == "receipts" or not isinstance(learned, dict):
         return head
+    h = s.get("headline") or {}
     sp = s.get("spread") or {}
-    cr = sp.get("cost_ratio_at_95") or {}
-    spread = (f"; over head seeds {sp['seeds']}: {num(cr.get('min'))}..{num(cr.get('max'))}"
-              if len(sp.get("seeds") or []) > 1 else "")
-    return f"{head}; test cost_ratio_at_95 {num(learned.get('cost_ratio_at_95'))}{spread}"
+    cr = sp.get("cost") or {}
+    spread = (f" (over head seeds {sp['seeds']}: {num(cr.get('min'), '.4g')}.."
+              f"{num(cr.get('max'), '.4g')})" if len(sp.get("seeds") or []) > 1 else "")
+    served = (f"; served point on test: quality {num(learned.get('quality'))}, cost "
+              f"{num(learned.get('cost'), '.4g')} USD/prompt{spread}"
+              + (f" = {num(h.get('cost_vs_strong_only'))} of strong-only, "
+                 f"{num(h.get('cost_vs_incumbent'))} of {h.get('incumbent')}" if h else ""))
+    return (f"{head}{served}; curve figure cost_ratio_at_95 "
+            f"{num(learned.get('cost_ratio_at_95'))}")
 
 
 def project_line(s: dict) -> str:

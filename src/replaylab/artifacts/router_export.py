@@ -138,6 +138,8 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
              "test": {k: {m: v.get(m) for m in ("quality", "cost", "cost_ratio_at_95")}
                       for k, v in summary.get("test", {}).items()},
              "go": summary.get("go"), "go_reasons": summary.get("go_reasons"),
+             # GO / NO-GO / NOT ENOUGH EVIDENCE (replaylab.verdict); the registry tags it
+             "verdict": summary.get("verdict"), "objective": summary.get("objective"),
              # router.json's threshold; the gate judged exactly this operating point
              "served_threshold": float(run.threshold),
              "gated_threshold": (summary.get("go_detail") or {}).get("threshold"),

@@ -57,7 +57,10 @@ from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, Rand
 from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
 from replaylab.router.head_select import TeacherPool, select_head
+from replaylab.router.gate import Criterion, Evidence, GateBoundary, gate_interval, judge
+from replaylab.router.gate import paired_replicates
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
+from replaylab.router.objective import served_policy
 from replaylab.router.metrics import (
     anchors,
     policy_summary,
@@ -84,7 +87,6 @@ from replaylab.router.replay import (
 )
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import decision_margin
-from replaylab.stats import paired_bootstrap_diff
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -322,8 +324,8 @@ def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMat
     Eca, mca, ca, calib_rows = calib
     pool, rows_by_clip = TeacherPool(), {}
     budget = cfg.policy.cost_budget
-    name = (f"cost_ratio_at_{round(100 * cfg.policy.target_share):d} (cost of the threshold "
-            "chosen on calibration / strong-only cost)" if budget is None else
+    name = ("cost ratio (cost of the threshold the objective chooses on calibration / "
+            f"strong-only cost; {cfg.objective.label(cfg.go.baseline)})" if budget is None else
             f"-quality at the best threshold within cost {budget:g}")
 
     def evaluate(hc: Any) -> tuple[bool, float, dict, Any]:
@@ -428,6 +430,11 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     if cfg.go.baseline == "rules_equal" and rules_eq is None:
         raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
                               f"(replay.share={cfg.labels.replay.share:g})")
+    # the objective's operating point: the incumbent (go.baseline's rules) on calibration
+    incumbent = rules_eq if cfg.go.baseline == "rules_equal" else rules
+    incumbent_q_cal = float(ca.score[np.arange(ca.n_prompts), incumbent.predict_index(ca)].mean())
+    cfg = dataclasses.replace(cfg, policy=served_policy(cfg.objective, cfg.policy,
+                                                        incumbent_q_cal))
     timings["labels"] = time.perf_counter() - t0
 
     say("training the head and the baselines")
@@ -492,7 +499,6 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                         (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
                         choice[baseline], sim.stats, head_scorer, served=chosen["learned"])
     timings["learning_curve"] = gate.pop("_seconds")
-    headline_note(gate, test, baseline)
 
     from replaylab.router.metrics import cost_quality_curve
 
@@ -536,6 +542,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
     summary["served_threshold"] = float(chosen["learned"].threshold)
+    summary["headline"] = served_headline(test, baseline, gate)
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
@@ -547,39 +554,81 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     return summary, run
 
 
-def headline_note(gate: dict, test: dict, baseline: str) -> None:
-    """When the verdict and the headline curve metric point different ways (GO while the
-    learned curve's cost_ratio_at_95 is worse than the baseline's, or NO-GO while it is
-    better), say why in go_reasons and go_detail["headline_note"]: they answer different
-    questions."""
-    a = (test.get("learned") or {}).get("cost_ratio_at_95")
-    b = (test.get(baseline) or {}).get("cost_ratio_at_95")
-    if a is None or b is None or not (np.isfinite(a) and np.isfinite(b)):
-        return
-    if not ((gate["go"] and a > b) or (not gate["go"] and a < b)):
-        return
-    t = gate["go_detail"]["threshold"]
-    note = (f"{'GO' if gate['go'] else 'NO-GO'} although the headline says otherwise: the "
-            f"gate judges the served threshold {t:.4g} against the {baseline}' own "
-            f"choices on test, while cost_ratio_at_95 compares the two cost/quality curves "
-            f"at 95% of strong-only quality, a point neither serves (learned {a:.3f} vs "
-            f"{baseline} {b:.3f} of strong-only cost)")
-    gate["go_reasons"].append(note)
-    gate["go_detail"]["headline_note"] = note
+def objective_criteria(cfg: RouterPipelineConfig, te: OutcomeMatrix, ch: np.ndarray,
+                       base_te: np.ndarray, top: int, seed: int) -> tuple[list[Criterion], dict]:
+    """The objective's criteria at test choices `ch` against the incumbent's `base_te`
+    (router/objective.py), each a paired prompt-bootstrap interval (`router.gate`), and the
+    figures the summary keeps (cost_saving, quality_delta, ...: {"mean", "ci"})."""
+    o, g = cfg.objective, cfg.go
+    rows = np.arange(te.n_prompts)
+    boundary = GateBoundary(level=0.95)
+    base = g.baseline
+
+    def paired(d: np.ndarray) -> dict:
+        est = float(d.mean()) if len(d) else float("nan")
+        return {"mean": est,
+                "ci": gate_interval(paired_replicates(d, g.n_boot, seed), est, boundary)}
+
+    fig = {"cost_saving": paired(te.cost[rows, base_te] - te.cost[rows, ch]),
+           "quality_delta": paired(te.score[rows, ch] - te.score[rows, base_te])}
+    saving = Criterion("cost saving vs " + base, fig["cost_saving"]["mean"],
+                       fig["cost_saving"]["ci"], 0.0, "lower", strict=True,
+                       unit=" USD/prompt", fmt=".4g")
+    if o.kind == "incumbent":
+        crit = [Criterion("quality vs " + base, fig["quality_delta"]["mean"],
+                          fig["quality_delta"]["ci"], -float(o.margin), "lower"), saving]
+    elif o.kind == "quality_floor":
+        fig["quality_vs_floor"] = paired(te.score[rows, ch]
+                                         - float(o.fraction_of_strong) * te.score[rows, top])
+        crit = [Criterion(f"quality - {o.fraction_of_strong:g} x strong-only",
+                          fig["quality_vs_floor"]["mean"], fig["quality_vs_floor"]["ci"], 0.0,
+                          "lower"), saving]
+    else:
+        fig["served_cost"] = paired(te.cost[rows, ch])
+        crit = [Criterion("cost per prompt", fig["served_cost"]["mean"],
+                          fig["served_cost"]["ci"], float(o.cost_per_call), "upper",
+                          unit=" USD", fmt=".4g"),
+                Criterion("quality vs " + base, fig["quality_delta"]["mean"],
+                          fig["quality_delta"]["ci"], 0.0, "lower", strict=True)]
+    return crit, fig
+
+
+def served_headline(test: dict, baseline: str, gate: dict) -> dict:
+    """The headline: the SERVED point's test figures (what router.json ships), beside the
+    incumbent's; cost_ratio_at_95 stays a labelled curve figure, a point nobody serves."""
+    served, inc = test.get("learned") or {}, test.get(baseline) or {}
+    strong = test.get("strong_only") or {}
+    sc = strong.get("cost")
+    return {"what": "the served threshold's test figures (router.json's operating point)",
+            "objective": gate["objective"]["label"], "verdict": gate["verdict"],
+            "threshold": gate["go_detail"]["threshold"],
+            "quality": served.get("quality"), "cost": served.get("cost"),
+            "strong_share": served.get("strong_share"),
+            "cost_vs_strong_only": (served.get("cost") / sc if sc else None),
+            "incumbent": baseline, "incumbent_quality": inc.get("quality"),
+            "incumbent_cost": inc.get("cost"),
+            "cost_vs_incumbent": (served.get("cost") / inc["cost"] if inc.get("cost") else None),
+            "curve_figures": {"cost_ratio_at_95": served.get("cost_ratio_at_95"),
+                              f"{baseline}_cost_ratio_at_95": inc.get("cost_ratio_at_95"),
+                              "what": "curve figure: the cheapest point of each test cost/quality "
+                                      "curve at 95% of strong-only quality, not a served point"}}
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
           train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
           stats: dict, head_scorer: str = "onnx", served: Any = None) -> tuple[dict, list[dict]]:
-    """go/no-go at the served threshold, and the learning curve over explored sessions.
+    """The verdict at the served threshold, and the learning curve over explored sessions.
 
     The learned router is judged at exactly the operating point router.json ships:
-    `served` (the `select_threshold` choice on calibration, `policy.target_share` of
-    strong-only quality or `policy.cost_budget`), its test decisions `served.choose`.
-    Each learning-curve refit is judged at its own `select_threshold` choice, as it
-    would be served. rules: the baseline the gate compares against (`go.baseline`: the
-    full-information rules or rules_equal), rules_te its test choices; learned: the
-    fitted head's (calibration, test) success probabilities.
+    `served` (the `select_threshold` choice on calibration for `router.objective`), its
+    test decisions `served.choose`, on the objective's own criteria
+    (`objective_criteria`, `router.gate.judge`: GO / NO-GO / NOT ENOUGH EVIDENCE). The
+    test split is full-information here, so no overlap diagnostic can fail: an interval
+    that straddles its line with the estimate on the passing side reads NOT ENOUGH
+    EVIDENCE. Each learning-curve refit is judged at its own `select_threshold` choice,
+    as it would be served. rules: the incumbent (`go.baseline`: the full-information
+    rules or rules_equal), rules_te its test choices; learned: the fitted head's
+    (calibration, test) success probabilities.
     """
     t_start = time.perf_counter()
     Etr, mtr, tr, labels = train
@@ -587,23 +636,18 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     Ete, mte, te = test
     g = cfg.go
     k = len(tr.candidates)
-    rows_te = np.arange(te.n_prompts)
     rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
 
     def compare(prob_cal: np.ndarray, prob_test: np.ndarray, point: Any = None) -> dict:
         point = point or select_threshold(prob_cal, ca.score, ca.cost, cfg.policy)
-        t = float(point.threshold)
         ch = point.choose(prob_test)
-        return {"threshold": t, "operating_point": point.goal,
-                "learned_calibration_quality": float(point.quality),
-                # paired prompt-bootstrap (prompts are the sessions here), 95%
-                "cost_saving": paired_bootstrap_diff(te.cost[rows_te, rules_te],
-                                                     te.cost[rows_te, ch], g.n_boot, cfg.seed),
-                "quality_delta": paired_bootstrap_diff(te.score[rows_te, ch],
-                                                       te.score[rows_te, rules_te],
-                                                       g.n_boot, cfg.seed),
-                "rules_cost": float(te.cost[rows_te, rules_te].mean()),
-                "learned_cost": float(te.cost[rows_te, ch].mean())}
+        crit, fig = objective_criteria(cfg, te, ch, rules_te, int(point.fallback), cfg.seed)
+        return {"threshold": float(point.threshold), "operating_point": point.goal,
+                "objective_met_on_calibration": bool(point.met),
+                "learned_calibration_quality": float(point.quality), **fig,
+                "rules_cost": float(te.cost[np.arange(te.n_prompts), rules_te].mean()),
+                "learned_cost": float(te.cost[np.arange(te.n_prompts), ch].mean()),
+                "_criteria": crit}
 
     main = compare(*learned, point=served)
     explored = labels[labels[Label.LABEL_SOURCE] == "exploration"]
@@ -625,41 +669,30 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                       "days_of_live_exploration": n / (float(cfg.labels.exploration.rate)
                                                        * g.sessions_per_day),
                       "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
-                      "significant": bool(h["cost_saving"]["ci"][0] > 0
-                                          and h["quality_delta"]["ci"][0] >= -g.quality_margin)})
-    reasons = []
+                      "significant": bool(all(c.passed() for c in h["_criteria"]))})
     base = g.baseline
-    saving, dq = main["cost_saving"], main["quality_delta"]
     share = float(stats["exploration_share"])  # realized share of explored sessions
     within_cap = share <= float(cfg.labels.exploration.cap)
-    if saving["ci"][0] <= 0:
-        reasons.append(f"cost saving vs {base} {saving['mean']:.4g} USD/prompt, 95% CI "
-                       f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}] does not exclude zero")
-    if dq["ci"][0] < -g.quality_margin:
-        reasons.append(f"quality vs {base} {dq['mean']:+.4f}, CI lower bound {dq['ci'][0]:+.4f} "
-                       f"is below -{g.quality_margin:g}")
-    if not within_cap:
-        reasons.append(f"explored share {share:.3f} of sessions is above the cap "
-                       f"{cfg.labels.exploration.cap:g}")
-    go = not reasons
-    if go:
-        reasons.append(f"learned saves {saving['mean']:.4g} USD/prompt vs {base} (95% CI "
-                       f"[{saving['ci'][0]:.4g}, {saving['ci'][1]:.4g}]) at quality "
-                       f"{dq['mean']:+.4f}; exploration {share:.3f} of sessions within cap "
-                       f"{cfg.labels.exploration.cap:g}")
+    hard = [] if within_cap else [f"explored share {share:.3f} of sessions is above the cap "
+                                  f"{cfg.labels.exploration.cap:g}"]
+    label = cfg.objective.label(base)
+    judged = judge(Evidence(main.pop("_criteria"), te.n_prompts, g.sessions_per_day,
+                            hard_failures=hard), label)
     served_text = (f"served threshold {main['threshold']:.4g} ({cfg.policy.rule} rule; chosen "
-                   f"on calibration: {main['operating_point']}), gated at the same threshold")
+                   f"on calibration: {main['operating_point']}), gated at the same threshold "
+                   f"on the same objective")
     # the smallest budget from which every larger one is significant (not a lucky early point)
     first = None
     for c in reversed(curve):
         if not c["significant"]:
             break
         first = c
-    gate = {"go": go, "go_reasons": reasons,
+    gate = {"go": judged["go"], "verdict": judged["verdict"], "go_reasons": judged["reasons"],
+            "objective": {**cfg.objective.to_dict(), "label": label, "incumbent": base},
             "go_detail": {**main, "served": served_text, "baseline": base,
+                          "criteria": judged["criteria"], "more_data": judged["more_data"],
                           "rules_calibration_quality": rules_q_cal,
                           "exploration_within_cap": within_cap, "explored_share": share,
-                          "quality_margin": g.quality_margin,
                           "sessions_per_day": g.sessions_per_day,
                           "explored_sessions_needed": first["explored_sessions"] if first else None,
                           "days_needed": first["days_of_live_exploration"] if first else None},

@@ -337,9 +337,10 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             n_test = report["decisions"]["test"]
             total = _ope_total(scored, k, unit_cost, unit_session, n_boot, cfg.seed, thresholds,
                                top, rule)
-            ope = ope_from_sums(total, cands, n_test, level, tag)
+            fraction = (cfg.objective.fraction_of_strong
+                        if cfg.objective.kind == "quality_floor" else None)
+            ope = ope_from_sums(total, cands, n_test, level, tag, fraction)
             spread_rows = []
-            margin = float(cfg.go.quality_margin)
             for j in range(1, int(cfg.spread_seeds)):
                 say(f"seed-to-seed spread: head seed {cfg.seed + j}")
                 dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
@@ -347,12 +348,11 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                     score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
                     encoder.dimension, ("test",), meta=meta_s)
                 ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
-                                            None, top_j, rule), cands, n_test, level, tag)
-                spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
-            spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
-            rate = ope["explored_sessions"] / max(ope["sessions"], 1)
-            verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
-                           float(cfg.go.sessions_per_day))
+                                                 None, top_j, rule), cands, n_test, level, tag,
+                                      fraction)
+                spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
+            spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
+            verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day))
             curve = sweep_curve(total, thresholds)
 
         # 7. files

@@ -3,8 +3,8 @@
 Steps 2-3 of `pipelines/router_receipts.py` (read its module docstring): the head chosen
 by `router.head_select` and fitted on the train decisions (IPS-weighted) plus train
 replays, calibrated on calibration, served as its graph (`DeployedHead`), and the
-cheapest threshold whose DR quality on CALIBRATION reaches the logging policy's own
-(`choose_threshold`); the cost model from additive sums of the train calls
+threshold `router.objective` asks for, read on CALIBRATION with DR (`choose_threshold`:
+by default the cheapest whose DR quality reaches the logging policy's own minus the margin); the cost model from additive sums of the train calls
 (`decision_cost_sums`, `replay_cost_sums`, `unit_costs`) and the seeded hashed session
 samples that bound the fits (`session_uniform`, `train_sample`). The local run and the
 Dask driver (`pipelines/router_dask.py`) call the same functions on the same rows.
@@ -13,6 +13,7 @@ Dask driver (`pipelines/router_dask.py`) call the same functions on the same row
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.ope import LoggedDecisions, point_values
 from replaylab.router.pipeline_config import RouterPipelineConfig
@@ -67,24 +69,31 @@ def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
 
 
 def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecisions,
-                     q_cost: np.ndarray, target: float, rule: str, top: int,
-                     n_thresholds: int) -> dict:
-    """The cheapest threshold whose DR quality on these logged rows reaches `target`.
+                     q_cost: np.ndarray, target: float | None, rule: str, top: int,
+                     n_thresholds: int, budget: float | None = None) -> dict:
+    """The cheapest threshold whose DR quality on these logged rows reaches `target`, or
+    (`budget` set, `target` None) the best DR quality whose DR cost is within `budget`.
 
     prob: (n, K) the served head on the rows; b_q, b_c: the same rows' logged quality and
-    cost; q_cost: (n, K) the cost model. Ties go to the higher quality; when no point
-    reaches the target, the point of best DR quality (`met` False)."""
+    cost; q_cost: (n, K) the cost model. Ties go to the higher quality (the lower cost
+    under a budget); when no point qualifies, the point of best DR quality (the cheapest
+    under a budget), `met` False."""
     t = default_thresholds(routing_scores(prob, rule), n_thresholds)
     choice = np.stack([choose_by_threshold(prob, float(x), fallback=top, rule=rule) for x in t])
     quality = point_values(b_q, choice, prob)["dr"]
     cost = point_values(b_c, choice, q_cost)["dr"]
-    ok = quality >= target - 1e-12
-    if ok.any():
-        idx = np.flatnonzero(ok)
-        best = int(idx[np.lexsort((-quality[idx], cost[idx]))[0]])
+    if budget is None:
+        ok = quality >= float(target) - 1e-12
+        order = np.lexsort((-quality, cost))  # cheapest, then better
+        fallback = np.lexsort((cost, -quality))  # best quality, then cheaper
     else:
-        best = int(np.lexsort((cost, -quality))[0])
-    return {"threshold": float(t[best]), "met": bool(ok.any()), "target_quality": float(target),
+        ok = cost <= float(budget) + 1e-15
+        order = np.lexsort((cost, -quality))  # better, then cheaper
+        fallback = np.lexsort((-quality, cost))  # cheapest
+    best = int(order[ok[order]][0]) if ok.any() else int(fallback[0])
+    return {"threshold": float(t[best]), "met": bool(ok.any()),
+            "target_quality": None if target is None else float(target),
+            "cost_budget": None if budget is None else float(budget),
             "dr_quality": float(quality[best]), "dr_cost": float(cost[best]),
             "curve": pd.DataFrame({"threshold": t, "dr_quality": quality, "dr_cost": cost,
                                    "strong_share": (choice == top).mean(axis=1)})}
@@ -165,6 +174,7 @@ class FittedRouter:
     rule: str
     n_thresholds: int
     head_scorer: str
+    objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
 
     def rows_for(self, max_weight: float | None) -> dict:
         local = {s: pd.Series(np.arange(len(d)), index=d.index)
@@ -180,21 +190,30 @@ class FittedRouter:
                       self.rows_for(self.config.max_weight), len(self.candidates),
                       self.head_scorer)
         point, top, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
-                                        self.rule, self.n_thresholds)
+                                        self.rule, self.n_thresholds, self.objective)
         return dep, point, top
 
 
 def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: np.ndarray,
-                    rule: str, n_thresholds: int) -> tuple[dict, int, np.ndarray]:
-    """The served head's threshold on CALIBRATION (`choose_threshold`), its fallback
-    column (the strongest constant policy) and its calibration probabilities."""
+                    rule: str, n_thresholds: int,
+                    objective: ObjectiveConfig | None = None) -> tuple[dict, int, np.ndarray]:
+    """The served head's threshold on CALIBRATION for `router.objective` (`choose_threshold`;
+    the incumbent is the logging policy, its calibration quality the mean logged reward;
+    strong-only is the DR value of the strongest constant policy), its fallback column
+    and its calibration probabilities."""
+    objective = objective or ObjectiveConfig()
     ca_d = data.decisions["calibration"]
     prob_ca = dep.predict_proba(data.E["calibration"], decision_meta(ca_d))
     b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
     top = _strongest(b_q, prob_ca, unit_cost)
-    target = float(b_q.reward.mean())  # the logging policy's own calibration quality
+    logging_q = float(b_q.reward.mean())  # the logging policy's own calibration quality
+    strong_q = float(point_values(b_q, np.full((1, b_q.n), top), prob_ca)["dr"][0])
+    target = objective.quality_floor(logging_q, strong_q)
     point = choose_threshold(prob_ca, b_q, b_c, np.repeat(unit_cost[None, :], b_q.n, axis=0),
-                             target, rule, top, n_thresholds)
+                             target, rule, top, n_thresholds,
+                             budget=objective.cost_per_call if target is None else None)
+    point["logging_quality"], point["strong_only_dr_quality"] = logging_q, strong_q
+    point["objective"] = objective.label("logging policy")
     return point, top, prob_ca
 
 
@@ -206,7 +225,8 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
     k = len(candidates)
     pool, rows_by_clip = TeacherPool(), {}
     holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
-                          cfg.policy.rule, cfg.labels.evaluation.n_thresholds, head_scorer)
+                          cfg.policy.rule, cfg.labels.evaluation.n_thresholds, head_scorer,
+                          cfg.objective)
 
     def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
         """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
@@ -220,16 +240,18 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
         h, dep = _fit(hc, cfg.seed, data.E, data.meta, rows_by_clip[hc.max_weight], k,
                       head_scorer, pool)
         pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
-                                     cfg.labels.evaluation.n_thresholds)
+                                     cfg.labels.evaluation.n_thresholds, cfg.objective)
         figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
                    "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
-        return (pt["met"], pt["dr_cost"] if pt["met"] else -pt["dr_quality"], figures,
+        by_cost = pt["met"] and cfg.objective.kind != "budget"
+        return (pt["met"], pt["dr_cost"] if by_cost else -pt["dr_quality"], figures,
                 (h, dep, (pt, tp, pc)))
 
     trial, selection = select_head(
         cfg.head, cfg.head_select, evaluate,
-        "DR cost per opening call at the calibration operating point (DR quality >= the "
-        "logging policy's calibration quality; a head that cannot reach it ranks last)")
+        ("-DR quality" if cfg.objective.kind == "budget" else "DR cost per opening call")
+        + f" at the calibration operating point of the {cfg.objective.label('logging policy')}"
+        " (a head that cannot reach it ranks last)")
     head, deployed, (point, top, _) = trial.fitted
     holder.head, holder.deployed, holder.config = head, deployed, trial.head
     holder.point, holder.top, holder.selection = point, top, selection

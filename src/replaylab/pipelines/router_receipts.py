@@ -11,18 +11,23 @@
    Platt-calibrated on the calibration decisions and replays; the clip, teachers and
    width are chosen on calibration (`router.head_select`: the lowest DR cost per opening
    call at the step-3 operating point);
-3. the threshold is chosen on CALIBRATION from logged data alone: the cheapest
+3. the threshold is chosen on CALIBRATION from logged data alone, for `router.objective`
+   (router/objective.py; the incumbent is the logging policy): by default the cheapest
    point of the sweep whose doubly robust (DR) quality estimate reaches the logging
-   policy's own calibration quality (the reward model is the head, fitted on train);
+   policy's own calibration quality minus the margin (the reward model is the head,
+   fitted on train);
 4. TEST (the latest sessions, never seen before) judges the router as served: its
    decisions are the served graph's (`DeployedHead`, the bytes the artifact ships;
    the entry point re-checks them through the loaded artifact). IPS, SNIPS and DR
    of its opening quality, DR of its cost per opening call and of the session cost,
    each with a session-bootstrap interval; the logging policy's own figures; and the
    paired differences learned - logging;
-5. GO only if the paired quality difference's lower bound is >= -`go.quality_margin`
-   (non-inferiority) and the paired cost difference's upper bound is < 0; else NO-GO
-   with the reason and the explored sessions a decision would need;
+5. the gate judges the same objective at the served threshold (`gate`, `router.gate`):
+   GO, NO-GO or NOT ENOUGH EVIDENCE (an interval straddling its line with failing
+   overlap diagnostics, with the sessions and days that would decide it), read with DR
+   and no clip; the OPE evidence (`ope["evidence"]`: IPS, SNIPS, DR at no clip and the
+   automatic clip, ESS, the largest weight, the top 1% weight share, high-confidence
+   lower bounds of the gain) says which other estimator or clip would flip it;
 6. `replay_plan.jsonl`: the replays of recent openings that would teach the head most.
 
 No simulator runs here: every figure comes from the files. Steps 2-3 (the head's fit,
@@ -33,7 +38,6 @@ its operating point and the cost model, shared with the Dask driver) are
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -57,6 +61,8 @@ from replaylab.pipelines.router_fit import (
     unit_costs,
 )
 from replaylab.router.config import RouterEvalConfig
+from replaylab.router.gate import Criterion, Evidence, judge
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
@@ -105,75 +111,89 @@ def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) 
     return out
 
 
-def _sessions_needed(diff: dict, bound: float, n_explored: int, side: str) -> float | None:
-    """Explored test sessions at which the interval would clear `bound`, if the estimate
-    held and the half-width shrank as 1/sqrt(n); None when the estimate is on the wrong
-    side of the bound (more data would not decide for GO at this estimate)."""
-    est, (lo, hi) = diff["estimate"], diff["ci"]
-    half = (hi - lo) / 2.0
-    room = est - bound if side == "lower" else bound - est
-    if room <= 0 or not math.isfinite(half) or n_explored <= 0:
-        return None
-    return float(n_explored * (half / room) ** 2)
+def receipts_criteria(v: dict, objective: ObjectiveConfig) -> list[Criterion]:
+    """The objective's criteria on one OPE variant (`ope["evidence"]["variants"][...]`):
+    incumbent: quality vs logging >= -margin and cost vs logging < 0; quality_floor:
+    quality - fraction x strong-only >= 0 and cost vs logging < 0; budget: cost per call
+    <= cost_per_call and quality vs logging > 0 (router/objective.py)."""
+    def crit(key: str, name: str, line: float, side: str, strict: bool = False,
+             unit: str = "", fmt: str = "+.4f") -> Criterion:
+        return Criterion(name, v[key]["estimate"], list(v[key]["ci"]), line, side, strict,
+                         unit, fmt)
+
+    cost = crit("diff_cost", "cost vs logging", 0.0, "upper", True, " USD/call", "+.4g")
+    if objective.kind == "incumbent":
+        return [crit("diff_quality", "quality vs logging", -float(objective.margin), "lower"),
+                cost]
+    if objective.kind == "quality_floor":
+        return [crit("quality_vs_floor", f"quality - {objective.fraction_of_strong:g} x "
+                     "strong-only", 0.0, "lower"), cost]
+    return [crit("cost", "cost per call", float(objective.cost_per_call or 0.0), "upper",
+                 unit=" USD", fmt=".4g"),
+            crit("diff_quality", "quality vs logging", 0.0, "lower", True)]
 
 
-def gate(ope: dict, margin: float, n_explored: int, explored_rate: float,
-         sessions_per_day: float) -> dict:
-    """GO iff quality diff CI lower >= -margin and cost diff CI upper < 0 (module doc)."""
-    dq, dc = ope["diff"]["quality"], ope["diff"]["cost"]
-    reasons = []
-    if dq["ci"][0] < -margin:
-        reasons.append(f"quality vs logging {dq['estimate']:+.4f}, CI lower {dq['ci'][0]:+.4f} "
-                       f"< -{margin:g}")
-    if dc["ci"][1] >= 0:
-        reasons.append(f"cost vs logging {dc['estimate']:+.4g} USD/call, CI upper "
-                       f"{dc['ci'][1]:+.4g} >= 0 (no significant saving)")
-    go = not reasons
-    need_q = _sessions_needed(dq, -margin, n_explored, "lower") if dq["ci"][0] < -margin else 0.0
-    need_c = _sessions_needed(dc, 0.0, n_explored, "upper") if dc["ci"][1] >= 0 else 0.0
-    needed = None if need_q is None or need_c is None else max(need_q, need_c)
-    if go:
-        reason = (f"GO: quality vs logging {dq['estimate']:+.4f} (CI lower {dq['ci'][0]:+.4f} "
-                  f">= -{margin:g}), cost {dc['estimate']:+.4g} USD/call (CI upper "
-                  f"{dc['ci'][1]:+.4g} < 0)")
-    else:
-        more = ("more explored sessions would not decide it at these estimates"
-                if needed is None else
-                f"~{max(needed - n_explored, 0):.0f} more explored test sessions "
-                f"(~{max(needed - n_explored, 0) / max(explored_rate, 1e-9):.0f} sessions, "
-                f"~{max(needed - n_explored, 0) / max(explored_rate, 1e-9) / sessions_per_day:.1f}"
-                " days at the planned traffic) would be needed if the estimates held")
-        reason = "NO-GO: " + "; ".join(reasons) + f"; {more}"
-    return {"go": go, "go_reason": reason, "go_reasons": [reason],
-            "go_detail": {"rule": f"GO iff paired quality difference CI lower >= -{margin:g} "
-                                  "(non-inferiority) and paired cost difference CI upper < 0",
-                          "quality_margin": margin, "explored_test_sessions": n_explored,
-                          "explored_sessions_needed": needed,
-                          "days_needed": (None if needed is None else
-                                          max(needed - n_explored, 0) / max(explored_rate, 1e-9)
-                                          / sessions_per_day)}}
+def gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float) -> dict:
+    """The receipts verdict (`router.gate.judge`) on the objective's criteria read with the
+    gate's estimator and clip (DR, no clip: `ope_sums.CHOSEN`), the overlap diagnostics of
+    the served policy's weights, and which other estimator or clip would flip it."""
+    evid = ope["evidence"]
+    w = evid["weights"]
+    rate = ope["explored_sessions"] / max(ope["sessions"], 1)
+    label = objective.label("logging policy")
+
+    def judged(v: dict) -> dict:
+        return judge(Evidence(receipts_criteria(v, objective), int(ope["sessions"]),
+                              float(sessions_per_day), diagnostics=list(w["failed"]),
+                              diagnostic_factors=list(w["factors"]), explored_rate=rate), label)
+
+    out = judged(evid["variants"][evid["chosen"]])
+    flips = []
+    for key, v in evid["variants"].items():
+        if key == evid["chosen"]:
+            continue
+        other = judged(v)["verdict"]
+        if other != out["verdict"]:
+            clip = "no clip" if v["clip"] is None else f"clip {v['clip']:g} ({v['clip_level']})"
+            flips.append(f"{v['estimator'].upper()} with {clip} would say {other}")
+    evid["flips"] = flips
+    reason = f"{out['verdict']}: " + out["reasons"][0] + (f"; another estimator or clip would flip it: "
+                                  f"{'; '.join(flips)}" if flips else
+                                  "; every estimator (IPS, SNIPS, DR) at no clip and the "
+                                  "automatic clip agrees")
+    more = out["more_data"]
+    return {"go": out["go"], "verdict": out["verdict"], "go_reason": reason,
+            "go_reasons": [reason],
+            "objective": {**objective.to_dict(), "label": label, "incumbent": "logging policy"},
+            "go_detail": {"rule": f"{label}: every criterion's interval clears its line "
+                                  f"(router/gate.py), read with {evid['chosen']}",
+                          "criteria": out["criteria"], "more_data": more,
+                          "diagnostics_failed": out["diagnostics_failed"], "flips": flips,
+                          "explored_test_sessions": int(ope["explored_sessions"]),
+                          "explored_sessions_needed": (None if not more or more["sessions"] is None
+                                                       else more["explored_sessions"]),
+                          "days_needed": None if not more else more["days"]}}
 
 
 def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: tuple[str, ...],
                   unit_cost: np.ndarray, unit_session: np.ndarray, ev: RouterEvalConfig,
                   thresholds: np.ndarray | None = None, top: int = -1,
-                  rule: str = "margin") -> tuple[dict, pd.DataFrame | None]:
+                  rule: str = "margin", objective_fraction: float | None = None
+                  ) -> tuple[dict, pd.DataFrame | None]:
     """OPE of the served router's test choices vs the logging policy (module doc, step 4):
     the `ope` section and, with `thresholds`, the test curve (`router.ope_sums`: the Dask
     run sums the same terms per partition)."""
     k = len(cands)
     total = ope_part(scored_rows(d, prob, choice), k, unit_cost, unit_session, ev.n_boot,
                      ev.seed, ev.max_weight, thresholds, top % k, rule)
-    ope = ope_from_sums(total, cands, len(d), ev.level, ev.level_tag)
+    ope = ope_from_sums(total, cands, len(d), ev.level, ev.level_tag, objective_fraction)
     return ope, (None if thresholds is None else sweep_curve(total, thresholds))
 
 
-def seed_spread(seed: int, point: dict, ope: dict, others: list[dict], margin: float) -> dict:
+def seed_spread(seed: int, point: dict, ope: dict, others: list[dict],
+                objective: ObjectiveConfig) -> dict:
     """The headline figures over head seeds (same data, same split): values, min, max."""
-    rows = [{"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
-             "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
-             "go": bool(ope["diff"]["quality"]["ci"][0] >= -margin
-                        and ope["diff"]["cost"]["ci"][1] < 0)}, *others]
+    rows = [spread_row(seed, point, ope, objective), *others]
 
     def stat(get: Callable[[dict], float]) -> dict:
         v = [float(get(r)) for r in rows]
@@ -184,7 +204,8 @@ def seed_spread(seed: int, point: dict, ope: dict, others: list[dict], margin: f
             "dr_quality": stat(lambda r: r["dr_quality"]),
             "diff_quality": stat(lambda r: r["diff_quality"]["estimate"]),
             "diff_cost": stat(lambda r: r["diff_cost"]["estimate"]),
-            "go": [bool(r["go"]) for r in rows], "rows": rows}
+            "go": [bool(r["go"]) for r in rows], "verdict": [r["verdict"] for r in rows],
+            "rows": rows}
 
 
 def golden_inputs(texts: list, te_d: pd.DataFrame) -> list[dict]:
@@ -201,11 +222,12 @@ def golden_inputs(texts: list, te_d: pd.DataFrame) -> list[dict]:
                   {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
 
 
-def spread_row(seed: int, point: dict, ope: dict, margin: float) -> dict:
+def spread_row(seed: int, point: dict, ope: dict, objective: ObjectiveConfig) -> dict:
     """One head seed's headline figures for `seed_spread`."""
+    g = gate(ope, objective, 1.0)
     return {"seed": seed, "threshold": point["threshold"], "dr_quality": ope["dr"]["estimate"],
             "diff_quality": ope["diff"]["quality"], "diff_cost": ope["diff"]["cost"],
-            "go": gate(ope, margin, ope["explored_sessions"], 1.0, 1.0)["go"]}
+            "go": g["go"], "verdict": g["verdict"]}
 
 
 def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
@@ -238,8 +260,8 @@ def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
         "head_selection": fitted.selection,
         "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
         | {"rule": fitted.rule, "fallback_candidate": cands[fitted.top],
-           "chosen_on": "calibration sessions: the cheapest threshold whose DR quality "
-                        "reaches the logging policy's calibration quality"},
+           "chosen_on": "calibration sessions (DR): "
+                        + cfg.objective.label("logging policy")},
         "ope": ope, **verdict, "spread": spread,
         "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
                  "logging": {"quality": ope["logging"]["quality"]["estimate"],
@@ -321,24 +343,24 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     say("off-policy evaluation on the test sessions")
     # the test curve's thresholds: quantiles of the test routing scores (both ends open)
     ts = default_thresholds(routing_scores(prob_te, rule), ev.n_thresholds)
+    fraction = (cfg.objective.fraction_of_strong if cfg.objective.kind == "quality_floor"
+                else None)
     ope, curve = evaluate_test(prob_te, choice_te, te_d, cands, unit_cost, unit_session, ev,
-                               ts, top, rule)
+                               ts, top, rule, fraction)
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     spread_rows = []
-    margin = float(cfg.go.quality_margin)
     for j in range(1, int(cfg.spread_seeds)):
         say(f"seed-to-seed spread: head seed {cfg.seed + j}")
         dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
         prob_j = dep_j.predict_proba(E_te, meta_te)
         choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
-        ope_j, _ = evaluate_test(prob_j, choice_j, te_d, cands, unit_cost, unit_session, ev)
-        spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, margin))
-    spread = seed_spread(cfg.seed, point, ope, spread_rows, margin)
+        ope_j, _ = evaluate_test(prob_j, choice_j, te_d, cands, unit_cost, unit_session, ev,
+                                 top=top_j, rule=rule, objective_fraction=fraction)
+        spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
+    spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
     timings["spread"] = time.perf_counter() - t0
-    rate = ope["explored_sessions"] / max(ope["sessions"], 1)
-    verdict = gate(ope, margin, ope["explored_sessions"], max(rate, 1e-9),
-                   float(cfg.go.sessions_per_day))
+    verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day))
 
     curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
     point["curve"].assign(policy="learned").to_parquet(

@@ -26,6 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from replaylab.router.gate import GateBoundary, gate_interval, one_sided_lower
 from replaylab.router.ope import clip_interval, feasible_interval, support_check
 from replaylab.router.replay import Label
 from replaylab.runtime.routing import choose_by_threshold
@@ -36,6 +37,14 @@ LOW_DEPARTURE_SUPPORT = 20
 BOOT_CHUNK = 4_096     # rows per Poisson-weight block (n_boot x rows float64)
 TERMS = ("one", "w", "wr", "dr_q", "dm_q", "wc", "dr_c", "dm_c", "ws", "dr_s", "dm_s",
          "d_q", "d_c", "r", "c", "s")
+# The clip sensitivity (issue 45): every estimator at each clip of the importance weight,
+# the automatic clip chosen among them (`auto_clip`). None: no clip (unbiased).
+CLIPS = (None, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
+# per clip: weights and weighted terms of quality, cost and the strongest constant policy
+# (`wt`: its weight), DR terms, then what the automatic clip reads (bias residuals and
+# squares for the variance)
+CLIP_TERMS = ("w", "wr", "dr_q", "wc", "dr_c", "wt", "wtr", "dr_t",
+              "ips_b", "ips_b2", "dr_b", "dr_b2", "wr2", "dr_q2")
 
 
 def prob_of(part: pd.DataFrame, k: int) -> np.ndarray:
@@ -64,6 +73,9 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
     out: dict = {"sums": np.zeros(m), "reps": np.zeros((n_boot, m)), "w2": 0.0, "wpos": 0,
                  "wmax": -np.inf, "agree": 0, "explored": 0, "own": 0, "own_depart": 0,
                  "depart_support": 0, "served": np.zeros(k, np.int64), "session_nan": 0, "n": n}
+    out.update(clip_sums=np.zeros((len(CLIPS), len(CLIP_TERMS))),
+               clip_reps=np.zeros((n_boot, len(CLIPS), len(CLIP_TERMS))),
+               clip_bmax=np.zeros((len(CLIPS), 2)), weights=np.zeros(0))
     if thresholds is not None:
         out["sweep"] = np.zeros((5, len(thresholds)))
     if n == 0:
@@ -89,13 +101,21 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
                       uc[rows, choice], w * s, dr_s, us[rows, choice], dr_q - r, dr_c - c,
                       r, c, s])  # (m, n), TERMS order
     out["sums"] = terms.sum(axis=1)
+    w_raw = (choice == a) / p
+    ct = clip_terms(w_raw, (a == top) / p, prob, choice, a, r, c, uc, top)  # (C, m2, n)
+    out["clip_sums"] = ct.sum(axis=2)
+    out["clip_bmax"] = np.abs(ct[:, [CLIP_TERMS.index("ips_b"), CLIP_TERMS.index("dr_b")]]
+                              ).max(axis=2)
+    out["weights"] = w_raw
     if n_boot:
         from replaylab.demand.dask_ops import key_hash, poisson_weights
 
         h = key_hash(t[Label.SESSION_ID].to_numpy(dtype=object))
+        flat = ct.reshape(-1, n)
         for lo in range(0, n, BOOT_CHUNK):
             W = poisson_weights(h[lo:lo + BOOT_CHUNK], n_boot, seed)  # (B, rows)
             out["reps"] += W @ terms[:, lo:lo + BOOT_CHUNK].T
+            out["clip_reps"] += (W @ flat[:, lo:lo + BOOT_CHUNK].T).reshape(out["clip_reps"].shape)
     explored = (t[Label.LABEL_SOURCE] == "exploration").to_numpy()
     own = ~explored
     out.update(w2=float((w ** 2).sum()), wpos=int((w > 0).sum()), wmax=float(w.max()),
@@ -120,10 +140,36 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
     return out
 
 
+def clip_terms(w: np.ndarray, wt: np.ndarray, prob: np.ndarray, choice: np.ndarray,
+               a: np.ndarray, r: np.ndarray, c: np.ndarray, uc: np.ndarray,
+               top: int) -> np.ndarray:
+    """(len(CLIPS), len(CLIP_TERMS), n) per-row terms at each clip: w the served policy's
+    unclipped weights (n,), wt the strongest constant policy's, prob (n, K) the reward
+    model, uc (n, K) the cost model."""
+    rows = np.arange(len(w))
+    q_a, q_pi, q_top = prob[rows, a], prob[rows, choice], prob[:, top]
+    out = []
+    for clip in CLIPS:
+        wc_ = w if clip is None else np.minimum(w, clip)
+        wt_ = wt if clip is None else np.minimum(wt, clip)
+        dr_q = q_pi + wc_ * (r - q_a)
+        out.append(np.stack([
+            wc_, wc_ * r, dr_q, wc_ * c, uc[rows, choice] + wc_ * (c - uc[rows, a]),
+            wt_, wt_ * r, q_top + wt_ * (r - q_a),
+            (w - wc_) * r, ((w - wc_) * r) ** 2, (w - wc_) * (r - q_a),
+            ((w - wc_) * (r - q_a)) ** 2, (wc_ * r) ** 2, dr_q ** 2]))
+    return np.stack(out)
+
+
 def add_ope(a: dict, b: dict) -> dict:
     out = {}
     for key, v in a.items():
-        out[key] = max(v, b[key]) if key == "wmax" else v + b[key]
+        if key in ("wmax", "clip_bmax"):
+            out[key] = np.maximum(v, b[key]) if key == "clip_bmax" else max(v, b[key])
+        elif key == "weights":
+            out[key] = np.concatenate([v, b[key]])
+        else:
+            out[key] = v + b[key]
     return out
 
 
@@ -175,9 +221,11 @@ def assemble_test_ope(est: dict, cost: dict, session: dict | None, diff: dict, l
 
 
 def ope_from_sums(total: dict, cands: tuple[str, ...], n_sessions_test: int, level: float,
-             tag: str) -> dict:
+                  tag: str, objective_fraction: float | None = None,
+                  boundary: GateBoundary | None = None) -> dict:
     """The `ope` section (router_receipts.assemble_test_ope) from the summed partition
-    results."""
+    results, with the OPE evidence (`ope_evidence`; `objective_fraction`: the
+    quality_floor objective's fraction of strong-only, else None)."""
     S, R = total["sums"], total["reps"]
     n = int(total["n"])
     w_sum = float(S[TERMS.index("w")])
@@ -213,7 +261,11 @@ def ope_from_sums(total: dict, cands: tuple[str, ...], n_sessions_test: int, lev
               "departure_share": (total["own_depart"] / total["own"] if total["own"]
                                   else float("nan")),
               "departure_support": int(total["depart_support"])}
-    return assemble_test_ope(quality, cost, session, diff, logging, counts, tag)
+    out = assemble_test_ope(quality, cost, session, diff, logging, counts, tag)
+    out["evidence"] = ope_evidence(
+        total, {"share": out["departure_share"], "support": out["departure_support"]},
+        boundary or GateBoundary(level=level), objective_fraction)
+    return out
 
 
 def sweep_curve(total: dict, thresholds: np.ndarray) -> pd.DataFrame:
@@ -224,3 +276,155 @@ def sweep_curve(total: dict, thresholds: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame({"threshold": thresholds, "strong_share": sw[0] / n,
                          "quality": sw[2] / n, "quality_ips": sw[1] / n, "cost": sw[3] / n,
                          "policy": "learned"})
+
+
+# ---------------------------------------------------------------- the OPE evidence (issue 45)
+ESTIMATOR_NAMES = ("ips", "snips", "dr")
+DELTA = 0.05  # the automatic clip's bias bound holds with probability 1 - DELTA (OBP's default)
+MIN_ESS_SHARE = 0.3  # CJE refuses below 30% of n ... only where ESS is also under LOW_ESS
+MAX_TOP1_SHARE = 0.5  # the top 1% of sessions holding more than half the weight: concentrated
+WEIGHT_TOP = 0.01
+
+
+def _clip_value(S: np.ndarray, C: np.ndarray, est: str, what: str) -> np.ndarray:
+    """Value of the served policy (`q` quality, `c` cost) or of strong-only (`t`) under an
+    estimator, from base sums S (..., TERMS) and one clip's sums C (..., CLIP_TERMS); works
+    on points (1-d) and replicates (2-d)."""
+    T, K = TERMS.index, CLIP_TERMS.index
+    one = S[..., T("one")]
+    num = {"q": ("wr", "dr_q"), "c": ("wc", "dr_c"), "t": ("wtr", "dr_t")}[what]
+    den_w = {"q": "w", "c": "w", "t": "wt"}[what]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if est == "ips":
+            return C[..., K(num[0])] / one
+        if est == "snips":
+            return C[..., K(num[0])] / C[..., K(den_w)]
+        return C[..., K(num[1])] / one
+
+
+def auto_clip(total: dict, estimator: str) -> dict:
+    """The clip Open Bandit Pipeline's tuning would choose (obp.ope `*Tuning` with
+    use_bias_upper_bound=True, delta=0.05; Su et al., "Doubly Robust Off-Policy Evaluation
+    with Shrinkage", ICML 2020): among CLIPS, the least estimated MSE = variance / n +
+    (a high-probability upper bound on the clip's bias)^2, the bias bound the empirical
+    Bernstein bound of the mean residual (w - w_clip) x (r or r - q) (Thomas et al. 2015).
+    Written here because obp pins old scikit-learn/torch releases; it is 20 lines of sums."""
+    n = float(total["n"])
+    kb = {"ips": 0, "snips": 0, "dr": 1}[estimator]
+    b_name = ("ips_b", "dr_b")[kb]
+    v_name = ("wr2", "dr_q2")[kb]
+    K = CLIP_TERMS.index
+    rows = []
+    for i, clip in enumerate(CLIPS):
+        Cs = total["clip_sums"][i]
+        if n < 2:
+            rows.append({"clip": clip, "mse": float("nan")})
+            continue
+        mean_v = (Cs[K("wr")] if kb == 0 else Cs[K("dr_q")]) / n
+        var_v = max(Cs[K(v_name)] / n - mean_v ** 2, 0.0)
+        mb = Cs[K(b_name)] / n
+        var_b = max(Cs[K(b_name + "2")] / n - mb ** 2, 0.0)
+        log_t = math.log(2.0 / DELTA)
+        bias = (abs(mb) + math.sqrt(2.0 * var_b * log_t / n)
+                + 7.0 * float(total["clip_bmax"][i][kb]) * log_t / (3.0 * (n - 1.0)))
+        if clip is None:
+            bias = 0.0  # no clip, no bias
+        rows.append({"clip": clip, "variance": var_v / n, "bias_bound": bias,
+                     "mse": var_v / n + bias ** 2})
+    finite = [r for r in rows if math.isfinite(r["mse"])]
+    best = min(finite, key=lambda r: r["mse"]) if finite else rows[0]
+    return {"clip": best["clip"], "estimator": estimator, "candidates": rows,
+            "by": "least variance / n + (bias upper bound)^2 over the clips (Open Bandit "
+                  f"Pipeline's tuning, delta {DELTA:g})"}
+
+
+def weight_diagnostics(total: dict, departure: dict) -> dict:
+    """ESS, the largest weight and the share of the total weight held by the top 1% of
+    sessions (one opening per session), of the served policy's unclipped weights; which
+    overlap diagnostic fails and the factor n_needed / n at which it would pass."""
+    w = np.asarray(total["weights"], float)
+    n = len(w)
+    tot = float(w.sum())
+    ess = tot ** 2 / float((w ** 2).sum()) if tot > 0 else 0.0
+    top = max(1, math.ceil(WEIGHT_TOP * n))
+    top_share = float(np.sort(w)[::-1][:top].sum() / tot) if tot > 0 else float("nan")
+    failed, factors = [], []
+    from replaylab.router.ope import LOW_ESS
+
+    if ess < LOW_ESS:
+        failed.append(f"ESS {ess:.1f} of {n} sessions < {LOW_ESS:g}")
+        factors.append(LOW_ESS / max(ess, 1e-9))
+    if departure["share"] >= 0.05 and departure["support"] < LOW_DEPARTURE_SUPPORT:
+        failed.append(f"{departure['support']} explored test sessions show the served choice "
+                      f"where it departs from the logging policy ({departure['share']:.0%} of "
+                      f"sessions) < {LOW_DEPARTURE_SUPPORT}")
+        factors.append(LOW_DEPARTURE_SUPPORT / max(departure["support"], 0.5))
+    if n and top_share > MAX_TOP1_SHARE:
+        failed.append(f"the top 1% of sessions ({top}) hold {top_share:.0%} of the weight "
+                      f"> {MAX_TOP1_SHARE:.0%}")
+        factors.append(1.0)  # more sessions alone need not spread the weight: no factor
+    return {"n": n, "ess": ess, "ess_share": ess / n if n else float("nan"),
+            "max_weight": float(w.max()) if n else float("nan"),
+            "top1pct_sessions": top, "top1pct_weight_share": top_share,
+            "failed": failed, "factors": factors}
+
+
+def ope_variants(total: dict, boundary: GateBoundary,
+                 objective_fraction: float | None) -> dict:
+    """Every estimator (IPS, SNIPS, DR) at the clips none and auto (`auto_clip`, chosen per
+    estimator; SNIPS takes IPS's): value, paired quality difference vs the logging policy,
+    cost, paired cost difference, strong-only value and, with `objective_fraction`, the
+    quality minus that fraction of strong-only; each {"estimate", "ci", "reps"} (the
+    replicates are dropped before the summary)."""
+    S, R = total["sums"], total["reps"]
+    T = TERMS.index
+    with np.errstate(invalid="ignore", divide="ignore"):
+        log_q, log_q_r = S[T("r")] / S[T("one")], R[:, T("r")] / R[:, T("one")]
+        log_c, log_c_r = S[T("c")] / S[T("one")], R[:, T("c")] / R[:, T("one")]
+    out = {}
+    autos = {e: auto_clip(total, "ips" if e == "snips" else e) for e in ESTIMATOR_NAMES}
+    for est in ESTIMATOR_NAMES:
+        for label, clip in (("none", None), ("auto", autos[est]["clip"])):
+            i = CLIPS.index(clip)
+            Cs, Cr = total["clip_sums"][i], total["clip_reps"][:, i, :]
+
+            def fig(point: float, reps: np.ndarray) -> dict:
+                return {"estimate": float(point), "ci": gate_interval(reps, point, boundary),
+                        "reps": reps}
+
+            q, qr = _clip_value(S, Cs, est, "q"), _clip_value(R, Cr, est, "q")
+            c, cr = _clip_value(S, Cs, est, "c"), _clip_value(R, Cr, est, "c")
+            t, tr = _clip_value(S, Cs, est, "t"), _clip_value(R, Cr, est, "t")
+            v = {"estimator": est, "clip_level": label, "clip": clip,
+                 "quality": fig(q, qr), "diff_quality": fig(q - log_q, qr - log_q_r),
+                 "cost": fig(c, cr), "diff_cost": fig(c - log_c, cr - log_c_r),
+                 "strong_only_quality": fig(t, tr)}
+            if objective_fraction is not None:
+                v["quality_vs_floor"] = fig(q - objective_fraction * t,
+                                            qr - objective_fraction * tr)
+            out[f"{est}@{label}"] = v
+    return {"variants": out, "auto_clip": autos}
+
+
+CHOSEN = "dr@none"  # the gate's estimator and clip: DR, no clip (unbiased if p or q is right)
+
+
+def ope_evidence(total: dict, departure: dict, boundary: GateBoundary,
+                 objective_fraction: float | None) -> dict:
+    """The report's OPE evidence for the served policy against the logging policy: IPS,
+    SNIPS and DR at the clips none and auto, the weight diagnostics, and the
+    high-confidence lower bounds of the gain (one-sided at the boundary's level, on the
+    gate's own estimator and clip `CHOSEN`)."""
+    got = ope_variants(total, boundary, objective_fraction)
+    ch = got["variants"][CHOSEN]
+    hclb = {"level": boundary.level, "estimator": CHOSEN,
+            "quality_gain": one_sided_lower(ch["diff_quality"]["reps"], boundary.level),
+            "cost_saving": one_sided_lower(-ch["diff_cost"]["reps"], boundary.level),
+            "what": "one-sided session-bootstrap lower bounds: quality of the served policy "
+                    "minus the logging policy's, and the logging policy's cost per opening "
+                    "call minus the served policy's"}
+    variants = {k: {f: ({"estimate": x["estimate"], "ci": x["ci"]} if isinstance(x, dict) else x)
+                    for f, x in v.items()} for k, v in got["variants"].items()}
+    return {"chosen": CHOSEN, "variants": variants, "auto_clip": got["auto_clip"],
+            "weights": weight_diagnostics(total, departure), "hclb": hclb,
+            "clips_considered": [c for c in CLIPS]}

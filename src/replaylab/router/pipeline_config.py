@@ -10,6 +10,7 @@ from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.router.config import RouterLabelsConfig
 from replaylab.router.head import HeadConfig
 from replaylab.router.head_select import HeadSelectConfig
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
 from replaylab.router.replay_plan import ReplayPlanConfig
@@ -21,13 +22,12 @@ GO_BASELINES = ("rules", "rules_equal")  # summary["test"] keys the gate may com
 class GoConfig:
     """The go/no-go gate and the learning curve.
 
-    quality_margin: the learned router may lose at most this much quality
-    against the rules (the lower bound of the paired interval of the quality
-    difference must stay above -margin) while its cost saving's interval
-    excludes zero. sessions_per_day: new sessions a day in the deployment the
-    report plans for (to turn explored sessions into days of live exploration).
+    What the gate asks is `router.objective` (router/objective.py: the criteria of each
+    kind; the margin of kind incumbent is `objective.margin`). sessions_per_day: new
+    sessions a day in the deployment the report plans for (to turn explored sessions
+    and the sessions a NOT ENOUGH EVIDENCE needs into days).
     curve_fractions: shares of the explored sessions the learning curve refits on.
-    baseline: the rules the gate compares against. `rules` (default): the scenario
+    baseline: the incumbent of outcomes mode, the rules the gate compares against. `rules` (default): the scenario
     rules fitted on the training split's full outcome table, which in the simulation
     are also the logging policy, i.e. the policy the learned router would replace;
     `rules_equal`: the same rules fitted only on the label budget the learned router
@@ -35,7 +35,6 @@ class GoConfig:
     logged decision plus offline replay), the fair comparison of the two methods.
     """
 
-    quality_margin: float = 0.01
     sessions_per_day: float = 10_000.0
     curve_fractions: tuple[float, ...] = (0.25, 0.5, 1.0)
     n_boot: int = 1000
@@ -45,8 +44,6 @@ class GoConfig:
         name = type(self).__name__
         if self.baseline not in GO_BASELINES:
             fail_field(name, "baseline", self.baseline, f"must be one of {GO_BASELINES}")
-        if not 0.0 <= float(self.quality_margin) < 1.0:
-            fail_field(name, "quality_margin", self.quality_margin, "must be in [0, 1)")
         if not float(self.sessions_per_day) > 0:
             fail_field(name, "sessions_per_day", self.sessions_per_day, "must be > 0")
         fr = tuple(float(f) for f in self.curve_fractions)
@@ -65,7 +62,8 @@ class RouterPipelineConfig:
     test shares of the prompts (seeded, by prompt); labels: exploration, replay,
     rules, costs, evaluation (router/config.py); head, policy: the learned
     router and its threshold rule; head_select: which of the head's clip, teachers and
-    width are chosen per run on calibration (router/head_select.py); receipts, replay_plan: receipts mode (`data.ledger`:
+    width are chosen per run on calibration (router/head_select.py); objective: what the
+    served threshold is chosen for AND what the gate judges (router/objective.py); receipts, replay_plan: receipts mode (`data.ledger`:
     time split, checks, the replay plan; pipelines/router_receipts.py); knn_neighbors, lgbm_estimators: baselines.
     """
 
@@ -75,6 +73,7 @@ class RouterPipelineConfig:
     head: HeadConfig = field(default_factory=HeadConfig)
     head_select: HeadSelectConfig = field(default_factory=HeadSelectConfig)
     policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(escalate=False))
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     go: GoConfig = field(default_factory=GoConfig)
     receipts: ReceiptsConfig = field(default_factory=ReceiptsConfig)
     replay_plan: ReplayPlanConfig = field(default_factory=ReplayPlanConfig)
@@ -103,6 +102,17 @@ class RouterPipelineConfig:
 def router_config(values: Mapping[str, Any] | None, where: str = "router") -> RouterPipelineConfig:
     """Build the config from a plain mapping (Hydra's `router` node); ConfigError on bad input."""
     values = dict(values or {})
+    # the operating point and the gate follow `objective`; the keys it replaced are refused
+    # (the schema composes policy's library defaults, so only a changed value is a choice)
+    moved = {("policy", "target_share", PolicyConfig.target_share):
+             "kind quality_floor, fraction_of_strong",
+             ("policy", "cost_budget", None): "kind budget, cost_per_call",
+             ("go", "quality_margin", None): "kind incumbent, margin"}
+    for (node, key, default), instead in moved.items():
+        got = (values.get(node) or {}).get(key)
+        if got is not None and got != default:
+            raise ConfigError(f"{where}.{node}.{key}={got}: the operating point and the gate "
+                              f"follow one objective now: set {where}.objective ({instead})")
     sub = {"labels": (RouterLabelsConfig, {k: values.pop(k) for k in
                                            ("cost", "rules", "exploration", "replay",
                                             "evaluation") if k in values}),
@@ -110,6 +120,7 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
            "head_select": (HeadSelectConfig, values.pop("head_select", {}) or {}),
            "policy": (PolicyConfig, {"escalate": False, **(values.pop("policy", {}) or {})}),
            "go": (GoConfig, values.pop("go", {}) or {}),
+           "objective": (ObjectiveConfig, values.pop("objective", {}) or {}),
            "receipts": (ReceiptsConfig, values.pop("receipts", {}) or {}),
            "replay_plan": (ReplayPlanConfig, values.pop("replay_plan", {}) or {})}
     built = {}

@@ -44,7 +44,9 @@ full-information tables S (n, K) scores in [0, 1] and C (n, K) costs:
 - quality target: the cheapest point of the curve with
       mean quality(t) >= target_share x mean S[:, top]   (strong-only quality),
   ties to the higher quality, then the lower threshold; strong-only (t = +inf)
-  always qualifies, so the target is always met on the calibration split;
+  always qualifies, so the target is always met on the calibration split; with
+  `quality_floor` (an absolute floor, `router.objective` kind incumbent) the same rule
+  with that floor, and the best-quality point (`met = False`) when none reaches it;
 - cost budget: the best quality with mean cost(t) <= cost_budget (USD per
   prompt), ties to the lower cost; when no point fits, the cheapest point with
   `met = False`.
@@ -75,7 +77,9 @@ class PolicyConfig:
         within it. success_cutoff: a score below it is a failure (escalation).
     escalate: count escalation while choosing and scoring; escalate_to: "next" or
         "strongest". max_thresholds: thresholds swept at most. rule: "margin" or
-        "absolute" (module docstring).
+        "absolute" (module docstring). quality_floor: an absolute mean-quality floor
+        (the `router.objective` of kind incumbent: the incumbent's calibration quality
+        minus its margin); set, it replaces target_share x strong-only.
     """
 
     target_share: float = 0.95
@@ -85,6 +89,7 @@ class PolicyConfig:
     escalate_to: str = "next"
     max_thresholds: int = 512
     rule: str = "margin"
+    quality_floor: float | None = None  # absolute quality floor; set: wins over target_share
 
     def __post_init__(self) -> None:
         name = type(self).__name__
@@ -284,9 +289,11 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
                             max_thresholds=cfg.max_thresholds, rule=cfg.rule, top=top)
     q, cst, t = curve.quality, curve.cost, curve.threshold
     if cfg.cost_budget is None:
-        floor = cfg.target_share * curve.strong_quality
+        floor = (cfg.target_share * curve.strong_quality if cfg.quality_floor is None
+                 else float(cfg.quality_floor))
         ok = q >= floor - 1e-12
-        goal = f"quality >= {cfg.target_share:g} x strong-only ({floor:.6g})"
+        goal = (f"quality >= {cfg.target_share:g} x strong-only ({floor:.6g})"
+                if cfg.quality_floor is None else f"quality >= {floor:.6g}")
         order = np.lexsort((t, -q, cst))  # cheapest, then better, then lower threshold
     else:
         ok = cst <= cfg.cost_budget + 1e-15
@@ -295,7 +302,9 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
     met = bool(ok.any())
     if met:
         j = int(order[ok[order]][0])
-    else:  # only possible with a budget below cheap-only's cost
+    elif cfg.cost_budget is not None:  # a budget below cheap-only's cost
         j = int(np.lexsort((-q, cst))[0])
+    else:  # an absolute floor above every point (the incumbent beats strong-only)
+        j = int(np.lexsort((cst, -q))[0])
     return ThresholdChoice(float(t[j]), float(q[j]), float(cst[j]),
                            float(curve.strong_share[j]), met, goal, curve, cfg.rule, top)

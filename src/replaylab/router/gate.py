@@ -1,0 +1,207 @@
+"""The router's gate, both modes: the objective's criteria on intervals, three verdicts.
+
+A criterion is one number of the served point with its interval and the line it must
+clear (`Criterion`): e.g. "quality vs rules" must have its lower bound >= -margin, "cost
+vs logging" its upper bound < 0. `router.objective.ObjectiveConfig` says which criteria a
+run has; the outcomes pipeline (`pipelines/router.py`, full-information test) and the
+receipts pipelines (`pipelines/router_receipts.py`, `router_dask.py`: OPE on the latest
+sessions) build them and call `judge`:
+
+    GO                   every criterion clears its line (and no hard failure, e.g.
+                         exploration above its cap);
+    NO-GO                a hard failure, or a criterion's whole interval is on the wrong
+                         side of its line, or an interval straddles its line with its
+                         estimate on the wrong side while the overlap diagnostics pass
+                         (the evidence is good and points to failure);
+    NOT ENOUGH EVIDENCE  every failing criterion's interval straddles its line, and either
+                         the overlap diagnostics fail (ESS, departure support, weight
+                         concentration: `router.ope_sums.overlap_diagnostics`) or each
+                         estimate is on the passing side. It states how much more data
+                         would decide it: test sessions at which every straddling interval
+                         would exclude its line if the estimate held and the half-width
+                         shrank as 1/sqrt(n), and at which the diagnostics would pass (ESS
+                         and departure support grow with n), and the days at
+                         `go.sessions_per_day`.
+
+Intervals: `gate_interval` is the one place the gate's confidence is set: replicates of the
+criterion (a session bootstrap) -> [lo, hi] at `GateBoundary.level` (two-sided percentile).
+A sequential boundary (valid under repeated looks) plugs in there as another `method`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from replaylab.stats import percentile_interval, session_bootstrap
+from replaylab.verdict import GO, NO_GO, NOT_ENOUGH_EVIDENCE, more_data_text
+
+BOUNDARY_METHODS = ("percentile",)
+
+
+@dataclass(frozen=True)
+class GateBoundary:
+    """How wide the gate's intervals are: level (two-sided), method (BOUNDARY_METHODS;
+    `percentile`: the session-bootstrap percentile interval, valid at one look)."""
+
+    level: float = 0.95
+    method: str = "percentile"
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= float(self.level) < 1.0:
+            raise ValueError(f"GateBoundary.level={self.level}: must be in [0.5, 1)")
+        if self.method not in BOUNDARY_METHODS:
+            raise ValueError(f"GateBoundary.method={self.method!r}: one of {BOUNDARY_METHODS}")
+
+
+def gate_interval(reps: np.ndarray, estimate: float,
+                  boundary: GateBoundary | None = None) -> list[float]:
+    """[lo, hi] of a criterion from its replicates (n_boot,) at the boundary's level,
+    widened to the estimate where a degenerate bootstrap leaves it outside."""
+    b = boundary or GateBoundary()
+    reps = np.asarray(reps, float)
+    reps = reps[np.isfinite(reps)]
+    if not len(reps):
+        return [float("nan"), float("nan")]
+    lo, hi = percentile_interval(reps, b.level)
+    return [float(min(lo, estimate)), float(max(hi, estimate))]
+
+
+def one_sided_lower(reps: np.ndarray, level: float) -> float:
+    """The high-confidence lower bound of a gain: its replicates' (1 - level) quantile
+    (one-sided at `level`; SCOPE-RL's and HCOPE's reading of a bootstrap)."""
+    reps = np.asarray(reps, float)
+    reps = reps[np.isfinite(reps)]
+    return float(np.quantile(reps, 1.0 - level)) if len(reps) else float("nan")
+
+
+def paired_replicates(d: np.ndarray, n_boot: int, seed: int,
+                      session: np.ndarray | None = None) -> np.ndarray:
+    """(n_boot,) session-bootstrap replicates of mean(d) (`stats.paired_bootstrap_diff`'s)."""
+    d = np.asarray(d, float)
+    groups = np.arange(len(d)) if session is None else session
+    reps = [(w @ d) / w.sum(axis=1) for w in session_bootstrap(groups, n_boot, seed)]
+    return np.concatenate(reps) if reps else np.zeros(0)
+
+
+@dataclass
+class Criterion:
+    """One number the objective needs, its interval, and the line it must clear.
+
+    side "lower": passes iff ci[0] >= line (> line when strict); "upper": iff ci[1] <= line
+    (< line when strict)."""
+
+    name: str
+    estimate: float
+    ci: list[float]
+    line: float
+    side: str
+    strict: bool = False
+    unit: str = ""
+    fmt: str = "+.4f"
+
+    def passed(self) -> bool:
+        lo, hi = self.ci
+        if self.side == "lower":
+            return lo > self.line if self.strict else lo >= self.line
+        return hi < self.line if self.strict else hi <= self.line
+
+    def decided_fail(self) -> bool:
+        """The whole interval is on the failing side of the line."""
+        lo, hi = self.ci
+        return hi < self.line if self.side == "lower" else lo > self.line
+
+    def estimate_passes(self) -> bool:
+        e = self.estimate
+        if self.side == "lower":
+            return e > self.line if self.strict else e >= self.line
+        return e < self.line if self.strict else e <= self.line
+
+    def sessions_factor(self) -> float:
+        """n_needed / n at which the interval would exclude the line on the estimate's side
+        (half-width ~ 1/sqrt(n)); inf when the estimate sits on the line."""
+        half = (self.ci[1] - self.ci[0]) / 2.0
+        room = abs(self.estimate - self.line)
+        if not math.isfinite(half) or room <= 0:
+            return math.inf
+        return max((half / room) ** 2, 1.0)
+
+    def text(self) -> str:
+        bound, op = (("CI lower", ">" if self.strict else ">=") if self.side == "lower"
+                     else ("CI upper", "<" if self.strict else "<="))
+        at = self.ci[0] if self.side == "lower" else self.ci[1]
+        ok = "" if self.passed() else " (fails)"
+        return (f"{self.name} {format(self.estimate, self.fmt)}{self.unit}, {bound} "
+                f"{format(at, self.fmt)} {op} {format(self.line, self.fmt)}{ok}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "estimate": float(self.estimate),
+                "ci": [float(x) for x in self.ci], "line": float(self.line), "side": self.side,
+                "strict": bool(self.strict), "passed": bool(self.passed())}
+
+
+@dataclass
+class Evidence:
+    """What the verdict is read on: the criteria, hard failures (a guard, e.g. exploration
+    over its cap), overlap diagnostics that failed (with the factor n_needed / n at which
+    each would pass), the test sessions judged, and the traffic to turn sessions into days."""
+
+    criteria: list[Criterion]
+    n_sessions: int
+    sessions_per_day: float
+    hard_failures: list[str] = field(default_factory=list)
+    diagnostics: list[str] = field(default_factory=list)
+    diagnostic_factors: list[float] = field(default_factory=list)
+    explored_rate: float | None = None  # share of sessions explored (receipts mode)
+
+
+def judge(ev: Evidence, objective_label: str) -> dict:
+    """The verdict (module docstring): {"verdict", "go", "reasons", "criteria", "more_data"}.
+    The reason names the objective, then every criterion, then the verdict and what decided
+    it."""
+    failing = [c for c in ev.criteria if not c.passed()]
+    crit_text = "; ".join(c.text() for c in ev.criteria)
+    more = None
+    if not failing and not ev.hard_failures:
+        verdict, why = GO, "every criterion clears its line"
+    elif ev.hard_failures:
+        verdict, why = NO_GO, "; ".join(ev.hard_failures)
+    elif any(c.decided_fail() for c in failing):
+        verdict = NO_GO
+        why = "the interval of " + ", ".join(c.name for c in failing if c.decided_fail()) + \
+              " is wholly on the failing side"
+    elif ev.diagnostics or all(c.estimate_passes() for c in failing):
+        verdict = NOT_ENOUGH_EVIDENCE
+        factor = max([c.sessions_factor() for c in failing] + list(ev.diagnostic_factors))
+        more = more_data(factor, ev)
+        why = ("the interval of " + ", ".join(c.name for c in failing) + " still straddles "
+               "its line" + (f" and the overlap diagnostics fail ({'; '.join(ev.diagnostics)})"
+                             if ev.diagnostics else " with the estimate on the passing side")
+               + f"; {more['text']} would decide it if the estimates held")
+    else:
+        verdict = NO_GO
+        why = ("the estimate of " + ", ".join(c.name for c in failing if not c.estimate_passes())
+               + " is on the failing side with the overlap diagnostics passing: more data "
+               "would not decide for GO at these estimates")
+    reasons = [f"{objective_label}; {crit_text}; {verdict}: {why}"]
+    return {"verdict": verdict, "go": verdict == GO, "reasons": reasons,
+            "criteria": [c.to_dict() for c in ev.criteria], "more_data": more,
+            "hard_failures": list(ev.hard_failures), "diagnostics_failed": list(ev.diagnostics)}
+
+
+def more_data(factor: float, ev: Evidence) -> dict:
+    """How much more data would decide: test sessions (and explored ones) and days."""
+    n = max(int(ev.n_sessions), 1)
+    if not math.isfinite(factor):
+        return {"sessions": None, "explored_sessions": None, "days": None,
+                "text": "an unknown amount of more data (an estimate sits on its line)"}
+    more = max(n * factor - n, 0.0)
+    text = more_data_text(more, "test sessions", ev.sessions_per_day)
+    explored = None if ev.explored_rate is None else more * ev.explored_rate
+    if explored is not None:
+        text += f", ~{math.ceil(explored)} of them explored"
+    return {"sessions": float(math.ceil(more)), "explored_sessions": explored,
+            "days": float(more / ev.sessions_per_day), "needed_total": float(n * factor),
+            "text": text}
