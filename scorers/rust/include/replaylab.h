@@ -29,6 +29,7 @@ extern "C" {
 #define RL_ERR_TOO_LARGE   (-4) /* an answer longer than INT_MAX bytes */
 #define RL_ERR_UNSUPPORTED (-5) /* this handle cannot answer this call (tier, dimension) */
 #define RL_ERR_STATE       (-6) /* a binder poisoned by an earlier panic; a failed load */
+#define RL_ERR_DRIFT       (-7) /* the host's encoder misses the artifact's golden embeddings */
 
 typedef struct rl_demand rl_demand;
 typedef struct rl_router rl_router;
@@ -59,6 +60,13 @@ int rl_router_route_json(const rl_router *r, const char *request_json, char *out
  * A wrong dim: RL_ERR_UNSUPPORTED; a NaN or infinite value: RL_ERR_INPUT. */
 int rl_router_route_embedding(const rl_router *r, const float *emb, size_t dim,
                               const char *category, double prompt_tokens, char *out, size_t cap);
+/* Proving the host's encoder (a MiniLM-tier artifact's golden triples): embed each text
+ * of rl_router_golden_texts_json ([{"text", "category", "prompt_tokens"}, ...]) and pass
+ * the n x dim row-major floats; 0 and the summary when they match within golden.json's
+ * tolerances, RL_ERR_DRIFT (summary in rl_last_error) when the encoder drifted. */
+int rl_router_golden_texts_json(const rl_router *r, char *out, size_t cap);
+int rl_router_verify_encoder(const rl_router *r, const float *embs, size_t n, size_t dim,
+                             char *out, size_t cap);
 /* Binders made over r keep their own reference: they work after rl_router_free(r). */
 void rl_router_free(rl_router *r);
 

@@ -177,6 +177,59 @@ pub unsafe extern "C" fn rl_router_route_embedding(r: *const RlRouter, emb: *con
     })
 }
 
+/// The golden texts a host embeds to prove its encoder (a MiniLM-tier artifact's golden
+/// triples, in order): a JSON array of `{"text", "category", "prompt_tokens"}`.
+///
+/// # Safety
+/// `r` from `rl_router_load`; `out` NULL or `cap` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rl_router_golden_texts_json(r: *const RlRouter, out: *mut c_char, cap: usize) -> c_int {
+    code(|| {
+        let r = &handle(r, "router handle")?.0;
+        let triples = golden::triples(r).map_err(|e| Fail(RL_ERR_UNSUPPORTED, e.to_string()))?;
+        let opt_str = |x: &Option<String>| x.as_ref().map_or(Json::Null, |s| Json::Str(s.clone()));
+        let opt_num = |x: Option<f64>| x.map_or(Json::Null, |v| Json::Num(json::Number { value: v, int: None }));
+        let arr = triples.iter().map(|t| {
+            let mut m = std::collections::BTreeMap::new();
+            m.insert("text".to_string(), Json::Str(t.query.text.clone()));
+            m.insert("category".to_string(), opt_str(&t.query.category));
+            m.insert("prompt_tokens".to_string(), opt_num(t.query.prompt_tokens));
+            Json::Obj(m)
+        }).collect();
+        write_out(&json::canonical(&Json::Arr(arr)).map_err(Fail::input)?, out, cap)
+    })
+}
+
+/// Check the host's embeddings of the golden texts (`n` rows of `dim` floats, row i the
+/// embedding of text i of `rl_router_golden_texts_json`) against the artifact's, with the
+/// tolerances of its golden.json (docs/specs/router-scorer.md): 0 and the summary JSON
+/// when the host's encoder reproduces them; RL_ERR_DRIFT when it does not (the summary
+/// in `rl_last_error`): routing on that encoder would score another embedding space.
+///
+/// # Safety
+/// `r` from `rl_router_load`; `embs` `n * dim` floats; `out` NULL or `cap` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn rl_router_verify_encoder(r: *const RlRouter, embs: *const f32, n: usize, dim: usize,
+                                                  out: *mut c_char, cap: usize) -> c_int {
+    code(|| {
+        let r = &handle(r, "router handle")?.0;
+        if embs.is_null() {
+            return Err(Fail(RL_ERR_NULL, "null_argument: embs is NULL".into()));
+        }
+        let flat = std::slice::from_raw_parts(embs, n * dim);
+        let host: Vec<Vec<f32>> = flat.chunks(dim.max(1)).map(<[f32]>::to_vec).collect();
+        let (ok, summary) = golden::verify_encoder(r, &host[..n.min(host.len())]).map_err(|e| match e.reason {
+            "dimension" | "golden_invalid" | "golden_absent" => Fail(RL_ERR_UNSUPPORTED, e.to_string()),
+            _ => Fail::from(e),
+        })?;
+        let text = json::canonical(&summary).map_err(Fail::input)?;
+        if !ok {
+            return Err(Fail(super::RL_ERR_DRIFT, format!("encoder_drift: {text}")));
+        }
+        write_out(&text, out, cap)
+    })
+}
+
 /// # Safety
 /// `r` NULL or from `rl_router_load`, not used afterwards (binders over it keep working).
 #[no_mangle]

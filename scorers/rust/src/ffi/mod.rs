@@ -36,8 +36,10 @@ pub const RL_ERR_TOO_LARGE: c_int = -4;
 /// The handle cannot answer this call (e.g. route text on a router without a text encoder,
 /// an embedding of the wrong dimension).
 pub const RL_ERR_UNSUPPORTED: c_int = -5;
-/// A binder whose lock was poisoned by an earlier panic.
+/// A binder whose lock was poisoned by an earlier panic; a failed load.
 pub const RL_ERR_STATE: c_int = -6;
+/// The host's encoder does not reproduce the artifact's golden embeddings.
+pub const RL_ERR_DRIFT: c_int = -7;
 
 thread_local! {
     static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };

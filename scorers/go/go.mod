@@ -1,0 +1,3 @@
+module github.com/replaylab/replaylab/scorers/go
+
+go 1.19
