@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.replaylab-installed
 RUN_DIR ?= outputs/make-run
 
-.PHONY: setup run test test-fast test-haswell bench lint clean chromium postgresql
+.PHONY: setup run test test-fast test-haswell bench lint clean chromium postgresql native golang
 
 CHROMIUM ?= /usr/bin/chromium
 
@@ -21,7 +21,24 @@ $(STAMP): requirements.lock pyproject.toml
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) native
+
+# The Rust crate's release build when cargo is present (the replaylab-route CLI and the C ABI
+# library libreplaylab_scorer.so / .a that replaylab.runtime.native, C and Go hosts load);
+# without cargo the pure Python runtime serves and the Rust, C and Go tests skip.
+CARGO ?= $(or $(shell command -v cargo 2>/dev/null),$(wildcard $(HOME)/.cargo/bin/cargo))
+native:
+	@if [ -n "$(CARGO)" ]; then cd scorers/rust && PATH="$(dir $(CARGO)):$$PATH" $(CARGO) build --offline --release --quiet \
+	  || echo "warning: the Rust crate did not build; Python serves without the native library"; \
+	else echo "note: no cargo: the native library is not built (the pure Python runtime serves)"; fi
+
+# Go for the Go host's test (scorers/go; Debian's golang-go, as chromium below).
+golang:
+	@command -v go >/dev/null || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $$SUDO apt-get install -y -q golang-go || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q golang-go; } \
+	  || echo "warning: could not install golang-go; the Go host test will skip"; }
 
 # Headless Chromium for the report tests (Debian's package; ~40 s the first time).
 chromium:
@@ -50,10 +67,10 @@ run: setup
 # ../shared/data when that folder is beside the checkout (a value in the environment wins);
 # without it they skip, counted at the end of the run.
 SHARED_DATA := $(or $(REPLAYLAB_SHARED_DATA),$(wildcard $(abspath ../shared/data)))
-test: setup chromium postgresql
+test: setup chromium postgresql golang
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q
 
-test-fast: setup chromium postgresql
+test-fast: setup chromium postgresql golang
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"
 
 # The golden-vector, int8, fixture and Rust tests on an emulated AVX2-only CPU (no AVX-512,
@@ -82,7 +99,7 @@ test-haswell: setup
 	  $(HASWELL) $(PY) -m pytest -q -p no:cacheprovider $(HASWELL_PYTEST_ARGS) $(HASWELL_TESTS)
 	cd scorers/rust && CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$(HASWELL)" cargo test --offline
 
-bench: setup
+bench: setup golang
 	$(PY) bench/run_all.py --out bench/results.json
 
 lint: setup
