@@ -1,9 +1,19 @@
-//! replaylab-route: route queries with a static-tier router artifact (docs/specs/router-scorer.md).
+//! replaylab-route: route queries with a router artifact (docs/specs/router-scorer.md).
 //!
 //!   replaylab-route route ARTIFACT_DIR [--no-golden]
 //!       JSON lines on stdin {"text", "category"?, "prompt_tokens"?} -> JSON lines on
 //!       stdout {"candidate", "success_prob", "margin", "token_ids"}. The golden vectors
 //!       are checked at load first (as the Python Router does) unless --no-golden.
+//!   replaylab-route route-embedding ARTIFACT_DIR [--no-golden]
+//!       stdin JSON lines {"embedding", "category", "prompt_tokens"} (the host's own
+//!       embedding of each query; either tier, the MiniLM tier only this way) -> stdout
+//!       decisions as `route` writes them (token_ids []). Golden vectors checked first.
+//!   replaylab-route verify-encoder ARTIFACT_DIR --texts | [--embeddings FILE.jsonl]
+//!       a MiniLM-tier artifact's golden triples: `--texts` prints their inputs (JSON
+//!       lines {"text", "category", "prompt_tokens"}) for the host to embed; else the
+//!       host's embeddings ({"text", "embedding"} lines, stdin by default) are checked
+//!       against the stored ones (docs/specs/router-scorer.md, "Routing on the host's
+//!       embedding"): a JSON summary; exit 0 when they hold, else 1.
 //!   replaylab-route golden ARTIFACT_DIR
 //!       check the golden vectors; prints a JSON summary; exit 0 when they hold, else 1.
 //!   replaylab-route bench ARTIFACT_DIR [--n N] [--warmup W] [--inputs FILE.jsonl] [--samples]
@@ -71,6 +81,8 @@ fn run(args: &[String]) -> Result<u8, Error> {
         Some("route") => route::route(args),
         Some("golden") => Ok(emit_check(golden::check(&route::load(args)?)?, "golden vectors")),
         Some("bench") => route::bench(args),
+        Some("route-embedding") => route::route_embedding(args),
+        Some("verify-encoder") => route::verify_encoder(args),
         Some("demand") => demand::demand(args),
         Some("demand-golden") => {
             Ok(emit_check(demand_golden::check(&demand::load_demand(args)?)?, "demand golden vectors"))

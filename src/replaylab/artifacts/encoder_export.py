@@ -46,7 +46,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import metadata
@@ -260,7 +260,8 @@ def _gate(figures: dict, gates: dict[str, float]) -> list[str]:
 
 
 def _golden(enc_by_variant: dict[str, OnnxSentenceEncoder], reference: np.ndarray,
-            texts: list[str], parts: list[str], tolerances: dict[str, float]) -> dict:
+            texts: list[str], parts: list[str], tolerances: dict[str, float],
+            built_on: Mapping[str, Any] | None = None) -> dict:
     """golden.json of the encoder: each text's token ids, the reference vector
     (sentence-transformers, torch fp32) and each published variant's vector on this machine."""
     fp32 = enc_by_variant["fp32"]
@@ -272,7 +273,7 @@ def _golden(enc_by_variant: dict[str, OnnxSentenceEncoder], reference: np.ndarra
                     "reference": [float(x) for x in reference[i]],
                     **{v: [float(x) for x in vec[i]] for v, vec in vectors.items()}}
         cases.append({"input": {"text": text, "part": parts[i]}, "expected": expected})
-    return golden_document(KIND, cases, tolerances,
+    return golden_document(KIND, cases, tolerances, built_on=built_on,
                            reference="sentence-transformers encode (torch fp32)")
 
 
@@ -285,8 +286,8 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
                    min_cosine_int8_edge: float = INT8_GATES["min_cosine_edge_cases"],
                    hmac_key: bytes | None = None,
                    overwrite: bool = False, created: datetime | None = None,
-                   training: dict | None = None, golden_texts: int = GOLDEN_PROMPTS
-                   ) -> EncoderExport:
+                   training: dict | None = None, golden_texts: int = GOLDEN_PROMPTS,
+                   built_on: Mapping[str, Any] | None = None) -> EncoderExport:
     """Export `model` (a SentenceTransformer) to a verified encoder folder at `out_dir`.
 
     `parity_texts`: real prompts (non-empty) the parity is measured on;
@@ -298,7 +299,9 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
     why). FileExistsError when `out_dir` exists and not `overwrite`.
     The folder carries golden vectors (`golden.json`, `golden_texts` prompts plus
     the short edge cases) that `load_encoder` re-checks on the serving machine.
-    `training` is merged into the manifest's training field. Layout:
+    `training` is merged into the manifest's training field. `built_on`: what golden.json
+    records about the exporting machine (None: this one; a committed fixture passes
+    `golden.ANY_MACHINE`). Layout:
     encoder.onnx, [encoder.int8.onnx], tokenizer.json, encoder_config.json,
     golden.json, manifest.json.
     """
@@ -356,7 +359,7 @@ def export_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequence[st
         golden_set = [texts[i] for i in chosen]
         parts = ["prompt" if i < len(parity_texts) else "edge_case" for i in chosen]
         write_golden(tmp, _golden(encoders, reference[chosen], golden_set, parts,
-                                  GOLDEN_TOLERANCES))
+                                  GOLDEN_TOLERANCES, built_on))
         manifest = _manifest(tmp, model, spec, config, parity, texts, opset, version,
                              valid_days, created, training or {})
         write_manifest(tmp, manifest, hmac_key=hmac_key)

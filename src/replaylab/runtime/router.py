@@ -28,6 +28,17 @@ fails on one query (e.g. a text the tokenizer rejects), that query is routed by
 the artifact's scenario rules (task -> candidate, long prompts), also marked
 `fallback`. The router decides a
 logical model only; pools, capacity and admission are decided below it.
+
+`route_embedding(embedding, category=None, prompt_tokens=None)`: the same decision on
+an embedding the host computed (a host that already runs all-MiniLM-L6-v2); given the
+runtime's own embedding of a text and the prompt tokens `route` used, the decision's
+scores are `route`'s, bit for bit. A MiniLM-tier artifact's golden.json carries
+(text, fp32 embedding, decision) triples; `check_host_encoder(embed)` checks a host's
+encoder on them (docs/specs/router-scorer.md, "Routing on the host's embedding":
+every cosine >= `host_min_cosine`, every |difference| <= `host_max_abs`, every stable
+decision equal), and `Router.load(..., host_encoder=embed)` does it at load: a host
+whose encoder drifts gets an unloaded router, reason `encoder_drift`, and one WARNING
+that says what drifted.
 """
 
 from __future__ import annotations
@@ -52,6 +63,7 @@ from replaylab.contracts.golden import (
     check,
     max_abs_diff,
     read_golden,
+    row_cosines,
     stable_agreement,
 )
 from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
@@ -65,6 +77,9 @@ KIND = "router"
 HEAD_FILE = "head.onnx"
 CONFIG_FILE = "router.json"
 ENCODER_DIR = "encoder"
+ENCODER_DRIFT = "encoder_drift"  # the reason code of a host encoder that misses the triples
+# the golden variant whose embeddings the triples hold (the MiniLM tier's fp32 encoder)
+TRIPLE_VARIANT = "fp32"
 
 
 @dataclass(frozen=True)
@@ -98,12 +113,14 @@ class Router:
         self._encoder = None
         self._head = None
         self._config: dict = {}
+        self._folder: Path | None = None
         self._static = False  # the head is a NumpyHead: `route` takes the one-row path
         self._chars_per_token = 4.0
         self.golden: GoldenCheck | None = None
         self.golden_status = "unchecked"  # passed | absent | unchecked
         self.requested_variant: str | None = None
         self.variant_reason: str | None = None
+        self.host_encoder_check: GoldenCheck | None = None  # Router.load(..., host_encoder=)
 
     @property
     def loaded(self) -> bool:
@@ -151,8 +168,14 @@ class Router:
     @classmethod
     def load(cls, path: str | Path | None, *, fallback_candidate: str | None = None,
              hmac_key: bytes | None = None, threads: int = 1, variant: str = "fp32",
-             clock: Callable[[], float] = time.time, check_golden: bool = True) -> Router:
+             clock: Callable[[], float] = time.time, check_golden: bool = True,
+             host_encoder: Callable[[str], Any] | None = None) -> Router:
         """Verify and load; never raises for a bad or missing artifact (see the module doc).
+
+        `host_encoder`: the host's own encoder (text -> (d,) embedding), for a host that
+        routes with `route_embedding`: it is checked on the artifact's golden triples
+        (`check_host_encoder`); one that misses them leaves the router unloaded with reason
+        `encoder_drift` (the figures in `host_encoder_check`).
 
         With `check_golden` (the default) the encoder's and the router's golden vectors
         are re-checked on this machine (`check_golden_vectors`): a variant other than
@@ -167,6 +190,22 @@ class Router:
         r = cls._load_checked(path, fallback_candidate=fallback_candidate, hmac_key=hmac_key,
                               threads=threads, variant=variant, clock=clock,
                               check_golden=check_golden)
+        if r.loaded and host_encoder is not None:
+            try:
+                r.host_encoder_check = r.check_host_encoder(host_encoder)
+            except GoldenError as exc:
+                r._unload(exc.reason)
+            else:
+                if not r.host_encoder_check.ok:
+                    f = r.host_encoder_check.figures
+                    log.warning("router artifact %s: the host's encoder does not reproduce its %s "
+                                "embeddings of the %s golden texts (min cosine %s, needs >= %s; "
+                                "max |difference| %s, needs <= %s; stable decisions equal %s of %s)",
+                                path, r.encoder_model_id, f.get("n_cases"), f.get("min_cosine"),
+                                f.get("host_min_cosine"), f.get("max_abs_diff"),
+                                f.get("host_max_abs"), f.get("stable_decisions_equal"),
+                                f.get("n_stable"))
+                    r._unload(ENCODER_DRIFT)
         if not r.loaded:
             log.warning("router artifact %s not loaded (reason %s): routing to the fallback "
                         "candidate %s", path, r.reason, r.fallback_candidate)
@@ -254,6 +293,7 @@ class Router:
             r.reason = "onnx_load"
             return r
         r.manifest, r._encoder, r._head, r._config = m, enc, head, config
+        r._folder = folder
         r._static = isinstance(head, NumpyHead)
         cpt = (config.get("prompt_tokens") or {}).get("chars_per_token")
         # a missing or non-positive value: NaN, whose ceil raises in `route`, so the rules
@@ -333,6 +373,117 @@ class Router:
         return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
                              self.threshold, self.version, variant=self._encoder.variant,
                              embedding=emb if keep_embedding else None)
+
+    def route_embedding(self, embedding: Any, category: str | None = None,
+                        prompt_tokens: float | None = None) -> RouteDecision:
+        """Route one query on an embedding the host computed: (d,) floats (float32; the
+        artifact encoder's output: all-MiniLM-L6-v2 mean-pooled, L2-normalized for the
+        MiniLM tier). `prompt_tokens` None: the training mean (there is no text to count).
+        The head and decision of `route`, so `route_embedding(route(t, c, p,
+        keep_embedding=True).embedding, c, p)` has `route`'s scores bit for bit. The
+        decision's `variant` is "host". Not loaded: the fallback candidate, as `route`.
+        ValueError for an embedding of the wrong shape or with a NaN or infinite value."""
+        head = self._head
+        if head is None:
+            return self.route_batch([""], [category], [prompt_tokens])[0]
+        emb = np.asarray(embedding, dtype=np.float32)
+        if emb.shape != (self.dimension,) or not np.isfinite(emb).all():
+            raise ValueError(f"embedding of shape {emb.shape} (finite: "
+                             f"{bool(np.isfinite(emb).all())}); the head takes "
+                             f"({self.dimension},) finite float32 values")
+        t = float(prompt_tokens) if prompt_tokens is not None else math.nan
+        if self._static:
+            row = head.proba_row(emb, head.code(category), t)
+        else:
+            row = head.proba(emb[None, :], [category], np.array([t]))[0].tolist()
+        k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
+        return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
+                             self.threshold, self.version, variant="host")
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension the head takes; None when not loaded."""
+        return None if self._encoder is None else int(self._encoder.dimension)
+
+    @property
+    def encoder_model_id(self) -> str | None:
+        """The model id of the artifact's encoder (what a host's embedding must come from)."""
+        return None if self.manifest is None else self.manifest["features"][0].get("model")
+
+    def golden_triples(self) -> list[dict]:
+        """The MiniLM tier's golden (text, embedding, decision) triples, in golden.json order:
+        each {"input": {text, category, prompt_tokens}, "embedding": [d floats], "candidate",
+        "success_prob", "margin"}. GoldenError (`golden_absent`, `golden_invalid`) when the
+        artifact has none."""
+        if self.manifest is None or self._folder is None:
+            raise GoldenError("golden_absent", "the router is not loaded")
+        golden = read_golden(self._folder, self.manifest, kind=KIND)
+        out = []
+        for i, case in enumerate(golden["cases"]):
+            e = case["expected"].get(TRIPLE_VARIANT) or {}
+            if not isinstance(e.get("embedding"), list):
+                raise GoldenError("golden_invalid", f"case {i}: no expected.{TRIPLE_VARIANT}."
+                                                    "embedding (golden triples are written for "
+                                                    "MiniLM-tier routers)")
+            out.append({"input": case["input"], "embedding": e["embedding"],
+                        "candidate": e["candidate"], "success_prob": e["success_prob"],
+                        "margin": e["margin"]})
+        return out
+
+    def check_host_encoder(self, embed: Callable[[str], Any]) -> GoldenCheck:
+        """Check a host's encoder (text -> (d,) embedding) on the golden triples: every
+        cosine to the stored embedding >= `host_min_cosine`, every |difference| <=
+        `host_max_abs` (golden.json `tolerances`), and routed on the host's embeddings
+        (`route_embedding`, the prompt tokens `route` would use), every decision whose stored
+        margin exceeds what `host_prob_abs` can move (2x under the margin rule) equal. The
+        same check as `replaylab-route verify-encoder`. GoldenError when there are no triples."""
+        with Timer() as timer:
+            golden = read_golden(self._folder, self.manifest, kind=KIND)
+            tol = golden["tolerances"]
+            missing = [k for k in ("host_min_cosine", "host_max_abs", "host_prob_abs")
+                       if k not in tol]
+            if missing:
+                raise GoldenError("golden_invalid", f"golden.json tolerances lack {missing}")
+            triples = self.golden_triples()
+            want = np.array([t["embedding"] for t in triples], dtype=np.float32)
+            host = np.stack([np.asarray(embed(str(t["input"]["text"])), dtype=np.float32)
+                             for t in triples])
+            if host.shape != want.shape:
+                raise ValueError(f"host embeddings {host.shape}, the artifact's {want.shape}")
+            cos = row_cosines(want, host)
+            cos = np.where(np.isnan(cos), -np.inf, cos)
+            got = [self.route_embedding(h, t["input"].get("category"), self._tokens(t["input"]))
+                   if np.isfinite(h).all() else None for h, t in zip(host, triples, strict=True)]
+            moved = float(tol["host_prob_abs"]) * (2.0 if self.rule == "margin" else 1.0)
+            stable = [abs(t["margin"]) > moved for t in triples]
+            same = [d is not None and d.candidate == t["candidate"]
+                    for d, t in zip(got, triples, strict=True)]
+            figures = {"n_cases": len(triples), "encoder_model_id": self.encoder_model_id,
+                       "min_cosine": float(cos.min()) if len(cos) else None,
+                       "host_min_cosine": float(tol["host_min_cosine"]),
+                       "max_abs_diff": max_abs_diff(want, host),
+                       "host_max_abs": float(tol["host_max_abs"]),
+                       "worst_case": int(np.argmin(cos)) if len(cos) else None,
+                       "prob_max_abs": max_abs_diff(
+                           [t["success_prob"] for t in triples],
+                           [[d.scores[c] for c in self.candidates] if d else
+                            [np.nan] * len(self.candidates) for d in got]),
+                       "host_prob_abs": float(tol["host_prob_abs"]),
+                       "decisions_equal": int(sum(same)), "n_stable": int(sum(stable)),
+                       "stable_decisions_equal": int(sum(s and q for s, q in
+                                                          zip(stable, same, strict=True))),
+                       "stable_decisions_all_equal": float(all(q for s, q in
+                                                                zip(stable, same, strict=True)
+                                                                if s))}
+        return check(figures, {"min_cosine": (">=", figures["host_min_cosine"]),
+                               "max_abs_diff": ("<=", figures["host_max_abs"]),
+                               "stable_decisions_all_equal": (">=", 1.0)}, timer.seconds)
+
+    def _tokens(self, query: dict) -> float:
+        """The prompt tokens `route` uses for a golden input (given, else from its text)."""
+        p = query.get("prompt_tokens")
+        return float(p) if p is not None else \
+            float(math.ceil(len(str(query.get("text", ""))) / self._chars_per_token))
 
     def route_batch(self, texts: Sequence[str], categories: Sequence[str | None] | None = None,
                     prompt_tokens: Sequence[float | None] | None = None) -> list[RouteDecision]:

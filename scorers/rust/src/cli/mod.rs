@@ -14,7 +14,7 @@ use std::io::{BufRead, Write};
 use replaylab_scorer::util::json::{self, Json};
 use replaylab_scorer::Error;
 
-pub const USAGE: &str = "usage: replaylab-route route|golden|bench|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/specs/router-scorer.md, docs/specs/demand-scorer.md, docs/specs/binder.md)";
+pub const USAGE: &str = "usage: replaylab-route route|golden|bench|route-embedding|verify-encoder|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/specs/router-scorer.md, docs/specs/demand-scorer.md, docs/specs/binder.md)";
 
 /// A golden check's summary on stdout; exit status 0 when it held, else 1 (said on stderr).
 pub fn emit_check((ok, summary): (bool, Json), what: &str) -> u8 {

@@ -1,11 +1,12 @@
-//! `route`, `golden`, `bench`: a static-tier router artifact (docs/specs/router-scorer.md).
+//! `route`, `golden`, `bench` (a static-tier router artifact), `route-embedding` and
+//! `verify-encoder` (either tier, on the host's embeddings; docs/specs/router-scorer.md).
 
 use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Instant;
 
 use replaylab_scorer::router::golden::{self, Query};
-use replaylab_scorer::util::json::{self, Json, Number};
+use replaylab_scorer::util::json::{self, py_float_repr, write_str, Json, Number};
 use replaylab_scorer::util::timefmt;
 use replaylab_scorer::{Error, Router};
 
@@ -75,5 +76,103 @@ pub fn bench(args: &[String]) -> Result<u8, Error> {
     let mean_tokens = tokens as f64 / n as f64;
     s.insert("tokens_mean".to_string(), Json::Num(Number { value: (mean_tokens * 10.0).round() / 10.0, int: None }));
     emit(&json::canonical(&Json::Obj(s)).expect("finite"));
+    Ok(0)
+}
+
+/// An embedding field: a JSON array of finite numbers, as float32.
+fn embedding_field(v: &Json, what: &str) -> Result<Vec<f32>, Error> {
+    v.get("embedding").and_then(Json::as_array)
+        .and_then(|a| a.iter().map(|x| x.as_f64().map(|x| x as f32)).collect::<Option<Vec<f32>>>())
+        .ok_or_else(|| Error::new("bad_input", format!("{what}: \"embedding\" must be an array of numbers")))
+}
+
+/// `verify-encoder ARTIFACT_DIR --texts`: the golden triples' inputs, one JSON line each
+/// ({"text", "category", "prompt_tokens"}), for the host to embed.
+/// `verify-encoder ARTIFACT_DIR [--embeddings FILE.jsonl]` (default stdin): the host's
+/// embeddings, one line {"text", "embedding"} per golden text, checked against the stored
+/// ones (`golden::verify_encoder`); the summary on stdout, exit 0 when they hold, else 1.
+pub fn verify_encoder(args: &[String]) -> Result<u8, Error> {
+    let router = load(args)?;
+    let triples = golden::triples(&router)?;
+    if args.iter().any(|a| a == "--texts") {
+        for t in &triples {
+            let mut s = String::from("{\"text\":");
+            write_str(&mut s, &t.query.text);
+            s.push_str(",\"category\":");
+            match &t.query.category {
+                Some(c) => write_str(&mut s, c),
+                None => s.push_str("null"),
+            }
+            s.push_str(",\"prompt_tokens\":");
+            s.push_str(&t.query.prompt_tokens.map_or("null".to_string(), py_float_repr));
+            s.push('}');
+            super::emit(&s);
+        }
+        return Ok(0);
+    }
+    let lines = match opt(args, "--embeddings")? {
+        Some(f) => read_jsonl(&f)?,
+        None => {
+            let mut out = Vec::new();
+            for (n, line) in std::io::stdin().lock().lines().enumerate() {
+                let line = line.map_err(|e| Error::new("bad_input", format!("stdin line {}: {e}", n + 1)))?;
+                if !line.trim().is_empty() {
+                    out.push(json::parse(&line).map_err(|e| Error::new("bad_input", format!("stdin line {}: {e}", n + 1)))?);
+                }
+            }
+            out
+        }
+    };
+    let mut by_text = std::collections::HashMap::new();
+    for (i, v) in lines.iter().enumerate() {
+        let text = v.get("text").and_then(Json::as_str)
+            .ok_or_else(|| Error::new("bad_input", format!("line {}: \"text\" must be a string", i + 1)))?;
+        by_text.insert(text.to_string(), embedding_field(v, &format!("line {}", i + 1))?);
+    }
+    let host = triples.iter().map(|t| by_text.remove(&t.query.text).ok_or_else(|| {
+        let head: String = t.query.text.chars().take(60).collect();
+        Error::new("bad_input", format!("no host embedding of the golden text {head:?} (`--texts` lists them)"))
+    })).collect::<Result<Vec<_>, _>>()?;
+    Ok(super::emit_check(golden::verify_encoder(&router, &host)?, "the host encoder check"))
+}
+
+/// `route-embedding ARTIFACT_DIR [--no-golden]`: stdin lines {"embedding", "category",
+/// "prompt_tokens"} (the host's embedding of the query; category and prompt_tokens may be
+/// null or absent) -> stdout decisions, as `route` writes them (token_ids empty).
+pub fn route_embedding(args: &[String]) -> Result<u8, Error> {
+    let router = load(args)?;
+    if !args.iter().any(|a| a == "--no-golden") {
+        let (ok, summary) = golden::check(&router)?;
+        if !ok {
+            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
+                                                             json::canonical(&summary).expect("finite"))));
+        }
+    }
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    for (n, line) in std::io::stdin().lock().lines().enumerate() {
+        let line = line.map_err(|e| Error::new("bad_input", format!("stdin line {}: {e}", n + 1)))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let what = format!("stdin line {}", n + 1);
+        let v = json::parse(&line).map_err(|e| Error::new("bad_input", format!("{what}: not JSON: {e}")))?;
+        let emb = embedding_field(&v, &what)?;
+        let category = match v.get("category") {
+            None | Some(Json::Null) => None,
+            Some(Json::Str(s)) => Some(s.as_str()),
+            Some(_) => return Err(Error::new("bad_input", format!("{what}: \"category\" must be a string or null"))),
+        };
+        let tokens = match v.get("prompt_tokens") {
+            None | Some(Json::Null) => f64::NAN,
+            Some(Json::Num(x)) => x.value,
+            Some(_) => return Err(Error::new("bad_input", format!("{what}: \"prompt_tokens\" must be a number or null"))),
+        };
+        let d = router.route_embedding(&emb, category, tokens)
+            .map_err(|e| Error::new(e.reason, format!("{what}: {}", e.message)))?;
+        let mut s = router.decision_json(&d);
+        s.push('\n');
+        out.write_all(s.as_bytes()).and_then(|_| out.flush()).map_err(|e| Error::new("io", e.to_string()))?;
+    }
     Ok(0)
 }
