@@ -452,7 +452,8 @@ class Router:
                 raise ValueError(f"host embeddings {host.shape}, the artifact's {want.shape}")
             cos = row_cosines(want, host)
             cos = np.where(np.isnan(cos), -np.inf, cos)
-            got = [self.route_embedding(h, t["input"].get("category"), self._tokens(t["input"]))
+            got = [self.route_embedding(h, t["input"].get("category"), self.prompt_tokens(
+                str(t["input"].get("text", "")), t["input"].get("prompt_tokens")))
                    if np.isfinite(h).all() else None for h, t in zip(host, triples, strict=True)]
             moved = float(tol["host_prob_abs"]) * (2.0 if self.rule == "margin" else 1.0)
             stable = [abs(t["margin"]) > moved for t in triples]
@@ -479,11 +480,12 @@ class Router:
                                "max_abs_diff": ("<=", figures["host_max_abs"]),
                                "stable_decisions_all_equal": (">=", 1.0)}, timer.seconds)
 
-    def _tokens(self, query: dict) -> float:
-        """The prompt tokens `route` uses for a golden input (given, else from its text)."""
-        p = query.get("prompt_tokens")
-        return float(p) if p is not None else \
-            float(math.ceil(len(str(query.get("text", ""))) / self._chars_per_token))
+    def prompt_tokens(self, text: str, prompt_tokens: float | None = None) -> float:
+        """The prompt tokens `route` scores `text` with: the given count, else
+        ceil(len(text) / chars_per_token); what `route_embedding` needs for `route`'s
+        answer on the same query."""
+        return float(prompt_tokens) if prompt_tokens is not None else \
+            float(math.ceil(len(text) / self._chars_per_token))
 
     def route_batch(self, texts: Sequence[str], categories: Sequence[str | None] | None = None,
                     prompt_tokens: Sequence[float | None] | None = None) -> list[RouteDecision]:
