@@ -227,6 +227,9 @@ func TestRouteByEmbedding(t *testing.T) {
 		if _, err := r.VerifyEncoder(rows); err == nil || err.(*Error).Code != ErrDrift {
 			t.Errorf("%s: a drifted encoder was not refused: %v", dir, err)
 		}
+		if _, err := r.RouteJSON(`{"text": "hello"}`); err == nil || err.(*Error).Code != -5 {
+			t.Errorf("%s: text routed on a MiniLM-tier router: %v", dir, err)
+		}
 		if _, err := r.RouteEmbedding(rows[0][:len(rows[0])-1], "", NaN); err == nil {
 			t.Errorf("%s: an embedding of the wrong dimension was routed", dir)
 		}
