@@ -424,3 +424,35 @@ def test_head_trains_on_a_bounded_uniform_sample_of_train_sessions(files, traine
     assert s["labels"]["calibration"] == full["labels"]["calibration"]
     assert s["ope"]["sessions"] == full["ope"]["sessions"] and s["splits"] == full["splits"]
     assert s["cost_model"] == full["cost_model"]  # every train call still prices the candidates
+
+
+def test_sequential_gate_reads_the_looks_spent_alpha(files, tmp_path):
+    """router.sequential (issue 45 item 4): kind spending makes the gate read the betting
+    intervals at this look's alpha (recorded in the summary), wider than the one-look
+    bootstrap's at the same data; the objective kinds it cannot judge are refused."""
+    import dataclasses
+
+    from replaylab.router.sequential import SEQUENTIAL_VARIANT, SequentialConfig
+
+    led, rep = files
+    base = router_receipts_config()
+    cfg = dataclasses.replace(base, sequential=SequentialConfig(kind="spending", look=2,
+                                                                 looks=5))
+    s, _ = train_router_receipts(validate_ledger(led), rep, cfg, tmp_path, tfidf, ENCODER)
+    rec = s["ope"]["sequential"]
+    assert rec["look"] == 2 and rec["looks"] == 5 and rec["kind"] == "spending"
+    assert 0 < rec["alpha_look"] < rec["spent"] < 0.05 and "betting" in rec["sequence"]
+    evid = s["ope"]["evidence"]
+    assert evid["chosen"] == SEQUENTIAL_VARIANT
+    seq, one_look = evid["variants"][SEQUENTIAL_VARIANT], evid["variants"]["ips@none"]
+    for key in ("diff_quality", "diff_cost"):
+        lo, hi = seq[key]["ci"]
+        assert lo <= seq[key]["estimate"] <= hi
+        assert seq[key]["estimate"] == pytest.approx(one_look[key]["estimate"])
+        assert hi - lo > one_look[key]["ci"][1] - one_look[key]["ci"][0]
+    crit = {c["name"]: c for c in s["go_detail"]["criteria"]}
+    assert crit["quality vs logging"]["ci"] == pytest.approx(seq["diff_quality"]["ci"])
+    assert s["verdict"] in VERDICTS
+    with pytest.raises(ValueError, match="sequential"):
+        dataclasses.replace(cfg, objective=dataclasses.replace(cfg.objective,
+                                                               kind="quality_floor"))

@@ -166,6 +166,9 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
     cands = tuple(str(c) for c in cfg.candidates)
     k = len(cands)
     where = "data.ledger"
+    if cfg.sequential.kind != "none":  # the betting bound reads the test rows in time order
+        raise ReceiptsError(f"router.sequential.kind={cfg.sequential.kind}: the sequential "
+                            "gate runs on the local engine only (compute=local)")
     if k < 2 or len(set(cands)) != k:
         raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
                             "distinct candidates (cheapest first)")

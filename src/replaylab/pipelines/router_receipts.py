@@ -62,8 +62,8 @@ from replaylab.pipelines.router_fit import (
 )
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.gate import Criterion, Evidence, judge
-from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.metrics import default_thresholds
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.receipts import (
@@ -77,6 +77,7 @@ from replaylab.router.receipts import (
 from replaylab.router.replay import Label
 from replaylab.router.replay_plan import replay_plan, write_replay_plan
 from replaylab.router.rules import ScenarioRules
+from replaylab.router.sequential import sequential_evidence
 from replaylab.runtime.routing import choose_by_threshold, routing_scores
 
 
@@ -347,6 +348,11 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                 else None)
     ope, curve = evaluate_test(prob_te, choice_te, te_d, cands, unit_cost, unit_session, ev,
                                ts, top, rule, fraction)
+    # router.sequential: the gate re-run on a growing ledger reads this look's intervals
+    ope = sequential_evidence(
+        ope, (choice_te == te_d["action"].to_numpy()) / te_d[Label.PROPENSITY].to_numpy(float),
+        te_d[Label.REWARD].to_numpy(float), te_d[Label.COST].to_numpy(float),
+        te_d["opening_ms"].to_numpy(), cfg.sequential)
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     spread_rows = []

@@ -14,6 +14,7 @@ from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
 from replaylab.router.replay_plan import ReplayPlanConfig
+from replaylab.router.sequential import SequentialConfig
 
 GO_BASELINES = ("rules", "rules_equal")  # summary["test"] keys the gate may compare against
 
@@ -63,7 +64,9 @@ class RouterPipelineConfig:
     rules, costs, evaluation (router/config.py); head, policy: the learned
     router and its threshold rule; head_select: which of the head's clip, teachers and
     width are chosen per run on calibration (router/head_select.py); objective: what the
-    served threshold is chosen for AND what the gate judges (router/objective.py); receipts, replay_plan: receipts mode (`data.ledger`:
+    served threshold is chosen for AND what the gate judges (router/objective.py);
+    sequential: the receipts gate re-run on a growing ledger (router/sequential.py: alpha
+    spending over looks, the look recorded); receipts, replay_plan: receipts mode (`data.ledger`:
     time split, checks, the replay plan; pipelines/router_receipts.py); knn_neighbors, lgbm_estimators: baselines.
     """
 
@@ -77,6 +80,7 @@ class RouterPipelineConfig:
     go: GoConfig = field(default_factory=GoConfig)
     receipts: ReceiptsConfig = field(default_factory=ReceiptsConfig)
     replay_plan: ReplayPlanConfig = field(default_factory=ReplayPlanConfig)
+    sequential: SequentialConfig = field(default_factory=SequentialConfig)
     knn_neighbors: int = 25
     lgbm_estimators: int = 200
     seed: int = 0
@@ -97,6 +101,10 @@ class RouterPipelineConfig:
         n = self.spread_seeds
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             fail_field(name, "spread_seeds", n, "must be an integer >= 1")
+        if self.sequential.kind != "none" and self.objective.kind != "incumbent":
+            fail_field(name, "sequential", self.sequential.kind,
+                       "the sequential gate judges objective kind incumbent only "
+                       f"(objective.kind is {self.objective.kind!r})")
 
 
 def router_config(values: Mapping[str, Any] | None, where: str = "router") -> RouterPipelineConfig:
@@ -122,7 +130,8 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
            "go": (GoConfig, values.pop("go", {}) or {}),
            "objective": (ObjectiveConfig, values.pop("objective", {}) or {}),
            "receipts": (ReceiptsConfig, values.pop("receipts", {}) or {}),
-           "replay_plan": (ReplayPlanConfig, values.pop("replay_plan", {}) or {})}
+           "replay_plan": (ReplayPlanConfig, values.pop("replay_plan", {}) or {}),
+           "sequential": (SequentialConfig, values.pop("sequential", {}) or {})}
     built = {}
     for key, (cls, raw) in sub.items():
         if cls is RouterLabelsConfig:

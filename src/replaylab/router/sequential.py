@@ -203,3 +203,36 @@ def sequential_diffs(weight: np.ndarray, quality: np.ndarray, cost: np.ndarray,
                         f"{cfg.spending})")
     out["record"] = rec
     return out
+
+
+SEQUENTIAL_VARIANT = "ips@sequential"
+
+
+def sequential_evidence(ope: dict, weight: np.ndarray, quality: np.ndarray, cost: np.ndarray,
+                        opening_ms: np.ndarray, cfg: SequentialConfig) -> dict:
+    """The receipts OPE with the gate's estimator switched to the look's sequential
+    intervals (kind `spending`; `none` returns `ope` as is).
+
+    weight, quality, cost, opening_ms: (n,) per test decision (served router's importance
+    weight, opening quality, cost per opening call, opening time); the rows are judged in
+    opening-time order. Adds the variant `ips@sequential` (the chosen variant's figures,
+    with the paired quality and cost differences replaced by `sequential_diffs`) to
+    ope["evidence"]["variants"], makes it the one the gate reads (`chosen`), and records
+    ope["sequential"] (look, alpha spent, the sequence). The other variants keep their
+    one-look intervals: the report's 'would flip it' compares against them."""
+    if cfg.kind == "none":
+        return ope
+    order = np.lexsort((np.arange(len(opening_ms)), np.asarray(opening_ms)))
+    w = np.asarray(weight, float)[order]
+    seq = sequential_diffs(w, np.asarray(quality, float)[order],
+                           np.asarray(cost, float)[order], cfg,
+                           max_weight=float(w.max(initial=1.0)))
+    evid = ope["evidence"]
+    base = evid["variants"][evid["chosen"]]
+    evid["variants"][SEQUENTIAL_VARIANT] = {
+        **base, "estimator": "ips", "clip_level": "sequential", "clip": None,
+        "diff_quality": {"estimate": seq["quality"]["estimate"], "ci": seq["quality"]["ci"]},
+        "diff_cost": {"estimate": seq["cost"]["estimate"], "ci": seq["cost"]["ci"]}}
+    evid["chosen"] = SEQUENTIAL_VARIANT
+    ope["sequential"] = seq["record"]
+    return ope
