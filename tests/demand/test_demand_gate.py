@@ -82,7 +82,7 @@ def test_gate_needs_the_band_and_a_significant_win_over_the_best_baseline():
 
 
 def _verdict_in(html: str) -> str:
-    m = re.search(r"<span class='gate-verdict [a-z]+'>([A-Z-]+)</span>", html)
+    m = re.search(r"<span class='gate-verdict [a-z]+'>([A-Z -]+)</span>", html)
     assert m, "the report prints no gate verdict"
     return m.group(1)
 

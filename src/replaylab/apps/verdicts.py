@@ -49,7 +49,9 @@ def demand_line(s: dict) -> str:
     gate = s.get("gate")
     if not isinstance(gate, dict):
         return "demand: no verdict (this summary carries no gate)"
-    return f"demand: {go_word(gate.get('go'))} ({'; '.join(map(str, gate.get('reasons') or []))})"
+    word = gate.get("verdict") or go_word(gate.get("go"))  # GO / NO-GO / NOT ENOUGH EVIDENCE
+    objective = f"objective: {gate['objective']}; " if gate.get("objective") else ""
+    return f"demand: {word} ({objective}{'; '.join(map(str, gate.get('reasons') or []))})"
 
 
 def router_line(s: dict) -> str:

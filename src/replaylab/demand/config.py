@@ -149,6 +149,54 @@ class CensoringConfig:
 
 
 @dataclass(frozen=True)
+class ServedConfig:
+    """The interval serving will serve, which the gate judges (`replaylab.demand.served`).
+
+    online: True (default): the runtime's online recalibration
+        (`replaylab.runtime.online.OnlineConformal`, on by default in
+        `DemandPredictor.load`) replayed over the test window in dispatch order, each
+        actual fed back once its request has ended; False: the exported (frozen)
+        correction, served as is (`DemandPredictor.load(online=False)`).
+    step, max_narrowing, max_widening, window, band: the runtime's `OnlineConfig`
+        (defaults equal to it; a test keeps them equal): what serving runs with unless
+        it is told otherwise.
+    modeled_ttft_ms, modeled_ms_per_token: a row whose ledger has neither `ended_at`
+        nor `duration_ms` ends at dispatch + ttft + ms per output token (MODELED, as
+        `hints.replay.ModeledLatency`); counted in the summary.
+    """
+
+    online: bool = True
+    step: float = 0.005
+    max_narrowing: float = 0.15
+    max_widening: float = 1.0
+    window: int = 500
+    band: float = 0.99
+    modeled_ttft_ms: float = 1000.0
+    modeled_ms_per_token: float = 40.0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if not isinstance(self.online, bool):
+            _fail(name, "online", self.online, "must be a bool")
+        for f in ("modeled_ttft_ms", "modeled_ms_per_token"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v >= 0:
+                _fail(name, f, v, "must be a number >= 0")
+        try:
+            self.online_config()
+        except ValueError as exc:  # the runtime's own check, naming the field here
+            raise ValueError(str(exc).replace("OnlineConfig.", f"{name}.", 1)) from None
+
+    def online_config(self):  # -> replaylab.runtime.online.OnlineConfig
+        """The runtime's `OnlineConfig` these settings give (enabled = `online`)."""
+        from replaylab.runtime.online import OnlineConfig
+
+        return OnlineConfig(enabled=self.online, step=self.step,
+                            max_narrowing=self.max_narrowing, max_widening=self.max_widening,
+                            window=self.window, band=self.band)
+
+
+@dataclass(frozen=True)
 class DemandConfig:
     """What the demand pipeline predicts, how it is calibrated and evaluated.
 
@@ -177,6 +225,7 @@ class DemandConfig:
     min_train_rows, min_calibration_rows: usable labels needed in those splits, else
         a DemandDataError says why nothing was trained.
     censoring: how lower-bound rows enter training (`CensoringConfig`).
+    served: the interval serving will serve and the gate judges (`ServedConfig`).
     """
 
     quantiles: tuple[float, ...] = (0.1, 0.5, 0.9)
@@ -195,10 +244,12 @@ class DemandConfig:
     seed: int = 0
     model: QuantileModelConfig = field(default_factory=QuantileModelConfig)
     censoring: CensoringConfig = field(default_factory=CensoringConfig)
+    served: ServedConfig = field(default_factory=ServedConfig)
 
     def __post_init__(self) -> None:
         name = type(self).__name__
-        for f, kind in (("model", QuantileModelConfig), ("censoring", CensoringConfig)):
+        for f, kind in (("model", QuantileModelConfig), ("censoring", CensoringConfig),
+                        ("served", ServedConfig)):
             value = getattr(self, f)
             if isinstance(value, Mapping):  # YAML / Hydra give a mapping
                 object.__setattr__(self, f, from_mapping(kind, dict(value), f"demand.{f}"))

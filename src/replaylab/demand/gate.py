@@ -18,7 +18,18 @@ The rule:
    session's draw count, both predictors are scored on the same draws.
 
 Coverage carries its own session-bootstrap interval (reported; the rule reads the
-measured value).
+measured value). The coverage judged is that of the interval serving will serve
+(`coverage["interval"]`): the runtime's online recalibration replayed over the test
+window (`replaylab.demand.served`, `demand.served.online`, the default), else the
+exported (frozen) band.
+
+Three verdicts (`replaylab.verdict`): GO when both hold; NOT ENOUGH EVIDENCE when the
+test set is too small to check the band: the coverage interval is wider than the band
+(2 x COVERAGE_BAND) and reaches into it, and the model is not significantly worse than
+the best baseline (then neither a GO nor a NO-GO can be told); it states how many
+more labelled test rows (and sessions, and days at the test window's traffic) would
+narrow the interval to the band's width (the width shrinks as 1/sqrt(n)); NO-GO
+otherwise. `go` is true only for GO.
 """
 
 from __future__ import annotations
@@ -28,6 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from replaylab.verdict import NO_GO, NOT_ENOUGH_EVIDENCE, decide, is_go, more_data_text
 
 COVERAGE_BAND = 0.03  # the report's coverage target: nominal ± this
 GROUP_BAND = 0.08  # the report's per-group target (groups with n >= MIN_GROUP_N), not gated
@@ -49,28 +62,71 @@ def within_target(coverage: float, level: float) -> bool | None:
     return bool(lo - 1e-12 <= c <= hi + 1e-12)
 
 
-def rule_text(level: float, level_ci: float = CI_LEVEL) -> str:
+def objective_text(level: float, interval: str = "served") -> str:
+    """The objective the verdict line names: what is judged, against what."""
     lo, hi = coverage_target(level)
-    return (f"GO when the model's test coverage of its {level:.0%} interval is within "
+    return (f"{interval} {level:.0%} interval's test coverage within {lo:.2f}–{hi:.2f} and "
+            "mean pinball below the best baseline's")
+
+
+def rule_text(level: float, level_ci: float = CI_LEVEL, interval: str = "served") -> str:
+    lo, hi = coverage_target(level)
+    what = ("the interval serving will serve (the runtime's online recalibration replayed "
+            "over the test window)" if interval == "served" else
+            "its exported (frozen) interval, as served with online recalibration off")
+    return (f"GO when the model's test coverage of {what} at {level:.0%} is within "
             f"{lo:.2f}–{hi:.2f} (nominal ± {COVERAGE_BAND:g}) and its mean pinball beats the "
             f"best baseline's on the same rows: the upper bound of the paired {level_ci:.0%} "
-            f"session-bootstrap interval of (model − best baseline) is below 0")
+            f"session-bootstrap interval of (model − best baseline) is below 0; "
+            f"{NOT_ENOUGH_EVIDENCE} when the coverage's {level_ci:.0%} interval is wider than "
+            f"the band ({2 * COVERAGE_BAND:g}) and reaches into it, unless the model is "
+            f"significantly worse than the best baseline; {NO_GO} otherwise")
+
+
+def band_evidence(coverage: dict[str, Any], level: float) -> dict[str, Any]:
+    """Whether the test set can check the band: {"checkable", "ci_width", and, when it
+    cannot, "more_rows", "more_sessions", "more_days"} (module docstring)."""
+    lo, hi = coverage_target(level)
+    ci = [float(x) if x is not None else math.nan for x in (coverage.get("ci") or [math.nan] * 2)]
+    width = ci[1] - ci[0]
+    out: dict[str, Any] = {"ci_width": width, "band_width": 2 * COVERAGE_BAND}
+    if not math.isfinite(width):
+        return {**out, "checkable": False, "reaches_band": True, "more_rows": math.nan}
+    out["checkable"] = bool(width <= 2 * COVERAGE_BAND + 1e-12)
+    out["reaches_band"] = bool(ci[1] >= lo - 1e-12 and ci[0] <= hi + 1e-12)
+    if not out["checkable"]:
+        grow = (width / (2 * COVERAGE_BAND)) ** 2  # the width shrinks as 1 / sqrt(n)
+        n, sessions = int(coverage.get("n") or 0), coverage.get("sessions")
+        out["more_rows"] = math.ceil(n * (grow - 1.0))
+        if sessions:
+            out["more_sessions"] = math.ceil(int(sessions) * (grow - 1.0))
+        per_day = coverage.get("rows_per_day")
+        if per_day and math.isfinite(float(per_day)) and float(per_day) > 0:
+            out["rows_per_day"] = float(per_day)
+            out["more_days"] = out["more_rows"] / float(per_day)
+    return out
 
 
 def demand_gate(level: float, coverage: dict[str, Any], vs_best: dict[str, Any]) -> dict:
-    """The gate from the figures: coverage {"value", "ci", "n", "sessions"} and vs_best
-    {"baseline", "model_mean_pinball", "baseline_mean_pinball", "delta", "ci"}.
+    """The gate from the figures: coverage {"value", "ci", "n", "sessions", optional
+    "interval" ("served" default | "frozen"), "rows_per_day"} and vs_best {"baseline",
+    "model_mean_pinball", "baseline_mean_pinball", "delta", "ci"}.
 
-    Returns {"go", "rule", "reasons", "coverage", "vs_best_baseline", "level"}.
+    Returns {"go", "verdict", "objective", "rule", "reasons", "coverage",
+    "vs_best_baseline", "level", "evidence"}.
     """
     lo, hi = coverage_target(level)
     cov = float(coverage.get("value", math.nan))
     cov_ok = within_target(cov, level)
     reasons = []
     cci = coverage.get("ci") or [math.nan, math.nan]
+    what = "served interval" if (coverage.get("interval") or "served") == "served" \
+        else "frozen interval"
     reasons.append(
-        f"coverage {cov:.3f} (95% CI [{cci[0]:.3f}, {cci[1]:.3f}], n={coverage.get('n')}) "
-        f"{'within' if cov_ok else 'outside'} the target {lo:.2f}–{hi:.2f}")
+        f"{what} coverage {cov:.3f} (95% CI [{cci[0]:.3f}, {cci[1]:.3f}], "
+        f"n={coverage.get('n')}) {'within' if cov_ok else 'outside'} the target {lo:.2f}–{hi:.2f}"
+        + (f"; frozen {float(coverage['frozen']):.3f}"
+           if coverage.get("frozen") is not None and what == "served interval" else ""))
     base = vs_best.get("baseline")
     d, ci = float(vs_best.get("delta", math.nan)), list(vs_best.get("ci") or [math.nan] * 2)
     beat = bool(base is not None and math.isfinite(ci[1]) and ci[1] < 0)
@@ -83,9 +139,25 @@ def demand_gate(level: float, coverage: dict[str, Any], vs_best: dict[str, Any])
             f"{d:+.4g} (95% CI [{ci[0]:+.4g}, {ci[1]:+.4g}]): "
             + ("beats it (upper bound < 0)" if beat else
                "does not beat it (upper bound >= 0)"))
-    go = bool(cov_ok) and beat
-    return {"go": go, "rule": rule_text(level), "reasons": reasons,
-            "level": float(level),
+    interval = str(coverage.get("interval") or "served")
+    evidence = band_evidence(coverage, level)
+    worse = bool(base is not None and math.isfinite(ci[0]) and ci[0] > 0)
+    enough = evidence["checkable"] or not evidence["reaches_band"] or worse
+    verdict = decide(bool(cov_ok) and beat and evidence["checkable"], enough)
+    if not evidence["checkable"]:
+        more = more_data_text(evidence.get("more_rows", math.nan), "labelled test rows",
+                              evidence.get("rows_per_day"))
+        sess = (f", ~{evidence['more_sessions']} more sessions"
+                if evidence.get("more_sessions") is not None else "")
+        reasons.append(
+            f"too few test rows to check the band: the coverage interval is "
+            f"{evidence['ci_width']:.3f} wide, the band {2 * COVERAGE_BAND:.2f}"
+            + (f"; {more}{sess} would narrow it to the band's width" if enough is False
+               else ""))
+    go = is_go(verdict)
+    return {"go": go, "verdict": verdict, "objective": objective_text(level, interval),
+            "rule": rule_text(level, interval=interval), "reasons": reasons,
+            "evidence": evidence, "level": float(level),
             "coverage": {**coverage, "value": cov, "target": [lo, hi], "ok": bool(cov_ok)},
             "vs_best_baseline": {**vs_best, "delta": d, "ci": ci, "ok": beat}}
 
@@ -93,9 +165,15 @@ def demand_gate(level: float, coverage: dict[str, Any], vs_best: dict[str, Any])
 def gate_from_rows(level: float, y: np.ndarray, model_q: np.ndarray, model_lo: np.ndarray,
                    model_hi: np.ndarray, baseline_q: dict[str, np.ndarray],
                    quantiles: Sequence[float], session: np.ndarray | None,
-                   n_boot: int = N_BOOT, seed: int = 0) -> dict:
+                   n_boot: int = N_BOOT, seed: int = 0, interval: str = "served",
+                   frozen_coverage: float | None = None,
+                   rows_per_day: float | None = None) -> dict:
     """`demand_gate` computed from labelled test rows (y, the model's quantiles and
-    calibrated interval, each baseline's quantiles, the session of each row)."""
+    the interval judged: the served one by default, each baseline's quantiles, the
+    session of each row). interval: "served" | "frozen" (what model_lo / model_hi
+    are); frozen_coverage: the exported band's, reported beside a served one;
+    rows_per_day: labelled test rows per day of the test window (the days of data a
+    NOT ENOUGH EVIDENCE needs)."""
     from replaylab.demand.metrics import bootstrap_means, row_pinball
 
     y = np.asarray(y, dtype="float64")
@@ -109,7 +187,8 @@ def gate_from_rows(level: float, y: np.ndarray, model_q: np.ndarray, model_lo: n
     ci = bootstrap_means(values, session, n_boot, seed, CI_LEVEL)
     n_sessions = len(set(np.asarray(session).tolist())) if session is not None else int(y.size)
     coverage = {"value": float(covered.mean()) if y.size else math.nan, "ci": ci["coverage"],
-                "n": int(y.size), "sessions": int(n_sessions)}
+                "n": int(y.size), "sessions": int(n_sessions), "interval": interval,
+                "frozen": frozen_coverage, "rows_per_day": rows_per_day}
     vs_best: dict[str, Any] = {"baseline": best}
     if best is not None:
         vs_best.update(model_mean_pinball=float(model_rows.mean()),
@@ -124,4 +203,5 @@ def verdict_text(gate: dict | None) -> str:
     """'GO' / 'NO-GO' with the gate's reasons, one line (report, registry tag, console)."""
     if not gate:
         return "no gate recorded"
-    return f"{'GO' if gate.get('go') else 'NO-GO'}: " + "; ".join(map(str, gate.get("reasons") or []))
+    word = gate.get("verdict") or decide(bool(gate.get("go")))
+    return f"{word}: " + "; ".join(map(str, gate.get("reasons") or []))

@@ -30,9 +30,10 @@ from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import bucket_keys, make_baselines
 from replaylab.demand.config import DemandConfig
-from replaylab.demand.conformal import GroupConformal, reliability_curve
+from replaylab.demand.conformal import GroupConformal, cell_keys, reliability_curve
 from replaylab.demand.gate import N_BOOT, gate_from_rows
 from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
+from replaylab.demand.inputs import prompt_tokens
 from replaylab.demand.labels import (
     ABSENT_USAGE,
     CANCELLED,
@@ -49,6 +50,14 @@ from replaylab.demand.metrics import (
     row_figures,
 )
 from replaylab.demand.model import MODEL, QuantileDemandModel, base_band, request_cap
+from replaylab.demand.served import (
+    SERVED,
+    end_ms_of,
+    feedback_actuals,
+    rows_per_day,
+    served_band,
+    served_section,
+)
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.demand_model import (
     DemandData,
@@ -182,9 +191,35 @@ def predictions_frame(test: pd.DataFrame, y: np.ndarray, label_class: np.ndarray
     return out
 
 
+def served_interval(data: DemandData, m: _Scored, demand: DemandConfig,
+                    cap_test: np.ndarray | None, end_ms: np.ndarray):
+    """The model's interval as serving will serve it over the test window
+    (`replaylab.demand.served`): every test row, (n_test,) lo and hi in a `ServedBand`."""
+    test, labels, tm = data.frame("test"), data.labels, data.masks["test"]
+    cq = m.calibrator
+    return served_band(test[L.TIMESTAMP].to_numpy(dtype="float64"), end_ms,
+                       cell_keys(test, demand.group_columns), cq.corrections_,
+                       cq.global_correction_, demand.interval, *m.test_band,
+                       prompt_tokens(test), cap_test,
+                       feedback_actuals(labels.y_total[tm], labels.label_class[tm]),
+                       labels.lower_bound[tm], demand.scale, demand.served)
+
+
+def write_served(request_id: pd.Series, served, demand: DemandConfig, out_dir: Path) -> Path:
+    """OUT/served_test.parquet: each test request's served interval (`served-lo-80`,
+    `served-hi-80`), the interval the gate judged; both engines write it."""
+    lvl = level_label(demand.interval)
+    path = Path(out_dir) / "served_test.parquet"
+    pd.DataFrame({L.REQUEST_ID: np.asarray(request_id, dtype=object),
+                  f"{SERVED}-lo-{lvl}": served.lo, f"{SERVED}-hi-{lvl}": served.hi}
+                 ).to_parquet(path, index=False)
+    return path
+
+
 def _evaluate(data: DemandData, scored: dict[str, _Scored], demand: DemandConfig,
-              cap_test: np.ndarray | None) -> dict:
-    """The `test` section: every predictor on the same labelled rows; lower bounds apart."""
+              cap_test: np.ndarray | None, served) -> dict:
+    """The `test` section: every predictor on the same labelled rows; lower bounds apart.
+    served: the model's `ServedBand` over the test window, which the gate judges."""
     test, labels, tm = data.frame("test"), data.labels, data.masks["test"]
     usable, y = labels.usable[tm], labels.y_total[tm]
     tests = {name: interval_metrics(y[usable], s.test_q[usable], s.test_lo[usable],
@@ -199,16 +234,21 @@ def _evaluate(data: DemandData, scored: dict[str, _Scored], demand: DemandConfig
         None if cap_test is None else cap_test[usable],
         demand.group_columns, demand.min_group_size, demand.scale)
     session = test[L.SESSION_ID].to_numpy(dtype=object)[usable]
+    per_day = rows_per_day(test[L.TIMESTAMP].to_numpy(dtype="float64")[usable])
     _intervals(tests, scored, y[usable], usable, session, demand)
     baselines = {k: v for k, v in tests.items() if k != MODEL}
     best = min(baselines, key=lambda k: baselines[k]["mean_pinball"])
     top = quantile_key(demand.quantiles[-1])
-    gate = gate_from_rows(demand.interval, y[usable], m.test_q[usable], m.test_lo[usable],
-                          m.test_hi[usable], {k: s.test_q[usable] for k, s in scored.items()
+    gate = gate_from_rows(demand.interval, y[usable], m.test_q[usable], served.lo[usable],
+                          served.hi[usable], {k: s.test_q[usable] for k, s in scored.items()
                                               if k != MODEL},
-                          demand.quantiles, session, N_BOOT, demand.seed)
+                          demand.quantiles, session, N_BOOT, demand.seed,
+                          interval=SERVED if demand.served.online else "frozen",
+                          frozen_coverage=tests[MODEL]["coverage"], rows_per_day=per_day)
     return {
         "gate": gate,
+        "served": served_section(served, y, usable, m.test_lo, m.test_hi, demand.served,
+                                 gate["coverage"]["ci"], per_day, gate["coverage"]["sessions"]),
         "intervals": f"ci: 95% percentile intervals, {N_BOOT} session-bootstrap draws "
                      "(sessions resampled with replacement; every predictor on the same draws)",
         "rows": int(tm.sum()), "labelled_rows": int(usable.sum()),
@@ -381,7 +421,11 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     data.features.assign(split=data.splits).to_parquet(features_path, index=False)
     artifacts["features"] = str(features_path)
     t0 = time.perf_counter()
-    test = _evaluate(data, scored, demand, cap_test)
+    served = served_interval(data, m, demand, cap_test,
+                             end_ms_of(data.frame("test"), loaded.result.valid))
+    timings["served_replay"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    test = _evaluate(data, scored, demand, cap_test, served)
     timings["evaluation"] = time.perf_counter() - t0
     path = out_dir / "predictions_test.parquet"
     tm, lab = data.masks["test"], data.labels
@@ -390,6 +434,8 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
                                                           for k, v in scored.items()}, demand)
     predictions.to_parquet(path, index=False)
     artifacts["predictions_test"] = str(path)
+    artifacts["served_test"] = str(write_served(predictions[L.REQUEST_ID], served, demand,
+                                                out_dir))
 
     summary = {
         "pipeline": "demand",

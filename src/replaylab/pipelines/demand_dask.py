@@ -45,7 +45,15 @@ over a ledger dataset; the driver receives counts, fitted parameters and sums:
    local path's 1000 multinomial draws); the gate is `demand.gate.demand_gate`,
    the local rule, on these aggregates;
 7. predictions written by the workers as Parquet, one file per test partition
-   (`DIR/predictions_test/part-*.parquet`), the local file's columns.
+   (`DIR/predictions_test/part-*.parquet`), the local file's columns;
+8. the interval serving will serve (`demand.served`, the local rule): each test
+   partition returns, per row, what the replay of the runtime's online recalibration
+   needs (dispatch and end time, cell, the model's base band, prompt, cap, actual,
+   session: 12 values, about 100 bytes a row, 100 MB per million test rows); the
+   driver replays them in dispatch order with the local function, writes
+   `DIR/served_test.parquet` (request_id, served-lo-80, served-hi-80) and the gate
+   judges that interval's coverage, its interval from the same Poisson(1) session
+   weights as every other figure.
 
 Where each step lives: this module holds the stages (read, project and label, the
 summary, the report) and the label counts; the predictors fitted on Dask frames
@@ -110,7 +118,13 @@ from replaylab.demand.labels import (
 )
 from replaylab.demand.metrics import quantile_key
 from replaylab.demand.model import MODEL, request_cap
-from replaylab.pipelines.demand_dask_figures import eval_part, eval_sum, test_section
+from replaylab.demand.served import END_MS, ledger_end_ms
+from replaylab.pipelines.demand_dask_figures import (
+    eval_part,
+    eval_sum,
+    served_replay,
+    test_section,
+)
 from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project
 from replaylab.projection.version import FINGERPRINT_SCHEME_DASK
 
@@ -142,16 +156,19 @@ def _label_part(part: pd.DataFrame, ledger: pd.DataFrame, failed_is_censored: bo
     aligned = led.reindex(ids)
     aligned.index = part.index
     labels = demand_labels(part, aligned, failed_is_censored)
-    return part.assign(**{CLASS_COLUMN: labels.label_class})
+    aligned[L.TIMESTAMP] = part[L.TIMESTAMP].to_numpy()
+    return part.assign(**{CLASS_COLUMN: labels.label_class, END_MS: ledger_end_ms(aligned)})
 
 
 def attach_labels(features: Any, valid: Any, failed_is_censored: bool) -> Any:
     """Features with a `label_class` column, per partition (no gathering)."""
-    cols = [c for c in (L.SESSION_ID, L.REQUEST_ID, L.FINISH_REASON, L.LIFECYCLE_STATE)
+    cols = [c for c in (L.SESSION_ID, L.REQUEST_ID, L.FINISH_REASON, L.LIFECYCLE_STATE,
+                        L.ENDED_AT, L.DURATION_MS)  # the end: when serving gets the actual
             if c in valid.columns]
     small = valid[cols].shuffle(on=L.SESSION_ID, npartitions=features.npartitions,
                                 shuffle_method="tasks")
-    meta = features._meta.assign(**{CLASS_COLUMN: pd.Series([], dtype=object)})
+    meta = features._meta.assign(**{CLASS_COLUMN: pd.Series([], dtype=object),
+                                    END_MS: pd.Series([], dtype="float64")})
     return features.map_partitions(_label_part, small, failed_is_censored, meta=meta,
                                    align_dataframes=False)
 
@@ -301,7 +318,8 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             sessions = sum(splits["sessions"].values())
             check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
                                    demand.min_calibration_rows, source)
-            lab.drop(columns=[CLASS_COLUMN]).to_parquet(str(out_dir / "features"), write_index=False)
+            lab.drop(columns=[CLASS_COLUMN, END_MS]).to_parquet(str(out_dir / "features"),
+                                                                write_index=False)
 
         with stage("model"):
             method, censoring = _censoring_section(demand, facts["counts"])
@@ -337,8 +355,10 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
                      for i, p in enumerate(test.to_delayed())]
             agg = dask.delayed(eval_sum)(parts).compute()
             test_rows = splits["rows"].get("test", 0)
+            served = served_replay(agg.pop("served_rows"), calibrators[MODEL], demand, n_boot,
+                                   out_dir)
             section = test_section(agg, list(predictors), demand, n_boot,
-                                    facts["train_groups"], test_rows)
+                                    facts["train_groups"], test_rows, served)
             frac = min(1.0, GOLDEN_SAMPLE / max(test_rows, 1))
             sample = test.map_partitions(_golden_sample, frac, demand.seed,
                                          meta=test._meta).compute()
@@ -398,7 +418,8 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
         "test": section,
         "artifacts": {"quarantine": str(out_dir / "quarantine"),
                       "features": str(out_dir / "features"),
-                      "predictions_test": str(pred_dir)},
+                      "predictions_test": str(pred_dir),
+                      "served_test": str(out_dir / "served_test.parquet")},
         "partitions": int(ds.npartitions),
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }

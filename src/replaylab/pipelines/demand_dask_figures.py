@@ -22,11 +22,21 @@ from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.config import DemandConfig
+from replaylab.demand.conformal import cell_keys
 from replaylab.demand.dask_ops import key_hash, poisson_weights
 from replaylab.demand.gate import CI_LEVEL, demand_gate
+from replaylab.demand.inputs import prompt_tokens
 from replaylab.demand.labels import CLASS_COLUMN, LABEL, LOWER_BOUND_CLASSES
 from replaylab.demand.metrics import quantile_key, row_figures
 from replaylab.demand.model import MODEL, base_band, request_cap
+from replaylab.demand.served import (
+    END_MS,
+    SERVED,
+    feedback_actuals,
+    rows_per_day,
+    served_band,
+    served_section,
+)
 from replaylab.pipelines.demand import predictions_frame
 
 
@@ -104,13 +114,60 @@ def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dic
         lo, hi = cq.predict_interval(test_u, mband[0][u], mband[1][u], cap)
         rel[level] = np.array([float(((y >= lo) & (y <= hi)).sum()), float((hi - lo).sum())])
     res["reliability"] = rel
+    res["served_rows"] = _served_rows(part, got[MODEL], y_all, cls, demand)
     return res
+
+
+def _served_rows(part: pd.DataFrame, model: tuple, y_all: np.ndarray, cls: np.ndarray,
+                 demand: DemandConfig) -> pd.DataFrame:
+    """What the served-interval replay needs of each test row (module docstring of
+    `pipelines.demand_dask`, step 8): the model's base band and exported band included."""
+    _, lo, hi, (blo, bhi) = model
+    n = len(part)
+    return pd.DataFrame({
+        L.REQUEST_ID: part[L.REQUEST_ID].to_numpy(dtype=object),
+        L.SESSION_ID: part[L.SESSION_ID].to_numpy(dtype=object),
+        "t": part[L.TIMESTAMP].to_numpy(dtype="float64"),
+        "end": part[END_MS].to_numpy(dtype="float64", na_value=np.nan),
+        "cell": cell_keys(part, demand.group_columns),
+        "blo": blo, "bhi": bhi, "prompt": prompt_tokens(part),
+        "cap": request_cap(part) if demand.clip_to_cap else np.full(n, np.nan),
+        "y": feedback_actuals(y_all, cls), "lower_bound": np.isin(cls, LOWER_BOUND_CLASSES),
+        "usable": cls == LABEL, "frozen_lo": lo, "frozen_hi": hi})
+
+
+def served_replay(rows: pd.DataFrame, calibrator, demand: DemandConfig, n_boot: int,
+                  out_dir) -> dict:
+    """The served interval over the whole test window, replayed on the driver in dispatch
+    order by the local function (`demand.served.served_band`): its `test.served` section,
+    the coverage interval from the same Poisson(1) session weights as every other figure;
+    writes OUT/served_test.parquet (request_id and the served interval)."""
+    from replaylab.pipelines.demand import write_served
+
+    rows = rows.sort_values(["t", L.REQUEST_ID], kind="stable").reset_index(drop=True)
+    band = served_band(rows["t"].to_numpy(), rows["end"].to_numpy(), rows["cell"].to_numpy(),
+                       calibrator.corrections_, calibrator.global_correction_,
+                       demand.interval, rows["blo"].to_numpy(), rows["bhi"].to_numpy(),
+                       rows["prompt"].to_numpy(), rows["cap"].to_numpy(), rows["y"].to_numpy(),
+                       rows["lower_bound"].to_numpy(), demand.scale, demand.served)
+    write_served(rows[L.REQUEST_ID], band, demand, out_dir)
+    u = rows["usable"].to_numpy(dtype=bool)
+    y = rows["y"].to_numpy()
+    hit = ((y >= band.lo) & (y <= band.hi))[u].astype(float)
+    codes, uniq = pd.factorize(rows[L.SESSION_ID].to_numpy(dtype=object)[u])
+    w = poisson_weights(key_hash(np.asarray(uniq, dtype=object)), n_boot, demand.seed)
+    reps = (w @ np.bincount(codes, hit, len(uniq))) / (w @ np.bincount(codes, None, len(uniq)))
+    return served_section(band, y, u, rows["frozen_lo"].to_numpy(),
+                          rows["frozen_hi"].to_numpy(), demand.served, _ci(reps),
+                          rows_per_day(rows["t"].to_numpy()[u]), int(len(uniq)))
 
 
 def eval_sum(parts: list[dict]) -> dict:
     parts = [p for p in parts if p.get("n") is not None]
     out: dict[str, Any] = {"rows": 0, "n": 0, "sessions": 0, "groups": {}, "censored": {},
                            "reliability": {}}
+    served = [p.pop("served_rows") for p in parts]
+    out["served_rows"] = pd.concat(served, ignore_index=True) if served else pd.DataFrame()
     for p in parts:
         out["rows"] += p["rows"]
         out["n"] += p["n"]
@@ -131,7 +188,8 @@ def _ci(reps: np.ndarray) -> list[float]:
 
 
 def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
-                  train_groups: dict, test_rows: int) -> dict:
+                  train_groups: dict, test_rows: int, served: dict) -> dict:
+    """The summary's `test` section and the gate, which judges `served` (`served_replay`)."""
     qs = list(demand.quantiles)
     keys, n = agg["keys"], agg["n"]
     mean = dict(zip(keys, agg["sums"] / n, strict=True))
@@ -156,8 +214,10 @@ def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
     delta = reps[:, col[f"{MODEL}|mean_pinball"]] - reps[:, col[f"{best}|mean_pinball"]]
     gate = demand_gate(
         demand.interval,
-        {"value": tests[MODEL]["coverage"], "ci": tests[MODEL]["ci"]["coverage"], "n": int(n),
-         "sessions": int(agg["sessions"])},
+        {"value": served["coverage"], "ci": served["ci"], "n": int(n),
+         "sessions": int(agg["sessions"]),
+         "interval": SERVED if demand.served.online else "frozen",
+         "frozen": tests[MODEL]["coverage"], "rows_per_day": served["rows_per_day"]},
         {"baseline": best, "model_mean_pinball": float(m_mp),
          "baseline_mean_pinball": float(b_mp), "delta": float(m_mp - b_mp),
          "ci": _ci(delta), "resampled": "sessions (Poisson(1) weights from hash(session_id, b))",
@@ -190,6 +250,7 @@ def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
                    for level, v in sorted(agg["reliability"].items())]
     return {
         "gate": gate,
+        "served": served,
         "intervals": f"ci: 95% percentile intervals, {n_boot} session-cluster Poisson bootstrap "
                      "replicates (w[b, s] ~ Poisson(1) from hash(session_id, b); every "
                      "predictor on the same weights)",

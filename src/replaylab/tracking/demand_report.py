@@ -160,10 +160,11 @@ def _with_ci(m: dict, key: str) -> str:
 
 
 def gate_verdict(gate: dict | None) -> str:
-    """The verdict line the report prints: the gate's own `go` (summary.json `gate`)."""
+    """The verdict the report prints: the gate's own word (summary.json `gate.verdict`: GO,
+    NO-GO or NOT ENOUGH EVIDENCE; a gate recorded before the word: its `go`)."""
     if not gate:
         return "no gate recorded"
-    return "GO" if gate.get("go") else "NO-GO"
+    return str(gate.get("verdict") or ("GO" if gate.get("go") else "NO-GO"))
 
 
 def _gate_box(gate: dict | None) -> str:
@@ -173,8 +174,11 @@ def _gate_box(gate: dict | None) -> str:
         return ("<div class='box'><b>Gate:</b> no gate recorded in summary.json (a run from "
                 "before the gate was recorded): the registry refuses to promote it.</div>")
     verdict = gate_verdict(gate)
+    look = "ok" if gate.get("go") else ("bad" if verdict in ("GO", "NO-GO") else "thin")
+    objective = (f"<p>Objective: {escape(str(gate['objective']))}.</p>"
+                 if gate.get("objective") else "")
     return (f"<div class='box' id='gate'><b>Gate verdict: <span class='gate-verdict "
-            f"{'ok' if gate.get('go') else 'bad'}'>{verdict}</span></b>"
+            f"{look}'>{escape(verdict)}</span></b>{objective}"
             f"<p class='src'>Rule: {escape(str(gate.get('rule', '')))}. The registry's "
             f"promotion gate reads this verdict (manifest <code>training.gate</code>); it is "
             f"computed once, by <code>replaylab.demand.gate</code>.</p><ul>"
@@ -195,9 +199,15 @@ def _targets(scores, groups, interval, gate: dict | None = None) -> str:
           < to_float(scores[b].get("mean_pinball"))]
     vs = (gate or {}).get("vs_best_baseline") or {}
     ci = vs.get("ci") or [math.nan, math.nan]
+    gcov = (gate or {}).get("coverage") or {}
+    served = gcov.get("interval") == "served"
     rows = [
-        [f"<td class='l'>gated: coverage of the {interval:.0%} interval within "
-         f"{lo:.2f}–{hi:.2f}</td>", _with_ci(m, "coverage"),
+        [f"<td class='l'>gated: coverage of the {'served ' if served else ''}{interval:.0%} "
+         f"interval within {lo:.2f}–{hi:.2f}"
+         + (" (online recalibration replayed over the test window; the exported band's "
+            "coverage is the model row's below)" if served else "") + "</td>",
+         (_with_ci({"coverage": gcov.get("value"), "ci": {"coverage": gcov.get("ci")}},
+                   "coverage") if gcov else _with_ci(m, "coverage")),
          badge(lookup(gate, "coverage.ok") if gate else within_target(cov, interval))],
         [f"<td class='l'>gated: mean pinball below the best baseline's "
          f"({escape(str(vs.get('baseline', '—')))}), upper bound of the paired 95% "

