@@ -171,3 +171,35 @@ def test_thin_evidence_that_already_fails_is_a_plain_no_go():
     worse = {"oracle": np.exp(np.log(y)[:, None] + np.array([-0.01, 0.0, 0.01])[None, :])}
     g = gate_from_rows(LEVEL, y, q, lo, hi, worse, (0.1, 0.5, 0.9), session, 400, 0)
     assert g["vs_best_baseline"]["ci"][0] > 0 and g["verdict"] == NO_GO
+
+
+@pytest.mark.slow
+def test_the_pipeline_on_a_tiny_ledger_says_not_enough_evidence_everywhere(tmp_path):
+    """A 300-session ledger leaves ~90 labelled test rows: the run's gate, console line and
+    report all say NOT ENOUGH EVIDENCE, go is false, and the served interval is on disk."""
+    from replaylab.demand import QuantileModelConfig
+    from replaylab.demand.config import CensoringConfig
+    from replaylab.pipelines.demand import train_demand
+    from replaylab.pipelines.project import LedgerInput, load_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+    from replaylab.sources.synthetic import SyntheticLedgerConfig
+
+    loaded = load_ledger(LedgerInput(synthetic=SyntheticLedgerConfig(n_sessions=300,
+                                                                     sessions_per_s=0.25)))
+    cfg = DemandConfig(model=QuantileModelConfig(n_estimators=100, num_threads=1),
+                       censoring=CensoringConfig(method="none"))
+    s, _ = train_demand(loaded, ProjectionConfig(), SplitConfig(embargo_ms=300_000), cfg,
+                        tmp_path)
+    g = s["gate"]
+    assert s["test"]["labelled_rows"] < 200
+    assert g["verdict"] == NOT_ENOUGH_EVIDENCE and g["go"] is False
+    assert g["coverage"]["value"] == s["test"]["served"]["coverage"]
+    assert g["coverage"]["frozen"] == s["test"]["model"]["coverage"]
+    assert g["evidence"]["more_rows"] > 0 and g["evidence"]["more_days"] > 0
+    assert demand_line(s).startswith("demand: NOT ENOUGH EVIDENCE (objective: served 80%")
+    html = open(s["reports"]["html"], encoding="utf-8").read()
+    assert "gate-verdict thin'>NOT ENOUGH EVIDENCE</span>" in html
+    served = pd.read_parquet(s["artifacts"]["served_test"])
+    assert len(served) == s["test"]["rows"] and list(served.columns)[1:] == ["served-lo-80",
+                                                                          "served-hi-80"]
+    assert (served["served-lo-80"] <= served["served-hi-80"]).all()
