@@ -128,3 +128,52 @@ pub(crate) unsafe fn write_out(s: &str, out: *mut c_char, cap: usize) -> Result<
     *out.add(s.len()) = 0;
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last() -> Option<String> {
+        let p = rl_last_error();
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_str().unwrap().to_string())
+    }
+
+    #[test]
+    fn a_panic_stops_at_the_boundary() {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {})); // quiet: the panic is expected
+        let rc = code(|| panic!("boom"));
+        std::panic::set_hook(prev);
+        assert_eq!(rc, RL_ERR_PANIC);
+        assert_eq!(last().as_deref(), Some("panic: boom"));
+        assert_eq!(code(|| Ok(0)), 0);
+        assert_eq!(last(), None); // a good call clears the thread's error
+    }
+
+    #[test]
+    fn errors_are_per_thread() {
+        assert_eq!(code(|| Err(Fail(RL_ERR_INPUT, "bad_input: here".into()))), RL_ERR_INPUT);
+        let other = std::thread::spawn(|| {
+            let before = last();
+            code(|| Err(Fail(RL_ERR_NULL, "null_argument: there".into())));
+            (before, last())
+        }).join().unwrap();
+        assert_eq!(other, (None, Some("null_argument: there".to_string())));
+        assert_eq!(last().as_deref(), Some("bad_input: here"));
+    }
+
+    #[test]
+    fn the_buffer_protocol() {
+        let mut buf = [0x55u8; 8];
+        let p = buf.as_mut_ptr().cast::<c_char>();
+        unsafe {
+            assert_eq!(write_out("abcdefg", std::ptr::null_mut(), 0).ok(), Some(8)); // size asked
+            assert_eq!(write_out("abcdefgh", p, 8).ok(), Some(9)); // one short: nothing written
+            assert_eq!(buf, [0x55u8; 8]);
+            assert_eq!(write_out("abcdefg", p, 8).ok(), Some(0));
+        }
+        assert_eq!(&buf, b"abcdefg\0");
+        let nul = unsafe { arg(b"x\xff\0".as_ptr().cast(), "s") };
+        assert!(matches!(nul, Err(Fail(RL_ERR_INPUT, _))));
+    }
+}
