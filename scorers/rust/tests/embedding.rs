@@ -67,7 +67,7 @@ fn the_minilm_tier_loads_for_embedding_only_routing() {
 #[test]
 fn routing_from_text_needs_the_static_tier() {
     let router = Router::load(&common::fixture("router-minilm"), timefmt::now()).unwrap();
-    let err = router.route("What is 2 + 2?", None, None).err().expect("no text encoder");
+    let err = router.route("What is 2 + 2?", None, None).expect_err("no text encoder");
     assert_eq!(err.reason, "embedding_only");
     assert!(err.message.contains("route_embedding") && err.message.contains("static tier"), "{err}");
     // a binder routes its openings from text
