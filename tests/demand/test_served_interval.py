@@ -203,3 +203,45 @@ def test_the_pipeline_on_a_tiny_ledger_says_not_enough_evidence_everywhere(tmp_p
     assert len(served) == s["test"]["rows"] and list(served.columns)[1:] == ["served-lo-80",
                                                                           "served-hi-80"]
     assert (served["served-lo-80"] <= served["served-hi-80"]).all()
+
+
+@pytest.mark.slow
+def test_the_gated_interval_is_what_the_exported_artifact_serves_in_a_replay(tmp_path):
+    """Train, export, load the artifact in the runtime (online on, its defaults) and replay
+    the test window through it (`hints.replay.replay_hints`, deployed at the first test
+    dispatch): every hint's interval equals the served interval the gate judged."""
+    from datetime import UTC, datetime
+
+    from replaylab.artifacts.demand_export import export_demand
+    from replaylab.demand import QuantileModelConfig
+    from replaylab.demand.config import CensoringConfig
+    from replaylab.hints.replay import replay_hints
+    from replaylab.pipelines.demand import train_demand
+    from replaylab.pipelines.project import LedgerInput, load_ledger
+    from replaylab.projection import ProjectionConfig, SplitConfig
+    from replaylab.runtime.demand import DemandPredictor
+    from replaylab.sources.synthetic import SyntheticLedgerConfig
+
+    loaded = load_ledger(LedgerInput(synthetic=SyntheticLedgerConfig(n_sessions=1500,
+                                                                     sessions_per_s=0.25)))
+    cfg = DemandConfig(model=QuantileModelConfig(n_estimators=100, num_threads=1),
+                       censoring=CensoringConfig(method="none"), min_group_size=100)
+    s, run = train_demand(loaded, ProjectionConfig(), SplitConfig(embargo_ms=300_000), cfg,
+                          tmp_path)
+    t0 = s["time_window"]["test"]["first_ms"]
+    export_demand(run, s, tmp_path / "art", created=datetime.fromtimestamp(t0 / 1000, UTC))
+    predictor = DemandPredictor.load(tmp_path / "art", clock=lambda: t0 / 1000 + 1)
+    assert predictor.loaded and predictor.online_config == cfg.served.online_config()
+    features = pd.read_parquet(s["artifacts"]["features"])
+    test_ids = set(features.loc[features["split"] == "test", "request_id"])
+    ledger = loaded.result.valid
+    replay = replay_hints(ledger[ledger["request_id"].isin(test_ids)], predictor,
+                          online_from_ms=t0).set_index("request_id")
+    served = pd.read_parquet(s["artifacts"]["served_test"]).set_index("request_id")
+    both = replay.join(served, how="inner")
+    assert len(both) == len(served) == s["test"]["rows"]
+    np.testing.assert_allclose(both["hint_lo"], both["served-lo-80"], rtol=1e-9)
+    np.testing.assert_allclose(both["hint_hi"], both["served-hi-80"], rtol=1e-9)
+    assert (replay["hint_correction_version"] > 0).mean() > 0.5  # the tracker moved
+    pred = pd.read_parquet(s["artifacts"]["predictions_test"]).set_index("request_id")
+    assert not np.allclose(pred.loc[served.index, "model-hi-80"], served["served-hi-80"])

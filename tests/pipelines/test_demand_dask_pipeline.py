@@ -181,6 +181,34 @@ def test_predictions_partition_files_hold_every_test_row_once(runs):
         pd.testing.assert_series_equal(a[c], b[c], check_dtype=False)
 
 
+@pytest.mark.slow
+@pytest.mark.integration
+def test_both_engines_gate_the_interval_serving_serves_by_the_same_replay(runs):
+    """The gate judges the served interval (the runtime's online recalibration replayed
+    over the test window) on both engines: same rule, same replay, the model's tolerance."""
+    local, _, dist, _, *_ = runs
+    ls, ds = local["test"]["served"], dist["test"]["served"]
+    print("served dask vs local:", {k: (ds[k], ls[k]) for k in
+                                    ("coverage", "frozen_coverage", "fed_back", "mean_width")})
+    for s, run in ((ls, local), (ds, dist)):
+        assert s["recalibration"] == "online" and s["config"] == CFG.served.__dict__
+        assert run["gate"]["coverage"]["value"] == s["coverage"]
+        assert run["gate"]["coverage"]["interval"] == "served"
+        assert run["gate"]["coverage"]["frozen"] == run["test"]["model"]["coverage"]
+        assert run["gate"]["verdict"] in ("GO", "NO-GO", "NOT ENOUGH EVIDENCE")
+        assert s["ci"][0] <= s["coverage"] <= s["ci"][1]
+    # the same actuals to feed back, ends from the ledger on both engines; how many the
+    # tracker used differs a little (a lower bound inside the band is skipped: model-dependent)
+    assert ds["actuals"] == ls["actuals"] and ds["modeled_end"] == ls["modeled_end"] == 0
+    assert abs(ds["fed_back"] - ls["fed_back"]) <= 0.02 * ls["fed_back"]
+    assert ds["n"] == ls["n"]
+    assert abs(ds["coverage"] - ls["coverage"]) <= COVERAGE_ATOL
+    a = pd.read_parquet(dist["artifacts"]["served_test"]).sort_values(L.REQUEST_ID)
+    b = pd.read_parquet(local["artifacts"]["served_test"]).sort_values(L.REQUEST_ID)
+    assert list(a.columns) == list(b.columns) == [L.REQUEST_ID, "served-lo-80", "served-hi-80"]
+    assert a[L.REQUEST_ID].is_unique and list(a[L.REQUEST_ID]) == list(b[L.REQUEST_ID])
+
+
 def test_exact_quantiles_equal_numpy():
     import dask.dataframe as dd
 
