@@ -8,8 +8,8 @@ leaf is `Any`, so values reach the dataclasses exactly as written and their
 YAML leaves out composes to the library's own default (taken from the dataclass),
 so the typed config built from it is the one the library would have built.
 
-`register_schemas()` is called by the three entry points before composing; nothing
-is stored at import.
+`register_schemas()` is called by the three entry points before composing (it also
+registers the `shipped` resolver, `register_resolvers`); nothing is stored at import.
 """
 
 from __future__ import annotations
@@ -213,6 +213,19 @@ def register_schemas() -> None:
     cs.store(group="fleet/workload", name="schema", node=fleet_workload_schema())
     for exp, schema in experiment_schemas().items():
         cs.store(group="experiment", name=f"{exp}_schema", node=schema)
+    register_resolvers()
+
+
+def register_resolvers() -> None:
+    """`${shipped:walkthrough,receipts.parquet}` in a YAML value: the path of a file shipped
+    in `replaylab.data` (conf/data/walkthrough_*.yaml), found the way the package finds it,
+    so a preset names shipped data in a checkout and in an installed wheel alike."""
+    from omegaconf import OmegaConf
+
+    from replaylab.data import shipped
+
+    OmegaConf.register_new_resolver("shipped", lambda *parts: str(shipped(*map(str, parts))),
+                                    replace=True)
 
 
 def unknown_schema_key(schema: type, path: list[str]) -> tuple[str, list[str]] | None:
