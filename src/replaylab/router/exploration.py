@@ -402,8 +402,8 @@ def policy_truth(sim: ReceiptsSimulation, matrix: OutcomeMatrix, session_ids: np
 def serve_sessions(binder: Any, matrix: OutcomeMatrix, texts: dict[str, str], *,
                    sessions: int, seed: int, start_ms: int, mean_turns: float = 3.0,
                    max_turns: int = 8, mean_session_gap_s: float = 30.0,
-                   mean_think_s: float = 20.0, session_prefix: str = "r1-"
-                   ) -> ReceiptsSimulation:
+                   mean_think_s: float = 20.0, session_prefix: str = "r1-",
+                   prompt_rows: np.ndarray | None = None) -> ReceiptsSimulation:
     """New traffic through a served session binder (`replaylab.runtime.SessionBinder`),
     with outcomes read from the full table: the receipts a deployment of the binder writes.
 
@@ -415,11 +415,18 @@ def serve_sessions(binder: Any, matrix: OutcomeMatrix, texts: dict[str, str], *,
     `prompt_text` on opening turns. The truth keeps what every opening candidate would have
     produced, and `logging_probs` the binder's exact opening policy (its router's choice
     with 1 - rate, each other candidate rate / (K - 1); from the receipts' propensities).
+    prompt_rows: (sessions,) the matrix rows that open the sessions, when the caller drew
+    them (an A/B arm of a random split of new sessions); None: drawn here.
     """
     rng = np.random.default_rng(seed)
     k = len(matrix.candidates)
     col = {c: j for j, c in enumerate(matrix.candidates)}
     rows = rng.integers(0, matrix.n_prompts, size=sessions)
+    if prompt_rows is not None:
+        rows = np.asarray(prompt_rows, dtype=np.int64)
+        if rows.shape != (sessions,):
+            raise ValueError(f"serve_sessions: prompt_rows has shape {rows.shape}, "
+                             f"expected ({sessions},)")
     turns = np.minimum(rng.geometric(1.0 / mean_turns, size=sessions), max_turns)
     opens = start_ms + np.cumsum(np.round(rng.exponential(mean_session_gap_s * 1000.0,
                                                           size=sessions))).astype(np.int64)
