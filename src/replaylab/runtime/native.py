@@ -77,7 +77,7 @@ class NativeError(InputError, RuntimeError):
 
 
 def _bytes(text: str | bytes) -> bytes:
-    return text if isinstance(text, bytes) else text.encode("utf-8")
+    return text if text.__class__ is bytes else text.encode("utf-8")
 
 
 class NativeLibrary:
@@ -114,9 +114,11 @@ class NativeLibrary:
         return msg.decode("utf-8", "replace") if msg else "(no message)"
 
     def answer(self, fn: Any, *args: Any) -> str:
-        """Call `fn(*args, out, cap)` with this thread's buffer, grown once when too small."""
-        buf = getattr(self._local, "buf", None)
-        if buf is None:
+        """Call `fn(*args, out, cap)` with this thread's buffer, grown once when too small.
+        (The hot path of every call, under the GIL: kept to a few attribute reads.)"""
+        try:
+            buf = self._local.buf
+        except AttributeError:
             buf = self._local.buf = ctypes.create_string_buffer(4096)
         rc = fn(*args, buf, len(buf))
         if rc > 0:  # too small: rc is the size needed
@@ -140,6 +142,7 @@ class _Handle:
 
     def __init__(self, lib: NativeLibrary, handle: int) -> None:
         self.lib, self.handle = lib, handle
+        self._answer, self._cdll = lib.answer, lib.cdll
 
     def close(self) -> None:
         if self.handle:
@@ -164,9 +167,9 @@ class NativeDemandPredictor(_Handle):
     def hint_json(self, request_json: str | bytes, now_ms: int | None = None) -> str:
         """The hint line; `now_ms` stamps a request without `timestamp` (None: now)."""
         if now_ms is None:
-            return self.lib.answer(self.lib.cdll.rl_demand_hint_json, self.handle, _bytes(request_json))
-        return self.lib.answer(self.lib.cdll.rl_demand_hint_json_at, self.handle,
-                               _bytes(request_json), int(now_ms))
+            return self._answer(self._cdll.rl_demand_hint_json, self.handle, _bytes(request_json))
+        return self._answer(self._cdll.rl_demand_hint_json_at, self.handle, _bytes(request_json),
+                            int(now_ms))
 
     def predict(self, request: Mapping[str, Any], now_ms: int | None = None) -> dict[str, Any]:
         return json.loads(self.hint_json(json.dumps(request), now_ms))
@@ -184,7 +187,7 @@ class NativeRouter(_Handle):
 
     def route_json(self, request_json: str | bytes) -> str:
         """`{"text", "category", "prompt_tokens"}` -> `replaylab-route route`'s line."""
-        return self.lib.answer(self.lib.cdll.rl_router_route_json, self.handle, _bytes(request_json))
+        return self._answer(self._cdll.rl_router_route_json, self.handle, _bytes(request_json))
 
     def route(self, text: str, category: str | None = None,
               prompt_tokens: float | None = None) -> dict[str, Any]:
@@ -217,7 +220,7 @@ class NativeSessionBinder(_Handle):
     def bind_json(self, turn_json: str | bytes) -> str:
         """`{"session_id", "text", "category", "prompt_tokens", "turn_index", "now"}` -> the
         receipt (the binder's canonical record, `replaylab-route bind`'s line)."""
-        return self.lib.answer(self.lib.cdll.rl_binder_bind_json, self.handle, _bytes(turn_json))
+        return self._answer(self._cdll.rl_binder_bind_json, self.handle, _bytes(turn_json))
 
     def bind(self, session_id: str, text: str = "", *, category: str | None = None,
              prompt_tokens: float | None = None, turn_index: int | None = None,
