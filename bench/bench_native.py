@@ -13,6 +13,9 @@ C, Go and Rust (the crate's own in-process bench).
 - `latency`: one thread, each call timed alone (`perf_counter`; C: CLOCK_MONOTONIC; Go:
   time.Now; Rust: `replaylab-route bench` / `demand-bench`, Instant), `--calls` calls
   after 20 warm-up calls, over the same GSM8K queries and projected demand requests.
+- `ratio_modeled`: the 2-thread ratio Amdahl's law gives when the GIL-held share of a call
+  is 1 - (C's p50 / Python-native's p50): what the ratio is on two idle cores, for a host
+  whose measured ratio is crowded out by other processes (modeled, not measured).
 - `memory`: RSS (/proc/self/statm) after 100k warm-up calls and after 1M more, routes and
   hints alternating; growth in KiB (`--memory-calls`).
 
@@ -227,6 +230,14 @@ def main() -> None:
         memory = {"calls": args.memory_calls, "warmup_calls": n_warm, "rss_before_kib": before,
                   "rss_after_kib": rss_kib(), "seconds": round(time.perf_counter() - t1, 1)}
         memory["growth_kib"] = memory["rss_after_kib"] - before
+    # modeled, for a host where the measured ratio is crowded out: the share of a Python call
+    # spent outside the library (under the GIL) = 1 - C's p50 / Python-native's p50; with it
+    # Amdahl's 2-thread ratio 1 / (s + (1 - s) / 2)
+    if "route" in latency["c"]:
+        for kind, key in (("route", "routes_native"), ("hint", "hints_native")):
+            gil = max(0.0, 1 - latency["c"][kind]["p50_us"] / latency["python_native"][kind]["p50_us"])
+            threads[key]["gil_share_modeled"] = round(gil, 3)
+            threads[key]["ratio_modeled"] = round(1 / (gil + (1 - gil) / 2), 3)
     p99 = latency["python_native"]["route"]["p99_us"]
     # "no growth": under 1 MiB over the calls (page-granular RSS, allocator noise)
     target = {"hints_threads_ratio": threads["hints_native"]["ratio"] >= SCALING_TARGET,
