@@ -13,9 +13,11 @@ at its nominal `alpha` over all looks:
    [0, c / m] chosen from x_1..x_{i-1} only, is a non-negative martingale when mu = m
    and grows when mu > m; by Ville's inequality P(exists t: K_t(mu) >= 1/alpha) <= alpha,
    so L = inf{m : max_t K_t(m) < 1/alpha} is a lower bound on mu that holds at every t
-   at once (a confidence sequence), with no bound above on x (importance weights). The
-   bets are the predictable plug-in of WSR (their eq. "PrPl"):
-   lambda_t = sqrt(2 log(1/alpha) / (sigma_{t-1}^2 t log(1 + t))), capped at c / m.
+   at once (a confidence sequence), with no bound above on x needed. The bets are
+   predictable plug-ins (WSR's "PrPl"): lambda_t = sqrt(2 log(1/alpha) / (sigma_{t-1}^2
+   t log(1 + t))) for a bound at every t at once, or sqrt(2 log(1/alpha) / (sigma_{t-1}^2
+   n)) tuned for a look of n rows (still valid at every t, tightest at n: the width of an
+   empirical-Bernstein interval, ~sigma sqrt(2 log(1/alpha) / n)); capped at c / m.
 2. Alpha spending across looks (Lan & DeMets, Biometrika 1983): look k of `looks`
    planned spends alpha*(k / looks) - alpha*((k - 1) / looks) of the total, with the
    O'Brien-Fleming-type alpha*(t) = 2 - 2 Phi(z_{1 - alpha/2} / sqrt(t)) (little early,
@@ -26,19 +28,19 @@ at its nominal `alpha` over all looks:
    bound), because the betting bound is valid at any fixed size too.
 
 The paired differences (served - logging, per opening decision, IPS): with w = pi(a | x)
-/ p the importance weight of the served router and r in [0, s] (quality s = 1; cost per
-call, s = the largest logged cost):
-
-    quality lower:  X = w r + (s - r) >= 0,        E X = s + d  ->  d >= L(X) - s
-    quality upper:  X' = w (s - r) + r >= 0,       E X' = s E w - d, E w <= 1  ->  d <= s - L(X')
-
-(E w = 1 when the logging policy explores every candidate; less, where it does not,
-leaves both bounds valid and conservative.) DR's terms are not bounded below by a
-constant the data can know, so the sequential bounds are IPS's.
+/ p the importance weight of the served router (0 or 1 / p for a deterministic router)
+and r in [0, s] (quality: s = 1; cost per call: s = the largest logged cost), the terms
+D = (w - 1) r have mean d = V(served) - V(logging) (IPS is unbiased where the logging
+policy explores every candidate) and lie in [-s, (w_max - 1) s], w_max = 1 / the
+smallest logged propensity. The lower end of d is a betting bound on D + s >= 0, the
+upper end one on (w_max - 1) s - D >= 0: the gate's "quality lower" uses the first
+(its range below is 1, so the bets are rarely capped), "cost upper" the second. DR's
+terms are not bounded by constants the data can know, so the sequential bounds are IPS's.
 
 Written here, not taken from a library: `confseq` (Howard, Waudby-Smith et al.) ships
 only as a source build with a C++ extension that needs Boost, and its betting
-sequences assume observations in [0, 1]; IPS terms are bounded below only.
+sequences assume observations in [0, 1]; importance-weighted terms have a range set by
+the smallest propensity, and the lower bound needs none above.
 """
 
 from __future__ import annotations
