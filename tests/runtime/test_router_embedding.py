@@ -79,6 +79,8 @@ def test_a_bad_embedding_raises_and_an_unloaded_router_falls_back(minilm):
     bad[2] = np.nan
     with pytest.raises(ValueError, match="finite"):
         minilm.route_embedding(bad)
+    with pytest.raises(ValueError, match="infinite"):
+        minilm.route_embedding(np.full(d, 0.1, np.float32), None, float("inf"))
     gone = Router.load(None, fallback_candidate="strong")
     out = gone.route_embedding(np.zeros(d, np.float32))
     assert out.candidate == "strong" and out.fallback and out.reason == "missing_artifact"

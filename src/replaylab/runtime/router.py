@@ -382,7 +382,8 @@ class Router:
         The head and decision of `route`, so `route_embedding(route(t, c, p,
         keep_embedding=True).embedding, c, p)` has `route`'s scores bit for bit. The
         decision's `variant` is "host". Not loaded: the fallback candidate, as `route`.
-        ValueError for an embedding of the wrong shape or with a NaN or infinite value."""
+        ValueError for an embedding of the wrong shape or with a NaN or infinite value, and
+        for infinite prompt_tokens (the Rust crate's `dimension` / `bad_input`)."""
         head = self._head
         if head is None:
             return self.route_batch([""], [category], [prompt_tokens])[0]
@@ -392,6 +393,8 @@ class Router:
                              f"{bool(np.isfinite(emb).all())}); the head takes "
                              f"({self.dimension},) finite float32 values")
         t = float(prompt_tokens) if prompt_tokens is not None else math.nan
+        if math.isinf(t):
+            raise ValueError("prompt_tokens is infinite")
         if self._static:
             row = head.proba_row(emb, head.code(category), t)
         else:
