@@ -8,6 +8,9 @@ On the committed fixture artifacts, from Python:
 - static routes: the golden candidates and token ids, probabilities within the golden
   tolerance of the Python `Router`'s;
 - the golden binder sessions byte for byte (the Python runtime's records);
+- the MiniLM-tier fixture: text refused (`embedding_only`), the golden triples' embeddings
+  routed as `Router.route_embedding` routes them, the host's encoder verified, a drifted
+  one refused (`encoder_drift`);
 - 4 threads sharing one demand, router and binder handle get the serial answers;
 - refusals: a missing library, a missing or tampered artifact, bad JSON (`NativeError`, an
   `InputError`, with the library's reason); the library is freed with its handles;
@@ -18,6 +21,7 @@ Skipped, saying so, without cargo.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import threading
 from datetime import datetime
@@ -96,6 +100,35 @@ def test_static_routes_are_the_golden_vectors(lib):
         assert g["candidate"] == w.candidate
         assert np.abs(np.array(g["success_prob"]) -
                       [w.scores[k] for k in python.candidates]).max() <= tol
+
+
+def test_minilm_tier_routes_the_hosts_embedding(lib):
+    from replaylab.runtime import Router
+
+    art = FIXTURES / "router-minilm"
+    golden = json.loads((art / "golden.json").read_text())
+    tol = golden["tolerances"]["fp32_prob_abs"]
+    cpt = json.loads((art / "router.json").read_text())["prompt_tokens"]["chars_per_token"]
+    native, python = NativeRouter.load(lib, art), Router.load(art)
+    assert python.loaded, python.reason
+    with pytest.raises(NativeError, match="answered -5: embedding_only"):
+        native.route("text needs the static tier")
+    texts = native.golden_texts()
+    assert [t["text"] for t in texts] == [c["input"]["text"] for c in golden["cases"]]
+    rows = [c["expected"]["fp32"]["embedding"] for c in golden["cases"]]
+    for c, emb in zip(golden["cases"], rows, strict=True):
+        q, e = c["input"], c["expected"]["fp32"]
+        tokens = q.get("prompt_tokens")
+        if tokens is None:  # what the golden decision used: ceil(codepoints / chars_per_token)
+            tokens = math.ceil(len(q["text"]) / cpt)
+        g = native.route_embedding(emb, q.get("category"), tokens)
+        w = python.route_embedding(emb, q.get("category"), tokens)
+        assert g["token_ids"] == [] and g["candidate"] == w.candidate == e["candidate"]
+        assert np.abs(np.array(g["success_prob"]) - e["success_prob"]).max() <= tol
+        assert np.abs(np.array(g["success_prob"]) - [w.scores[k] for k in python.candidates]).max() <= tol
+    assert native.verify_encoder(rows)["ok"]
+    with pytest.raises(NativeError, match="answered -7: encoder_drift"):
+        native.verify_encoder([r[::-1] for r in rows])  # an encoder that drifted
 
 
 def _replay(binder: NativeSessionBinder, events: list[dict]) -> list[bytes]:

@@ -63,6 +63,9 @@ SIGNATURES: dict[str, tuple[Any, tuple]] = {
     "rl_router_route_json": (_C.c_int, (_C.c_void_p, _C.c_char_p, *_OUT)),
     "rl_router_route_embedding": (_C.c_int, (_C.c_void_p, _C.POINTER(_C.c_float), _C.c_size_t,
                                              _C.c_char_p, _C.c_double, *_OUT)),
+    "rl_router_golden_texts_json": (_C.c_int, (_C.c_void_p, *_OUT)),
+    "rl_router_verify_encoder": (_C.c_int, (_C.c_void_p, _C.POINTER(_C.c_float), _C.c_size_t,
+                                            _C.c_size_t, *_OUT)),
     "rl_router_free": (None, (_C.c_void_p,)),
     "rl_binder_new": (_C.c_void_p, (_C.c_void_p, _C.c_char_p)),
     "rl_binder_bind_json": (_C.c_int, (_C.c_void_p, _C.c_char_p, *_OUT)),
@@ -202,6 +205,20 @@ class NativeRouter(_Handle):
         return json.loads(self.lib.answer(
             self.lib.cdll.rl_router_route_embedding, self.handle, arr, len(embedding),
             None if category is None else _bytes(category), tokens))
+
+
+    def golden_texts(self) -> list[dict[str, Any]]:
+        """The golden texts whose embeddings prove a host's encoder (MiniLM tier)."""
+        return json.loads(self._answer(self._cdll.rl_router_golden_texts_json, self.handle))
+
+    def verify_encoder(self, embeddings: Sequence[Sequence[float]]) -> dict[str, Any]:
+        """Check the host's embeddings of `golden_texts()` (one row each): the summary;
+        `NativeError` (code RL_ERR_DRIFT = -7) when the encoder drifted."""
+        rows = [list(r) for r in embeddings]
+        dim = len(rows[0]) if rows else 0
+        flat = (ctypes.c_float * (len(rows) * dim))(*[x for r in rows for x in r])
+        return json.loads(self._answer(self._cdll.rl_router_verify_encoder, self.handle, flat,
+                                       len(rows), dim))
 
 
 class NativeSessionBinder(_Handle):
