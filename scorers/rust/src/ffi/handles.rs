@@ -292,9 +292,9 @@ fn locked(b: &RlBinder) -> Result<std::sync::MutexGuard<'_, Binder>, Fail> {
 /// One turn `{"session_id", "text", "category", "prompt_tokens", "turn_index"}` (and
 /// optionally `"now"`, seconds on the binder's clock; absent: seconds since `rl_binder_new`):
 /// the receipt, the binder's canonical ledger-v1 record (as `replaylab-route bind`).
-/// When `cap` is below an upper bound of the receipt's size (12 x the session id's bytes
-/// + 12 x the longest candidate name's + 512) the turn is not applied and the bound is
-/// returned: a retry with that buffer applies it once.
+/// When `cap` is below an upper bound of the receipt's size (12 x the session id's bytes,
+/// plus 12 x the longest candidate name's, plus 512) the turn is not applied and the bound
+/// is returned: a retry with that buffer applies it once.
 ///
 /// # Safety
 /// `b` from `rl_binder_new`; `turn_json` NUL-terminated; `out` NULL or `cap` bytes.
@@ -318,7 +318,7 @@ pub unsafe extern "C" fn rl_binder_bind_json(b: *mut RlBinder, turn_json: *const
             let longest = binder.ladder.iter().map(String::len).max().unwrap_or(0);
             let bound = 12 * session_id.len() + 12 * longest + 512;
             if out.is_null() || cap < bound {
-                return Ok(c_int::try_from(bound).map_err(|_| Fail(super::RL_ERR_TOO_LARGE, "too_large: session_id".into()))?);
+                return c_int::try_from(bound).map_err(|_| Fail(super::RL_ERR_TOO_LARGE, "too_large: session_id".into()));
             }
             let r = binder.bind(&session_id, &text, category.as_deref(), prompt_tokens, turn_index, now);
             json::canonical(&binder.bind_record(&session_id, &r)).map_err(Fail::input)?

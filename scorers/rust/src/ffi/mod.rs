@@ -173,7 +173,7 @@ mod tests {
             assert_eq!(write_out("abcdefg", p, 8).ok(), Some(0));
         }
         assert_eq!(&buf, b"abcdefg\0");
-        let nul = unsafe { arg(b"x\xff\0".as_ptr().cast(), "s") };
+        let nul = unsafe { arg(c"x\xff".as_ptr(), "s") };
         assert!(matches!(nul, Err(Fail(RL_ERR_INPUT, _))));
     }
 }
