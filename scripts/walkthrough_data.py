@@ -6,9 +6,9 @@ honestly beats the logging policy (src/replaylab/data/README.md, "walkthrough/")
 
 The world: 30 recurring opening prompts of a support and engineering assistant (a help
 desk sees the same questions again and again), each opening `SESSIONS_PER_PROMPT`
-sessions. Every (prompt, candidate) has one outcome: the easy prompts are answered by
-both candidates, the hard ones only by the strong one, two unanswerable ones by
-neither. The logging policy sends every session to the strong candidate except an
+sessions in a seeded random order (so each recurs in train, calibration and test).
+Every (prompt, candidate) has one outcome: the easy prompts are answered by both
+candidates, the hard ones only by the strong one, two unanswerable ones by neither. The logging policy sends every session to the strong candidate except an
 explored `RATE` of them (`simulate_receipts`: propensities exact, escalation after a
 failed turn); it is what `replaylab.router.exploration.deployment_ledger` writes
 (`category`, `prompt_text` on opening turns, opaque ids), plus offline replays of a
@@ -89,11 +89,17 @@ SUCCESS = {"easy": (True, True), "hard": (False, True), "none": (False, False)}
 
 
 def outcomes_table() -> pd.DataFrame:
-    """The full-information outcomes-v1 table: every candidate on every prompt."""
+    """The full-information outcomes-v1 table, one row per (session, candidate): session k
+    opens with prompt `order[k]` (each prompt SESSIONS_PER_PROMPT times, in a seeded
+    random order, so every prompt recurs all along the ledger's time, in train,
+    calibration and test alike), and every candidate's outcome on it is its prompt's."""
+    order = np.random.default_rng(SEED).permutation(
+        np.repeat(np.arange(len(PROMPTS)), SESSIONS_PER_PROMPT))
     rows = []
-    for i, (category, kind, text) in enumerate(PROMPTS):
+    for k, i in enumerate(order):
+        category, kind, text = PROMPTS[i]
         for cand, ok in zip((CHEAP, STRONG), SUCCESS[kind], strict=True):
-            rows.append({O.VERSION: "1", O.PROMPT_ID: f"wt-{i:02d}", O.PROMPT_TEXT: text,
+            rows.append({O.VERSION: "1", O.PROMPT_ID: f"wt-{i:02d}-{k:05d}", O.PROMPT_TEXT: text,
                          O.TASK: category, O.CANDIDATE: cand, O.SCORE: float(ok),
                          O.SUCCESS: ok, O.COST: CALL_COST[cand]})
     return pd.DataFrame(rows)
@@ -118,8 +124,7 @@ def build() -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     # the logging policy: everything to the strong candidate (a cautious deployment)
     rules = ScenarioRules(RouterRulesConfig(default_candidate=STRONG, fit_tasks=False)).fit(matrix)
     sim = simulate_receipts(matrix, rules, RouterExplorationConfig(
-        rate=RATE, cap=0.10, mean_turns=2.0, max_turns=4,
-        sessions_per_prompt=SESSIONS_PER_PROMPT, seed=SEED))
+        rate=RATE, cap=0.10, mean_turns=2.0, max_turns=4, sessions_per_prompt=1, seed=SEED))
     texts = full.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)[O.PROMPT_TEXT].to_dict()
     ledger = deployment_ledger(sim, texts)
     replays = replay_outcomes(sim, matrix, texts, share=REPLAY_SHARE, seed=SEED)
