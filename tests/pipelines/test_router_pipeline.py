@@ -66,6 +66,12 @@ def test_summary_has_the_documented_keys(gsm8k_run):
     assert s["verdict"] in VERDICTS and s["go"] == (s["verdict"] == GO)
     assert s["go_reasons"][0].startswith("objective incumbent")
     assert f"; {s['verdict']}: " in s["go_reasons"][0]
+    # the OPE evidence on the re-logged test (the receipts gate's sums) beside the truth
+    ev = s["ope"]["evidence"]
+    assert ev["variants"]["snips@none"]["quality"]["estimate"] == pytest.approx(
+        s["ope"]["snips"]["estimate"])
+    assert ev["weights"]["ess"] == pytest.approx(s["ope"]["ess"])
+    assert s["ope"]["ope_verdict"]["verdict"] in VERDICTS
     assert [c["fraction"] for c in s["learning_curve"]] == [0.25, 0.5, 1.0]
 
 

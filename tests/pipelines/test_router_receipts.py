@@ -78,7 +78,8 @@ def test_summary_keys_and_one_verdict(trained):
         assert d["ci"][0] <= d["estimate"] <= d["ci"][1]
     assert {"quality", "cost", "session_cost"} <= set(ope["logging"])
     assert s["verdict"] in VERDICTS and s["go"] == (s["verdict"] == GO)
-    assert s["go_reason"].startswith(s["verdict"] + ": objective incumbent")
+    assert s["go_reason"].startswith("objective incumbent") and f"; {s['verdict']}: " in \
+        s["go_reason"]
     # the verdict is the objective's rule applied to the gate's intervals (DR, no clip)
     ev = ope["evidence"]
     ch = ev["variants"][ev["chosen"]]
@@ -310,14 +311,18 @@ def test_gate_reads_the_objective_and_says_what_would_flip_it():
 
     inc = ObjectiveConfig()
     g = gate(ope(variant((0.0, -0.005, 0.01), (-1.0, -2.0, -0.5))), inc, 1e4)
-    assert g["verdict"] == GO and g["go"] and g["go_reason"].startswith("GO: objective incumbent")
+    assert g["verdict"] == GO and g["go"] and g["go_reason"].startswith("objective incumbent")
     assert "every estimator" in g["go_reason"] and g["go_detail"]["flips"] == []
     # straddling with the estimate on the passing side: NOT ENOUGH EVIDENCE with the data
-    g = gate(ope(variant((0.0, -0.03, 0.03), (-1.0, -2.0, -0.5))), inc, 1e4)
+    g = gate(ope(variant((0.0, -0.03, 0.03), (-1.0, -2.0, -0.5))), inc, 1e4, test_share=0.2)
     assert g["verdict"] == NOT_ENOUGH_EVIDENCE and not g["go"]
-    assert g["go_detail"]["more_data"]["sessions"] == pytest.approx(8000.0)
+    more = g["go_detail"]["more_data"]
+    assert more["sessions"] == pytest.approx(8000.0)  # 1000 x ((0.03 / 0.01)^2 - 1)
+    assert more["traffic_sessions"] == pytest.approx(40000.0)  # a fifth lands in test
+    assert more["days"] == pytest.approx(4.0)
     assert g["go_detail"]["explored_sessions_needed"] == pytest.approx(400.0)
-    assert "days at 10000 per day" in g["go_reason"]
+    assert "~8000 more test sessions (~40000 more sessions of traffic (~4.0 days at 10000 " \
+        "per day) at test share 0.2; ~400 of the test sessions explored)" in g["go_reason"]
     # wholly below the margin: NO-GO; another estimator saying GO is named
     g = gate(ope(variant((-0.05, -0.08, -0.02), (-1.0, -2.0, -0.5)),
                  variant((0.0, -0.005, 0.01), (-1.0, -2.0, -0.5), est="ips")), inc, 1e4)
@@ -330,7 +335,7 @@ def test_gate_reads_the_objective_and_says_what_would_flip_it():
     # budget: cost per call within the budget and significantly better quality
     bud = ObjectiveConfig(kind="budget", cost_per_call=0.006)
     g = gate(ope(variant((0.02, 0.01, 0.03), (0.0, -0.1, 0.1))), bud, 1e4)
-    assert g["verdict"] == GO and g["go_reason"].startswith("GO: objective budget")
+    assert g["verdict"] == GO and g["go_reason"].startswith("objective budget")
     floor = ObjectiveConfig(kind="quality_floor")
     g = gate(ope(variant((0.0, -0.1, 0.1), (-1.0, -2.0, -0.5), floor=(-0.05, -0.07, -0.03))),
              floor, 1e4)

@@ -34,7 +34,9 @@ def test_three_verdicts_follow_the_intervals():
     assert nee["more_data"]["sessions"] == pytest.approx(800.0)
     assert nee["more_data"]["days"] == pytest.approx(800.0 / 1e4)
     assert nee["more_data"]["explored_sessions"] == pytest.approx(40.0)
-    assert "~800 more test sessions" in nee["reasons"][0]
+    assert "~800 more test sessions (~800 more sessions of traffic" in nee["reasons"][0]
+    assert "quality vs logging +0.0000, CI lower -0.0300 (must be >= -0.0100: fails)" in \
+        nee["reasons"][0]
     # the whole interval below the line: NO-GO, whatever the diagnostics say
     no = judge(Evidence([crit(-0.05, -0.08, -0.02), saving], 100, 1e4,
                         diagnostics=["ESS 10 < 50"], diagnostic_factors=[5.0]), LABEL)

@@ -27,7 +27,7 @@ from replaylab.tracking.router_report import write_router_report
 from tests.helpers.reports import browse, ink, page_stderr_problems, parse_page
 
 POLICIES = ("learned", "knn", "lgbm", "rules", "random", "cheap_only", "strong_only", "oracle")
-HEADINGS = ["Router go/no-go: learned router against the rules", "At the served threshold",
+HEADINGS = ["Router verdict: learned router against the rules", "At the served threshold",
             "Policies on the test split", "Off-policy evaluation",
             "Learning curve: how much live exploration", "Labels and exploration",
             "Router head", "Data and versions"]
@@ -113,9 +113,24 @@ def test_no_go_shows_its_reasons(summary, tmp_path):
     s.update(go=False, go_reasons=reasons)
     path = write_router_report(s, tmp_path)
     text = _text(path)
-    assert "NO-GO" in text and "Why not" in text
+    assert "NO-GO" in text
     assert all(r in text for r in reasons)
     assert "&lt;b&gt;" in path.read_text()  # escaped, not markup
+
+
+def test_thin_evidence_names_its_objective_criteria_and_the_data_it_needs(summary, tmp_path):
+    s = copy.deepcopy(summary)
+    s.update(go=False, verdict="NOT ENOUGH EVIDENCE",
+             objective={"kind": "incumbent", "label": "objective incumbent: the cheapest point "
+                        "with quality >= the incumbent (rules) - 0.01"})
+    s["go_detail"].update(
+        criteria=[{"name": "quality vs rules", "estimate": 0.002, "ci": [-0.03, 0.034],
+                   "line": -0.01, "side": "lower", "strict": False, "passed": False}],
+        more_data={"text": "~1200 more test sessions (~0.1 days at 10000 per day)"})
+    text = _text(write_router_report(s, tmp_path))
+    assert "NOT ENOUGH EVIDENCE" in text and "objective incumbent" in text
+    assert "quality vs rules" in text and "lower >= -0.01" in text and "fails" in text
+    assert "More data would decide it: ~1200 more test sessions" in text
 
 
 def _empty_curve(s):

@@ -58,7 +58,7 @@ from replaylab.router.exploration import bandit_rows, simulate_receipts
 from replaylab.router.head import SuccessHead
 from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.gate import Criterion, Evidence, GateBoundary, gate_interval, judge
-from replaylab.router.gate import paired_replicates
+from replaylab.router.gate import ope_gate, paired_replicates
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
 from replaylab.router.objective import served_policy
 from replaylab.router.metrics import (
@@ -73,6 +73,7 @@ from replaylab.router.ope import (
     policy_value,
     support_check,
 )
+from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import (
     routing_scores,
@@ -221,13 +222,18 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
 
 
 def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
-         choice: np.ndarray, prob: np.ndarray) -> dict:
-    """OPE of the learned policy on re-logged test sessions, beside the truth."""
-    import dataclasses
-
+         choice: np.ndarray, prob: np.ndarray, unit_cost: np.ndarray | None = None,
+         top: int = -1) -> dict:
+    """OPE of the learned policy on re-logged test sessions, beside the truth; with
+    `unit_cost` (the train calls' mean cost per candidate, the DR cost model) also the OPE
+    evidence the receipts gate reads (`ope_sums.ope_evidence`) and the verdict an OPE gate
+    on these re-logged sessions would give (`ope_verdict`): a check of the receipts-mode
+    gate against the full-information one (the incumbent here is the rules, which logged
+    these sessions)."""
     exp = dataclasses.replace(cfg.labels.exploration, seed=cfg.labels.exploration.seed + 1)
     sim = simulate_receipts(test, rules, exp)
-    b = logged_decisions(bandit_rows(sim.ledger), test.candidates)
+    bandit = bandit_rows(sim.ledger)
+    b = logged_decisions(bandit, test.candidates)
     row_of = pd.Series(np.arange(test.n_prompts), index=test.prompt_ids.astype(str))
     rows = row_of.reindex(pd.Series(b.context_key).astype(str)).to_numpy()
     if np.isnan(rows.astype(float)).any():
@@ -246,7 +252,39 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     out["covers_truth"] = {n: out[n]["ci"][0] <= out["truth"] <= out[n]["ci"][1]
                            for n in ("ips", "snips", "dr")}
     out["warnings"] = support_check(est)
+    if unit_cost is not None:
+        out.update(_ope_evidence(cfg, test, bandit, b, rows, choice, prob, unit_cost, top))
     return out
+
+
+def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.DataFrame,
+                  b: Any, rows: np.ndarray, choice: np.ndarray, prob: np.ndarray,
+                  unit_cost: np.ndarray, top: int) -> dict:
+    """The receipts gate's OPE evidence and verdict on the re-logged test sessions (the
+    same sums, `ope_sums.ope_part`, as a receipts run)."""
+    cost = logged_decisions(bandit, test.candidates, reward=Label.COST).reward
+    dec = bandit[bandit[Label.POLICY_DECISION].astype(bool)
+                 & (bandit[Label.LABEL_SOURCE] != "replay")]
+    k = len(test.candidates)
+    frame = pd.DataFrame({"action": b.action, Label.REWARD: b.reward, Label.COST: cost,
+                          Label.PROPENSITY: b.propensity,
+                          Label.SESSION_ID: b.session.astype(str),
+                          Label.SESSION_COST: np.nan,
+                          Label.LABEL_SOURCE: dec[Label.LABEL_SOURCE].to_numpy()})
+    ev = cfg.labels.evaluation
+    scored = scored_rows(frame, prob[rows], choice[rows])
+    total = ope_part(scored, k, unit_cost, unit_cost, ev.n_boot, ev.seed, None, None,
+                     top % k, cfg.policy.rule)
+    o = cfg.objective
+    fraction = o.fraction_of_strong if o.kind == "quality_floor" else None
+    ope = ope_from_sums(total, test.candidates, b.n, ev.level, ev.level_tag, fraction)
+    verdict = ope_gate(ope, o, float(cfg.go.sessions_per_day), incumbent="rules (logging)",
+                       test_share=float(cfg.split[2]))
+    return {"evidence": ope["evidence"],
+            "ope_verdict": {"verdict": verdict["verdict"], "reason": verdict["go_reason"],
+                            "what": "the receipts-mode gate (router/gate.py ope_gate) on "
+                                    "these re-logged test sessions, against the rules that "
+                                    "logged them: what a gate from receipts alone would say"}}
 
 
 # How far a decision must sit from the threshold to survive another machine's kernels:
@@ -493,7 +531,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
 
     say("off-policy evaluation and the go/no-go gate")
     t0 = time.perf_counter()
-    ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"])
+    ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"],
+               unit_cost=tr.cost.mean(axis=0), top=top)
     timings["ope"] = time.perf_counter() - t0
     gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]),
                         (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
@@ -677,7 +716,7 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
                                   f"{cfg.labels.exploration.cap:g}"]
     label = cfg.objective.label(base)
     judged = judge(Evidence(main.pop("_criteria"), te.n_prompts, g.sessions_per_day,
-                            hard_failures=hard), label)
+                            hard_failures=hard, test_share=float(cfg.split[2])), label)
     served_text = (f"served threshold {main['threshold']:.4g} ({cfg.policy.rule} rule; chosen "
                    f"on calibration: {main['operating_point']}), gated at the same threshold "
                    f"on the same objective")

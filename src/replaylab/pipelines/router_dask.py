@@ -355,7 +355,8 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                                       fraction)
                 spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
             spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
-            verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day))
+            verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day),
+                          test_share=float(cfg.receipts.test_share))
             curve = sweep_curve(total, thresholds)
 
         # 7. files

@@ -61,7 +61,7 @@ from replaylab.pipelines.router_fit import (
     unit_costs,
 )
 from replaylab.router.config import RouterEvalConfig
-from replaylab.router.gate import Criterion, Evidence, judge
+from replaylab.router.gate import ope_gate as gate
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows, sweep_curve
@@ -110,70 +110,6 @@ def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) 
         out[have] = e
     assert out is not None and np.isfinite(out).all()
     return out
-
-
-def receipts_criteria(v: dict, objective: ObjectiveConfig) -> list[Criterion]:
-    """The objective's criteria on one OPE variant (`ope["evidence"]["variants"][...]`):
-    incumbent: quality vs logging >= -margin and cost vs logging < 0; quality_floor:
-    quality - fraction x strong-only >= 0 and cost vs logging < 0; budget: cost per call
-    <= cost_per_call and quality vs logging > 0 (router/objective.py)."""
-    def crit(key: str, name: str, line: float, side: str, strict: bool = False,
-             unit: str = "", fmt: str = "+.4f") -> Criterion:
-        return Criterion(name, v[key]["estimate"], list(v[key]["ci"]), line, side, strict,
-                         unit, fmt)
-
-    cost = crit("diff_cost", "cost vs logging", 0.0, "upper", True, " USD/call", "+.4g")
-    if objective.kind == "incumbent":
-        return [crit("diff_quality", "quality vs logging", -float(objective.margin), "lower"),
-                cost]
-    if objective.kind == "quality_floor":
-        return [crit("quality_vs_floor", f"quality - {objective.fraction_of_strong:g} x "
-                     "strong-only", 0.0, "lower"), cost]
-    return [crit("cost", "cost per call", float(objective.cost_per_call or 0.0), "upper",
-                 unit=" USD", fmt=".4g"),
-            crit("diff_quality", "quality vs logging", 0.0, "lower", True)]
-
-
-def gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float) -> dict:
-    """The receipts verdict (`router.gate.judge`) on the objective's criteria read with the
-    gate's estimator and clip (DR, no clip: `ope_sums.CHOSEN`), the overlap diagnostics of
-    the served policy's weights, and which other estimator or clip would flip it."""
-    evid = ope["evidence"]
-    w = evid["weights"]
-    rate = ope["explored_sessions"] / max(ope["sessions"], 1)
-    label = objective.label("logging policy")
-
-    def judged(v: dict) -> dict:
-        return judge(Evidence(receipts_criteria(v, objective), int(ope["sessions"]),
-                              float(sessions_per_day), diagnostics=list(w["failed"]),
-                              diagnostic_factors=list(w["factors"]), explored_rate=rate), label)
-
-    out = judged(evid["variants"][evid["chosen"]])
-    flips = []
-    for key, v in evid["variants"].items():
-        if key == evid["chosen"]:
-            continue
-        other = judged(v)["verdict"]
-        if other != out["verdict"]:
-            clip = "no clip" if v["clip"] is None else f"clip {v['clip']:g} ({v['clip_level']})"
-            flips.append(f"{v['estimator'].upper()} with {clip} would say {other}")
-    evid["flips"] = flips
-    reason = f"{out['verdict']}: " + out["reasons"][0] + (f"; another estimator or clip would flip it: "
-                                  f"{'; '.join(flips)}" if flips else
-                                  "; every estimator (IPS, SNIPS, DR) at no clip and the "
-                                  "automatic clip agrees")
-    more = out["more_data"]
-    return {"go": out["go"], "verdict": out["verdict"], "go_reason": reason,
-            "go_reasons": [reason],
-            "objective": {**objective.to_dict(), "label": label, "incumbent": "logging policy"},
-            "go_detail": {"rule": f"{label}: every criterion's interval clears its line "
-                                  f"(router/gate.py), read with {evid['chosen']}",
-                          "criteria": out["criteria"], "more_data": more,
-                          "diagnostics_failed": out["diagnostics_failed"], "flips": flips,
-                          "explored_test_sessions": int(ope["explored_sessions"]),
-                          "explored_sessions_needed": (None if not more or more["sessions"] is None
-                                                       else more["explored_sessions"]),
-                          "days_needed": None if not more else more["days"]}}
 
 
 def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: tuple[str, ...],
@@ -366,7 +302,8 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
     spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
     timings["spread"] = time.perf_counter() - t0
-    verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day))
+    verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day),
+                  test_share=float(cfg.receipts.test_share))
 
     curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
     point["curve"].assign(policy="learned").to_parquet(

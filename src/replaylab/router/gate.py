@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.stats import percentile_interval, session_bootstrap
 from replaylab.verdict import GO, NO_GO, NOT_ENOUGH_EVIDENCE, more_data_text
 
@@ -132,9 +133,9 @@ class Criterion:
         bound, op = (("CI lower", ">" if self.strict else ">=") if self.side == "lower"
                      else ("CI upper", "<" if self.strict else "<="))
         at = self.ci[0] if self.side == "lower" else self.ci[1]
-        ok = "" if self.passed() else " (fails)"
+        ok = "passes" if self.passed() else "fails"
         return (f"{self.name} {format(self.estimate, self.fmt)}{self.unit}, {bound} "
-                f"{format(at, self.fmt)} {op} {format(self.line, self.fmt)}{ok}")
+                f"{format(at, self.fmt)} (must be {op} {format(self.line, self.fmt)}: {ok})")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "estimate": float(self.estimate),
@@ -155,6 +156,7 @@ class Evidence:
     diagnostics: list[str] = field(default_factory=list)
     diagnostic_factors: list[float] = field(default_factory=list)
     explored_rate: float | None = None  # share of sessions explored (receipts mode)
+    test_share: float = 1.0  # share of new sessions that land in the judged (test) split
 
 
 def judge(ev: Evidence, objective_label: str) -> dict:
@@ -192,16 +194,90 @@ def judge(ev: Evidence, objective_label: str) -> dict:
 
 
 def more_data(factor: float, ev: Evidence) -> dict:
-    """How much more data would decide: test sessions (and explored ones) and days."""
+    """How much more data would decide: test sessions, the traffic that brings them (a rerun
+    splits the grown data the same way, so `test_share` of new sessions are judged), the
+    explored ones among them, and days of that traffic at `sessions_per_day`."""
     n = max(int(ev.n_sessions), 1)
     if not math.isfinite(factor):
         return {"sessions": None, "explored_sessions": None, "days": None,
                 "text": "an unknown amount of more data (an estimate sits on its line)"}
     more = max(n * factor - n, 0.0)
-    text = more_data_text(more, "test sessions", ev.sessions_per_day)
+    traffic = more / max(float(ev.test_share), 1e-9)
+    text = (f"~{math.ceil(more)} more test sessions ("
+            + more_data_text(traffic, "sessions of traffic", ev.sessions_per_day)
+            + f" at test share {ev.test_share:g}")
     explored = None if ev.explored_rate is None else more * ev.explored_rate
     if explored is not None:
-        text += f", ~{math.ceil(explored)} of them explored"
-    return {"sessions": float(math.ceil(more)), "explored_sessions": explored,
-            "days": float(more / ev.sessions_per_day), "needed_total": float(n * factor),
+        text += f"; ~{math.ceil(explored)} of the test sessions explored"
+    text += ")"
+    return {"sessions": float(math.ceil(more)), "traffic_sessions": float(math.ceil(traffic)),
+            "explored_sessions": explored, "days": float(traffic / ev.sessions_per_day),
+            "needed_total": float(n * factor), "test_share": float(ev.test_share),
             "text": text}
+
+
+# ---------------------------------------------------------------- the OPE gate (receipts mode)
+def receipts_criteria(v: dict, objective: ObjectiveConfig) -> list[Criterion]:
+    """The objective's criteria on one OPE variant (`ope["evidence"]["variants"][...]`):
+    incumbent: quality vs logging >= -margin and cost vs logging < 0; quality_floor:
+    quality - fraction x strong-only >= 0 and cost vs logging < 0; budget: cost per call
+    <= cost_per_call and quality vs logging > 0 (router/objective.py)."""
+    def crit(key: str, name: str, line: float, side: str, strict: bool = False,
+             unit: str = "", fmt: str = "+.4f") -> Criterion:
+        return Criterion(name, v[key]["estimate"], list(v[key]["ci"]), line, side, strict,
+                         unit, fmt)
+
+    cost = crit("diff_cost", "cost vs logging", 0.0, "upper", True, " USD/call", "+.4g")
+    if objective.kind == "incumbent":
+        return [crit("diff_quality", "quality vs logging", -float(objective.margin), "lower"),
+                cost]
+    if objective.kind == "quality_floor":
+        return [crit("quality_vs_floor", f"quality - {objective.fraction_of_strong:g} x "
+                     "strong-only", 0.0, "lower"), cost]
+    return [crit("cost", "cost per call", float(objective.cost_per_call or 0.0), "upper",
+                 unit=" USD", fmt=".4g"),
+            crit("diff_quality", "quality vs logging", 0.0, "lower", True)]
+
+
+def ope_gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float,
+             incumbent: str = "logging policy", test_share: float = 1.0) -> dict:
+    """The receipts verdict (`router.gate.judge`) on the objective's criteria read with the
+    gate's estimator and clip (DR, no clip: `ope_sums.CHOSEN`), the overlap diagnostics of
+    the served policy's weights, and which other estimator or clip would flip it."""
+    evid = ope["evidence"]
+    w = evid["weights"]
+    rate = ope["explored_sessions"] / max(ope["sessions"], 1)
+    label = objective.label(incumbent)
+
+    def judged(v: dict) -> dict:
+        return judge(Evidence(receipts_criteria(v, objective), int(ope["sessions"]),
+                              float(sessions_per_day), diagnostics=list(w["failed"]),
+                              diagnostic_factors=list(w["factors"]), explored_rate=rate,
+                              test_share=test_share), label)
+
+    out = judged(evid["variants"][evid["chosen"]])
+    flips = []
+    for key, v in evid["variants"].items():
+        if key == evid["chosen"]:
+            continue
+        other = judged(v)["verdict"]
+        if other != out["verdict"]:
+            clip = "no clip" if v["clip"] is None else f"clip {v['clip']:g} ({v['clip_level']})"
+            flips.append(f"{v['estimator'].upper()} with {clip} would say {other}")
+    evid["flips"] = flips
+    reason = out["reasons"][0] + (f"; another estimator or clip would flip it: "
+                                  f"{'; '.join(flips)}" if flips else
+                                  "; every estimator (IPS, SNIPS, DR) at no clip and the "
+                                  "automatic clip agrees")
+    more = out["more_data"]
+    return {"go": out["go"], "verdict": out["verdict"], "go_reason": reason,
+            "go_reasons": [reason],
+            "objective": {**objective.to_dict(), "label": label, "incumbent": incumbent},
+            "go_detail": {"rule": f"{label}: every criterion's interval clears its line "
+                                  f"(router/gate.py), read with {evid['chosen']}",
+                          "criteria": out["criteria"], "more_data": more,
+                          "diagnostics_failed": out["diagnostics_failed"], "flips": flips,
+                          "explored_test_sessions": int(ope["explored_sessions"]),
+                          "explored_sessions_needed": (None if not more or more["sessions"] is None
+                                                       else more["explored_sessions"]),
+                          "days_needed": None if not more else more["days"]}}

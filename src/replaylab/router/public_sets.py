@@ -61,7 +61,9 @@ def result_row(name: str, share: float, seed: int, summary: dict, seconds: float
                tier: str = "minilm") -> dict:
     """One run's row: test cost_ratio_at_95 and APGR per policy (`<policy>_cr95`,
     `<policy>_apgr`, rules_equal included), the paired gaps of the learned router's
-    cost_ratio_at_95 to both rules variants, OPE, go/no-go and its baseline."""
+    cost_ratio_at_95 to both rules variants, OPE, the verdict (its word, objective, the
+    served point's figures, the OPE gate's word, the data a NOT ENOUGH EVIDENCE needs) and
+    its baseline."""
     s = summary
     r = {"data": name, "tier": tier, "replay": share, "seed": seed, "prompts": s["prompts"],
          "explored": s["exploration"]["explored_sessions"], "seconds": round(seconds, 1)}
@@ -74,6 +76,11 @@ def result_row(name: str, share: float, seed: int, summary: dict, seconds: float
     r.update({f"ope_{k}": (s["ope"][k]["estimate"], s["ope"][k]["ci"])
               for k in ("ips", "snips", "dr")})
     r.update(truth=s["ope"]["truth"], go=s["go"], go_baseline=s.get("go_baseline"),
-             go_reasons=s["go_reasons"],
+             go_reasons=s["go_reasons"], verdict=s.get("verdict"),
+             objective=(s.get("objective") or {}).get("label"),
+             served={k: (s.get("headline") or {}).get(k) for k in (
+                 "quality", "cost", "cost_vs_strong_only", "cost_vs_incumbent")},
+             ope_verdict=(s["ope"].get("ope_verdict") or {}).get("verdict"),
+             more_data=(s["go_detail"].get("more_data") or {}).get("text"),
              days_needed=s["go_detail"]["days_needed"])
     return r

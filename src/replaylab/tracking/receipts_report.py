@@ -19,9 +19,14 @@ import pandas as pd
 
 from replaylab.tracking.figures import pyplot, save_figure
 from replaylab.tracking.head_selection import head_selection_section
+from replaylab.tracking.router_evidence import (
+    criteria_table,
+    ope_evidence_section,
+    verdict_word,
+    word_badge,
+)
 from replaylab.tracking.html import (
     CSS,
-    badge,
     embedded_figure,
     escape,
     facts_table,
@@ -98,10 +103,11 @@ def write_receipts_report(summary: dict, out_dir: Path) -> Path:
     ope = summary.get("ope") or {}
     sp = summary.get("splits") or {}
     rec = summary.get("receipts") or {}
-    go = summary.get("go")
-    verdict = (f"<p>{badge(bool(go), 'GO', 'NO-GO')} {escape(summary.get('go_reason', ''))}</p>"
-               f"<p class='src'>{escape((summary.get('go_detail') or {}).get('rule', ''))}; the "
-               "registry gate and serving read this verdict from the artifact manifest.</p>")
+    verdict = (f"<p>{word_badge(verdict_word(summary))} "
+               f"{escape(summary.get('go_reason', ''))}</p>"
+               + criteria_table(summary.get("go_detail") or {})
+               + f"<p class='src'>{escape((summary.get('go_detail') or {}).get('rule', ''))}; "
+               "the registry gate and serving read this verdict from the artifact manifest.</p>")
     sp_ = summary.get("spread") or {}
     if sp_.get("seeds"):
         dq, dc = sp_.get("diff_quality") or {}, sp_.get("diff_cost") or {}
@@ -122,11 +128,12 @@ def write_receipts_report(summary: dict, out_dir: Path) -> Path:
                    [[f"<td class='l'>{escape(c)}</td>", str(n)]
                     for c, n in (ope.get("served_choice") or {}).items()])
     parts = [
-        "<h1>Router from your receipts: go/no-go</h1>"
+        "<h1>Router from your receipts: the verdict</h1>"
         f"<p class='src'>{escape(summary.get('data', {}).get('ledger', ''))}; candidates, "
         f"cheapest first: {escape(', '.join(summary.get('candidates') or []))}</p>",
         verdict, warn,
         section("Data window and splits", facts_table(window)),
+        ope_evidence_section(ope),
         section("The logging policy", facts_table(summary.get("logging_policy") or {}),
                 facts_table(rec.get("exploration") or {})),
         section("Off-policy evaluation on the test sessions",

@@ -18,6 +18,7 @@ import pandas as pd
 
 from replaylab.tracking.figures import GOOD, pyplot, save_figure
 from replaylab.tracking.head_selection import head_selection_section
+from replaylab.tracking.router_evidence import ope_evidence_section, verdict_box
 from replaylab.tracking.html import (
     CSS,
     badge,
@@ -42,7 +43,7 @@ COLUMNS = (("quality", "quality [95% CI]", "max", "q"),
            ("cost", "cost USD/prompt [95% CI]", "min", "usd"),
            ("strong_share", "strong share", None, "q"), ("apgr", "APGR", "max", "q"),
            ("cpt50", "CPT50", "min", "q"), ("cpt80", "CPT80", "min", "q"),
-           ("cost_ratio_at_95", "cost ratio at 95%", "min", "q"))
+           ("cost_ratio_at_95", "cost ratio at 95% (curve figure)", "min", "q"))
 _MORE_CSS = """
 .verdict{border-radius:6px;padding:12px 18px;margin:14px 0}.verdict .big{font-size:1.7em;
  font-weight:800;margin-right:10px}.go{background:#dff0d8;border-left:8px solid #2d6a2d}
@@ -267,14 +268,31 @@ def router_figures(summary: dict, out_dir: Path) -> dict[str, Path]:
 
 # ---------------------------------------------------------------- HTML sections
 def _verdict(s: dict) -> str:
-    go, reasons = s.get("go") is True, [str(r) for r in s.get("go_reasons") or []]
+    """The verdict word, its objective, every criterion (router_evidence.verdict_box)."""
+    box = verdict_box(s)
     if "go" not in s:
-        reasons = ["summary.json has no go verdict", *reasons]
-    lead = ("The learned router beats the rules on cost at equal quality, with exploration "
-            "within its cap:" if go else "Not shipped. Why not (summary.json go_reasons):")
-    items = "".join(f"<li>{escape(r)}</li>" for r in reasons) or "<li>no reasons given</li>"
-    return (f"<div class='verdict {'go' if go else 'nogo'}'><span class='big'>"
-            f"{'GO' if go else 'NO-GO'}</span>{escape(lead)}<ul>{items}</ul></div>")
+        box = "<div class='box'>summary.json has no go verdict</div>" + box
+    return box
+
+
+def _headline(s: dict) -> str:
+    """The served point's test figures beside the incumbent's; cost_ratio_at_95 labelled as
+    the curve figure it is (summary.json `headline`)."""
+    h = s.get("headline")
+    if not isinstance(h, dict):
+        return ""
+    cf = h.get("curve_figures") or {}
+    rows = [["served threshold (router.json)", _f(h.get("threshold"))],
+            ["quality on test", _f(h.get("quality"))],
+            ["cost on test, USD/prompt", _f(h.get("cost"), "usd")],
+            ["cost / strong-only cost", _f(h.get("cost_vs_strong_only"))],
+            [f"cost / {h.get('incumbent')}' cost", _f(h.get("cost_vs_incumbent"))],
+            [f"{h.get('incumbent')}: quality, cost", f"{_f(h.get('incumbent_quality'))}, "
+             f"{_f(h.get('incumbent_cost'), 'usd')}"],
+            ["curve figure: cost_ratio_at_95 (learned, not served)",
+             _f(cf.get("cost_ratio_at_95"))]]
+    return table(["the served point (headline)", "value"],
+                 [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows])
 
 
 def _needed(d: dict, curve: list[dict], rate: float) -> str:
@@ -285,8 +303,7 @@ def _needed(d: dict, curve: list[dict], rate: float) -> str:
         n = to_float(d["explored_sessions_needed"])
         again = ", ".join(_f(c.get("explored_sessions"), "int") for c in curve
                           if to_float(c.get("explored_sessions")) > n and not c.get("significant"))
-        return (f"The advantage is first significant (cost-saving CI above zero, quality within "
-                f"the margin) at <b>{_f(n, 'int')} explored sessions</b>, i.e. "
+        return (f"The advantage is first significant (every criterion of the objective passes) at <b>{_f(n, 'int')} explored sessions</b>, i.e. "
                 f"<b>{_f(d.get('days_needed'), 'd')} days</b> of live exploration{per}." + (
                     f" <span class='warn'>not stable</span> The later point at {again} explored "
                     "sessions is not significant: read this as a lower bound." if again else ""))
@@ -320,9 +337,7 @@ def _equal_quality(d: dict) -> str:
             "strong candidate.</p>" if to_float(d.get("threshold")) == math.inf else "")
     served = (f"<p class='src' id='served'><b>{escape(str(d['served']))}</b>.</p>"
               if d.get("served") else "")
-    headline = (f"<div class='box'>{escape(str(d['headline_note']))}.</div>"
-                if d.get("headline_note") else "")
-    return served + headline + table(["at the served threshold", "value"],
+    return served + table(["at the served threshold", "value"],
                                      [[f"<td class='l'>{escape(k)}</td>", v] for k, v in rows]
                                      ) + note
 
@@ -435,8 +450,8 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
                for c in curve]
     detail = summary.get("go_detail") if isinstance(summary.get("go_detail"), dict) else {}
     parts = [
-        f"<h1>Router go/no-go: learned router against the rules</h1><p class='src'>{src}.</p>",
-        _verdict(summary),
+        f"<h1>Router verdict: learned router against the rules</h1><p class='src'>{src}.</p>",
+        _verdict(summary), _headline(summary),
         section("At the served threshold", "<p class='src'>summary.json "
                 "<code>go_detail</code>: the learned router at the threshold router.json "
                 "serves (chosen on calibration), against the rules' own choices: paired "
@@ -454,9 +469,13 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
                 f"value on the full table; {escape(ess)}.</p>", _ope_table(ope) if ope else "",
                 embedded_figure(figs.get("ope"), "Figure 2. IPS, SNIPS and DR estimates with "
                                 f"95% intervals; solid line: the truth; {escape(ess)}.")),
+        ope_evidence_section(ope) + (
+            f"<p><b>What a gate from these receipts alone would say:</b> "
+            f"{escape(str((ope.get('ope_verdict') or {}).get('reason', '')))}</p>"
+            if isinstance(ope.get("ope_verdict"), dict) else ""),
         section("Learning curve: how much live exploration", "<p class='src'>The head refitted "
                 "on shares of the explored sessions (summary.json <code>learning_curve</code>);"
-                " significant: cost-saving CI above zero and quality within the margin.</p>",
+                " significant: every criterion of the objective passes.</p>",
                 embedded_figure(figs.get("learning"), "Figure 3. Cost saving and quality "
                                 "difference against the rules by explored sessions (top axis: "
                                 "days of live exploration); band: 95% paired bootstrap "
