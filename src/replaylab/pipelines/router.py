@@ -23,11 +23,12 @@
    The rules are reported twice: `rules`, fitted on train's full outcome table,
    and `rules_equal`, fitted only on the train prompts the learned router sees
    every candidate's outcome for (logged decision + offline replay);
-7. go/no-go (against `go.baseline`: rules or rules_equal): the learned router at the
-   rules' calibration quality must save
-   cost on test with a paired, prompt-bootstrap interval excluding zero, lose
-   no more than `go.quality_margin` quality, with exploration within its cap; a
-   learning curve refits on shares of the explored sessions.
+7. the verdict (GO / NO-GO / NOT ENOUGH EVIDENCE, `router.gate`) on `router.objective`,
+   the same objective the served threshold was chosen for on calibration (the incumbent
+   is `go.baseline`: rules or rules_equal): by default the served router must save cost
+   on test with a paired, prompt-bootstrap interval excluding zero and lose no more than
+   `objective.margin` quality, with exploration within its cap; a learning curve refits
+   on shares of the explored sessions.
 
 The curves' statistics (the rules' curve, paired cost_ratio gaps) are
 `pipelines/router_curves.py`. The rest is one unit: `train_router` and the steps only it

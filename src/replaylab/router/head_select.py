@@ -10,12 +10,13 @@ defaults are now candidates, and each run chooses among them on its OWN calibrat
 - outcomes mode (`pipelines.router.train_router`): each candidate head is fitted on the
   train rows (its own clip), Platt-calibrated on calibration and scored as served; the
   criterion is the calibration figure the pipeline picks its threshold with
-  (`policy.select_threshold`): the cost of the cheapest threshold reaching
-  `policy.target_share` of strong-only quality, over strong-only cost (calibration
-  cost_ratio_at_95; with `policy.cost_budget` set: the best quality within the budget);
+  (`policy.select_threshold` with the policy `router.objective` derives): the cost of
+  the threshold the objective chooses, over strong-only cost (kind budget: the best
+  quality within the budget);
 - receipts mode (`pipelines.router_receipts.train_router_receipts`): the criterion is the
-  DR cost per opening call at the calibration operating point (the cheapest threshold
-  whose DR quality reaches the logging policy's calibration quality); a candidate whose
+  DR cost per opening call at the calibration operating point of `router.objective`
+  (by default the cheapest threshold whose DR quality reaches the logging policy's
+  calibration quality minus the margin; kind budget: -DR quality); a candidate whose
   curve cannot reach that quality ranks after every one that can (among those: the
   higher DR quality first).
 
