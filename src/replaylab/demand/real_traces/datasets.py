@@ -69,7 +69,7 @@ TRACE_DATASETS: dict[str, TraceDataset] = {
             "output of the merged trace by 10-minute window, all rows: 111, 79, 72, 85, 109, "
             "150 tokens), so the calibration window (minutes 32-42) is not like the test "
             "window (minutes 43-59). The served interval (the runtime's online "
-            "recalibration, replayed) covers 0.801 [0.790, 0.811] at 8% less width: the "
+            "recalibration, replayed) covers 0.801 [0.791, 0.811] at 8% less width: the "
             "gate says GO.")),
     "azure_code": TraceDataset(
         sources=[("azure_code", AZURE_CODE, {})], overrides=[ONE_MINUTE_EMBARGO],
@@ -99,7 +99,7 @@ TRACE_DATASETS: dict[str, TraceDataset] = {
             "181, 96, 102, 136, 217. The calibration window was harder for the model than "
             "the test window (raw band: needs a +0.079 log1p widening on calibration, already "
             "covers 0.823 of test). With the default 5-minute embargo it was 0.859, also "
-            "outside the band. The served interval covers 0.802 [0.789, 0.815] with 18% "
+            "outside the band. The served interval covers 0.802 [0.790, 0.815] with 18% "
             "less width (167.6 vs 204.4 tokens): the gate, which said NO-GO on the frozen "
             "band, says GO.")),
     "burstgpt_v3": TraceDataset(
