@@ -28,6 +28,17 @@ _hypothesis_settings.register_profile("ci", derandomize=True)
 _hypothesis_settings.register_profile("explore", derandomize=False)
 _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+def pytest_configure(config):
+    """Artifacts are signed by default with a per-project key file created on first use
+    (`replaylab.apps.provenance.hmac_key`): the tests, and the entry points they start,
+    use one key file in a temporary folder of this session, never the user's own."""
+    import tempfile
+
+    if not os.environ.get("REPLAYLAB_HMAC_KEY_FILE"):
+        os.environ["REPLAYLAB_HMAC_KEY_FILE"] = str(
+            Path(tempfile.mkdtemp(prefix="replaylab-test-key-")) / "signing.key")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The folder of full public files, $REPLAYLAB_SHARED_DATA (`make test` sets it to

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from replaylab.apps.provenance import hmac_key
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from tests.conftest import REPO, mlflow_server_process
 
@@ -48,7 +49,7 @@ def router_run(folder: Path) -> Path:
                        valid_days=30, features=[{"name": "text"}], outputs={}, calibration={},
                        training={"go": True, "go_reasons": ["seeded"], "prompts": 400},
                        runtime={}, fallback={})
-    write_manifest(art, m)
+    write_manifest(art, m, hmac_key=hmac_key())  # signed with the tests' key (conftest)
     (folder / "summary.json").write_text(json.dumps({"pipeline": "router", "go": True}))
     return folder
 
@@ -69,8 +70,9 @@ def test_a_router_run_is_exported_again_by_run_id_and_by_run_dir(tmp_path):
         run_id = reg["mlflow"]["run_id"]
 
         out = tmp_path / "again"
+        # the same content (same hash) would reuse v1; allow_duplicate registers it again
         proc, s = export(url, f"run_id={run_id}", f"out={out}", "export.version=1.1.0",
-                         run_dir=tmp_path / "exp")
+                         "export.allow_duplicate=true", run_dir=tmp_path / "exp")
         assert proc.returncode == 0, proc.stderr[-2000:]
         m = verify_manifest(out, required_kind="router")
         assert s["export"]["kind"] == "router" and s["artifacts"] == {"router": str(out)}

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from replaylab.apps.provenance import hmac_key
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
 from tests.conftest import REPO, mlflow_server_process
 from tests.helpers.entrypoints import run_training
@@ -94,7 +95,7 @@ def fake_router_run(folder: Path, go: bool, quality: float) -> Path:
                        valid_days=30, features=[{"name": "text"}], outputs={}, calibration={},
                        training={"go": go, "go_reasons": ["seeded test verdict"], "prompts": 400,
                                  "test": test}, runtime={}, fallback={})
-    write_manifest(art, m)
+    write_manifest(art, m, hmac_key=hmac_key())  # signed with the tests' key (conftest)
     (folder / "summary.json").write_text(json.dumps({"pipeline": "router", "test": test,
                                                      "go": go}))
     return folder
@@ -229,7 +230,7 @@ def test_another_window_is_refused_until_compare_scores_the_champion_there(regis
     c.set_registered_model_alias(DEMAND, "window", "1")
     s1, s3 = runs["demand1"], runs["demand3"]
     proc, s = export(url, "promote", f"name={DEMAND}", "version=3", "alias=window",
-                     run_dir=tmp / "window-refused")
+                     "export.new_alias=true", run_dir=tmp / "window-refused")
     assert proc.returncode == 3, proc.stderr[-2000:]
     why = " ".join(s["promotion"]["reasons"])
     assert "never scored on this version's test rows" in why and "another window" in why
@@ -262,7 +263,7 @@ def test_another_window_is_refused_until_compare_scores_the_champion_there(regis
     assert t["replaylab.vs.v1.rows_source"].startswith("ledger ")
     # now the gate decides on those scores
     proc, s = export(url, "promote", f"name={DEMAND}", "version=3", "alias=window",
-                     run_dir=tmp / "window-decided")
+                     "export.new_alias=true", run_dir=tmp / "window-decided")
     why = " ".join(s["promotion"]["reasons"])
     assert "re-scored on this version's" in why and "paired 95% interval" in why, why
     passed = s3["gate"]["go"] and cmp["delta"]["ci"][1] < 0
@@ -309,10 +310,11 @@ def test_force_needs_a_reason_and_logs_it(registry):
     url, _, _, tmp = registry
     c = client(url)
     proc, _ = export(url, "promote", f"name={ROUTER}", "version=2", "alias=forced", "force=true",
-                     run_dir=tmp / "force-no-reason")
+                     "export.new_alias=true", run_dir=tmp / "force-no-reason")
     assert proc.returncode == 2 and "reason" in proc.stderr
     proc, s = export(url, "promote", f"name={ROUTER}", "version=2", "alias=forced", "force=true",
-                     "reason='incident 42: reviewer approved'", run_dir=tmp / "force")
+                     "reason='incident 42: reviewer approved'", "export.new_alias=true",
+                     run_dir=tmp / "force")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert s["promotion"]["decision"] == "forced" and not s["promotion"]["gate_passed"]
     assert c.get_model_version_by_alias(ROUTER, "forced").version == "2"
@@ -363,7 +365,7 @@ def test_files_altered_in_the_store_are_refused_at_fetch(registry):
     c = client(url)
     # a version of its own (re-registered from run 1's folder), so the other tests keep theirs
     proc, s = export(url, "register", f"run_dir={runs['demand1']['dir']}",
-                     run_dir=tmp / "reg-tamper")
+                     "export.allow_duplicate=true", run_dir=tmp / "reg-tamper")
     assert proc.returncode == 0, proc.stderr[-2000:]
     version = str(s["registry"][0]["version"])
     run_id = s["mlflow"]["run_id"]
@@ -389,7 +391,8 @@ def test_files_altered_in_the_store_are_refused_at_fetch(registry):
     assert not DemandPredictor.load(fresh).loaded  # nothing there: the runtime falls back
     # and the gate will not move an alias onto it, not even forced
     proc, s = export(url, "promote", f"name={DEMAND}", f"version={version}", "alias=champion2",
-                     "force=true", "reason=test", run_dir=tmp / "promote-tampered")
+                     "force=true", "reason=test", "export.new_alias=true",
+                     run_dir=tmp / "promote-tampered")
     assert proc.returncode == 3 and not s["promotion"]["verified"]
 
 

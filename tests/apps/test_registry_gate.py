@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from replaylab.apps import registry
 from replaylab.apps.export import input_errors
+from replaylab.apps.provenance import hmac_key
 from replaylab.contracts.manifest import build_manifest, write_manifest
 
 NAME = "replaylab-router-t"
@@ -35,7 +36,7 @@ def router_folder(folder: Path, go: bool, quality: float) -> Path:
                        training={"go": go, "go_reasons": [f"seeded verdict go={go}"],
                                  "prompts": 400, "served_threshold": 0.5,
                                  "gated_threshold": 0.5}, runtime={}, fallback={})
-    write_manifest(art, m)
+    write_manifest(art, m, hmac_key=hmac_key())  # signed with the tests' key (conftest)
     return art
 
 
@@ -184,24 +185,42 @@ def test_demand_champion_never_scored_on_these_rows_is_refused():
 def test_a_no_go_demand_version_is_refused_with_every_reason():
     champion = _mv({"replaylab.content_hash": "sha256:a"}, version="1")
     ok, reasons = registry.gate(_mv({"replaylab.go": "false"}), champion)
-    assert not ok and reasons[0].startswith("go=false")
+    assert not ok and reasons[0].startswith("NO-GO (go=false)")
     assert "never scored on this version's test rows" in reasons[-1]  # listed all the same
 
 
 def test_an_edited_go_tag_does_not_pass_the_gate():
-    """A NO-GO version whose `go` tag was edited to true in the MLflow UI: the verdict
-    recomputed from its verified manifest decides, and the edit is named."""
-    edited = _mv({"replaylab.kind": "router", "replaylab.go": "true"})
+    """A NO-GO version whose `go` tag was edited to true in the MLflow UI: the tag and the
+    verdict recomputed from its verified manifest disagree, so the gate refuses and names
+    both values (it prefers neither silently)."""
+    edited = _mv({"replaylab.kind": "router", "replaylab.go": "true",
+                  "replaylab.go_reasons": "quality below the rules"})
     own = {"replaylab.go": "false", "replaylab.go_reasons": "quality below the rules"}
     ok, reasons = registry.gate(edited, None, own=own)
-    assert not ok and reasons[0] == "go=false: quality below the rules"
-    assert any("was edited" in r for r in reasons)
+    assert not ok
+    assert reasons[0].startswith("the version's tag replaylab.go=true disagrees with its "
+                                 "verified manifest (go=false): refused")
+    assert len(reasons) == 2 and reasons[1] == "NO-GO (go=false): quality below the rules"
+    # a GO manifest whose tag was edited to false is refused all the same
+    ok, reasons = registry.gate(_mv({"replaylab.kind": "router", "replaylab.go": "false"}),
+                                None, own={"replaylab.go": "true", "replaylab.verdict": "GO"})
+    assert not ok and "replaylab.go=false disagrees" in reasons[0]
     ok, _ = registry.gate(edited, None)  # without the manifest, the tag would have passed
     assert ok
+
+
+def test_a_verdict_other_than_go_is_refused_like_no_go():
+    own = {"replaylab.go": "true", "replaylab.verdict": "NOT ENOUGH EVIDENCE",
+           "replaylab.go_reasons": "too few test rows to check the band"}
+    ok, reasons = registry.gate(_mv({"replaylab.kind": "router", "replaylab.go_reasons":
+                                     own["replaylab.go_reasons"]}), None, own=own)
+    assert not ok and reasons == ["NOT ENOUGH EVIDENCE (go=false): too few test rows to "
+                                  "check the band"]
 
 
 def test_each_version_says_in_one_sentence_what_it_is_and_its_verdict(store):
     for version, word in ((store.go, "GO"), (store.nogo, "NO-GO")):
         d = store.client.get_model_version(NAME, version).description
-        assert d.startswith("router artifact ") and d.endswith(".") and d.count(". ") == 0
-        assert f": {word}" in d and "from run " in d
+        head, *reasons = d.splitlines()
+        assert head.startswith(f"**{word}**: router artifact ") and "from run " in head
+        assert reasons == [f"- seeded verdict go={word == 'GO'}"]  # every reason, one a line

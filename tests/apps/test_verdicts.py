@@ -50,8 +50,11 @@ def test_promote_lines_say_promoted_refused_or_forced_and_name_the_run():
         assert "go=false: quality below" in line
         assert ("incident 42" in line) == (decision == "forced")
         tags = run_tags(s)
-        assert tags["mlflow.runName"] == f"promote replaylab-router v3->champion: {decision}"
-        assert tags["go"] == str(decision != "refused").lower()
+        # the decision first (the runs list truncates from the right); a forced promotion
+        # is not a GO and says forced
+        assert tags["mlflow.runName"] == f"{word} promote router v3->champion"
+        assert tags["go"] == str(decision == "promoted").lower()
+        assert tags["forced"] == str(decision == "forced").lower()
 
 
 def test_fetch_line_says_forced_and_ungated():
@@ -119,7 +122,8 @@ def test_the_report_stamp_carries_the_run_facts_once(tmp_path):
          "mlflow": {"run_id": "abc", "tracking_uri": "http://127.0.0.1:5000",
                     "experiment_id": "3"}}
     facts = run_facts(s, "deadbeef")
-    assert facts["run"] == "http://127.0.0.1:5000/#/experiments/3/runs/abc"
+    assert facts["run"] == ("http://127.0.0.1:5000/#/experiments/3/runs/abc"
+                            "?workflowType=machine_learning")  # the classic run page
     assert facts["test window"] == "2023-11-16 00:00 to 2023-11-16 04:32 UTC; 12 test rows"
     assert facts["verdict"] == "demand: GO (ok)" and facts["commit"] == "deadbeef"
     stamp_html(page, facts)

@@ -184,11 +184,50 @@ def check_request(cfg: DictConfig) -> None:
         raise ConfigError(f"{cfg.action} needs {', '.join(f'{k}=...' for k in missing)} "
                           "(python -m export --help; docs/howto/mlflow.md)")
     if cfg.action == "export":
+        if cfg.get("run_dir") and cfg.get("run_id"):
+            raise ConfigError("give exactly one of run_dir=DIR or run_id=<mlflow run id>")
+        if cfg.get("run_dir"):
+            check_run_dir(cfg)
         return
     if not cfg.tracking.enabled:
         raise ConfigError(f"{cfg.action} needs MLflow: tracking.enabled=true and tracking.uri")
+    if cfg.action == "register":
+        check_run_dir(cfg)
+    if cfg.action == "promote":
+        check_promote(cfg)
     if cfg.get("name"):
         check_registered(cfg)
+
+
+def check_run_dir(cfg: DictConfig) -> None:
+    """FileNotFoundError (one line) for a run_dir that is not a finished run folder; for
+    `register`, ConfigError for a run trained on a ledger whose last line was cut (its
+    summary's `truncated`) unless export.allow_truncated=true."""
+    path = Path(str(cfg.run_dir)) / "summary.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not a finished run (no summary.json)")
+    if cfg.action == "register" and not (cfg.get("export") or {}).get("allow_truncated"):
+        try:
+            cut = json.loads(path.read_text()).get("truncated")
+        except ValueError:
+            raise ConfigError(f"{path}: not JSON") from None
+        if cut:
+            raise ConfigError(f"{cfg.run_dir} was trained on a truncated ledger ({cut[0]}); "
+                              "not registered (export.allow_truncated=true registers it)")
+
+
+def check_promote(cfg: DictConfig) -> None:
+    """A forced promotion without a reason, or an alias outside `export.aliases` (a typo
+    such as `champoin` would otherwise create an alias and skip the champion comparison)
+    unless `export.new_alias=true`: ConfigError before any run opens."""
+    if cfg.get("force") and not cfg.get("reason"):
+        raise ConfigError("force=true needs reason='...' (it is logged)")
+    export = cfg.get("export") or {}
+    allowed = [str(a) for a in (export.get("aliases") or [])]
+    if str(cfg.alias) not in allowed and not export.get("new_alias", False):
+        raise ConfigError(f"alias={cfg.alias}: not one of the configured aliases "
+                          f"({', '.join(allowed) or 'none'}; export.aliases); "
+                          "export.new_alias=true creates it")
 
 
 def check_registered(cfg: DictConfig) -> None:
@@ -235,6 +274,7 @@ def relog_run(cfg: DictConfig, run_dir: Path) -> dict:
 
     from replaylab.apps import registry
     from replaylab.apps.recording import log_reports, numeric_metrics
+    from replaylab.apps.verdicts import stamp_reports
 
     source = Path(cfg.run_dir)
     path = source / "summary.json"
@@ -254,6 +294,11 @@ def relog_run(cfg: DictConfig, run_dir: Path) -> dict:
     resolved = source / ".hydra" / "config.yaml"
     if resolved.is_file():
         mlflow.log_text(resolved.read_text(), "config/resolved.yaml")
+    if run is not None:  # the reports' run facts link to this run, not the lost one
+        stamp_reports({**original, "mlflow": {
+            "run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
+            "experiment_id": run.info.experiment_id,
+            "experiment": (original.get("mlflow") or {}).get("experiment")}})
     reports = log_reports(original)
     mlflow.set_tags({"source_pipeline": str(original.get("pipeline")),
                      "replaylab.recovered_from": str(was or "")})

@@ -168,6 +168,22 @@ def run_name(cfg: DictConfig) -> str:
     return name
 
 
+REGISTRY_ACTIONS = ("promote", "fetch", "compare")
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"  # read by the MLflow 3 UI
+CLASSIC_KIND = "custom_model_development"
+
+
+def experiment_name(cfg: DictConfig) -> str:
+    """The experiment a run logs to: `tracking.experiment`, except the registry's actions
+    (promote, fetch, compare), which go to `export.registry.experiment`
+    (`replaylab-registry`) so the training experiment's runs list holds training runs.
+    `register` stays with the training runs: it logs a finished run again."""
+    if str(cfg.get("pipeline", "")) == "export" and cfg.get("action") in REGISTRY_ACTIONS:
+        reg = (cfg.get("export") or {}).get("registry") or {}
+        return str(reg.get("experiment") or "replaylab-registry")
+    return str(cfg.tracking.experiment)
+
+
 def start_run(cfg: DictConfig, run_dir: Path) -> Any:
     """Open the MLflow run per `cfg.tracking` with its params and tags; None when off."""
     if not cfg.tracking.enabled:
@@ -177,7 +193,11 @@ def start_run(cfg: DictConfig, run_dir: Path) -> Any:
     uri = cfg.tracking.uri
     try:
         mlflow.set_tracking_uri(uri)
-        mlflow.set_experiment(cfg.tracking.experiment)
+        exp = mlflow.set_experiment(experiment_name(cfg))
+        if (exp.tags or {}).get(EXPERIMENT_KIND_TAG) is None:
+            # MLflow 3's UI opens an experiment of no recorded kind in its GenAI view (the
+            # traces tab): these are model-development runs, shown on the classic run page
+            mlflow.set_experiment_tag(EXPERIMENT_KIND_TAG, CLASSIC_KIND)
         run = mlflow.start_run(run_name=run_name(cfg))
         params = {k: str(v)[:_MAX_PARAM_LEN]
                   for k, v in flatten(OmegaConf.to_container(cfg, resolve=True)).items()}
@@ -250,7 +270,7 @@ def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | Non
     """Log the finished run and register its artifacts; None, or the one-line reason the
     store did not take it (the local outputs are complete either way)."""
     from replaylab.apps.registry import register_outcome
-    from replaylab.apps.verdicts import run_tags
+    from replaylab.apps.verdicts import run_tags, verdict_line, verdict_word
 
     if run is None:
         return None
@@ -262,9 +282,14 @@ def record(run: Any, summary: dict, run_dir: Path, cfg: DictConfig) -> str | Non
         registered = register_outcome(run, summary, cfg, logged=logged)
         if registered:
             summary["registry"] = registered
+            summary["verdict"] = verdict_line(summary)  # says what it registered
             write_summary(run_dir / "summary.json", summary)
             mlflow.log_text(json.dumps(summary, indent=2, default=str), "summary.json")
-        mlflow.set_tags(run_tags(summary))
+        tags = run_tags(summary)
+        word = verdict_word(summary)
+        if word is not None and "mlflow.runName" not in tags:  # `GO demand seed=0`
+            tags["mlflow.runName"] = f"{word} {run.info.run_name or run_name(cfg)}"
+        mlflow.set_tags(tags)
     except tracking_errors() as e:
         return short_reason(e)
     return None
@@ -306,7 +331,7 @@ def run_recorded(cfg: DictConfig, job: Callable[[DictConfig, Path], dict],
         summary["wall_seconds"] = round(time.perf_counter() - started, 3)
         if run is not None:
             summary["mlflow"] = {"run_id": run.info.run_id, "tracking_uri": cfg.tracking.uri,
-                                 "experiment": cfg.tracking.experiment,
+                                 "experiment": experiment_name(cfg),
                                  "experiment_id": run.info.experiment_id}
         summary["verdict"] = verdict_line(summary)
         stamp_reports(summary)

@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from replaylab.tracking.html import escape
+from replaylab.verdict import GO, NO_GO, VERDICTS
 
 
 def num(x: Any, fmt: str = ".3f") -> str:
@@ -184,7 +185,9 @@ def export_line(s: dict) -> str:
                 f"report {(s.get('reports') or {}).get('compare')}")
     if action == "register":
         regs = s.get("registry") or []
-        got = ", ".join(f"{r.get('name')} v{r.get('version')}" for r in regs) or "nothing"
+        got = ", ".join(f"{r.get('name')} v{r.get('version')}"
+                        + (" (same content: reused)" if r.get("reused") else "")
+                        for r in regs) or "nothing"
         r = s.get("relogged") or {}
         return (f"register {s.get('source')}: registered {got}; logged again: "
                 f"{r.get('metrics', 0)} metrics, {r.get('reports', 0)} reports"
@@ -215,7 +218,7 @@ def summary_go(summary: dict) -> bool | None:
         return summary["go"]
     p = summary.get("promotion")
     if isinstance(p, dict):
-        return p.get("decision") in ("promoted", "forced")
+        return p.get("decision") == "promoted"  # a forced promotion is not a GO
     return None
 
 
@@ -227,9 +230,27 @@ def run_tags(summary: dict) -> dict[str, str]:
             "verdict": str(summary.get("verdict") or verdict_line(summary))[:4000]}
     p = summary.get("promotion")
     if isinstance(p, dict):
-        tags["mlflow.runName"] = (f"promote {p.get('name')} v{p.get('version')}->"
-                                  f"{p.get('alias')}: {p.get('decision')}")
+        # the decision first: the runs list truncates long names from the right
+        tags["mlflow.runName"] = (f"{str(p.get('decision')).upper()} promote "
+                                  f"{str(p.get('name')).removeprefix('replaylab-')} "
+                                  f"v{p.get('version')}->{p.get('alias')}")
+        tags["forced"] = str(p.get("decision") == "forced").lower()
     return tags
+
+
+def verdict_word(summary: dict) -> str | None:
+    """The verdict word of a training run (GO, NO-GO, NOT ENOUGH EVIDENCE) for its run
+    name: the gate's `verdict` when it records one, else GO / NO-GO from its go; None for
+    runs without a gate."""
+    g = summary.get("gate")
+    if isinstance(g, dict) and g.get("verdict") in VERDICTS:
+        return str(g["verdict"])
+    if summary.get("verdict") in VERDICTS:
+        return str(summary["verdict"])
+    if summary.get("promotion") is not None or summary.get("pipeline") == "export":
+        return None
+    go = summary_go(summary)
+    return None if go is None else (GO if go else NO_GO)
 
 
 # ---------------------------------------------------------------- run facts on the reports
@@ -240,7 +261,9 @@ def run_link(summary: dict) -> str | None:
     if not run_id:
         return None
     if urlparse(uri).scheme in ("http", "https"):
-        return f"{uri.rstrip('/')}/#/experiments/{m.get('experiment_id', '0')}/runs/{run_id}"
+        # the classic run page (MLflow 3 may open an experiment in its GenAI view)
+        return (f"{uri.rstrip('/')}/#/experiments/{m.get('experiment_id', '0')}/runs/{run_id}"
+                "?workflowType=machine_learning")
     return f"run {run_id} in {uri} (mlflow ui --backend-store-uri {uri})"
 
 

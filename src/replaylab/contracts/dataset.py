@@ -60,6 +60,7 @@ from replaylab.contracts.io import (
     jsonable,
     jsonl_frame,
     parse_jsonl_lines,
+    warn_truncated,
 )
 from replaylab.contracts.ledger import LEDGER_SCHEMA
 from replaylab.contracts.ledger_pieces import (
@@ -609,6 +610,7 @@ def _file_blocks(files: LedgerFiles, path: str, url: str,
                 raise ContractError(f"{url}: not JSON Lines (no line of its first block "
                                     "parses as a JSON object)")
             pos += len(lines)
+            warn_truncated(str(url), bad)
             raw, bad_frame = jsonl_frame(records, positions, bad)
             yield with_partition(raw, piece), bad_frame
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import math
 import re
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SO
 from replaylab.contracts.schema import ContractError, ValidationResult
 
 FORMATS = ("parquet", "jsonl", "csv")
+TRUNCATED = "truncated: the file ends mid-line"  # quarantine detail of a cut last line
 FORMAT_BY_EXTENSION = _EXT = {".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl",
         ".json": "jsonl", ".csv": "csv"}
 # A \uD800-\uDFFF escape: a lone one decodes to a str that is not Unicode (no UTF-8 for it)
@@ -80,7 +82,19 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
         raise ContractError(f"{path}: not UTF-8 text, so not JSON Lines") from e
     if not records and bad:
         raise ContractError(f"{path}: not JSON Lines (no line parses as a JSON object)")
+    warn_truncated(str(path), bad)
     return jsonl_frame(records, positions, bad)
+
+
+def warn_truncated(source: str, bad: list[dict]) -> None:
+    """One warning naming the file, the line and the bytes left when its last line is cut
+    (quarantined as `malformed_json`, detail starting with `TRUNCATED`)."""
+    for b in bad:
+        if str(b.get(QUARANTINE_DETAIL, "")).startswith(TRUNCATED):
+            logging.getLogger("replaylab").warning(
+                "%s: line %d is cut (%s): quarantined; the run is marked truncated and "
+                "export refuses to register it unless export.allow_truncated=true", source,
+                b[SOURCE_ROW], b[QUARANTINE_DETAIL])
 
 
 def read_jsonl_lines(lines: Iterable[str], start: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -112,6 +126,11 @@ def parse_jsonl_lines(lines: Iterable[str], start: int = 0,
             bad.append(_malformed(pos, text, "nested too deeply"))
             continue
         except ValueError as e:  # JSONDecodeError, or an int over 4300 digits
+            if isinstance(e, json.JSONDecodeError) and not line.endswith("\n"):
+                # only a file's last line lacks its newline: the file was cut mid-line
+                bad.append(_malformed(pos, text, f"{TRUNCATED}, "
+                                      f"{len(line.encode('utf-8', 'surrogatepass'))} bytes left"))
+                continue
             bad.append(_malformed(pos, text, "line" if isinstance(
                 e, json.JSONDecodeError) else str(e)[:100]))
             continue

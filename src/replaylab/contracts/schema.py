@@ -146,7 +146,19 @@ class ValidationResult:
             "rows_valid": self.rows_valid,
             "rows_quarantined": self.rows_quarantined,
             "quarantine_by_reason": self.by_reason(),
+            **({"truncated": cut} if (cut := self.truncated()) else {}),
         }
+
+    def truncated(self) -> list[str]:
+        """'line N: <detail>' of each quarantined line cut mid-line (a JSON Lines file whose
+        last line lacks its newline and does not parse); the summary's `truncated`."""
+        q = self.quarantine
+        if q.empty or QUARANTINE_DETAIL not in q.columns:
+            return []
+        cut = q[q[QUARANTINE_DETAIL].astype(str).str.startswith("truncated:")]
+        rows = cut[SOURCE_ROW] if SOURCE_ROW in cut.columns else [None] * len(cut)
+        return [f"{self.source or 'ledger'} line {r}: {d}"
+                for r, d in zip(rows, cut[QUARANTINE_DETAIL], strict=True)]
 
 
 # ---------------------------------------------------------------- coercion

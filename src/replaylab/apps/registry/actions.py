@@ -12,13 +12,18 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from replaylab.apps.provenance import hmac_key
-from replaylab.apps.registry.gate import gate
+from replaylab.apps.registry.gate import gate, tag_disagreements
 from replaylab.apps.registry.rescore import (
     challenger_ledger_rows,
     recorded_rescore,
     rescore_against,
     router_test_rows,
+)
+from replaylab.apps.registry.signing import (
+    PROMOTION_RECORD,
+    read_record,
+    sign_record,
+    verify_signed,
 )
 from replaylab.apps.registry.tags import KINDS, TAG, TAG_MAX, version_tags
 from replaylab.apps.registry.versions import (
@@ -30,7 +35,7 @@ from replaylab.apps.registry.versions import (
 )
 from replaylab.config import ConfigError
 from replaylab.contracts.errors import InputError
-from replaylab.contracts.manifest import ManifestError, staged_folder, verify_manifest
+from replaylab.contracts.manifest import ManifestError, staged_folder
 
 
 class FetchRefused(InputError):
@@ -73,6 +78,13 @@ def register_outcome(run: Any, summary: dict, cfg: DictConfig,
 
     reg = cfg.get("export", {}) or {}
     if run is None or not reg.get("register", False):
+        return []
+    if summary.get("truncated") and not reg.get("allow_truncated", False):
+        import logging
+
+        logging.getLogger("replaylab").warning(
+            "registry: not registered, the run was trained on a truncated ledger (%s); "
+            "export.allow_truncated=true registers it", summary["truncated"][0])
         return []
     arts, logged = summary.get("artifacts") or {}, logged or {}
     c, out = client(cfg), []
@@ -133,7 +145,15 @@ def registered_artifacts(cfg: DictConfig, run_dir: Path) -> dict:
 # ---------------------------------------------------------------- promotion
 def promote(cfg: DictConfig, run_dir: Path) -> dict:
     """The job of `python -m export promote name=... version=N alias=champion [force=true
-    reason=...]`: move the alias only when the version verifies and its gate passes."""
+    reason=...]`: move the alias only when the version verifies (signed with this project's
+    key, its tags agreeing with its manifest) and its gate passes.
+
+    A move (promoted, or forced past a refusal) writes a signed promotion record
+    (`replaylab.apps.registry.signing`: version, content hash, alias, decision, verdict,
+    the gate's reasons) as an artifact of this run; `fetch` serves an alias only with a
+    valid one. The version gets `replaylab.promoted.<alias>` = this run's id and
+    `replaylab.alias.<alias>` = gated | forced (the version the alias left loses its
+    `replaylab.alias.<alias>`); a forced one also `replaylab.forced=true`."""
     import mlflow
 
     if not (cfg.name and cfg.version and cfg.alias):
@@ -143,6 +163,7 @@ def promote(cfg: DictConfig, run_dir: Path) -> dict:
     c = client(cfg)
     name, version, alias = str(cfg.name), str(cfg.version), str(cfg.alias)
     champion = alias_version(c, name, alias)
+    manifest = None
     with tempfile.TemporaryDirectory() as tmp:
         try:
             mv, manifest, folder = verified_version(c, cfg, name, version, Path(tmp))
@@ -150,7 +171,8 @@ def promote(cfg: DictConfig, run_dir: Path) -> dict:
         except ManifestError as e:
             mv, verified, why_not = c.get_model_version(name, version), False, str(e)
             folder = None
-        passed, reasons = (gate(mv, champion, own=version_tags(manifest, cfg.export.registry))
+        own = version_tags(manifest, cfg.export.registry) if verified else None
+        passed, reasons = (gate(mv, champion, own=own)
                            if verified else (False, [f"manifest: {why_not}"]))
         reports = {}
         if champion is not None and champion.version != mv.version:
@@ -159,45 +181,70 @@ def promote(cfg: DictConfig, run_dir: Path) -> dict:
     if not verified and cfg.force:
         decision = "refused"  # force never serves files that do not verify
         reasons.append("force ignored: the manifest does not verify")
+    verdict = (own or {}).get(TAG + "verdict") or "unverified"
+    run = mlflow.active_run()
+    run_id = run.info.run_id if run is not None else ""
     if decision != "refused":
+        signed = sign_record({
+            "name": name, "version": version, "alias": alias,
+            "content_hash": manifest["content_hash"], "decision": decision,
+            "forced": decision == "forced", "reason": str(cfg.reason or ""),
+            "verdict": verdict, "gate_passed": passed, "reasons": reasons,
+            "previous": None if champion is None else str(champion.version),
+            "promote_run": run_id}, cfg)
+        if run is not None:
+            mlflow.log_text(json.dumps(signed, indent=1), PROMOTION_RECORD)
         c.set_registered_model_alias(name, alias, version)
-        c.set_model_version_tag(name, version, TAG + f"promoted.{alias}",
-                                mlflow.active_run().info.run_id if mlflow.active_run() else "")
+        if champion is not None and champion.version != mv.version:
+            try:
+                c.delete_model_version_tag(name, champion.version, f"{TAG}alias.{alias}")
+            except Exception:  # MlflowException: the tag was never set (older versions)
+                pass
+        c.set_model_version_tag(name, version, TAG + f"promoted.{alias}", run_id)
+        c.set_model_version_tag(name, version, f"{TAG}alias.{alias}",
+                                "forced" if decision == "forced" else "gated")
+        if decision == "forced":
+            c.set_model_version_tag(name, version, TAG + "forced", "true")
     tags = {"registry.action": "promote", "registry.model": name, "registry.version": version,
             "registry.alias": alias, "registry.decision": decision,
+            "registry.verdict": verdict,
             "registry.verified": str(verified).lower(), "registry.gate_passed": str(passed).lower(),
             "registry.force": str(bool(cfg.force)).lower(),
             "registry.reason": str(cfg.reason or ""),
             "registry.previous": str(champion.version) if champion is not None else "none",
             "registry.gate_reasons": " | ".join(reasons)[:4000]}
-    if mlflow.active_run() is not None:
+    if run is not None:
         mlflow.set_tags(tags)
     summary = {"pipeline": "export", "action": "promote",
                "promotion": {"name": name, "version": int(version), "alias": alias,
                              "decision": decision, "verified": verified, "gate_passed": passed,
-                             "reasons": reasons, "force": bool(cfg.force),
+                             "verdict": verdict, "reasons": reasons, "force": bool(cfg.force),
                              "reason": cfg.reason, "previous": None if champion is None
-                             else int(champion.version)},
+                             else int(champion.version),
+                             "record": PROMOTION_RECORD if decision != "refused" else None},
                "reports": reports, "artifacts": {}}
     del folder
     return summary
 
 
 # ---------------------------------------------------------------- fetch
-def alias_provenance(c: Any, name: str, mv: Any, alias: str) -> dict:
+def alias_provenance(c: Any, cfg: DictConfig, name: str, mv: Any, alias: str) -> dict:
     """Whether `alias` was placed on version `mv` by a promote run (the gate).
 
-    The promote run writes tag `replaylab.promoted.<alias>` = its run id on the version
-    and records `registry.decision` (promoted / forced), model, version and alias; the
-    last promote run of that alias that moved it (any decision but refused) must be that
-    run, so an alias set by hand (the MLflow UI's pencil, `set_registered_model_alias`),
-    even back onto a version promoted earlier, is not the gate's.
+    The promote run writes tag `replaylab.promoted.<alias>` = its run id on the version and
+    a signed promotion record (`replaylab.apps.registry.signing.PROMOTION_RECORD`) in its
+    artifacts. The record must verify with this project's key and name this model,
+    version and alias, this run, and a move (promoted / forced): tags and runs made by
+    hand carry none. The last promote run of that alias that moved it must be that run,
+    so an alias set by hand (the MLflow UI's pencil, `set_registered_model_alias`), even
+    back onto a version promoted earlier, is not the gate's. The caller checks the
+    record's content hash against the verified download.
     {"gated" (placed by a promote run), "decision", "forced", "forced_reason",
-    "promote_run", "why" (when not gated)}.
+    "promote_run", "record", "why" (when not gated)}.
     """
     version = str(mv.version)
     out: dict[str, Any] = {"alias": alias, "gated": False, "decision": None, "forced": False,
-                           "forced_reason": None, "promote_run": None}
+                           "forced_reason": None, "promote_run": None, "record": None}
     run_id = (mv.tags or {}).get(TAG + f"promoted.{alias}")
     if not run_id:
         out["why"] = (f"{name}@{alias} points at v{version}, which carries no "
@@ -210,13 +257,18 @@ def alias_provenance(c: Any, name: str, mv: Any, alias: str) -> dict:
     except Exception as e:  # MlflowException: the run is gone
         out["why"] = f"the promote run {run_id} named on v{version} cannot be read ({e})"
         return out
-    t = run.data.tags
-    decision = t.get("registry.decision")
-    if (t.get("registry.action"), t.get("registry.model"), t.get("registry.version"),
-            t.get("registry.alias")) != ("promote", name, version, alias) or \
+    with tempfile.TemporaryDirectory() as tmp:
+        record, why = read_record(c, run_id, cfg, Path(tmp))
+    if record is None:
+        out["why"] = f"{name}@{alias} -> v{version}: {why}"
+        return out
+    decision = record.get("decision")
+    if (record.get("name"), str(record.get("version")), record.get("alias"),
+            record.get("promote_run")) != (name, version, alias, run_id) or \
             decision not in ("promoted", "forced"):
-        out["why"] = (f"run {run_id} named on v{version} did not promote {name} v{version} to "
-                      f"{alias} (decision {decision!r})")
+        out["why"] = (f"the signed record of run {run_id} did not move {name} to v{version} "
+                      f"as {alias} (it records {record.get('name')} v{record.get('version')} "
+                      f"@{record.get('alias')}, decision {decision!r})")
         return out
     latest = c.search_runs(
         [run.info.experiment_id],
@@ -230,33 +282,38 @@ def alias_provenance(c: Any, name: str, mv: Any, alias: str) -> dict:
                       f"moved it to v{last.get('registry.version')}; v{version} was put back "
                       "outside the gate")
         return out
-    out.update(gated=True, decision=decision, forced=decision == "forced",
-               forced_reason=t.get("registry.reason") if decision == "forced" else None)
+    out.update(gated=True, decision=decision, forced=decision == "forced", record=record,
+               forced_reason=record.get("reason") if decision == "forced" else None)
     return out
 
 
-def _fetch_provenance(c: Any, name: str, mv: Any, alias: str | None) -> dict:
+def fetch_provenance(c: Any, cfg: DictConfig, name: str, mv: Any, alias: str | None) -> dict:
     """The alias's provenance (alias fetch), else the first alias of the version a
     promote run placed (version fetch); not gated when none was."""
     if alias:
-        return alias_provenance(c, name, mv, alias)
-    found = [alias_provenance(c, name, mv, str(a)) for a in (getattr(mv, "aliases", None) or [])]
+        return alias_provenance(c, cfg, name, mv, alias)
+    found = [alias_provenance(c, cfg, name, mv, str(a))
+             for a in (getattr(mv, "aliases", None) or [])]
     ok = [p for p in found if p["gated"]]
     if ok:
         return ok[0]
     return {"alias": None, "gated": False, "decision": None, "forced": False,
-            "forced_reason": None, "promote_run": None,
+            "forced_reason": None, "promote_run": None, "record": None,
             "why": f"{name} v{mv.version} is fetched by number and no alias a promote run "
                    "placed points at it"}
 
 
 def fetch(cfg: DictConfig, run_dir: Path) -> dict:
     """The job of `python -m export fetch name=... alias=champion out=DIR`: download the
-    version the alias points at, verify it, and publish it as DIR in one rename. A download
-    that does not verify is refused and DIR is left as it was (the runtime then serves the
-    previous verified folder, or falls back when there is none). A version whose alias was
-    not placed by a promote run (`alias_provenance`) is refused the same way unless
-    `export.allow_ungated=true`; a forced version is served with FORCED and its reason."""
+    version the alias points at, verify it (signed with this project's key unless
+    export.allow_unsigned=true, its tags agreeing with its manifest), and publish it as DIR
+    in one rename. A download that does not verify is refused and DIR is left as it was (the
+    runtime then serves the previous verified folder, or falls back when there is none). A
+    version whose alias has no valid signed promotion record (`alias_provenance`), or whose
+    record names other content, is refused the same way unless `export.allow_ungated=true`
+    (then served with one UNGATED line, and the version tagged
+    `replaylab.alias.<alias>=ungated`); a forced version is served with FORCED and its
+    reason."""
     import logging
 
     import mlflow
@@ -275,20 +332,26 @@ def fetch(cfg: DictConfig, run_dir: Path) -> dict:
         version = str(cfg.version)
         mv = c.get_model_version(name, version)
     allow = bool((cfg.get("export") or {}).get("allow_ungated", False))
-    prov = _fetch_provenance(c, name, mv, str(cfg.alias) if cfg.alias else None)
+    prov = fetch_provenance(c, cfg, name, mv, str(cfg.alias) if cfg.alias else None)
 
     def refused(why: str) -> None:
         if mlflow.active_run() is not None:
             mlflow.set_tags({"registry.action": "fetch", "registry.model": name,
                              "registry.version": str(version),
                              "registry.alias": str(cfg.alias or ""),
-                             "registry.decision": "refused", "registry.reason": why[:TAG_MAX]})
+                             "registry.decision": "refused", "registry.reason": why[:TAG_MAX],
+                             "mlflow.runName": f"REFUSED {fetch_name(name, cfg)}"})
 
-    if not prov["gated"] and not allow:
-        why = f"{prov['why']}; not served, {out} left as it was (export.allow_ungated=true " \
-              "serves it anyway)"
-        refused(why)
-        raise FetchRefused(why)
+    def ungated(why: str) -> None:
+        if not allow:
+            why = f"{why}; not served, {out} left as it was (export.allow_ungated=true " \
+                  "serves it anyway)"
+            refused(why)
+            raise FetchRefused(why)
+        prov.update(gated=False, forced=False, why=why)
+
+    if not prov["gated"]:
+        ungated(prov["why"])
     with tempfile.TemporaryDirectory() as tmp:
         try:
             mv, manifest, folder = verified_version(c, cfg, name, version, Path(tmp))
@@ -296,9 +359,19 @@ def fetch(cfg: DictConfig, run_dir: Path) -> dict:
             refused(str(e))
             raise FetchRefused(f"{name} v{version}: download refused, {out} left as it was "
                                f"({e})") from None
+        edited = tag_disagreements(mv, version_tags(manifest, cfg.export.registry))
+        if edited:
+            refused(edited[0])
+            raise FetchRefused(f"{name} v{version}: {edited[0]}; not served, {out} left as "
+                               "it was")
+        if prov["record"] is not None and prov["record"].get("content_hash") != \
+                manifest["content_hash"]:
+            ungated(f"the signed promotion record of run {prov['promote_run']} names content "
+                    f"{str(prov['record'].get('content_hash'))[:19]}, the version holds "
+                    f"{manifest['content_hash'][:19]}")
         with staged_folder(out) as staged:
             shutil.copytree(folder, staged, dirs_exist_ok=True)
-        verify_manifest(out, hmac_key=hmac_key(cfg.export.get("hmac_key_env")))
+        verify_signed(out, cfg)
     log = logging.getLogger("replaylab")
     if prov["forced"]:
         log.warning("FORCED: %s v%s was forced onto %s past a refusing gate (run %s): %s",
@@ -306,13 +379,17 @@ def fetch(cfg: DictConfig, run_dir: Path) -> dict:
     elif not prov["gated"]:
         log.warning("UNGATED: %s v%s served with export.allow_ungated=true: %s", name, version,
                     prov["why"])
+        if cfg.alias:
+            c.set_model_version_tag(name, str(version), f"{TAG}alias.{cfg.alias}", "ungated")
     if mlflow.active_run() is not None:
+        word = "FORCED" if prov["forced"] else ("SERVED" if prov["gated"] else "UNGATED")
         mlflow.set_tags({"registry.action": "fetch", "registry.model": name,
                          "registry.version": str(version), "registry.alias": str(cfg.alias or ""),
                          "registry.decision": "fetched",
                          "registry.gated": str(prov["gated"] and not prov["forced"]).lower(),
                          "registry.forced": str(prov["forced"]).lower(),
-                         "registry.content_hash": manifest["content_hash"]})
+                         "registry.content_hash": manifest["content_hash"],
+                         "mlflow.runName": f"{word} {fetch_name(name, cfg)} (v{version})"})
     section = {"name": name, "alias": cfg.alias, "version": int(version),
                "content_hash": manifest["content_hash"], "kind": manifest["kind"],
                "path": str(out),
@@ -323,6 +400,12 @@ def fetch(cfg: DictConfig, run_dir: Path) -> dict:
     if not prov["gated"]:
         section.update(allowed_ungated=True, ungated_reason=prov["why"])
     return {"pipeline": "export", "action": "fetch", "fetch": section, "artifacts": {}}
+
+
+def fetch_name(name: str, cfg: DictConfig) -> str:
+    """`fetch demand @champion` (the run name after its decision word)."""
+    target = f"@{cfg.alias}" if cfg.get("alias") else f"v{cfg.version}"
+    return f"fetch {name.removeprefix('replaylab-')} {target}"
 
 
 # ---------------------------------------------------------------- compare view

@@ -22,10 +22,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from replaylab.apps.provenance import hmac_key
+from replaylab.apps.registry.signing import verify_signed
 from replaylab.apps.registry.tags import ARTIFACT_PATH, KINDS, TAG
 from replaylab.config import ConfigError
-from replaylab.contracts.manifest import ManifestError, link_or_copy, verify_manifest
+from replaylab.contracts.manifest import ManifestError, link_or_copy
 
 BLOBS = "blobs.json"  # in a logged folder: its large files, stored once per sha256
 BLOB_STORE_TAG = TAG + "blob_store"
@@ -34,8 +34,9 @@ BLOB_STORE_TAG = TAG + "blob_store"
 def log_artifact_folder(c: Any, cfg: DictConfig, run_id: str, folder: Path) -> dict:
     """Verify an artifact folder of any kind and log it to run `run_id` under its kind's
     path (large files stored once); {"kind", "artifact_path", "blobs", "manifest"}."""
-    export = cfg.get("export") or {}
-    manifest = verify_manifest(folder, hmac_key=hmac_key(export.get("hmac_key_env")))
+    # an old run's unsigned folder registers (tagged signed=false: promote and fetch then
+    # need export.allow_unsigned=true); one signed with another key does not
+    manifest, _ = verify_signed(folder, cfg, accept_unsigned=True)
     kind = manifest["kind"]
     if kind not in KINDS:
         raise ConfigError(f"{folder}: kind {kind!r} is not registered (one of {KINDS})")

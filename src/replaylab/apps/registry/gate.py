@@ -27,23 +27,44 @@ def gate(mv: Any, champion: Any | None, own: dict[str, str] | None = None) -> tu
     recorded before intervals were), refused with the command that scores it.
 
     own: the version's verdict tags recomputed from its verified manifest
-    (`version_tags`); given, they decide, not the stored tags (which anyone with write
-    access can edit in the MLflow UI), and an edited `go` tag is named in the reasons.
+    (`version_tags`); given, they decide, and a stored tag that disagrees with them
+    (anyone with write access can edit tags in the MLflow UI) refuses the promotion,
+    naming both values. The verdict word (GO, NO-GO, NOT ENOUGH EVIDENCE) must be GO.
+    A demand challenger that beats the champion but is itself not GO is told exactly that.
     """
     kind, reasons = mv.tags.get(TAG + "kind"), []
     said = own if own is not None else mv.tags
-    go = said.get(TAG + "go") == "true"
-    reasons.append(f"go={str(go).lower()}: {said.get(TAG + 'go_reasons', '')}")
-    if own is not None and mv.tags.get(TAG + "go") != own.get(TAG + "go"):
-        reasons.append(f"the version's tag {TAG}go={mv.tags.get(TAG + 'go')} was edited: its "
-                       f"verified manifest says go={own.get(TAG + 'go')}, which is used")
+    verdict = said.get(TAG + "verdict") or ("GO" if said.get(TAG + "go") == "true" else "NO-GO")
+    go = said.get(TAG + "go") == "true" and verdict == "GO"
+    reasons.append(f"{verdict} (go={str(go).lower()}): {said.get(TAG + 'go_reasons', '')}")
+    edited = tag_disagreements(mv, own) if own is not None else []
+    if edited:
+        return False, edited + reasons
     if kind != "demand":
         return go, reasons
     if champion is None or champion.version == mv.version:
         reasons.append("no other champion: pinball not compared")
         return go, reasons
     ok, more = _against_champion(mv, champion)
-    return go and ok, reasons + more
+    if ok and not go:
+        more.insert(0, f"v{mv.version} beats champion v{champion.version} (the paired "
+                    f"interval's upper bound is below 0) but is itself {verdict}: refused, a "
+                    "challenger must pass its own gate too")
+    return go and ok, more + reasons if ok and not go else reasons + more
+
+
+def tag_disagreements(mv: Any, own: dict[str, str]) -> list[str]:
+    """One reason per stored tag of version `mv` that differs from what its verified
+    manifest says (`own`); empty when they agree. A tag the version does not carry is not
+    compared (older versions were registered with fewer tags)."""
+    out = []
+    for key, value in own.items():
+        stored = mv.tags.get(key)
+        if stored is not None and stored != value:
+            out.append(f"the version's tag {key}={stored[:80]} disagrees with its verified "
+                       f"manifest ({key.removeprefix(TAG)}={value[:80]}): refused (restore "
+                       "the tag, or register the artifact again)")
+    return out
 
 
 def _against_champion(mv: Any, champion: Any) -> tuple[bool, list[str]]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from replaylab.artifacts.kinds import KINDS as ARTIFACT_KINDS
 from replaylab.contracts.manifest import canonical_json
+from replaylab.verdict import GO, NO_GO, VERDICTS
 
 KINDS = tuple(ARTIFACT_KINDS)  # ("demand", "router"): one registered model each
 ARTIFACT_PATH = {k: d.artifact_path for k, d in ARTIFACT_KINDS.items()}  # in the run
@@ -65,8 +66,47 @@ def demand_gate(manifest: dict, reg: Any = None) -> tuple[bool, str, dict]:
     return bool(gate["go"]), why, gate
 
 
+def verdict_word(manifest: dict) -> str:
+    """The verdict word of a version (GO, NO-GO, NOT ENOUGH EVIDENCE: `replaylab.verdict`),
+    read off its verified manifest: `training.verdict` or `training.gate.verdict` when the
+    run recorded one, else GO / NO-GO from its boolean go. Any word but GO is refused at
+    promotion like NO-GO."""
+    t = manifest.get("training") or {}
+    gate = t.get("gate") if isinstance(t.get("gate"), dict) else {}
+    said = t.get("verdict") or gate.get("verdict")
+    if isinstance(said, str) and said in VERDICTS:
+        return said
+    go = demand_gate(manifest)[0] if manifest.get("kind") == "demand" else t.get("go") is True
+    return GO if go else NO_GO
+
+
+# Words that mark a gate reason as a failing check (the gates write their reasons as
+# sentences, `replaylab.demand.gate`, `replaylab.pipelines.router`; no pass flag travels
+# with each): a plain substring test, so failing reasons can be listed first.
+FAILING_WORDS = (" outside ", "does not ", "too few", "no baseline", "cannot", "fail",
+                 "not shown", "not met", "exceeds", "no gate recorded")
+
+
+def reasons_failing_first(reasons: list[str]) -> list[str]:
+    """The gate's reasons, those naming a failed check first (each group in its order)."""
+    bad = [r for r in reasons if any(w in f" {r.lower()} " for w in FAILING_WORDS)]
+    return bad + [r for r in reasons if r not in bad]
+
+
+def gate_reasons(manifest: dict) -> list[str]:
+    """Every reason the version's own gate gave, from its verified manifest."""
+    t = manifest.get("training") or {}
+    if manifest.get("kind") == "demand":
+        gate = t.get("gate")
+        if not isinstance(gate, dict) or "go" not in gate:
+            return [NO_GATE]
+        return [str(r) for r in gate.get("reasons") or []]
+    return [str(r) for r in t.get("go_reasons") or []]
+
+
 def version_tags(manifest: dict, reg: Any) -> dict[str, str]:
-    """The tags of a registered version, all from its verified manifest."""
+    """The tags of a registered version, all from its verified manifest. `go` is true only
+    for the verdict GO (`verdict_word`)."""
     kind, t = manifest["kind"], manifest.get("training") or {}
     tags = {"kind": kind, "content_hash": manifest["content_hash"],
             "artifact_version": manifest["version"], "data_fingerprint": data_fingerprint(manifest),
@@ -92,6 +132,8 @@ def version_tags(manifest: dict, reg: Any) -> dict[str, str]:
             for m, v in ((t.get("test") or {}).get(policy) or {}).items():
                 if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
                     tags[f"metric.{policy}.{m}"] = repr(float(v))
+    verdict = verdict_word(manifest)
+    tags.update(verdict=verdict, go=str(tags["go"] == "true" and verdict == GO).lower())
     return {TAG + k: v for k, v in tags.items()}
 
 
@@ -113,12 +155,18 @@ def signature(manifest: dict) -> dict:
 
 
 
-def version_description(manifest: dict, tags: dict[str, str], run_info: Any) -> str:
-    """One sentence for the version page: what it is, where from, its verdict and why."""
-    why = tags.get(TAG + "go_reasons", "").split("; ")[0]
-    go = "GO" if tags.get(TAG + "go") == "true" else "NO-GO"
-    return (f"{manifest['kind']} artifact {manifest['version']} "
-            f"({manifest['content_hash'][:19]}) from run {run_info.run_name or run_info.run_id}, "
-            f"created {manifest.get('created_at', '?')[:10]}: {go}"
-            + (f" ({why[:300]})" if why else "") + ".")
-
+def version_description(manifest: dict, tags: dict[str, str], run_info: Any,
+                        details: str | None = None) -> str:
+    """The version page's text: the verdict first, then every reason of the gate (failing
+    ones first), what the version is and where it came from; `details`: where the JSON of
+    everything else about it is (an artifact of the registering run)."""
+    verdict = tags.get(TAG + "verdict") or ("GO" if tags.get(TAG + "go") == "true" else "NO-GO")
+    reasons = reasons_failing_first(gate_reasons(manifest))
+    lines = [f"**{verdict}**: {manifest['kind']} artifact {manifest['version']} "
+             f"({manifest['content_hash'][:19]}) from run "
+             f"{run_info.run_name or run_info.run_id}, created "
+             f"{manifest.get('created_at', '?')[:10]}."]
+    lines += [f"- {r[:600]}" for r in reasons] or ["- (no reasons recorded)"]
+    if details:
+        lines.append(f"\nEverything else about this version: {details}")
+    return "\n".join(lines)

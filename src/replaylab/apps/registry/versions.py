@@ -5,13 +5,14 @@ manifest and its registered content hash)."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from replaylab.apps.provenance import hmac_key
 from replaylab.apps.registry.blobs import log_artifact_folder, reassemble
+from replaylab.apps.registry.signing import verify_signed
 from replaylab.apps.registry.tags import (
     KINDS,
     TAG,
@@ -20,7 +21,7 @@ from replaylab.apps.registry.tags import (
     version_tags,
 )
 from replaylab.config import ConfigError
-from replaylab.contracts.manifest import ManifestError, verify_manifest
+from replaylab.contracts.manifest import ManifestError
 
 
 def client(cfg: DictConfig) -> Any:
@@ -65,6 +66,15 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
     except MlflowException as e:
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
+    same = same_content(c, name, manifest["content_hash"])
+    if same is not None and not bool((cfg.get("export") or {}).get("allow_duplicate", False)):
+        logging.getLogger("replaylab").warning(
+            "register: %s v%s holds the same content (%s); reused, no new version "
+            "(export.allow_duplicate=true registers it again)", name, same.version,
+            manifest["content_hash"][:19])
+        return {"name": name, "version": int(same.version),
+                "content_hash": manifest["content_hash"], "go": same.tags.get(TAG + "go"),
+                "artifact_path": path, "blobs": blobs, "reused": True}
     tags = version_tags(manifest, cfg.export.registry)
     tags[TAG + "signature"] = json.dumps(signature(manifest))
     tags[TAG + "registered_by_run"] = run_id
@@ -75,6 +85,13 @@ def register_folder(c: Any, run_id: str, folder: Path, name: str, cfg: DictConfi
                                 description=version_description(manifest, tags, run.info))
     return {"name": name, "version": int(mv.version), "content_hash": manifest["content_hash"],
             "go": tags[TAG + "go"], "artifact_path": path, "blobs": blobs}
+
+
+def same_content(c: Any, name: str, content_hash: str) -> Any | None:
+    """The newest version of `name` registered with `content_hash` (None: none)."""
+    found = [v for v in c.search_model_versions(f"name='{name}'")
+             if (v.tags or {}).get(TAG + "content_hash") == content_hash]
+    return max(found, key=lambda v: int(v.version)) if found else None
 
 
 def download_version(c: Any, cfg: DictConfig, name: str, version: int | str,
@@ -92,11 +109,12 @@ def download_version(c: Any, cfg: DictConfig, name: str, version: int | str,
 def verified_version(c: Any, cfg: DictConfig, name: str, version: int | str,
                      into: Path) -> tuple[Any, dict, Path]:
     """(model version, verified manifest, local folder); ManifestError when the downloaded
-    files do not verify or are not the registered content."""
+    files do not verify, are not signed with this project's key (unless
+    export.allow_unsigned=true: `replaylab.apps.registry.signing.verify_signed`) or are
+    not the registered content."""
     mv = c.get_model_version(name, str(version))
     folder = download_version(c, cfg, name, version, into)
-    manifest = verify_manifest(folder, hmac_key=hmac_key(cfg.export.get("hmac_key_env")),
-                               required_kind=mv.tags.get(TAG + "kind"))
+    manifest, _ = verify_signed(folder, cfg, required_kind=mv.tags.get(TAG + "kind"))
     if manifest["content_hash"] != mv.tags.get(TAG + "content_hash"):
         raise ManifestError("content_hash", f"{name} v{version}: the store holds content "
                             f"{manifest['content_hash'][:19]}, registered "
