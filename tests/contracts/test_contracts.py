@@ -112,6 +112,28 @@ def test_jsonl_bad_lines_are_quarantined_not_lost(tmp_path):
     assert sorted(w[QUARANTINE_REASON] for w in written) == ["malformed_json", "not_an_object"]
 
 
+def test_a_jsonl_file_cut_mid_line_warns_and_is_marked_truncated(tmp_path, caplog):
+    """Only a file's last line lacks its newline: when it does not parse, the file was cut
+    there. One warning names the file, the line and the bytes left; the summary lists it
+    (`truncated`, what export reads to refuse registration). A bad line with its newline is
+    a plain malformed line, and an intact last line without a newline is a row."""
+    p = tmp_path / "l.jsonl"
+    whole = [json.dumps(good_row(i)) for i in range(5)]
+    cut = whole[4][:-7]  # the last line lost its last 7 characters
+    p.write_text("\n".join(whole[:4] + [cut]))
+    with caplog.at_level("WARNING", logger="replaylab"):
+        r = read_ledger(p)
+    assert (r.rows_read, r.rows_valid) == (5, 4) and r.by_reason() == {"malformed_json": 1}
+    said = [rec.getMessage() for rec in caplog.records if "is cut" in rec.getMessage()]
+    assert len(said) == 1 and str(p) in said[0] and "line 4" in said[0]
+    assert f"{len(cut.encode())} bytes left" in said[0]
+    assert r.summary()["truncated"] == [f"{r.source or 'ledger'} line 4: truncated: the file "
+                                        f"ends mid-line, {len(cut.encode())} bytes left"]
+    p.write_text("\n".join(whole[:2] + ["{not json"] + whole[2:]))  # no newline at the end
+    r = read_ledger(p)
+    assert (r.rows_read, r.rows_valid) == (6, 5) and "truncated" not in r.summary()
+
+
 def test_parquet_roundtrip(tmp_path):
     rows = [good_row(i) for i in range(10)] + [good_row(3)]
     df = pd.DataFrame(rows)
