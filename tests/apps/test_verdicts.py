@@ -36,6 +36,12 @@ def test_router_lines_in_both_modes():
     assert verdict_line(r) == "router: NO-GO (CI spans 0)"
     thin = {**r, "verdict": "NOT ENOUGH EVIDENCE"}
     assert verdict_line(thin) == "router: NOT ENOUGH EVIDENCE (CI spans 0)"
+    # after the run, summary["verdict"] is this line; the word stays in go_detail (run names)
+    from replaylab.apps.verdicts import verdict_word
+
+    done = {**r, "verdict": verdict_line(thin), "go_detail": {"verdict": "NOT ENOUGH EVIDENCE"}}
+    assert verdict_word(done) == "NOT ENOUGH EVIDENCE" and verdict_line(done).startswith(
+        "router: NOT ENOUGH EVIDENCE (")
 
 
 def test_promote_lines_say_promoted_refused_or_forced_and_name_the_run():

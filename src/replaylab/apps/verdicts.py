@@ -59,9 +59,7 @@ def router_line(s: dict) -> str:
     """The verdict (its first reason names the objective); outcomes mode adds the SERVED
     point's test figures (the headline), its spread over head seeds, and cost_ratio_at_95
     labelled as the curve figure it is."""
-    from replaylab.verdict import VERDICTS
-
-    word = s["verdict"] if s.get("verdict") in VERDICTS else go_word(s.get("go"))
+    word = verdict_word(s) or go_word(s.get("go"))  # GO / NO-GO / NOT ENOUGH EVIDENCE
     head = f"router: {word} ({'; '.join(map(str, s.get('go_reasons') or []))})"
     learned = (s.get("test") or {}).get("learned")
     if s.get("mode") == "receipts" or not isinstance(learned, dict):
@@ -245,6 +243,9 @@ def verdict_word(summary: dict) -> str | None:
     g = summary.get("gate")
     if isinstance(g, dict) and g.get("verdict") in VERDICTS:
         return str(g["verdict"])
+    d = summary.get("go_detail")  # the router's gate (summary["verdict"] becomes the line)
+    if isinstance(d, dict) and d.get("verdict") in VERDICTS:
+        return str(d["verdict"])
     if summary.get("verdict") in VERDICTS:
         return str(summary["verdict"])
     if summary.get("promotion") is not None or summary.get("pipeline") == "export":

@@ -729,7 +729,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
         first = c
     gate = {"go": judged["go"], "verdict": judged["verdict"], "go_reasons": judged["reasons"],
             "objective": {**cfg.objective.to_dict(), "label": label, "incumbent": base},
-            "go_detail": {**main, "served": served_text, "baseline": base,
+            "go_detail": {**main, "verdict": judged["verdict"], "served": served_text,
+                          "baseline": base,
                           "criteria": judged["criteria"], "more_data": judged["more_data"],
                           "rules_calibration_quality": rules_q_cal,
                           "exploration_within_cap": within_cap, "explored_share": share,

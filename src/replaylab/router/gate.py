@@ -273,7 +273,8 @@ def ope_gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float,
     return {"go": out["go"], "verdict": out["verdict"], "go_reason": reason,
             "go_reasons": [reason],
             "objective": {**objective.to_dict(), "label": label, "incumbent": incumbent},
-            "go_detail": {"rule": f"{label}: every criterion's interval clears its line "
+            "go_detail": {"verdict": out["verdict"],
+                          "rule": f"{label}: every criterion's interval clears its line "
                                   f"(router/gate.py), read with {evid['chosen']}",
                           "criteria": out["criteria"], "more_data": more,
                           "diagnostics_failed": out["diagnostics_failed"], "flips": flips,
