@@ -173,6 +173,13 @@ def test_demand_promotion_needs_the_paired_interval_below_zero(ci, passed):
         assert "no paired interval recorded" in text
     else:
         assert "paired 95% interval" in text and ("better" in text)
+    # the same scores on a version whose own gate said NO-GO: refused, and told exactly why
+    ok, reasons = registry.gate(_mv({**tags, "replaylab.go": "false"}), champion)
+    assert not ok
+    beats = [r for r in reasons if "beats champion v1" in r]
+    assert len(beats) == int(passed)  # said only when it does beat the champion
+    if passed:
+        assert reasons[0] == beats[0] and "but is itself NO-GO: refused" in beats[0]
 
 
 def test_demand_champion_never_scored_on_these_rows_is_refused():
