@@ -22,7 +22,10 @@ MODELED end dispatch + ttft + ms per output token (`ServedConfig`), counted. A r
 without a usable actual (usage absent) is served but never fed back; a lower-bound
 actual (cap hit, cancelled, failed) is fed back as the runtime does (a miss only when
 above hi). A cell whose exported correction is unbounded has no online state: it is
-served its static band (the runtime falls back there).
+served its static band (the runtime falls back there). Only the test split's rows are
+replayed: a turn of an earlier session dispatched inside the test window (its session began
+before the split) is neither hinted nor fed back here, though serving would feed it back; the
+runtime replay test holds the two equal on the test split's rows.
 
 Cost: one Python step per test row plus a heap push and pop: measured 8 us a row on the
 shared 2-core host (200,000 rows, one cell, in 1.6 s at load 6), so about 8 s per million
