@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import math
 
-from replaylab.verdict import GO, NO_GO, NOT_ENOUGH_EVIDENCE, VERDICTS, decide, is_go, more_data_text
+from replaylab.verdict import (
+    GO,
+    NO_GO,
+    NOT_ENOUGH_EVIDENCE,
+    VERDICTS,
+    decide,
+    is_go,
+    more_data_text,
+)
 
 
 def test_decide_gives_each_word_and_go_is_true_only_for_go():
