@@ -261,7 +261,14 @@ def test_bad_input_is_one_line_and_leaves_no_run(store):
     c = client(url)
     before = {r.info.run_id for e in c.search_experiments()
               for r in c.search_runs([e.experiment_id])}
+    cut = demand_run(tmp / "cut", True)  # trained on a ledger whose last line was cut
+    summary = json.loads((cut / "summary.json").read_text())
+    summary["truncated"] = ["ledger.jsonl line 599: truncated: the file ends mid-line, 41 "
+                            "bytes left"]
+    (cut / "summary.json").write_text(json.dumps(summary))
     for args, said in (
+            (("register", f"run_dir={cut}"), "was trained on a truncated ledger (ledger.jsonl "
+             "line 599"),
             (("promote", f"name={NAME}", f"version={v['go']}", "alias=champoin"),
              "alias=champoin: not one of the configured aliases (champion, challenger"),
             (("promote", f"name={NAME}", f"version={v['go']}", "alias=champion", "force=true"),
