@@ -315,14 +315,21 @@ def test_python_m_export_refuses_a_tampered_run_in_one_line(fitted, tmp_path):
     folder = _copy(state, copy)
     (folder / "run.json").write_bytes(payload)
     _rehash(folder, "run.json")
-    proc = subprocess.run([sys.executable, "-m", "export", f"run_dir={copy}", "tracking=off",
-                           f"hydra.run.dir={tmp_path / 'e'}"], cwd=REPO, capture_output=True,
-                          text=True, timeout=300,
+    db = tmp_path / "mlflow.db"
+    proc = subprocess.run([sys.executable, "-m", "export", f"run_dir={copy}",
+                           f"tracking.uri=sqlite:///{db}", f"hydra.run.dir={tmp_path / 'e'}"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 2, proc.stderr[-2000:]
-    last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "run.json is a pickle" in last
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and \
+        "run.json is a pickle" in lines[0], lines
     assert not marker.exists()
+    # checked before an MLflow run opens: the store holds no (FAILED) run
+    from mlflow.tracking import MlflowClient
+
+    c = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    assert not [r for e in c.search_experiments() for r in c.search_runs([e.experiment_id])]
 
 
 def test_run_id_fetch_verifies_what_the_store_holds(fitted, tmp_path, monkeypatch):

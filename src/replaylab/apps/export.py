@@ -188,6 +188,7 @@ def check_request(cfg: DictConfig) -> None:
             raise ConfigError("give exactly one of run_dir=DIR or run_id=<mlflow run id>")
         if cfg.get("run_dir"):
             check_run_dir(cfg)
+            check_run_state(Path(str(cfg.run_dir)))
         return
     if not cfg.tracking.enabled:
         raise ConfigError(f"{cfg.action} needs MLflow: tracking.enabled=true and tracking.uri")
@@ -214,6 +215,17 @@ def check_run_dir(cfg: DictConfig) -> None:
         if cut:
             raise ConfigError(f"{cfg.run_dir} was trained on a truncated ledger ({cut[0]}); "
                               "not registered (export.allow_truncated=true registers it)")
+
+
+def check_run_state(run_dir: Path) -> None:
+    """A demand run's fitted state (demand_run/) verified before any MLflow run opens: a
+    tampered one is one `error:` line and leaves no FAILED run (the job loads it again)."""
+    try:
+        pipeline = json.loads((run_dir / "summary.json").read_text()).get("pipeline")
+    except ValueError:
+        raise ConfigError(f"{run_dir}/summary.json: not JSON") from None
+    if pipeline == "demand":
+        load_run_state(run_dir / RUN_STATE)
 
 
 def check_promote(cfg: DictConfig) -> None:
