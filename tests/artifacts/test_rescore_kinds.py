@@ -21,6 +21,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from replaylab.apps import registry
+from replaylab.apps.provenance import hmac_key
 from replaylab.artifacts import kinds
 from replaylab.artifacts import rescore_router as rr
 from replaylab.contracts.manifest import (
@@ -43,7 +44,7 @@ def router_folder(folder: Path, quality: float, go: bool = True) -> Path:
                        valid_days=30, features=[{"name": "text"}], outputs={}, calibration={},
                        training={"go": go, "go_reasons": ["seeded"], "prompts": 400},
                        runtime={}, fallback={})
-    write_manifest(folder, m)
+    write_manifest(folder, m, hmac_key=hmac_key())  # signed with the tests' key (conftest)
     return folder
 
 
