@@ -70,6 +70,15 @@ fn half_even(digits: String, exp: i32, x: f64) -> (String, i32) {
     if digits.as_bytes()[n - 1].is_multiple_of(2) {
         return (digits, exp);
     }
+    // A tie's exact expansion ends in a 5 within n + 1 significant digits, so x correctly
+    // rounded to n + 1 digits (short and cheap) is that expansion padded with zeros: when
+    // its last non-zero digit is not 5 there is no tie, and the 800-digit expansion below
+    // (the cost of most calls before this check) is skipped.
+    let short = format!("{:.*e}", n, x.abs());
+    let short_mant = short.split_once('e').expect("exponent").0.trim_end_matches('0');
+    if !short_mant.ends_with('5') {
+        return (digits, exp);
+    }
     // the exact decimal expansion of x (an f64 has at most 767 significant digits)
     let e = format!("{:.800e}", x.abs());
     let (m, ee) = e.split_once('e').expect("exponent");
@@ -203,7 +212,8 @@ mod tests {
                      (123.456, "123.456"), (1e22, "1e+22"), (2.0 / 3.0, "0.6666666666666666"),
                      (0.00012, "0.00012"), (9.999999999999999e-5, "9.999999999999999e-05"),
                      // ties between two shortest candidates: the even digit, as Python
-                     (750491719877574.2, "750491719877574.2"), (-1827198780960226.2, "-1827198780960226.2")];
+                     (750491719877574.2, "750491719877574.2"), (-1827198780960226.2, "-1827198780960226.2"),
+                     (0.5, "0.5"), (2.5, "2.5"), (0.125, "0.125"), (1.5e-7, "1.5e-07"), (3.0, "3.0")];
         for (x, want) in cases {
             assert_eq!(py_float_repr(x), want, "{x:e}");
         }
