@@ -250,4 +250,4 @@ def test_cargo_test_against_the_artifact(cargo, static_router):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "golden_vectors_route_identically ... ok" in proc.stdout
     assert "a_tampered_artifact_is_refused ... ok" in proc.stdout
-    assert f"{static_router}: " in proc.stderr and "ROUTER_ARTIFACT not set" not in proc.stderr
+    assert f"{static_router}: " in proc.stderr and "REPLAYLAB_ROUTER_ARTIFACT not set" not in proc.stderr
