@@ -68,7 +68,7 @@ run: setup
 # without it they skip, counted at the end of the run.
 SHARED_DATA := $(or $(REPLAYLAB_SHARED_DATA),$(wildcard $(abspath ../shared/data)))
 test: setup chromium postgresql golang
-	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q
+	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q --durations=25
 
 test-fast: setup chromium postgresql golang
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"
