@@ -36,11 +36,11 @@ def main() -> None:
     ap.add_argument("--override", action="append", default=[],
                     help="extra Hydra overrides, e.g. router.head_select.enabled=false")
     args = ap.parse_args()
+    from replaylab.apps.inputs import default_outcomes
     from replaylab.router.config import RouterCostConfig, RouterExplorationConfig, RouterRulesConfig
     from replaylab.router.exploration import deployment_ledger, replay_outcomes, simulate_receipts
     from replaylab.router.replay import outcome_matrix
     from replaylab.router.rules import ScenarioRules
-    from replaylab.apps.inputs import default_outcomes
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     base = import_routellm_gsm8k(default_outcomes())

@@ -56,16 +56,23 @@ from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
 from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
+from replaylab.router.gate import (
+    Criterion,
+    Evidence,
+    GateBoundary,
+    gate_interval,
+    judge,
+    ope_gate,
+    paired_replicates,
+)
 from replaylab.router.head import SuccessHead
 from replaylab.router.head_select import TeacherPool, select_head
-from replaylab.router.gate import Criterion, Evidence, GateBoundary, gate_interval, judge
-from replaylab.router.gate import ope_gate, paired_replicates
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
-from replaylab.router.objective import served_policy
 from replaylab.router.metrics import (
     anchors,
     policy_summary,
 )
+from replaylab.router.objective import served_policy
 from replaylab.router.ope import (
     feasible_interval,
     logged_decisions,

@@ -12,8 +12,8 @@ Dask driver (`pipelines/router_dask.py`) call the same functions on the same row
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +24,8 @@ from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
-from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.metrics import default_thresholds
+from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.ope import LoggedDecisions, point_values
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.receipts import OPENING_REQUEST

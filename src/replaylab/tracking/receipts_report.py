@@ -19,12 +19,6 @@ import pandas as pd
 
 from replaylab.tracking.figures import pyplot, save_figure
 from replaylab.tracking.head_selection import head_selection_section
-from replaylab.tracking.router_evidence import (
-    criteria_table,
-    ope_evidence_section,
-    verdict_word,
-    word_badge,
-)
 from replaylab.tracking.html import (
     CSS,
     embedded_figure,
@@ -34,6 +28,12 @@ from replaylab.tracking.html import (
     section,
     table,
     write_page,
+)
+from replaylab.tracking.router_evidence import (
+    criteria_table,
+    ope_evidence_section,
+    verdict_word,
+    word_badge,
 )
 
 

@@ -18,7 +18,6 @@ import pandas as pd
 
 from replaylab.tracking.figures import GOOD, pyplot, save_figure
 from replaylab.tracking.head_selection import head_selection_section
-from replaylab.tracking.router_evidence import ope_evidence_section, verdict_box
 from replaylab.tracking.html import (
     CSS,
     badge,
@@ -30,6 +29,7 @@ from replaylab.tracking.html import (
     table,
     write_page,
 )
+from replaylab.tracking.router_evidence import ope_evidence_section, verdict_box
 from replaylab.tracking.summary import lookup, to_float
 
 LEARNED = "learned"
