@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from replaylab.config import fail_field as _fail
 from replaylab.config import from_mapping
+from replaylab.runtime.online import OnlineConfig
 
 SCALES = ("log1p", "linear")
 CENSORING_METHODS = ("auto", "none", "realized", "pinball")
@@ -148,6 +149,9 @@ class CensoringConfig:
                 _fail(name, f, getattr(self, f), "must be in [0, 1)")
 
 
+_SERVED = OnlineConfig()  # what DemandPredictor.load serves with unless told otherwise
+
+
 @dataclass(frozen=True)
 class ServedConfig:
     """The interval serving will serve, which the gate judges (`replaylab.demand.served`).
@@ -158,19 +162,18 @@ class ServedConfig:
         actual fed back once its request has ended; False: the exported (frozen)
         correction, served as is (`DemandPredictor.load(online=False)`).
     step, max_narrowing, max_widening, window, band: the runtime's `OnlineConfig`
-        (defaults equal to it; a test keeps them equal): what serving runs with unless
-        it is told otherwise.
+        (defaults read from it): what serving runs with unless it is told otherwise.
     modeled_ttft_ms, modeled_ms_per_token: a row whose ledger has neither `ended_at`
         nor `duration_ms` ends at dispatch + ttft + ms per output token (MODELED, as
         `hints.replay.ModeledLatency`); counted in the summary.
     """
 
-    online: bool = True
-    step: float = 0.005
-    max_narrowing: float = 0.15
-    max_widening: float = 1.0
-    window: int = 500
-    band: float = 0.99
+    online: bool = _SERVED.enabled
+    step: float = _SERVED.step
+    max_narrowing: float = _SERVED.max_narrowing
+    max_widening: float = _SERVED.max_widening
+    window: int = _SERVED.window
+    band: float = _SERVED.band
     modeled_ttft_ms: float = 1000.0
     modeled_ms_per_token: float = 40.0
 
@@ -187,10 +190,8 @@ class ServedConfig:
         except ValueError as exc:  # the runtime's own check, naming the field here
             raise ValueError(str(exc).replace("OnlineConfig.", f"{name}.", 1)) from None
 
-    def online_config(self):  # -> replaylab.runtime.online.OnlineConfig
+    def online_config(self) -> OnlineConfig:
         """The runtime's `OnlineConfig` these settings give (enabled = `online`)."""
-        from replaylab.runtime.online import OnlineConfig
-
         return OnlineConfig(enabled=self.online, step=self.step,
                             max_narrowing=self.max_narrowing, max_widening=self.max_widening,
                             window=self.window, band=self.band)
