@@ -35,12 +35,8 @@ pub fn binder_config(args: &[String]) -> Result<Config, Error> {
 pub fn load_artifact(args: &[String], golden_check: bool) -> Result<Router, Error> {
     let dir = opt(args, "--artifact")?.ok_or_else(|| usage("no --artifact DIR"))?;
     let router = Router::load(Path::new(&dir), timefmt::now())?;
-    if golden_check && !args.iter().any(|a| a == "--no-golden") {
-        let (ok, summary) = golden::check(&router)?;
-        if !ok {
-            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
-                                                             json::canonical(&summary).expect("finite"))));
-        }
+    if golden_check {
+        super::require_golden(args, || golden::check(&router))?;
     }
     Ok(router)
 }

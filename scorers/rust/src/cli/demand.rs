@@ -19,13 +19,7 @@ pub fn load_demand(args: &[String]) -> Result<Demand, Error> {
 
 pub fn demand(args: &[String]) -> Result<u8, Error> {
     let d = load_demand(args)?;
-    if !args.iter().any(|a| a == "--no-golden") {
-        let (ok, summary) = demand_golden::check(&d)?;
-        if !ok {
-            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
-                                                             json::canonical(&summary).expect("finite"))));
-        }
-    }
+    super::require_golden(args, || demand_golden::check(&d))?;
     let explain = args.iter().any(|a| a == "--explain").then_some(&d.trees);
     let fixed: Option<i64> = opt(args, "--now-ms")?.map(|s| s.parse()).transpose()
         .map_err(|_| usage("--now-ms must be an integer"))?;

@@ -16,6 +16,21 @@ use replaylab_scorer::Error;
 
 pub const USAGE: &str = "usage: replaylab-route route|golden|bench|route-embedding|verify-encoder|demand|demand-golden|demand-bench ARTIFACT_DIR [options] | bind|bind-bench --artifact DIR [options] (see docs/specs/router-scorer.md, docs/specs/demand-scorer.md, docs/specs/binder.md)";
 
+/// Unless `--no-golden` is among `args`, run `check` (an artifact's golden vectors here)
+/// and refuse the artifact (`golden_mismatch`, with the summary) when it misses them.
+pub fn require_golden(args: &[String], check: impl FnOnce() -> Result<(bool, Json), Error>)
+                      -> Result<(), Error> {
+    if args.iter().any(|a| a == "--no-golden") {
+        return Ok(());
+    }
+    let (ok, summary) = check()?;
+    if ok {
+        return Ok(());
+    }
+    Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
+                                              json::canonical(&summary).expect("finite"))))
+}
+
 /// A golden check's summary on stdout; exit status 0 when it held, else 1 (said on stderr).
 pub fn emit_check((ok, summary): (bool, Json), what: &str) -> u8 {
     emit(&json::canonical(&summary).expect("finite"));

@@ -21,13 +21,7 @@ pub fn load(args: &[String]) -> Result<Router, Error> {
 pub fn route(args: &[String]) -> Result<u8, Error> {
     let router = load(args)?;
     router.text_encoder()?; // a MiniLM-tier router: embedding_only, said before any input
-    if !args.iter().any(|a| a == "--no-golden") {
-        let (ok, summary) = golden::check(&router)?;
-        if !ok {
-            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
-                                                             json::canonical(&summary).expect("finite"))));
-        }
-    }
+    super::require_golden(args, || golden::check(&router))?;
     let stdin = std::io::stdin();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -141,13 +135,7 @@ pub fn verify_encoder(args: &[String]) -> Result<u8, Error> {
 /// null or absent) -> stdout decisions, as `route` writes them (token_ids empty).
 pub fn route_embedding(args: &[String]) -> Result<u8, Error> {
     let router = load(args)?;
-    if !args.iter().any(|a| a == "--no-golden") {
-        let (ok, summary) = golden::check(&router)?;
-        if !ok {
-            return Err(Error::new("golden_mismatch", format!("the artifact misses its golden vectors here: {}",
-                                                             json::canonical(&summary).expect("finite"))));
-        }
-    }
+    super::require_golden(args, || golden::check(&router))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     for (n, line) in std::io::stdin().lock().lines().enumerate() {
