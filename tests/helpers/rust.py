@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -102,3 +103,9 @@ def build_library(cargo: str) -> Path:
     build_binary(cargo)
     assert LIBRARY_SO.is_file() and LIBRARY_A.is_file()
     return LIBRARY_SO
+
+
+def created_ms(art: Path) -> int:
+    """An artifact's `created_at` in epoch milliseconds (a clock at which it is valid)."""
+    created = json.loads((art / "manifest.json").read_text())["created_at"]
+    return int(datetime.fromisoformat(created).timestamp() * 1000)

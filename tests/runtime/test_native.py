@@ -24,8 +24,6 @@ import json
 import math
 import shutil
 import threading
-from datetime import datetime
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,7 +36,7 @@ from replaylab.runtime.native import (
     NativeRouter,
     NativeSessionBinder,
 )
-from tests.helpers.rust import CRATE, SESSIONS, build_library, cargo_or_skip, run_bin
+from tests.helpers.rust import CRATE, SESSIONS, build_library, cargo_or_skip, created_ms, run_bin
 
 FIXTURES = CRATE / "tests" / "fixtures"
 CLI = CRATE / "target" / "release" / "replaylab-route"
@@ -48,10 +46,6 @@ CLI = CRATE / "target" / "release" / "replaylab-route"
 def lib() -> NativeLibrary:
     return NativeLibrary.load(build_library(cargo_or_skip()))
 
-
-def _now_ms(art: Path) -> int:
-    created = json.loads((art / "manifest.json").read_text())["created_at"]
-    return int(datetime.fromisoformat(created).timestamp() * 1000)
 
 
 def _requests() -> list[dict]:
@@ -65,7 +59,7 @@ def test_demand_hints_equal_the_python_runtime(lib):
     from replaylab.runtime import DemandPredictor
 
     art = FIXTURES / "demand"
-    now_ms = _now_ms(art)
+    now_ms = created_ms(art)
     native = NativeDemandPredictor.load(lib, art)
     python = DemandPredictor.load(art, clock=lambda: now_ms / 1000, online=False)
     requests = _requests()
@@ -162,7 +156,7 @@ def test_threads_share_handles_and_agree_with_a_serial_run(lib):
     demand = NativeDemandPredictor.load(lib, FIXTURES / "demand")
     queries = [json.dumps(c["input"]) for c in json.loads((art / "golden.json").read_text())["cases"]]
     requests = [json.dumps(r) for r in _requests()]
-    now_ms = _now_ms(FIXTURES / "demand")
+    now_ms = created_ms(FIXTURES / "demand")
     want = ([router.route_json(q) for q in queries], [demand.hint_json(r, now_ms) for r in requests])
     binds = [json.loads(x) for x in (SESSIONS / "events.jsonl").read_text().splitlines()]
     binds = [e for e in binds if e["op"] == "bind"]

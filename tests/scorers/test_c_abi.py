@@ -29,7 +29,6 @@ import re
 import shutil
 import subprocess
 import types
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +42,7 @@ from tests.helpers.rust import (
     SESSIONS,
     build_library,
     cargo_or_skip,
+    created_ms,
     run_bin,
 )
 
@@ -69,10 +69,6 @@ def abi_check(library, tmp_path_factory) -> Path:
     return exe
 
 
-def _created_ms(art: Path) -> int:
-    created = json.loads((art / "manifest.json").read_text())["created_at"]
-    return int(datetime.fromisoformat(created).timestamp() * 1000)
-
 
 def _run(exe: Path, commands: list[str]) -> list[str]:
     config = (SESSIONS / "config.json").read_text().strip()
@@ -90,7 +86,7 @@ def test_demand_hints_are_the_python_runtimes(abi_check, library):
     from replaylab.runtime import DemandPredictor
 
     art = FIXTURES / "demand"
-    now_ms = _created_ms(art)
+    now_ms = created_ms(art)
     requests = [c["input"] for c in json.loads((art / "golden.json").read_text())["cases"]]
     # and fallbacks: no prompt_tokens, a prompt_tokens that is not a number
     requests += [{**r, "prompt_tokens": None} for r in requests[:3]]
