@@ -90,6 +90,13 @@ VALID_DAYS = 36500.0
 SEED = 7
 TINY_MODEL_ID = "replaylab/tiny-fixture-encoder"
 CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
+# the small router both router fixtures train (static and MiniLM tiers)
+ROUTER_CONFIG = {
+    "candidates": [CHEAP, STRONG],
+    "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
+    "head": {"max_epochs": 5, "num_threads": 1, "hidden": [32, 16]},
+    "go": {"n_boot": 100}, "evaluation": {"n_boot": 20}, "lgbm_estimators": 10,
+    "seed": SEED}
 N_WORDS = 300
 DIM = 16
 TINY_BERT_ID = "replaylab/tiny-fixture-bert"
@@ -159,12 +166,7 @@ def router_fixture(work: Path, out: Path) -> Path:
     encoder = load_static_encoder(enc_dir)
     if encoder.golden_status != "passed":
         raise RuntimeError(f"the tiny encoder misses its golden vectors: {encoder.golden_status}")
-    cfg = router_config({
-        "candidates": [CHEAP, STRONG],
-        "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
-        "head": {"max_epochs": 5, "num_threads": 1, "hidden": [32, 16]},
-        "go": {"n_boot": 100}, "evaluation": {"n_boot": 20}, "lgbm_estimators": 10,
-        "seed": SEED})
+    cfg = router_config(ROUTER_CONFIG)
     _, run = train_router(outcomes, cfg, work / "router-run", encoder.encode,
                           head_scorer="numpy")
     return export_router(run, enc_dir, out, created=CREATED, valid_days=VALID_DAYS,
@@ -222,12 +224,7 @@ def router_minilm_fixture(work: Path, out: Path) -> Path:
     enc_dir = work / "encoder-minilm"
     export_encoder(model, enc_dir, parity_texts=prompts[:50], model_id=TINY_BERT_ID, int8=False,
                    created=CREATED, valid_days=VALID_DAYS, built_on=ANY_MACHINE)
-    cfg = router_config({
-        "candidates": [CHEAP, STRONG],
-        "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
-        "head": {"max_epochs": 5, "num_threads": 1, "hidden": [32, 16]},
-        "go": {"n_boot": 100}, "evaluation": {"n_boot": 20}, "lgbm_estimators": 10,
-        "seed": SEED})
+    cfg = router_config(ROUTER_CONFIG)
     # trained on torch's embeddings (pinned: the same bits on any CPU; the exporter's parity
     # gate holds onnxruntime's within 1e-4 in cosine) and its threshold picked on the numpy
     # head, so that head.*, router.json and the encoder's files are the same bytes anywhere;
