@@ -62,13 +62,10 @@ def square(shared, cell):
     return (shared["offset"] + cell) ** 2
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
+@pytest.fixture
+def client(dask_client):
+    """The session's LocalCluster (tests/conftest.py `dask_client`)."""
+    return dask_client
 
 
 def test_local_grid_maps_in_cell_order():
