@@ -173,17 +173,23 @@ class RouterExplorationConfig:
 class RouterReplayConfig:
     """Offline replay of logged opening prompts against the other candidates (replay.py).
 
-    share: fraction of distinct logged opening prompts replayed (seeded draw).
+    share: fraction of distinct logged opening prompts replayed.
+    selection: which prompts: `random` (a seeded draw), `planned` (the top of the replay
+        plan, router/replay.py `plan_prompts`) or `auto` (both; the one whose head is
+        cheaper on the calibration split at the served quality, chosen per run).
     """
 
     share: float = 0.10
     seed: int = 0
+    selection: str = "auto"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
         if not 0.0 <= float(self.share) <= 1.0:
             _fail(name, "share", self.share, "must be in [0, 1]")
         _int_at_least(name, "seed", self.seed, 0)
+        if self.selection not in ("random", "planned", "auto"):
+            _fail(name, "selection", self.selection, "must be random, planned or auto")
 
 
 @dataclass(frozen=True)
