@@ -44,80 +44,18 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from replaylab.config import fail_field as _fail
-from replaylab.router.head import HeadConfig, SuccessHead
+from replaylab.router.head import SuccessHead
+from replaylab.router.head_config import HeadConfig, HeadSelectConfig
 from replaylab.router.inputs import TrainingRows
 
-SEARCHES = ("coordinate", "grid")
 AXES = ("max_weight", "teachers", "hidden")  # the coordinate order
 TIE = 12  # criterion rounded to this many decimals before ranking (float-rounding ties)
-
-
-@dataclass(frozen=True)
-class HeadSelectConfig:
-    """Which head hyperparameters are chosen on calibration (YAML: conf/router/ `head_select`).
-
-    enabled: choose (true) or fit the configured `head` only (false, the library default;
-    the shipped YAML turns it on). max_weight: candidate clips of 1 / propensity (null:
-    no clip); teachers: candidate teacher counts; hidden: candidate widths (each a list of
-    layer widths); search: `coordinate` (one axis at a time, in that order) or `grid`.
-    The configured head's own values are always candidates too.
-    """
-
-    enabled: bool = False
-    max_weight: tuple[float | None, ...] = (2.0, 20.0)
-    teachers: tuple[int, ...] = (1, 5)
-    hidden: tuple[tuple[int, ...], ...] = ((256, 128), (64,))
-    search: str = "coordinate"
-
-    def __post_init__(self) -> None:
-        name = type(self).__name__
-        if not isinstance(self.enabled, bool):
-            _fail(name, "enabled", self.enabled, "must be a bool")
-        if self.search not in SEARCHES:
-            _fail(name, "search", self.search, f"must be one of {SEARCHES}")
-        mw = _seq(self.max_weight)
-        if mw is None or not mw or any(v is not None and (isinstance(v, bool) or not isinstance(
-                v, numbers.Real) or not float(v) >= 1.0) for v in mw):
-            _fail(name, "max_weight", self.max_weight, "a non-empty list of numbers >= 1 or null")
-        object.__setattr__(self, "max_weight",
-                           _unique(None if v is None else float(v) for v in mw))
-        te = _seq(self.teachers)
-        if te is None or not te or any(not _is_int(v) or v < 1 for v in te):
-            _fail(name, "teachers", self.teachers, "a non-empty list of integers >= 1")
-        object.__setattr__(self, "teachers", _unique(int(v) for v in te))
-        hid = _seq(self.hidden)
-        widths = [_seq(h) for h in hid] if hid else []
-        if not widths or any(w is None or not w or any(not _is_int(x) or x < 1 for x in w)
-                             for w in widths):
-            _fail(name, "hidden", self.hidden,
-                  "a non-empty list of width lists, e.g. [[256, 128], [64]]")
-        object.__setattr__(self, "hidden", _unique(tuple(int(x) for x in w) for w in widths))
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-def _seq(v: Any) -> list | None:
-    if isinstance(v, str | bytes) or not hasattr(v, "__iter__"):
-        return None
-    return list(v)
-
-
-def _unique(values: Any) -> tuple:
-    out: list = []
-    for v in values:
-        if v not in out:
-            out.append(v)
-    return tuple(out)
 
 
 def values_of(hc: HeadConfig) -> dict:

@@ -8,8 +8,7 @@ from typing import Any
 
 from replaylab.config import ConfigError, fail_field, from_mapping
 from replaylab.router.config import RouterLabelsConfig
-from replaylab.router.head import HeadConfig
-from replaylab.router.head_select import HeadSelectConfig
+from replaylab.router.head_config import HeadConfig, HeadSelectConfig
 from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
