@@ -61,8 +61,8 @@ def make_ledger(rows: int, folder: Path) -> None:
     values = router_values(0)
     values.pop("encoder")
     cfg = router_config(values)
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    rules = ScenarioRules(cfg.rules).fit(m)
     per = max(1, math.ceil(rows / (m.n_prompts * 2.9)))  # ~2.9 turns a session
     sim = simulate_receipts(m, rules, RouterExplorationConfig(sessions_per_prompt=per, seed=0,
                                                               mean_session_gap_s=1.0))

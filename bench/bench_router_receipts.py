@@ -58,8 +58,8 @@ def main() -> None:
     values = router_values(0)  # conf/router/default.yaml as `python -m training` composes it
     values.pop("encoder")
     cfg = router_config(values)
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    rules = ScenarioRules(cfg.rules).fit(m)
     per = max(1, math.ceil(args.rows / (m.n_prompts * 2.9)))  # ~2.9 turns a session
     t = time.perf_counter()
     sim = simulate_receipts(m, rules, RouterExplorationConfig(sessions_per_prompt=per, seed=0,

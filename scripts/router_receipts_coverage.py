@@ -57,10 +57,10 @@ from replaylab.router.rules import ScenarioRules  # noqa: E402
 def one_run(outcomes, vals: dict, seed: int, rate: float, spp: int, embed, encoder_id: str,
             scorer: str, out: Path) -> dict:
     cfg = router_config(vals)
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    rules = ScenarioRules(cfg.rules).fit(m)
     sim = simulate_receipts(m, rules, RouterExplorationConfig(
-        rate=rate, cap=cfg.labels.exploration.cap, sessions_per_prompt=spp, seed=seed))
+        rate=rate, cap=cfg.exploration.cap, sessions_per_prompt=spp, seed=seed))
     texts = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"].to_dict()
     led = deployment_ledger(sim, texts)
     rep = replay_outcomes(sim, m, texts, share=0.25, seed=seed)

@@ -101,7 +101,7 @@ def prompts() -> rr.RouterRows:
 
     cfg = router_pipeline_config()
     matrix, texts, meta = test_prompts(import_routellm_gsm8k(GSM8K), cfg)
-    return rr.RouterRows(matrix, texts, meta, cfg.labels.evaluation)
+    return rr.RouterRows(matrix, texts, meta, cfg.evaluation)
 
 
 def stand_ins(monkeypatch, candidates: list[str]) -> None:

@@ -143,8 +143,8 @@ def receipts_world(cfg) -> ReceiptsWorld:
     from replaylab.sources.routellm import import_routellm_gsm8k
 
     outcomes = import_routellm_gsm8k(default_outcomes())
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    rules = ScenarioRules(cfg.labels.rules).fit(m)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    rules = ScenarioRules(cfg.rules).fit(m)
     sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.08, sessions_per_prompt=2,
                                                               seed=3))
     texts = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"].to_dict()

@@ -528,7 +528,7 @@ def test_outcomes_variant_trains_the_router(source, variant, fmt, outcome_tables
 def _matrix_view(path: Path, cfg) -> dict:
     from replaylab.router.replay import outcome_matrix
 
-    m = outcome_matrix(read_outcomes(path).valid, cfg.labels.cost, candidates=cfg.candidates)
+    m = outcome_matrix(read_outcomes(path).valid, cfg.cost, candidates=cfg.candidates)
     return {"meta": m.meta, "report": m.report,
             **{k: getattr(m, k).tolist() for k in ("score", "success", "cost")},
             **{k: np.nan_to_num(getattr(m, k), nan=-1).tolist()

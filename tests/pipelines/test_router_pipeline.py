@@ -252,8 +252,8 @@ def test_simulated_receipts_validate_as_ledger(outcomes):
     from replaylab.router.rules import ScenarioRules
 
     cfg = router_pipeline_config()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
-    sim = simulate_receipts(m, ScenarioRules(cfg.labels.rules).fit(m), cfg.labels.exploration)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    sim = simulate_receipts(m, ScenarioRules(cfg.rules).fit(m), cfg.exploration)
     assert validate_ledger(sim.ledger).rows_quarantined == 0
     firsts = sim.ledger.dropna(subset=["propensity"])
     assert set(np.round(firsts["propensity"], 6)) <= {0.95, 0.05, 1.0}
@@ -301,7 +301,7 @@ def test_router_artifact_routes_as_training_decided(minilm_run):
     assert (art / "fit_prompts.json").is_file()
     reported = pd.read_parquet(summary["artifacts"]["test_decisions"])
     first = sub.drop_duplicates("prompt_id").set_index("prompt_id")
-    m = outcome_matrix(sub, router_pipeline_config().labels.cost, candidates=[CHEAP, STRONG])
+    m = outcome_matrix(sub, router_pipeline_config().cost, candidates=[CHEAP, STRONG])
     meta = m.meta.set_index(m.prompt_ids.astype(str))
     ids = reported["prompt_id"].tolist()
     texts = first.loc[ids, "prompt_text"].tolist()
@@ -455,7 +455,7 @@ print(json.dumps([r.loaded, d.candidate, d.fallback]))
 def test_meta_carries_task_and_length(outcomes):
     from replaylab.router.replay import outcome_matrix
 
-    m = outcome_matrix(outcomes, router_pipeline_config().labels.cost, candidates=[CHEAP, STRONG])
+    m = outcome_matrix(outcomes, router_pipeline_config().cost, candidates=[CHEAP, STRONG])
     meta = prompt_meta(m)
     assert set(meta["category"]) == {"gsm8k"} and (meta["prompt_tokens"] > 0).all()
 

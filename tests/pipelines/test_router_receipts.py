@@ -205,7 +205,7 @@ def test_refuses_a_policy_binding_without_propensity(files, tmp_path):
 
 def test_refuses_exploration_above_the_cap(world, tmp_path):
     m, texts = world.matrix, world.texts
-    rules = ScenarioRules(router_receipts_config().labels.rules).fit(m)
+    rules = ScenarioRules(router_receipts_config().rules).fit(m)
     sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.2, cap=0.3, seed=1))
     with pytest.raises(ReceiptsError, match="above router.exploration.cap=0.1"):
         _train(deployment_ledger(sim, texts), tmp_path)

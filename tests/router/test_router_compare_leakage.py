@@ -30,7 +30,7 @@ def test_leakage_is_counted_and_the_unseen_prompts_scored_apart(tmp_path):
     other = router_pipeline_config(seed=3)
     from replaylab.router.replay import outcome_matrix
 
-    m = outcome_matrix(outcomes, other.labels.cost, candidates=other.candidates)
+    m = outcome_matrix(outcomes, other.cost, candidates=other.candidates)
     split = seeded_split(m.n_prompts, other.split, other.seed)
     first = outcomes.drop_duplicates("prompt_id").set_index("prompt_id")["prompt_text"]
     fit = set(prompt_hashes(first.reindex(m.prompt_ids[split != "test"]).astype(str)))
@@ -41,7 +41,7 @@ def test_leakage_is_counted_and_the_unseen_prompts_scored_apart(tmp_path):
     k = len(matrix.candidates)
     routed = {r: ("margin", rng.integers(0, k, n), rng.random((n, k)))
               for r in ("challenger", "champion")}
-    ev = cfg.labels.evaluation
+    ev = cfg.evaluation
     out = compare_routers(matrix, texts, routed, fit, ev)
     ov = out["champion_fit_overlap"]
     assert ov["known"] and (ov["seen"], ov["unseen"], ov["prompts"]) == (

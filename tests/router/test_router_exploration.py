@@ -10,18 +10,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.config import ConfigError, from_mapping
+from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import (
     RouterCostConfig,
     RouterExplorationConfig,
-    RouterLabelsConfig,
     RouterReplayConfig,
     RouterRulesConfig,
 )
 from replaylab.router.exploration import bandit_rows, simulate_receipts
+from replaylab.router.pipeline_config import router_config
 from replaylab.router.replay import Label, outcome_matrix, replay_labels, training_labels
 from replaylab.router.rules import ScenarioRules
 from replaylab.sources.llmrouter import import_llmrouter
@@ -65,7 +65,7 @@ def _simulate(matrix, **overrides):
 
 def test_exploration_rate_above_cap_is_refused():
     with pytest.raises(ConfigError, match=r"router.exploration: .*rate=0.2.*cap"):
-        from_mapping(RouterLabelsConfig, {"exploration": {"rate": 0.2}}, "router")
+        router_config({"candidates": ["a", "b"], "exploration": {"rate": 0.2}})
     assert RouterExplorationConfig().rate == 0.05 and RouterExplorationConfig().cap == 0.10
     RouterExplorationConfig(rate=0.2, cap=0.25)  # a raised cap allows more
     with pytest.raises(ValueError, match="RouterExplorationConfig.cap=1.0"):

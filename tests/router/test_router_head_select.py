@@ -302,10 +302,10 @@ def _skewed_ledger(n: int = 1600, seed: int = 7):
                          O.SUCCESS: bool(ok), O.COST: cost})
     outcomes = pd.DataFrame(rows)
     cfg = _cfg()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
     rules = ScenarioRules.from_choices(cfg.candidates, {"a1": CHEAP, "a0": STRONG, "b1": CHEAP,
                                                         "b0": STRONG}, STRONG, "sees the flag",
-                                       n, cfg.labels.rules)
+                                       n, cfg.rules)
     sim = simulate_receipts(m, rules, RouterExplorationConfig(rate=0.1, mean_turns=1.5,
                                                               seed=seed))
     texts = outcomes.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)[O.PROMPT_TEXT].to_dict()

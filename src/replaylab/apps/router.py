@@ -43,7 +43,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.router.replay import outcome_matrix
 
     # fail fast, before the encoder export: a table the router cannot use is an input error
-    outcome_matrix(outcomes, rcfg.labels.cost, candidates=rcfg.candidates)
+    outcome_matrix(outcomes, rcfg.cost, candidates=rcfg.candidates)
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
     folder, encoder, tier = prepare_encoder(enc, texts)
     embed, cache = cached_embed(encoder, enc)

@@ -114,16 +114,13 @@ def group_schemas() -> dict[str, type]:
     from replaylab.demand.hpo import HPOConfig
     from replaylab.forecast import ForecastConfig
     from replaylab.projection import ProjectionConfig, SplitConfig
-    from replaylab.router.config import RouterLabelsConfig
     from replaylab.router.pipeline_config import RouterPipelineConfig
     from replaylab.sources.synthetic.config import SyntheticLedgerConfig
 
-    labels = {f.name: (schema_of(dataclass_of(typing.get_type_hints(RouterLabelsConfig)[f.name])),
-                       _default(f)) for f in dataclasses.fields(RouterLabelsConfig)}
     encoder = _open("EncoderSchema", cache_dir="???", int8=True, threads=1, variant="fp32",
                     tier="minilm")
-    router = schema_of(RouterPipelineConfig, name="RouterSchema", exclude=("labels",),
-                       extra={**labels, "encoder": (encoder, encoder())})
+    router = schema_of(RouterPipelineConfig, name="RouterSchema",
+                       extra={"encoder": (encoder, encoder())})
     synthetic = schema_of(SyntheticLedgerConfig, name="SyntheticSchema",
                           extra={"defect_rate": (Any, 0.0)})
     data = dataclasses.make_dataclass("DataSchema", [

@@ -97,7 +97,7 @@ TIERS = ("minilm", "static")
 def router_config_json(run: Any, tier: str = "minilm") -> dict:
     """What the runtime needs besides the graphs (plain JSON)."""
     head, rules = run.head, run.rules
-    m = run.config.labels
+    m = run.config
     rule = run.rule
     fallback = list(run.candidates)[run.fallback]
     return {

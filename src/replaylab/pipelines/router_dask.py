@@ -239,7 +239,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                             **counts_report({"other_models": {}, **counts})}
             facts, errors = exploration_facts(
                 {"explored": 0, "own_propensity": {}, "explored_by_candidate": {},
-                 "randomized_by_candidate": {}, **expl}, cands, float(cfg.labels.exploration.cap),
+                 "randomized_by_candidate": {}, **expl}, cands, float(cfg.exploration.cap),
                 int(rc.min_explored_per_candidate), n_sessions)
             report["exploration"] = facts
             if errors:
@@ -333,7 +333,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             scored = emb.map_partitions(
                 score_part, head, float(point["threshold"]), top, rule, k, encoder.dimension,
                 tuple(sorted({"test", *plan_splits})), meta=meta_s).persist()
-            qs = np.linspace(0.0, 1.0, cfg.labels.evaluation.n_thresholds)
+            qs = np.linspace(0.0, 1.0, cfg.evaluation.n_thresholds)
             scores = scored.map_partitions(score_values, k, rule, meta=pd.Series([], dtype="float64"))
             qv, _ = exact_quantiles_dask(scores, qs)
             thresholds = np.unique(np.concatenate([[-np.inf], qv, [np.inf]]))
@@ -383,7 +383,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
 
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
-                                       rules_doc["fitted_on"], cfg.labels.rules)
+                                       rules_doc["fitted_on"], cfg.rules)
     n_labels = {"train": n_fit["train"], "calibration": n_fit["calibration"],
                 "calibration_available": n_avail["calibration"],
                 "train_replays": int((rep_fit["split"] == "train").sum()) if len(rep_fit) else 0,
@@ -496,7 +496,7 @@ def _replays(replays: pd.DataFrame | None, kept: Any, cands: tuple[str, ...],
         [OPENING_REQUEST, "split", Label.CANDIDATE, Label.SESSION_ID]
     ].compute().reset_index(drop=True)  # the columns replay_rows reads, one row per replay
     table = ReceiptsTable(cands, matched, [None] * len(matched), None)
-    rep, report = replay_rows(replays, table, cfg.labels.cost)
+    rep, report = replay_rows(replays, table, cfg.cost)
     return rep, report, matched
 
 

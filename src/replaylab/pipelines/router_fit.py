@@ -225,7 +225,7 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
     k = len(candidates)
     pool, rows_by_clip = TeacherPool(), {}
     holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
-                          cfg.policy.rule, cfg.labels.evaluation.n_thresholds, head_scorer,
+                          cfg.policy.rule, cfg.evaluation.n_thresholds, head_scorer,
                           cfg.objective)
 
     def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
@@ -240,7 +240,7 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
         h, dep = _fit(hc, cfg.seed, data.E, data.meta, rows_by_clip[hc.max_weight], k,
                       head_scorer, pool)
         pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
-                                     cfg.labels.evaluation.n_thresholds, cfg.objective)
+                                     cfg.evaluation.n_thresholds, cfg.objective)
         figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
                    "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
         by_cost = pt["met"] and cfg.objective.kind != "budget"

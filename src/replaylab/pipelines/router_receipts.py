@@ -178,7 +178,7 @@ def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
         "pipeline": "router", "mode": "receipts", "candidates": list(cands),
         "receipts": report, "replays": rep_report, "splits": boundaries,
         "exploration": {"rate": float(report["exploration"]["explored_share"]),
-                        "cap": float(cfg.labels.exploration.cap),
+                        "cap": float(cfg.exploration.cap),
                         "sessions": int(report["sessions"]),
                         "explored_sessions": int(report["exploration"]["explored_sessions"])},
         "logging_policy": {**report["logging_policy"], "rules": rules.describe()},
@@ -232,9 +232,9 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     table = receipts_table(checked, cfg.candidates, cfg.receipts,
-                           cap=float(cfg.labels.exploration.cap), encoder_id=encoder_id)
+                           cap=float(cfg.exploration.cap), encoder_id=encoder_id)
     cands, k, d = table.candidates, len(table.candidates), table.decisions
-    rep, rep_report = replay_rows(replays, table, cfg.labels.cost)
+    rep, rep_report = replay_rows(replays, table, cfg.cost)
     timings["receipts"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     say(f"embedding {len(d)} opening prompts")
@@ -263,7 +263,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                    {s: E_all[idx[s]] for s in ("train", "calibration")},
                    rep[rep["split"].isin(["train", "calibration"])])
     ev = RouterEvalConfig(n_boot=cfg.receipts.n_boot, level=cfg.receipts.level,
-                          n_thresholds=cfg.labels.evaluation.n_thresholds, seed=cfg.seed)
+                          n_thresholds=cfg.evaluation.n_thresholds, seed=cfg.seed)
     te_d, E_te = d.iloc[idx["test"]], E_all[idx["test"]]
     meta_te = decision_meta(te_d)
     rule = cfg.policy.rule
@@ -325,7 +325,7 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     rules_doc = logging_rules(table)
     rules = ScenarioRules.from_choices(cands, rules_doc["task_candidate"],
                                        rules_doc["default_candidate"], rules_doc["note"],
-                                       rules_doc["fitted_on"], cfg.labels.rules)
+                                       rules_doc["fitted_on"], cfg.rules)
     summary = receipts_summary(
         cands=cands, report=table.report, rep_report=rep_report, boundaries=table.boundaries,
         cfg=cfg, rules=rules, fitted=fitted, n_train_all=n_train_all,

@@ -9,13 +9,11 @@ dicts of plain values.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from replaylab.config import fail_field as _fail
-from replaylab.config import from_mapping
 
 PRICE_KEYS = ("input_usd_per_million", "output_usd_per_million")
 
@@ -234,26 +232,3 @@ class RouterEvalConfig:
     def level_tag(self) -> str:
         """`95` for level 0.95: the suffix of interval keys (`quality-lo-95`)."""
         return f"{round(float(self.level) * 100, 6):g}"
-
-
-@dataclass(frozen=True)
-class RouterLabelsConfig:
-    """The label layer's slice of the router config: one sub-config per stage."""
-
-    cost: RouterCostConfig = field(default_factory=RouterCostConfig)
-    rules: RouterRulesConfig = field(default_factory=RouterRulesConfig)
-    exploration: RouterExplorationConfig = field(default_factory=RouterExplorationConfig)
-    replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
-    evaluation: RouterEvalConfig = field(default_factory=RouterEvalConfig)
-
-    def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            cls = type(f.default_factory())  # type: ignore[misc]
-            if isinstance(value, Mapping):
-                object.__setattr__(self, f.name, from_mapping(cls, dict(value), f"router.{f.name}"))
-            elif not isinstance(value, cls):
-                _fail(type(self).__name__, f.name, value, f"must be a {cls.__name__} or a mapping")
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)

@@ -7,8 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from replaylab.config import ConfigError, fail_field, from_mapping
-from replaylab.router.config import RouterLabelsConfig
-from replaylab.router.head_config import HeadConfig, HeadSelectConfig
+from replaylab.router.config import (
+    RouterCostConfig,
+    RouterEvalConfig,
+    RouterExplorationConfig,
+    RouterReplayConfig,
+    RouterRulesConfig,
+)
+from replaylab.router.head import HeadConfig
+from replaylab.router.head_select import HeadSelectConfig
 from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
@@ -59,8 +66,9 @@ class RouterPipelineConfig:
     """Everything `train_router` needs.
 
     candidates: cheapest first (the strongest last); split: train / calibration /
-    test shares of the prompts (seeded, by prompt); labels: exploration, replay,
-    rules, costs, evaluation (router/config.py); head, policy: the learned
+    test shares of the prompts (seeded, by prompt); cost, rules, exploration, replay,
+    evaluation: the label layer's stages (router/config.py), each under its YAML key
+    (`router.cost`, ...); head, policy: the learned
     router and its threshold rule; head_select: which of the head's clip, teachers and
     width are chosen per run on calibration (router/head_select.py); objective: what the
     served threshold is chosen for AND what the gate judges (router/objective.py);
@@ -71,7 +79,11 @@ class RouterPipelineConfig:
 
     candidates: tuple[str, ...] = ()
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
-    labels: RouterLabelsConfig = field(default_factory=RouterLabelsConfig)
+    cost: RouterCostConfig = field(default_factory=RouterCostConfig)
+    rules: RouterRulesConfig = field(default_factory=RouterRulesConfig)
+    exploration: RouterExplorationConfig = field(default_factory=RouterExplorationConfig)
+    replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
+    evaluation: RouterEvalConfig = field(default_factory=RouterEvalConfig)
     head: HeadConfig = field(default_factory=HeadConfig)
     head_select: HeadSelectConfig = field(default_factory=HeadSelectConfig)
     policy: PolicyConfig = field(default_factory=lambda: PolicyConfig(escalate=False))
@@ -120,9 +132,11 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
         if got is not None and got != default:
             raise ConfigError(f"{where}.{node}.{key}={got}: the operating point and the gate "
                               f"follow one objective now: set {where}.objective ({instead})")
-    sub = {"labels": (RouterLabelsConfig, {k: values.pop(k) for k in
-                                           ("cost", "rules", "exploration", "replay",
-                                            "evaluation") if k in values}),
+    sub = {"cost": (RouterCostConfig, values.pop("cost", {}) or {}),
+           "rules": (RouterRulesConfig, values.pop("rules", {}) or {}),
+           "exploration": (RouterExplorationConfig, values.pop("exploration", {}) or {}),
+           "replay": (RouterReplayConfig, values.pop("replay", {}) or {}),
+           "evaluation": (RouterEvalConfig, values.pop("evaluation", {}) or {}),
            "head": (HeadConfig, values.pop("head", {}) or {}),
            "head_select": (HeadSelectConfig, values.pop("head_select", {}) or {}),
            "policy": (PolicyConfig, {"escalate": False, **(values.pop("policy", {}) or {})}),
@@ -131,14 +145,6 @@ def router_config(values: Mapping[str, Any] | None, where: str = "router") -> Ro
            "receipts": (ReceiptsConfig, values.pop("receipts", {}) or {}),
            "replay_plan": (ReplayPlanConfig, values.pop("replay_plan", {}) or {}),
            "sequential": (SequentialConfig, values.pop("sequential", {}) or {})}
-    built = {}
-    for key, (cls, raw) in sub.items():
-        if cls is RouterLabelsConfig:
-            try:
-                built[key] = RouterLabelsConfig(**raw)
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"{where}: {e}") from e
-        else:
-            built[key] = from_mapping(cls, raw, f"{where}.{key}")
+    built = {key: from_mapping(cls, raw, f"{where}.{key}") for key, (cls, raw) in sub.items()}
     return from_mapping(RouterPipelineConfig, {**values, **built}, where)
 

@@ -111,7 +111,7 @@ def router_test_rows(cfg: DictConfig) -> tuple[Any, str]:
     rcfg = router_config(values)
     outcomes, origin = load_outcomes(cfg)
     matrix, texts, meta = test_prompts(outcomes, rcfg)
-    return RouterRows(matrix, texts, meta, rcfg.labels.evaluation), f"outcomes {origin}"
+    return RouterRows(matrix, texts, meta, rcfg.evaluation), f"outcomes {origin}"
 
 
 def recorded_rescore(c: Any, mv: Any, champion: Any, into: Path) -> dict | None:
