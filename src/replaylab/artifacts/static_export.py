@@ -18,7 +18,11 @@ The distillation itself is training-side (`replaylab.router.static_encoder.disti
      `encoder`), and publishes the folder atomically.
 
 The encoder id, `<model_id>+model2vec-pca<d>`, keys the embedding cache and the
-ledger's `embedding_model`: static vectors never meet MiniLM's.
+ledger's `embedding_model`: static vectors never meet MiniLM's. A table tuned on the
+team's prompts (`replaylab.router.static_encoder.tune_on_prompts`, passed as
+`tuning=`) is `<model_id>+model2vec-pca<d_s>-tuned<d>-<sha of its map>`, and its
+`static_config.json` / manifest record the tuning (ridge, calibration cosines, prompt
+counts); the runtime reads it as any static table.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from replaylab.contracts.golden import ParityError, golden_document, row_cosines
 from replaylab.contracts.manifest import build_manifest, staged_folder, write_manifest
 from replaylab.router.charmap import charmap_tsv, check_bert_pipeline
 from replaylab.router.encoder import MINILM_MODEL_ID
-from replaylab.router.static_encoder import SIF_COEFFICIENT, static_encoder_id
+from replaylab.router.static_encoder import SIF_COEFFICIENT, PromptTuning, static_encoder_id
 from replaylab.runtime.encoder_base import KIND
 from replaylab.runtime.static_encoder import (
     CONFIG_FILE,
@@ -89,8 +93,12 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
                           valid_days: float = 365.0, min_cosine: float = 0.99999,
                           overwrite: bool = False, created: datetime | None = None,
                           hmac_key: bytes | None = None,
-                          built_on: Mapping[str, Any] | None = None) -> StaticExport:
+                          built_on: Mapping[str, Any] | None = None,
+                          tuning: PromptTuning | None = None) -> StaticExport:
     """Write the verified static encoder folder of `model` (a model2vec StaticModel).
+
+    tuning: how `model` was tuned on prompts (`tune_on_prompts`), recorded and part of
+    the encoder id; None for the plain distillation.
 
     built_on: what golden.json records about the exporting machine (None: this one,
     `golden.this_machine()`; a committed fixture passes `golden.ANY_MACHINE`, so that its
@@ -114,7 +122,9 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
     if any("\n" in t or "\r" in t for t in vocab):
         raise ValueError("a token holds a line break: vocab.txt cannot carry it")
     dim = int(table.shape[1])
-    encoder_id = static_encoder_id(model_id, dim)
+    pca = dim if tuning is None else tuning.source_dims
+    encoder_id = static_encoder_id(model_id, pca, None if tuning is None
+                                   else f"tuned{dim}-{tuning.tag}")
     config = {
         "format": CONFIG_FORMAT, "tier": TIER, "model_id": model_id, "encoder_id": encoder_id,
         "dimension": dim, "vocab_size": len(vocab), "unk_token": wp["unk_token"],
@@ -127,8 +137,9 @@ def export_static_encoder(model: Any, out_dir: str | Path, *, parity_texts: Sequ
         "embeddings_file": EMBEDDINGS_FILE, "tensor": TENSOR, "charmap_file": CHARMAP_FILE,
         "vocab_file": VOCAB_FILE,
         "distillation": {"package": "model2vec", "version": metadata.version("model2vec"),
-                         "pca_dims": dim, "sif_coefficient": SIF_COEFFICIENT,
-                         "source": model_id}}
+                         "pca_dims": pca, "sif_coefficient": SIF_COEFFICIENT,
+                         "source": model_id,
+                         **({} if tuning is None else {"tuning": tuning.as_dict()})}}
     files = {VOCAB_FILE: ("\n".join(vocab) + "\n").encode("utf-8"),
              CHARMAP_FILE: charmap_tsv(model.tokenizer).encode("utf-8"),
              EMBEDDINGS_FILE: safetensors_bytes({TENSOR: table}, {"encoder_id": encoder_id}),
