@@ -135,6 +135,17 @@ def edit_golden(folder: Path, edit, name: str = "golden.json") -> Path:
     return folder
 
 
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """ONE real `mlflow server` for the whole test session: (url, artifact store folder).
+    Tests that share it keep apart by their own experiment and registered-model names
+    (the registry's version numbers count per name); a test that stops, restarts or
+    breaks its server starts its own (`mlflow_server_process`)."""
+    tmp = tmp_path_factory.mktemp("mlflow-session")
+    with mlflow_server_process(tmp) as (url, _pid):
+        yield url, tmp / "artifacts"
+
+
 @contextlib.contextmanager
 def mlflow_server_process(tmp: Path, port: int | None = None):
     """A real `mlflow server` on a free loopback port (sqlite store and artifacts under tmp).

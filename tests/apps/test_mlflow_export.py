@@ -8,13 +8,14 @@ run_id=<that run>` reads the run's kind off its tags, downloads the logged folde
 encoder put back from the store), and publishes it again: the same files and content
 hash, this export's version, verified, logged the same way and registered as the next
 version. `run_dir=` does the same from the folder.
+
+The session's one server (tests/conftest.py `mlflow_server`), under this file's own model
+name; the entry point runs in process (tests/helpers/entrypoints.py).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,19 +23,17 @@ import pytest
 
 from replaylab.apps.provenance import hmac_key
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
-from tests.conftest import REPO, mlflow_server_process
+from tests.helpers import entrypoints
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-ROUTER = "replaylab-router"
+ROUTER = "it-export-router"  # this file's own name on the session's server
 
 
-def export(url: str, *args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([sys.executable, "-m", "export", *args, f"tracking.uri={url}",
-                           "tracking.experiment=it-export", "export.registry.blob_min_bytes=1000",
-                           f"hydra.run.dir={run_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    s = run_dir / "summary.json"
-    return proc, (json.loads(s.read_text()) if s.is_file() else {})
+def export(url: str, *args: str, run_dir: Path) -> tuple[entrypoints.EntryRun, dict]:
+    run = entrypoints.export(*args, f"tracking.uri={url}", "tracking.experiment=it-export",
+                             "export.registry.blob_min_bytes=1000",
+                             f"export.registry.names.router={ROUTER}", run_dir=run_dir)
+    return run, run.summary
 
 
 def router_run(folder: Path) -> Path:
@@ -54,53 +53,53 @@ def router_run(folder: Path) -> Path:
     return folder
 
 
-def test_a_router_run_is_exported_again_by_run_id_and_by_run_dir(tmp_path):
+def test_a_router_run_is_exported_again_by_run_id_and_by_run_dir(mlflow_server, tmp_path):
     from mlflow.tracking import MlflowClient
 
     source = router_run(tmp_path / "router-run")
     art = source / "artifacts" / "router"
     before = verify_manifest(art)
-    with mlflow_server_process(tmp_path) as (url, _pid):
-        c = MlflowClient(tracking_uri=url, registry_uri=url)
-        proc, reg = export(url, "register", f"run_dir={source}", run_dir=tmp_path / "reg")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert [(r["name"], r["version"], r["artifact_path"]) for r in reg["registry"]] == [
-            (ROUTER, 1, "router_artifact")]
-        assert reg["registry"][0]["blobs"]["uploaded"] == 1  # the encoder, stored once
-        run_id = reg["mlflow"]["run_id"]
+    url, _store = mlflow_server
+    c = MlflowClient(tracking_uri=url, registry_uri=url)
+    proc, reg = export(url, "register", f"run_dir={source}", run_dir=tmp_path / "reg")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [(r["name"], r["version"], r["artifact_path"]) for r in reg["registry"]] == [
+        (ROUTER, 1, "router_artifact")]
+    assert reg["registry"][0]["blobs"]["uploaded"] == 1  # the encoder, stored once
+    run_id = reg["mlflow"]["run_id"]
 
-        out = tmp_path / "again"
-        # the same content (same hash) would reuse v1; allow_duplicate registers it again
-        proc, s = export(url, f"run_id={run_id}", f"out={out}", "export.version=1.1.0",
-                         "export.allow_duplicate=true", run_dir=tmp_path / "exp")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        m = verify_manifest(out, required_kind="router")
-        assert s["export"]["kind"] == "router" and s["artifacts"] == {"router": str(out)}
-        assert m["content_hash"] == before["content_hash"] == s["export"]["content_hash"]
-        assert m["version"] == "1.1.0" and s["verdict"].startswith("export: ")
-        assert (out / "encoder" / "encoder.onnx").read_bytes() == \
-            (art / "encoder" / "encoder.onnx").read_bytes()  # put back from the store
-        # logged and registered the same way as every artifact folder
-        r = s["registry"][0]
-        assert (r["name"], r["version"], r["artifact_path"]) == (ROUTER, 2, "router_artifact")
-        assert r["blobs"] == {"uploaded": 0, "reused": 1, "bytes_uploaded": 0}
-        mv = c.get_model_version(ROUTER, "2")
-        assert mv.tags["replaylab.content_hash"] == before["content_hash"]
-        assert mv.tags["replaylab.artifact_version"] == "1.1.0"
-        assert mv.source.endswith("/router_artifact") and mv.run_id == s["mlflow"]["run_id"]
-        logged = {f.path for f in c.list_artifacts(mv.run_id, "router_artifact")}
-        assert "router_artifact/blobs.json" in logged
+    out = tmp_path / "again"
+    # the same content (same hash) would reuse v1; allow_duplicate registers it again
+    proc, s = export(url, f"run_id={run_id}", f"out={out}", "export.version=1.1.0",
+                     "export.allow_duplicate=true", run_dir=tmp_path / "exp")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = verify_manifest(out, required_kind="router")
+    assert s["export"]["kind"] == "router" and s["artifacts"] == {"router": str(out)}
+    assert m["content_hash"] == before["content_hash"] == s["export"]["content_hash"]
+    assert m["version"] == "1.1.0" and s["verdict"].startswith("export: ")
+    assert (out / "encoder" / "encoder.onnx").read_bytes() == \
+        (art / "encoder" / "encoder.onnx").read_bytes()  # put back from the store
+    # logged and registered the same way as every artifact folder
+    r = s["registry"][0]
+    assert (r["name"], r["version"], r["artifact_path"]) == (ROUTER, 2, "router_artifact")
+    assert r["blobs"] == {"uploaded": 0, "reused": 1, "bytes_uploaded": 0}
+    mv = c.get_model_version(ROUTER, "2")
+    assert mv.tags["replaylab.content_hash"] == before["content_hash"]
+    assert mv.tags["replaylab.artifact_version"] == "1.1.0"
+    assert mv.source.endswith("/router_artifact") and mv.run_id == s["mlflow"]["run_id"]
+    logged = {f.path for f in c.list_artifacts(mv.run_id, "router_artifact")}
+    assert "router_artifact/blobs.json" in logged
 
-        # run_dir=: the run folder's own artifact, published again in place
-        proc, s = export(url, f"run_dir={source}", "export.version=2.0.0",
-                         run_dir=tmp_path / "exp-dir")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        m = verify_manifest(art, required_kind="router")
-        assert m["version"] == "2.0.0" and m["content_hash"] == before["content_hash"]
+    # run_dir=: the run folder's own artifact, published again in place
+    proc, s = export(url, f"run_dir={source}", "export.version=2.0.0",
+                     run_dir=tmp_path / "exp-dir")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    m = verify_manifest(art, required_kind="router")
+    assert m["version"] == "2.0.0" and m["content_hash"] == before["content_hash"]
 
-        # an export run (pipeline=export): its kind is the one artifact folder it logged
-        proc, s = export(url, f"run_id={s['mlflow']['run_id']}", f"out={tmp_path / 'third'}",
-                         run_dir=tmp_path / "exp-of-exp")
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        assert s["export"]["kind"] == "router"
-        assert s["export"]["content_hash"] == before["content_hash"]
+    # an export run (pipeline=export): its kind is the one artifact folder it logged
+    proc, s = export(url, f"run_id={s['mlflow']['run_id']}", f"out={tmp_path / 'third'}",
+                     run_dir=tmp_path / "exp-of-exp")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert s["export"]["kind"] == "router"
+    assert s["export"]["content_hash"] == before["content_hash"]
