@@ -14,8 +14,7 @@ from replaylab.router.config import (
     RouterReplayConfig,
     RouterRulesConfig,
 )
-from replaylab.router.head import HeadConfig
-from replaylab.router.head_select import HeadSelectConfig
+from replaylab.router.head_config import HeadConfig, HeadSelectConfig
 from replaylab.router.objective import ObjectiveConfig
 from replaylab.router.policy import PolicyConfig
 from replaylab.router.receipts import ReceiptsConfig
