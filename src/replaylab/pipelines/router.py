@@ -90,8 +90,8 @@ from replaylab.router.policy import (
 from replaylab.router.replay import (
     Label,
     OutcomeMatrix,
+    choose_replays,
     outcome_matrix,
-    replay_labels,
     training_labels,
 )
 from replaylab.router.rules import ScenarioRules
@@ -152,7 +152,7 @@ def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
     """The test split `train_router` scores (the same matrix and seeded split): its full
     outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
     another router artifact on the same prompts (`replaylab.artifacts.rescore_router`)."""
-    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     te = m.take(seeded_split(m.n_prompts, cfg.split, cfg.seed) == "test")
     return te, _texts(outcomes, te.prompt_ids), prompt_meta(te)
 
@@ -225,7 +225,7 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
     if eq.n_prompts == 0:
         info["note"] = "no training prompt has every candidate's outcome: rules_equal not fitted"
         return None, None, info
-    rules = ScenarioRules(cfg.rules).fit(eq)
+    rules = ScenarioRules(cfg.labels.rules).fit(eq)
     return rules, eq, {**info, **rules.describe()}
 
 
@@ -238,7 +238,7 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     on these re-logged sessions would give (`ope_verdict`): a check of the receipts-mode
     gate against the full-information one (the incumbent here is the rules, which logged
     these sessions)."""
-    exp = dataclasses.replace(cfg.exploration, seed=cfg.exploration.seed + 1)
+    exp = dataclasses.replace(cfg.labels.exploration, seed=cfg.labels.exploration.seed + 1)
     sim = simulate_receipts(test, rules, exp)
     bandit = bandit_rows(sim.ledger)
     b = logged_decisions(bandit, test.candidates)
@@ -249,8 +249,8 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     rows = rows.astype(np.int64)
     k = len(test.candidates)
     est = ope_estimates(b, policy_matrix(choice[rows], k), q_hat=prob[rows],
-                        config=cfg.evaluation)
-    tag = cfg.evaluation.level_tag
+                        config=cfg.labels.evaluation)
+    tag = cfg.labels.evaluation.level_tag
     # quality is in [0, 1] (outcomes-v1): so is every policy's value, and its interval
     out = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
     out["truth"] = policy_value(test.score[rows], policy_matrix(choice[rows], k))
@@ -279,7 +279,7 @@ def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.Dat
                           Label.SESSION_ID: b.session.astype(str),
                           Label.SESSION_COST: np.nan,
                           Label.LABEL_SOURCE: dec[Label.LABEL_SOURCE].to_numpy()})
-    ev = cfg.evaluation
+    ev = cfg.labels.evaluation
     scored = scored_rows(frame, prob[rows], choice[rows])
     total = ope_part(scored, k, unit_cost, unit_cost, ev.n_boot, ev.seed, None, None,
                      top % k, cfg.policy.rule)
@@ -400,6 +400,35 @@ def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMat
     return dataclasses.replace(cfg, head=trial.head), head, dep, section
 
 
+def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRules,
+             train: tuple, calib: tuple, k: int) -> tuple[pd.DataFrame, dict]:
+    """The replay rows of `router.replay.selection` (router/replay.py `choose_replays`).
+
+    The plan's round-0 head and the judge's heads are the configured head with one teacher
+    (a cheaper fit; the served head is chosen later by `_choose_head`), calibrated and
+    thresholded on the calibration split at the objective's point against the rules."""
+    Etr, mtr, tr = train
+    Eca, mca, ca = calib
+    cal_rows = (Eca, mca, _full_rows(ca))
+    rules_q = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
+    policy = served_policy(cfg.objective, cfg.policy, rules_q)
+    c1 = dataclasses.replace(cfg, head=dataclasses.replace(cfg.head, teachers=1))
+
+    def fitted(labels: pd.DataFrame) -> tuple[SuccessHead, Any]:
+        head = _fit_head(Etr, mtr, _rows(labels, tr, cfg.head.max_weight), k, c1, cal_rows)
+        return head, select_threshold(head.predict_proba(Eca, mca), ca.score, ca.cost, policy)
+
+    def plan() -> tuple[np.ndarray, float, str]:
+        head, ch = fitted(training_labels(bandit))
+        return head.predict_proba(Etr, mtr), float(ch.threshold), policy.rule
+
+    def judge(replay: pd.DataFrame) -> float:
+        ch = fitted(training_labels(bandit, replay))[1]
+        return ch.cost / ch.curve.strong_cost if ch.curve.strong_cost > 0 else ch.cost
+
+    return choose_replays(bandit, tr, cfg.labels.replay, plan, judge, embedding=Etr)
+
+
 def _spread(cfg: RouterPipelineConfig, headline: dict, train: tuple, calib: tuple,
             test: tuple, k: int, head_scorer: str, say: Callable[[str], None]) -> dict:
     """The learned router's test figures over head seeds: the chosen head refitted with
@@ -408,7 +437,7 @@ def _spread(cfg: RouterPipelineConfig, headline: dict, train: tuple, calib: tupl
     Etr, mtr, rows = train
     Eca, mca, ca, calib_rows = calib
     Ete, mte, te = test
-    ev = cfg.evaluation
+    ev = cfg.labels.evaluation
     keys = ("quality", "cost", "cost_ratio_at_95", "apgr")
     rows_out = [{"seed": cfg.seed, **{key: headline[key] for key in keys},
                  "threshold": headline["threshold"]["threshold"]}]
@@ -452,7 +481,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
     if m.n_prompts < 50:
         where = outcomes.attrs.get(SOURCE_ATTR) or "outcomes"
         raise RouterDataError(f"{where}: {m.n_prompts} prompts scored by every candidate "
@@ -467,15 +496,17 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     k = len(m.candidates)
 
     t0 = time.perf_counter()
-    rules = ScenarioRules(cfg.rules).fit(tr)
-    sim = simulate_receipts(tr, rules, cfg.exploration)
+    rules = ScenarioRules(cfg.labels.rules).fit(tr)
+    sim = simulate_receipts(tr, rules, cfg.labels.exploration)
     bandit = bandit_rows(sim.ledger)
-    labels = training_labels(bandit, replay_labels(bandit, tr, cfg.replay))
+    replay, replay_choice = _replays(cfg, bandit, rules, (Etr, mtr, tr), (Eca, mca, ca), k)
+    say(f"replay selection: {replay_choice['chosen']} ({replay_choice['why']})")
+    labels = training_labels(bandit, replay)
     rows = _rows(labels, tr, cfg.head.max_weight)  # the baselines' rows: the configured clip
     rules_eq, tr_eq, rules_eq_info = _fit_rules_equal(cfg, rows, tr)
     if cfg.go.baseline == "rules_equal" and rules_eq is None:
         raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
-                              f"(replay.share={cfg.replay.share:g})")
+                              f"(replay.share={cfg.labels.replay.share:g})")
     # the objective's operating point: the incumbent (go.baseline's rules) on calibration
     incumbent = rules_eq if cfg.go.baseline == "rules_equal" else rules
     incumbent_q_cal = float(ca.score[np.arange(ca.n_prompts), incumbent.predict_index(ca)].mean())
@@ -516,7 +547,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     if rules_eq is not None:
         choice["rules_equal"] = rules_eq.predict_index(te)
         curves["rules_equal"] = routing_scores(rules_scores(rules_eq, tr_eq, te), rule)
-    ev = cfg.evaluation
+    ev = cfg.labels.evaluation
     test = {}
     for name, ch in choice.items():
         s = policy_summary(te, ch, curves.get(name), ev)
@@ -573,13 +604,14 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "pipeline": "router", "candidates": list(m.candidates), "prompts": int(m.n_prompts),
         "outcomes": m.report,
         "splits": {s: int((split == s).sum()) for s in SPLITS},
-        "exploration": {"rate": float(cfg.exploration.rate),
-                        "cap": float(cfg.exploration.cap),
+        "exploration": {"rate": float(cfg.labels.exploration.rate),
+                        "cap": float(cfg.labels.exploration.cap),
                         "sessions": int(sim.stats["sessions"]),
                         "explored_sessions": int(sim.stats["exploration_sessions"]),
                         **{k2: v for k2, v in sim.stats.items()
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
+        "replay": replay_choice,
         "rules": rules.describe(), "rules_equal": rules_eq_info, "go_baseline": baseline,
         "head": deployed.report(), "head_selection": selection, "spread": spread,
         "test": test, "test_gaps": gaps, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
@@ -713,15 +745,15 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
             h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
         n = len(keep)
         curve.append({"fraction": f, "explored_sessions": n,
-                      "days_of_live_exploration": n / (float(cfg.exploration.rate)
+                      "days_of_live_exploration": n / (float(cfg.labels.exploration.rate)
                                                        * g.sessions_per_day),
                       "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
                       "significant": bool(all(c.passed() for c in h["_criteria"]))})
     base = g.baseline
     share = float(stats["exploration_share"])  # realized share of explored sessions
-    within_cap = share <= float(cfg.exploration.cap)
+    within_cap = share <= float(cfg.labels.exploration.cap)
     hard = [] if within_cap else [f"explored share {share:.3f} of sessions is above the cap "
-                                  f"{cfg.exploration.cap:g}"]
+                                  f"{cfg.labels.exploration.cap:g}"]
     label = cfg.objective.label(base)
     judged = judge(Evidence(main.pop("_criteria"), te.n_prompts, g.sessions_per_day,
                             hard_failures=hard, test_share=float(cfg.split[2])), label)

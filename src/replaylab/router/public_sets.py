@@ -83,4 +83,9 @@ def result_row(name: str, share: float, seed: int, summary: dict, seconds: float
              ope_verdict=(s["ope"].get("ope_verdict") or {}).get("verdict"),
              more_data=(s["go_detail"].get("more_data") or {}).get("text"),
              days_needed=s["go_detail"]["days_needed"])
+    rep = s.get("replay") or {}
+    r.update(selection=rep.get("selection"), selection_chosen=rep.get("chosen"),
+             selection_why=rep.get("why"), replayed_prompts=rep.get("replayed_prompts"),
+             selection_calibration=rep.get("calibration_cost_ratio"),
+             plan=rep.get("plan"))
     return r

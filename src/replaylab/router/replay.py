@@ -35,7 +35,7 @@ counts are missing; no array or frame built here holds text.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +45,7 @@ from replaylab.config import ConfigError
 from replaylab.contracts import OUTCOMES_SCHEMA, SOURCE_ATTR, ContractError, validate_outcomes
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import RouterCostConfig, RouterReplayConfig
+from replaylab.router.replay_plan import coverage_strata, pair_priority, plan_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -230,16 +231,11 @@ def outcome_matrix(outcomes: pd.DataFrame, cost: RouterCostConfig | None = None,
                          arrays[O.PROMPT_TOKENS], arrays[O.COMPLETION_TOKENS], report)
 
 
-def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
-                  config: RouterReplayConfig | None = None) -> pd.DataFrame:
-    """Replay a seeded share of logged opening prompts against the other candidates.
-
-    labels: bandit rows (`exploration.bandit_rows`), needing prompt_id. Returns one
-    row per (replayed prompt, candidate not logged for it), label columns as the
-    bandit rows, `label_source = "replay"`, propensity NaN, outcomes and costs read
-    from `matrix`. `attrs["replay_report"]` counts prompts and rows.
-    """
-    config = config or RouterReplayConfig()
+def logged_openings(labels: pd.DataFrame, matrix: OutcomeMatrix) -> tuple[np.ndarray, np.ndarray,
+                                                                          np.ndarray]:
+    """The distinct logged opening prompts a replay can choose from: (m,) prompt ids (sorted),
+    (m,) their rows of `matrix` and (m, K) which candidates the receipts already observed
+    for each. labels: bandit rows (`exploration.bandit_rows`), needing prompt_id."""
     if Label.PROMPT_ID not in labels.columns:
         raise ValueError("replay_labels: the bandit rows carry no prompt_id (a real receipts "
                          "ledger needs a prompt_id column to be matched to replayed outcomes)")
@@ -247,9 +243,69 @@ def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
     row_of = pd.Series(np.arange(matrix.n_prompts), index=matrix.prompt_ids)
     known = opening[opening[Label.PROMPT_ID].isin(row_of.index)]
     prompts = np.sort(pd.unique(known[Label.PROMPT_ID]).astype(str))
-    n_pick = int(round(config.share * len(prompts)))
-    rng = np.random.default_rng(config.seed)
-    picked = np.sort(rng.choice(prompts, size=n_pick, replace=False)) if n_pick else prompts[:0]
+    seen = np.zeros((len(prompts), len(matrix.candidates)), bool)
+    pos = pd.Series(np.arange(len(prompts)), index=prompts)
+    col = {c: k for k, c in enumerate(matrix.candidates)}
+    seen[pos.reindex(known[Label.PROMPT_ID].astype(str)).to_numpy(np.int64),
+         known[Label.CANDIDATE].map(col).to_numpy(np.int64)] = True
+    return prompts, row_of.reindex(prompts).to_numpy(np.int64), seen
+
+
+def random_prompts(prompts: np.ndarray, share: float, seed: int) -> np.ndarray:
+    """A seeded uniform draw of round(share x m) of the logged opening prompts (sorted)."""
+    n_pick = int(round(share * len(prompts)))
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(prompts, size=n_pick, replace=False)) if n_pick else prompts[:0]
+
+
+def planned_prompts(labels: pd.DataFrame, matrix: OutcomeMatrix, prob: np.ndarray,
+                    threshold: float, rule: str, share: float, seed: int,
+                    embedding: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+    """The top of the replay plan: round(share x m) of the m logged opening prompts.
+
+    prob: (n_prompts, K) P(success) of a head fitted on the receipts alone (no replay),
+    rows as `matrix`; threshold, rule: its routing threshold. A prompt's value is the sum of
+    `replay_plan.pair_priority` over the candidates the receipts did not observe for it;
+    the share is spread over categories x embedding cells (`coverage_strata`; embedding
+    None: categories only) and spent on the highest values in each. Reads the receipts
+    (`labels`), `prob` and the prompts' categories, never `matrix`'s outcomes. Returns
+    the picked prompt ids (ranked) and a report."""
+    prompts, rows, seen = logged_openings(labels, matrix)
+    pair, _gap = pair_priority(np.asarray(prob, float)[rows], threshold, rule)
+    value = np.where(seen, 0.0, pair).sum(axis=1)
+    task = matrix.meta[O.TASK].to_numpy(dtype=object)[rows]
+    strata = (coverage_strata(np.asarray(embedding)[rows], task, seed) if embedding is not None
+              else pd.factorize(pd.Series(task).fillna(""))[0])
+    n_pick = int(round(share * len(prompts)))
+    pick = plan_prompts(value, n_pick, strata, seed)
+    report = {"strata": int(len(np.unique(strata))),
+              "plan_value_picked": float(value[pick].sum()),
+              "plan_value_all": float(value.sum()),
+              "mean_value_picked": float(value[pick].mean()) if len(pick) else 0.0,
+              "mean_value_all": float(value.mean()) if len(value) else 0.0}
+    return prompts[pick], report
+
+
+def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
+                  config: RouterReplayConfig | None = None,
+                  picked: np.ndarray | None = None) -> pd.DataFrame:
+    """Replay logged opening prompts against the other candidates.
+
+    labels: bandit rows (`exploration.bandit_rows`), needing prompt_id; picked: the prompt
+    ids to replay (`planned_prompts`); None: a seeded uniform `config.share` of them
+    (`random_prompts`). Returns one row per (replayed prompt, candidate not logged for
+    it), label columns as the bandit rows, `label_source = "replay"`, propensity NaN,
+    outcomes and costs read from `matrix`. `attrs["replay_report"]` counts prompts and rows.
+    """
+    config = config or RouterReplayConfig()
+    prompts = logged_openings(labels, matrix)[0]  # refuses rows without prompt_id
+    opening = labels[labels[Label.POLICY_DECISION].astype(bool)]
+    row_of = pd.Series(np.arange(matrix.n_prompts), index=matrix.prompt_ids)
+    known = opening[opening[Label.PROMPT_ID].isin(row_of.index)]
+    if picked is None:
+        picked = random_prompts(prompts, config.share, config.seed)
+    picked = np.asarray(picked).astype(str)
+    n_pick = len(picked)
     first = known.drop_duplicates(Label.PROMPT_ID).set_index(Label.PROMPT_ID)
     seen = known.groupby(Label.PROMPT_ID)[Label.CANDIDATE].agg(set)
     rows = []
@@ -277,6 +333,44 @@ def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
                                   "prompts_not_in_table": int(opening[Label.PROMPT_ID].nunique()
                                                               - len(prompts))}
     return out
+
+
+def choose_replays(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterReplayConfig,
+                   plan: Callable[[], tuple[np.ndarray, float, str]],
+                   judge: Callable[[pd.DataFrame], float],
+                   embedding: np.ndarray | None = None) -> tuple[pd.DataFrame, dict]:
+    """The replay rows of `config.selection` and what was chosen and why.
+
+    random: `random_prompts`; planned: `planned_prompts` on `plan()` = (P(success) of the
+    round-0 head, fitted on the receipts alone, over `matrix`'s rows; its threshold; its
+    rule); auto: both, and the one whose `judge(replay rows)` (a head fitted with them,
+    its cost ratio on the calibration split, lower is better) is lower; a tie keeps random.
+    The report (the run summary's `replay`) says which selection ran and why."""
+    sel = config.selection
+    report: dict = {"selection": sel, "share": float(config.share)}
+    if sel == "random" or config.share <= 0.0:
+        out = replay_labels(bandit, matrix, config)
+        report.update(chosen="random", why="router.replay.selection=random" if sel == "random"
+                      else "share 0: nothing to plan")
+        return out, {**report, **out.attrs["replay_report"]}
+    prob, threshold, rule = plan()
+    picked, plan_report = planned_prompts(bandit, matrix, prob, threshold, rule, config.share,
+                                          config.seed, embedding)
+    planned = replay_labels(bandit, matrix, config, picked=picked)
+    report["plan"] = {**plan_report, "round0_threshold": float(threshold), "rule": rule}
+    if sel == "planned":
+        report.update(chosen="planned", why="router.replay.selection=planned")
+        return planned, {**report, **planned.attrs["replay_report"]}
+    random = replay_labels(bandit, matrix, config)
+    crit = {"random": float(judge(random)), "planned": float(judge(planned))}
+    won = "planned" if crit["planned"] < crit["random"] else "random"
+    report.update(chosen=won, calibration_cost_ratio=crit,
+                  why=(f"auto: {won} is cheaper on calibration at the served quality "
+                       f"(cost ratio planned {crit['planned']:.3f}, random {crit['random']:.3f})"
+                       if crit["planned"] != crit["random"] else
+                       "auto: a tie on calibration keeps random"))
+    out = planned if won == "planned" else random
+    return out, {**report, **out.attrs["replay_report"]}
 
 
 def training_labels(bandit: pd.DataFrame, replay: pd.DataFrame | None = None) -> pd.DataFrame:

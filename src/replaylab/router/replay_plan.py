@@ -46,6 +46,16 @@ class ReplayPlanConfig:
         object.__setattr__(self, "splits", tuple(str(s) for s in self.splits))
 
 
+def pair_priority(prob: np.ndarray, threshold: float, rule: str) -> tuple[np.ndarray, np.ndarray]:
+    """(n, K) priority p (1 - p) exp(-|q - t| / SCALE) of replaying each (prompt, candidate)
+    and (n, K) its boundary gap |q - t| (module docstring). prob: the head's P(success);
+    nothing else is read: the ranking cannot see an outcome it has not been given."""
+    prob = np.asarray(prob, float)
+    gap = np.abs(routing_scores(prob, rule) - float(threshold)) if np.isfinite(threshold) \
+        else np.full_like(prob, np.inf)
+    return prob * (1.0 - prob) * np.exp(-np.minimum(gap, 1e6) / SCALE), gap
+
+
 def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, rule: str,
                 meta: pd.DataFrame, candidates: tuple[str, ...], budget: int) -> pd.DataFrame:
     """The ranked plan (module docstring).
@@ -59,9 +69,7 @@ def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, r
     if n == 0 or budget == 0:
         return pd.DataFrame(columns=["rank", "prompt_id", "candidate", "session_id",
                                      "opening_ms", "p_success", "boundary_gap", "priority"])
-    gap = np.abs(routing_scores(prob, rule) - float(threshold)) if np.isfinite(threshold) \
-        else np.full_like(prob, np.inf)
-    priority = prob * (1.0 - prob) * np.exp(-np.minimum(gap, 1e6) / SCALE)
+    priority, gap = pair_priority(prob, threshold, rule)
     priority[np.arange(n), np.asarray(logged_action, np.int64)] = -np.inf  # observed already
     i, a = np.divmod(np.arange(n * k), k)
     flat = priority.ravel()
@@ -85,3 +93,60 @@ def write_replay_plan(plan: pd.DataFrame, path: Path) -> Path:
     if plan.empty:
         path.write_text("")
     return path
+
+
+# Coverage strata: each category is cut into this many k-means cells of the embedding
+# space (fewer when it has fewer prompts), so that a planned share cannot spend itself
+# on one corner of the prompts where the round-0 head happens to sit on the boundary.
+COVERAGE_CELLS = 8
+
+
+def coverage_strata(embedding: np.ndarray, category: np.ndarray, seed: int,
+                    cells: int = COVERAGE_CELLS) -> np.ndarray:
+    """(n,) stratum id per prompt: category x k-means cell of the embedding (scikit-learn's
+    KMeans, seeded; a well-kept implementation rather than a hand-written one)."""
+    from sklearn.cluster import KMeans  # noqa: PLC0415 - heavy, only when planning
+
+    emb = np.asarray(embedding, np.float64)
+    codes, uniq = pd.factorize(pd.Series(np.asarray(category, dtype=object)).fillna(""))
+    out = np.zeros(len(emb), np.int64)
+    for c in range(len(uniq)):
+        rows = np.flatnonzero(codes == c)
+        n_cells = int(min(cells, max(1, len(rows) // 20)))
+        if n_cells > 1:
+            km = KMeans(n_clusters=n_cells, n_init=1, random_state=seed).fit(emb[rows])
+            out[rows] = c * cells + km.labels_
+        else:
+            out[rows] = c * cells
+    return out
+
+
+def plan_prompts(priority: np.ndarray, n_pick: int, strata: np.ndarray | None = None,
+                 seed: int = 0) -> np.ndarray:
+    """Positions of the `n_pick` prompts a planned replay takes, ranked (first = best).
+
+    priority: (n,) the prompt's value to the plan (the sum of `pair_priority` over the
+    candidates not yet observed for it); strata: (n,) coverage strata (`coverage_strata`;
+    None: one stratum, i.e. the top `n_pick` of the plan). Each stratum gets its share of
+    `n_pick` in proportion to its size (largest remainder) and spends it on its highest
+    priorities; ties are broken by a seeded draw. Reads nothing but its arguments."""
+    priority = np.asarray(priority, float)
+    n = len(priority)
+    n_pick = int(min(max(n_pick, 0), n))
+    if n_pick == 0:
+        return np.zeros(0, np.int64)
+    tie = np.random.default_rng(seed).random(n)
+    strata = np.zeros(n, np.int64) if strata is None else pd.factorize(np.asarray(strata))[0]
+    size = np.bincount(strata)
+    quota = size * n_pick / n
+    take = np.floor(quota).astype(np.int64)
+    rest = n_pick - int(take.sum())
+    if rest:
+        take[np.lexsort((-size, -(quota - take)))[:rest]] += 1
+    chosen = []
+    for s in np.flatnonzero(take):
+        rows = np.flatnonzero(strata == s)
+        order = rows[np.lexsort((tie[rows], -priority[rows]))]
+        chosen.append(order[:take[s]])
+    picked = np.concatenate(chosen)
+    return picked[np.lexsort((tie[picked], -priority[picked]))]
