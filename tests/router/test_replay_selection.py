@@ -27,7 +27,13 @@ from replaylab.router.replay import (
     random_prompts,
     replay_labels,
 )
-from replaylab.router.replay_plan import coverage_strata, pair_priority, plan_prompts
+from replaylab.router.replay_plan import (
+    coverage_strata,
+    expected_gain,
+    pair_priority,
+    plan_prompts,
+    replay_plan,
+)
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import routing_scores
 
@@ -208,3 +214,27 @@ def test_planned_replays_sit_nearer_the_routing_boundary_than_random(setup):
         gaps["planned"].append(gap[pids].mean())
         gaps["random"].append(gap[random_prompts(prompts, 0.25, seed)].mean())
     assert np.mean(gaps["planned"]) < 0.7 * np.mean(gaps["random"])
+
+
+def test_expected_gain_is_the_value_of_the_revealed_outcome_to_the_decision():
+    """Absolute rule: t (1 - p) above the threshold, p (1 - t) below it; never negative;
+    largest at the threshold; the plan carries it per row (the next round's gain)."""
+    p = np.array([[0.1, 0.9], [0.5, 0.95], [0.7, 0.99], [0.95, 0.99]])
+    t = 0.6
+    g = expected_gain(p, t, "absolute")
+    want = np.where(p >= t, t * (1 - p), p * (1 - t))
+    np.testing.assert_allclose(g, want, atol=1e-12)
+    rng = np.random.default_rng(5)
+    q = rng.random((300, 3))
+    for rule in ("absolute", "margin"):
+        assert (expected_gain(q, 0.05, rule) >= 0).all()
+    near = expected_gain(np.array([[0.6, 0.9]]), t, "absolute")[0, 0]
+    far = expected_gain(np.array([[0.05, 0.9], [0.99, 0.9]]), t, "absolute")[:, 0]
+    assert (near > far).all()
+    meta = pd.DataFrame({"prompt_id": ["a", "b", "c", "d"], "session_id": list("abcd"),
+                         "opening_ms": [1, 2, 3, 4]})
+    plan = replay_plan(p, np.array([1, 1, 1, 1]), t, "absolute", meta, CANDS, budget=4)
+    assert list(plan["candidate"].unique()) == ["cheap"]
+    np.testing.assert_allclose(plan["expected_gain"],
+                               want[meta.set_index("prompt_id").index.get_indexer(
+                                   plan["prompt_id"]), 0])

@@ -56,6 +56,35 @@ def pair_priority(prob: np.ndarray, threshold: float, rule: str) -> tuple[np.nda
     return prob * (1.0 - prob) * np.exp(-np.minimum(gap, 1e6) / SCALE), gap
 
 
+def expected_gain(prob: np.ndarray, threshold: float, rule: str) -> np.ndarray:
+    """(n, K) expected gain of replaying each (prompt, candidate): the value of learning
+    that outcome to the routing decision on the prompt, under the head's own belief.
+
+    With q_a(p) candidate a's routing score and t the threshold, the decision values a by
+    max(q_a - t, 0) (a is served when its score clears t); the replay reveals y ~ Bernoulli(p_a)
+    and sets p_a to y, so the gain is
+
+        p_a max(q_a(p_a = 1) - t, 0) + (1 - p_a) max(q_a(p_a = 0) - t, 0) - max(q_a(p) - t, 0)
+
+    (>= 0: the expected value of perfect information on that one score; e.g. the absolute
+    rule gives t (1 - p) above the threshold, p (1 - t) below it), in routing-score units
+    (success probability, or its margin over the best other candidate). A prompt's expected
+    gain is the sum over the candidates replayed for it."""
+    prob = np.asarray(prob, float)
+    if not np.isfinite(threshold):
+        return np.zeros_like(prob)
+    t = float(threshold)
+    now = np.maximum(routing_scores(prob, rule) - t, 0.0)
+    gain = np.zeros_like(prob)
+    for a in range(prob.shape[1]):
+        up, down = prob.copy(), prob.copy()
+        up[:, a], down[:, a] = 1.0, 0.0
+        gain[:, a] = (prob[:, a] * np.maximum(routing_scores(up, rule)[:, a] - t, 0.0)
+                      + (1.0 - prob[:, a]) * np.maximum(routing_scores(down, rule)[:, a] - t, 0.0)
+                      - now[:, a])
+    return np.maximum(gain, 0.0)  # float rounding only
+
+
 def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, rule: str,
                 meta: pd.DataFrame, candidates: tuple[str, ...], budget: int) -> pd.DataFrame:
     """The ranked plan (module docstring).
@@ -63,12 +92,13 @@ def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, r
     prob: (n, K) served P(success) of the ranked openings; logged_action: (n,) column
     logged for each; meta: n rows with prompt_id, session_id, opening_ms. Returns at most
     `budget` rows: prompt_id, candidate, session_id, opening_ms, p_success, boundary_gap,
-    priority, rank (1 = first)."""
+    priority, expected_gain (`expected_gain`), rank (1 = first)."""
     prob = np.asarray(prob, float)
     n, k = prob.shape
     if n == 0 or budget == 0:
         return pd.DataFrame(columns=["rank", "prompt_id", "candidate", "session_id",
-                                     "opening_ms", "p_success", "boundary_gap", "priority"])
+                                     "opening_ms", "p_success", "boundary_gap", "priority",
+                                     "expected_gain"])
     priority, gap = pair_priority(prob, threshold, rule)
     priority[np.arange(n), np.asarray(logged_action, np.int64)] = -np.inf  # observed already
     i, a = np.divmod(np.arange(n * k), k)
@@ -83,7 +113,8 @@ def replay_plan(prob: np.ndarray, logged_action: np.ndarray, threshold: float, r
         "candidate": np.asarray(candidates, dtype=object)[a],
         "session_id": meta["session_id"].to_numpy()[i],
         "opening_ms": opening[order],
-        "p_success": prob[i, a], "boundary_gap": gap[i, a], "priority": flat[order]})
+        "p_success": prob[i, a], "boundary_gap": gap[i, a], "priority": flat[order],
+        "expected_gain": expected_gain(prob, threshold, rule)[i, a]})
 
 
 def write_replay_plan(plan: pd.DataFrame, path: Path) -> Path:
