@@ -9,7 +9,8 @@ and costs from `replaylab.router.public_sets`, as `scripts/router_results.py` ru
 
 1. the run's own seeded split (`replaylab.pipelines.router.seeded_split`, the split
    `train_router` makes);
-2. model2vec's distillation of MiniLM (`distill_minilm`) tuned on the training split's
+2. model2vec's distillation of MiniLM (`distill_minilm`, or the plain export in
+   `--cache-dir`/encoder-static when there: `static_model_from_export`) tuned on the training split's
    prompts, its ridge penalty chosen on the calibration split's prompts
    (`replaylab.router.static_encoder.tune_on_prompts`: MiniLM's vectors of those prompts
    are the targets). No test prompt enters the table;
@@ -39,13 +40,17 @@ from router_results import add_outcomes_arguments, apply_overrides, outcomes_roo
 
 from replaylab.apps.inputs import default_outcomes  # noqa: E402
 from replaylab.artifacts.static_export import export_static_encoder  # noqa: E402
-from replaylab.contracts.outcomes import PROMPT_ID, PROMPT_TEXT  # noqa: E402
+from replaylab.contracts.columns import Outcomes as O  # noqa: E402
 from replaylab.pipelines.router import seeded_split, train_router  # noqa: E402
 from replaylab.router.embed_cache import cached_embed  # noqa: E402
 from replaylab.router.pipeline_config import router_config  # noqa: E402
 from replaylab.router.public_sets import public_outcome_sets, result_row  # noqa: E402
 from replaylab.router.replay import outcome_matrix  # noqa: E402
-from replaylab.router.static_encoder import distill_minilm, tune_on_prompts  # noqa: E402
+from replaylab.router.static_encoder import (  # noqa: E402
+    distill_minilm,
+    static_model_from_export,
+    tune_on_split,
+)
 from replaylab.runtime.encoder import load_encoder  # noqa: E402
 from replaylab.runtime.static_encoder import load_static_encoder  # noqa: E402
 
@@ -55,7 +60,7 @@ SETS = ("gsm8k", "mmlu", "llmrouter")
 
 def prompt_texts(outcomes, prompt_ids) -> list[str]:
     """The first text of each prompt id, in `prompt_ids` order (what train_router embeds)."""
-    first = outcomes.drop_duplicates(PROMPT_ID).set_index(PROMPT_ID)[PROMPT_TEXT]
+    first = outcomes.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)[O.PROMPT_TEXT]
     return first.reindex(prompt_ids).fillna("").astype(str).tolist()
 
 
@@ -66,7 +71,8 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     minilm = load_encoder(cache_dir / "encoder-minilm", variant=enc["variant"],
                           threads=int(enc["threads"]))
     embed_minilm, _ = cached_embed(minilm, cache_dir / "embeddings")
-    base_model = distill_minilm()
+    plain = cache_dir / "encoder-static"  # the plain distillation, when exported there
+    base_model = static_model_from_export(plain) if plain.is_dir() else distill_minilm()
     rows = []
     for name, outcomes, over in public_outcome_sets(outcomes_root(args), default_outcomes(),
                                                     tuple(args.sets)):
@@ -82,9 +88,8 @@ def run_all(args: argparse.Namespace) -> list[dict]:
             texts = np.array(prompt_texts(outcomes, m.prompt_ids), dtype=object)
             split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
             y = np.asarray(embed_minilm(texts.tolist()), dtype=np.float64)
-            fit, cal, test = (split == s for s in ("train", "calibration", "test"))
-            tuned, tuning = tune_on_prompts(base_model, texts[fit].tolist(), y[fit],
-                                            texts[cal].tolist(), y[cal])
+            fit, test = split == "train", split == "test"
+            tuned, tuning = tune_on_split(base_model, texts.tolist(), y, split)
             folder = Path(args.work) / f"{name}_s{seed}" / "encoder-static"
             export_static_encoder(tuned, folder, parity_texts=texts[fit][:500].tolist(),
                                   overwrite=True, tuning=tuning)

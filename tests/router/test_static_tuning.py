@@ -153,6 +153,22 @@ def test_the_tuned_export_serves_the_folded_vectors(tiny_model, prompts, targets
     assert config["distillation"]["pca_dims"] == DIM and config["dimension"] == TARGET_DIM
 
 
+def test_a_plain_export_reads_back_as_the_model_it_was(tiny_model, prompts, tmp_path):
+    from datetime import UTC, datetime
+
+    from replaylab.artifacts.static_export import export_static_encoder
+    from replaylab.router.static_encoder import static_model_from_export
+
+    export_static_encoder(tiny_model, tmp_path / "plain", parity_texts=prompts[:50],
+                          model_id="replaylab/tiny-static",
+                          created=datetime(2026, 1, 1, tzinfo=UTC))
+    back = static_model_from_export(tmp_path / "plain")
+    assert np.array_equal(back.embedding, tiny_model.embedding)
+    assert back.tokenize(prompts) == tiny_model.tokenize(prompts)
+    assert np.array_equal(back.encode(prompts, use_multiprocessing=False),
+                          tiny_model.encode(prompts, use_multiprocessing=False))
+
+
 def test_too_few_prompts_is_refused():
     x = np.ones((1, DIM))
     with pytest.raises(ValueError, match="needs >= 2 fit"):

@@ -164,3 +164,23 @@ def tune_on_split(model: Any, texts: Sequence[str], targets: np.ndarray, split: 
     fit, cal = np.flatnonzero(split == "train"), np.flatnonzero(split == "calibration")
     return tune_on_prompts(model, [texts[i] for i in fit], np.asarray(targets)[fit],
                            [texts[i] for i in cal], np.asarray(targets)[cal], ridges)
+
+
+def static_model_from_export(folder: str | Path) -> Any:
+    """The model2vec `StaticModel` an export of `export_static_encoder` holds (its HF
+    tokenizer.json and float32 table, verified by the runtime's loader first): the plain
+    distillation without running MiniLM over the vocabulary again (15 s quiet, minutes
+    on a loaded host)."""
+    from model2vec import StaticModel
+    from tokenizers import Tokenizer
+
+    from replaylab.runtime.static_encoder import load_static_encoder
+
+    folder = Path(folder)
+    encoder = load_static_encoder(folder)
+    config = encoder.config
+    tok = Tokenizer.from_str((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    return StaticModel(vectors=np.asarray(encoder.table, dtype=np.float32), tokenizer=tok,
+                       normalize=bool(config["normalize"]),
+                       base_model_name=str(config["model_id"]),
+                       max_length=int(config["max_tokens"]))
