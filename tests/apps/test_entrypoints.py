@@ -1,4 +1,6 @@
-"""Smoke tests of `python -m training`: the real Hydra app in a subprocess, as a user runs it."""
+"""`python -m training`: the smoke test runs the real Hydra app in a subprocess, as a user
+runs it (`default_run`); the others run the same entry point in process
+(tests/helpers/entrypoints.py), which is what they are about."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import run_training, train
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +40,7 @@ def test_default_run_writes_summary_and_conserves_rows(default_run):
 def test_bad_ledger_is_one_line_error_and_nonzero_exit(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"ledger_version": "1", "request_id": "a"}\n')
-    proc = run_training(f"data.ledger={bad}", f"hydra.run.dir={tmp_path / 'r'}",
-                        "tracking=off", check=False)
+    proc = train(f"data.ledger={bad}", "tracking=off", run_dir=tmp_path / "r", check=False)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "bad.jsonl" in last and "missing required column" in last
@@ -48,8 +49,7 @@ def test_bad_ledger_is_one_line_error_and_nonzero_exit(tmp_path):
 def test_ledger_file_roundtrip_through_training(default_run, tmp_path):
     ledger = json.loads((default_run / "summary.json").read_text())["artifacts"]["ledger"]
     out = tmp_path / "r2"
-    run_training(f"data.ledger={ledger}", f"hydra.run.dir={out}", "tracking=off")
-    s = json.loads((out / "summary.json").read_text())
+    s = train(f"data.ledger={ledger}", "tracking=off", run_dir=out).summary
     first = json.loads((default_run / "summary.json").read_text())
     assert s["rows_valid"] == first["rows_valid"]
     assert s["projection"]["version"] == first["projection"]["version"]
@@ -60,29 +60,27 @@ def test_import_pipeline_writes_contract_table(tmp_path, test_data):
     if not src.exists():
         pytest.skip("azure slice not present")
     out = tmp_path / "azure.parquet"
-    run_training("pipeline=import", "source=azure_conv", f"source.path={src}", f"out={out}",
-                 f"hydra.run.dir={tmp_path / 'r'}", "tracking=off")
-    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    s = train("pipeline=import", "source=azure_conv", f"source.path={src}", f"out={out}",
+              "tracking=off", run_dir=tmp_path / "r").summary
     assert s["contract"] == "ledger-v1" and s["rows_valid"] == len(pd.read_parquet(out)) > 0
 
 
 def test_bad_config_value_names_the_field(tmp_path):
-    proc = run_training("split.train=-0.5", f"hydra.run.dir={tmp_path}", "tracking=off",
-                        check=False)
+    proc = train("split.train=-0.5", "tracking=off", run_dir=tmp_path, check=False)
     assert proc.returncode != 0
     assert "split" in proc.stderr and "-0.5" in proc.stderr
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_compute_dask_gives_the_same_projection(default_run, tmp_path):
-    """compute=dask (a real 2-worker LocalCluster) writes the same features as the pandas path."""
+def test_compute_dask_gives_the_same_projection(default_run, dask_address, tmp_path):
+    """compute=dask (the session's 2-worker LocalCluster) writes the same features as the
+    pandas path."""
     ledger = json.loads((default_run / "summary.json").read_text())["artifacts"]["ledger"]
     out_local, out_dask = tmp_path / "local", tmp_path / "dask"
-    run_training(f"data.ledger={ledger}", f"hydra.run.dir={out_local}", "tracking=off")
-    run_training(f"data.ledger={ledger}", f"hydra.run.dir={out_dask}", "tracking=off",
-                 "compute=dask", "compute.n_workers=2")
-    s = json.loads((out_dask / "summary.json").read_text())
+    train(f"data.ledger={ledger}", "tracking=off", run_dir=out_local)
+    s = train(f"data.ledger={ledger}", "tracking=off", "compute=dask",
+              f"compute.address={dask_address}", run_dir=out_dask).summary
     assert s["compute"]["kind"] == "dask"
     # compute=dask over a ledger file: the workers write features/ (Parquet parts)
     assert s["artifacts"]["features"] == str(out_dask / "features")
