@@ -19,13 +19,17 @@ at `promote` or `fetch` with one line:
 The bad-input paths (an alias not in `export.aliases`, force without a reason, a missing
 run_dir) are one `error:` line, exit 2, and leave no run in the store; the runs list and
 the model page are screenshot in headless Chromium (the decision word first).
+
+On the session's one server (tests/conftest.py `mlflow_server`): the default demand name
+is this file's alone there, its registry actions log to an experiment of their own
+(`REGISTRY_EXPERIMENT`), and `python -m export` runs in process
+(tests/helpers/entrypoints.py).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -39,11 +43,15 @@ from replaylab.contracts.manifest import (
     hmac_sha256,
     write_manifest,
 )
-from tests.conftest import REPO, mlflow_server_process
+from tests.conftest import REPO
+from tests.helpers import entrypoints
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SHOTS = REPO / "tests" / "screenshots"
 NAME = "replaylab-demand"
+# where promote/fetch/compare log (export.registry.experiment; replaylab-registry by
+# default): this file's own on the shared server, so its runs list is this file's
+REGISTRY_EXPERIMENT = "it-forgery-registry"
 
 
 def demand_run(folder: Path, go: bool, *, signed: bool = True) -> Path:
@@ -78,30 +86,28 @@ def client(url: str):
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
+def store(mlflow_server, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("forgery")
-    with mlflow_server_process(tmp) as (url, _pid):
-        versions = {}
-        for key, go, signed in (("go", True, True), ("nogo", False, True),
-                                ("unsigned", True, False)):
-            folder = demand_run(tmp / key, go, signed=signed)
-            proc, s = export(url, tmp, f"reg-{key}", "register", f"run_dir={folder}")
-            assert proc.returncode == 0, proc.stderr[-2000:]
-            versions[key] = str(s["registry"][0]["version"])
-        yield url, tmp, versions
+    url, _artifacts = mlflow_server
+    versions = {}
+    for key, go, signed in (("go", True, True), ("nogo", False, True),
+                            ("unsigned", True, False)):
+        folder = demand_run(tmp / key, go, signed=signed)
+        proc, s = export(url, tmp, f"reg-{key}", "register", f"run_dir={folder}")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        versions[key] = str(s["registry"][0]["version"])
+    return url, tmp, versions
 
 
-def export(url: str, tmp: Path, name: str, *args: str) -> tuple[subprocess.CompletedProcess,
-                                                               dict]:
-    run_dir = tmp / name
-    proc = subprocess.run([sys.executable, "-m", "export", *args, f"tracking.uri={url}",
-                           "tracking.experiment=it-forgery", f"hydra.run.dir={run_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    s = run_dir / "summary.json"
-    return proc, (json.loads(s.read_text()) if s.is_file() else {})
+def export(url: str, tmp: Path, name: str, *args: str) -> tuple[entrypoints.EntryRun, dict]:
+    """`python -m export *args` on the server, in process: (the run, its summary)."""
+    run = entrypoints.export(*args, f"tracking.uri={url}", "tracking.experiment=it-forgery",
+                             f"export.registry.experiment={REGISTRY_EXPERIMENT}",
+                             run_dir=tmp / name)
+    return run, run.summary
 
 
-def errors(proc: subprocess.CompletedProcess) -> list[str]:
+def errors(proc: entrypoints.EntryRun) -> list[str]:
     """The `error:` lines (MLflow's own "View run" notes aside)."""
     return [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
 
@@ -163,8 +169,8 @@ def edited_gate_is_refused(url, tmp, v, c, mv, local: Path) -> None:
 def test_a_forged_promote_run_is_refused_at_fetch(store):
     url, tmp, v = store
     c = client(url)
-    exp = c.get_experiment_by_name("replaylab-registry") or c.get_experiment(
-        c.create_experiment("replaylab-registry"))
+    exp = c.get_experiment_by_name(REGISTRY_EXPERIMENT) or c.get_experiment(
+        c.create_experiment(REGISTRY_EXPERIMENT))
     run = c.create_run(exp.experiment_id, tags={
         "registry.action": "promote", "registry.model": NAME, "registry.version": v["go"],
         "registry.alias": "champion", "registry.decision": "promoted"})
@@ -303,7 +309,7 @@ def test_registry_runs_and_model_page_show_the_decision_first(store):
     proc, _ = export(url, tmp, "promote-shown", "promote", f"name={NAME}",
                      f"version={v['nogo']}", "alias=champion")
     assert proc.returncode == 3, proc.stderr[-2000:]
-    reg = c.get_experiment_by_name("replaylab-registry")
+    reg = c.get_experiment_by_name(REGISTRY_EXPERIMENT)
     names = [r.info.run_name for r in c.search_runs([reg.experiment_id])
              if r.data.tags.get("pipeline") == "export"]  # not the runs forged by hand
     assert f"REFUSED promote demand v{v['nogo']}->champion" in names

@@ -7,8 +7,8 @@ body, `training/__main__.py`'s `main` under its `@hydra.main` wrapper, so the te
 exactly what the command runs, less the ~3-6 s a new interpreter spends importing (torch,
 mlflow, lightgbm) on 2 busy cores. What Hydra's launcher does around the body is done
 here too: the run folder and its `.hydra/` files (config, overrides: `export register`
-re-logs the resolved config from there), `HydraConfig` for the body, and a console log
-handler, so stdout/stderr hold the lines a user sees. `sys.exit` codes (2: an input
+re-logs the resolved config from there), `HydraConfig` for the body, and Hydra's console
+log handler (INFO and up, to stdout), so stdout/stderr hold the lines a user sees. `sys.exit` codes (2: an input
 error; 3: a refused promotion) come back as `code`.
 """
 
@@ -99,7 +99,7 @@ def in_process(entry: str, *overrides: str, run_dir: Path, check: bool = False) 
     OmegaConf.save(cfg.hydra.overrides.task, saved / "overrides.yaml")
 
     out, err = io.StringIO(), io.StringIO()
-    handler = logging.StreamHandler(err)  # Hydra's console handler: INFO and up, to stderr
+    handler = logging.StreamHandler(out)  # Hydra's default console handler: INFO+, stdout
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - "
                                            "%(message)s"))
     root = logging.getLogger()
