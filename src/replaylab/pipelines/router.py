@@ -41,7 +41,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,19 +53,12 @@ from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
 from replaylab.pipelines.router_deployed import DeployedHead
+from replaylab.pipelines.router_fit import ChosenHead, choose_head, fit_head, seed_spread
+from replaylab.pipelines.router_run import RouterRun, golden_inputs
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
 from replaylab.router.exploration import bandit_rows, simulate_receipts
-from replaylab.router.gate import (
-    Criterion,
-    Evidence,
-    GateBoundary,
-    gate_interval,
-    judge,
-    ope_gate,
-    paired_replicates,
-)
+from replaylab.router.gate import objective_criteria, ope_gate, outcomes_gate
 from replaylab.router.head import SuccessHead
-from replaylab.router.head_select import TeacherPool, select_head
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
 from replaylab.router.metrics import (
     anchors,
@@ -105,28 +97,6 @@ class RouterDataError(InputError, ValueError):
     """The outcomes cannot train a router (the message says why)."""
 
 
-@dataclass
-class RouterRun:
-    """The fitted objects of a run: enough to export and serve the router."""
-
-    config: RouterPipelineConfig
-    candidates: tuple[str, ...]
-    head: SuccessHead
-    threshold: float
-    rules: ScenarioRules
-    summary: dict = field(default_factory=dict)
-    rule: str = "absolute"  # policy.routing_scores rule of the threshold
-    fallback: int = -1  # column routed to when no candidate clears the threshold
-    deployed: DeployedHead | None = None  # the head's graph, which made every learned decision
-    golden_inputs: list[dict] = field(default_factory=list)  # queries for the golden vectors
-    rules_equal: ScenarioRules | None = None  # the rules at the learned router's label budget
-    # bootstrap replicates (n_boot,) of test cost_ratio_at_95 differences, "a-b" -> reps
-    gap_replicates: dict[str, np.ndarray] = field(default_factory=dict)
-    # split -> sorted `prompt_hashes` of the prompts the router was fitted / calibrated on
-    # (the artifact's fit_prompts.json: a compare counts another run's test prompts in them)
-    fit_prompts: dict[str, list[str]] = field(default_factory=dict)
-
-
 def prompt_hashes(texts: Sequence[str]) -> list[str]:
     """Sorted distinct `prompt_hash`es of texts."""
     return sorted({prompt_hash(t) for t in texts})
@@ -152,7 +122,7 @@ def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
     """The test split `train_router` scores (the same matrix and seeded split): its full
     outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
     another router artifact on the same prompts (`replaylab.artifacts.rescore_router`)."""
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
     te = m.take(seeded_split(m.n_prompts, cfg.split, cfg.seed) == "test")
     return te, _texts(outcomes, te.prompt_ids), prompt_meta(te)
 
@@ -225,7 +195,7 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
     if eq.n_prompts == 0:
         info["note"] = "no training prompt has every candidate's outcome: rules_equal not fitted"
         return None, None, info
-    rules = ScenarioRules(cfg.labels.rules).fit(eq)
+    rules = ScenarioRules(cfg.rules).fit(eq)
     return rules, eq, {**info, **rules.describe()}
 
 
@@ -238,7 +208,7 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     on these re-logged sessions would give (`ope_verdict`): a check of the receipts-mode
     gate against the full-information one (the incumbent here is the rules, which logged
     these sessions)."""
-    exp = dataclasses.replace(cfg.labels.exploration, seed=cfg.labels.exploration.seed + 1)
+    exp = dataclasses.replace(cfg.exploration, seed=cfg.exploration.seed + 1)
     sim = simulate_receipts(test, rules, exp)
     bandit = bandit_rows(sim.ledger)
     b = logged_decisions(bandit, test.candidates)
@@ -249,8 +219,8 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
     rows = rows.astype(np.int64)
     k = len(test.candidates)
     est = ope_estimates(b, policy_matrix(choice[rows], k), q_hat=prob[rows],
-                        config=cfg.labels.evaluation)
-    tag = cfg.labels.evaluation.level_tag
+                        config=cfg.evaluation)
+    tag = cfg.evaluation.level_tag
     # quality is in [0, 1] (outcomes-v1): so is every policy's value, and its interval
     out = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
     out["truth"] = policy_value(test.score[rows], policy_matrix(choice[rows], k))
@@ -279,7 +249,7 @@ def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.Dat
                           Label.SESSION_ID: b.session.astype(str),
                           Label.SESSION_COST: np.nan,
                           Label.LABEL_SOURCE: dec[Label.LABEL_SOURCE].to_numpy()})
-    ev = cfg.labels.evaluation
+    ev = cfg.evaluation
     scored = scored_rows(frame, prob[rows], choice[rows])
     total = ope_part(scored, k, unit_cost, unit_cost, ev.n_boot, ev.seed, None, None,
                      top % k, cfg.policy.rule)
@@ -321,69 +291,20 @@ def _stability(decisions: pd.DataFrame) -> dict:
             for v, m in STABILITY_MARGINS.items()} | {"margins": dict(STABILITY_MARGINS)}
 
 
-GOLDEN_QUERIES = 12  # test prompts in the router golden vectors (plus two edge cases)
-
-
-def _golden_inputs(outcomes: pd.DataFrame, te: OutcomeMatrix, meta: dict) -> list[dict]:
-    """Queries for the artifact's golden vectors: test prompts spread over the split, with
-    the category and prompt length training used, and two edge cases without metadata."""
-    idx = np.unique(np.linspace(0, te.n_prompts - 1, num=min(GOLDEN_QUERIES, te.n_prompts))
-                    .astype(int))
-    texts = _texts(outcomes, te.prompt_ids[idx])
-    tokens = np.asarray(meta["prompt_tokens"], np.float64)[idx]
-    out = [{"text": t, "category": str(meta["category"][i]),
-            "prompt_tokens": float(p) if np.isfinite(p) else None}
-           for t, i, p in zip(texts, idx, tokens, strict=True)]
-    return out + [{"text": "", "category": None, "prompt_tokens": None},
-                  {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
-
-
-def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: RouterPipelineConfig,
-              calib: tuple[np.ndarray, dict, TrainingRows]) -> SuccessHead:
-    head = SuccessHead(cfg.head, seed=cfg.seed).fit(E, meta, rows, k)
-    return head.calibrate(*calib)
-
-
-def _deployed(head: SuccessHead, cfg: RouterPipelineConfig, E: np.ndarray, meta: dict,
-              scorer: str = "onnx") -> DeployedHead | SuccessHead:
-    """The head as the runtime serves it (its ONNX graph, or for the static tier the numpy
-    forward pass of `scorer="numpy"`), so the learned decisions training reports are the
-    served ones; an isotonic head has no graph and scores in torch."""
-    if cfg.head.calibration == "isotonic":
-        return head
-    n = min(256, len(E))
-    return DeployedHead(head, threads=cfg.head.num_threads, parity_embedding=E[:n],
-                        parity_meta={key: v[:n] for key, v in meta.items()}, scorer=scorer)
-
-
 def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMatrix,
-                 train: tuple[np.ndarray, dict], calib: tuple, k: int, head_scorer: str,
-                 say: Callable[[str], None]) -> tuple[RouterPipelineConfig, SuccessHead,
-                                                      Any, dict]:
-    """The head's clip, teachers and width chosen on CALIBRATION (`router.head_select`,
-    router/head_select.py): each candidate fitted on its train rows, calibrated, scored as
-    served; the criterion is the figure the threshold is picked with (`select_threshold`
-    on the calibration replay). Returns (cfg with the chosen head, the head, as served,
-    the summary's `head_selection`). Only calibration data enters; the test split is not
-    an argument."""
-    Etr, mtr = train
-    Eca, mca, ca, calib_rows = calib
-    pool, rows_by_clip = TeacherPool(), {}
+                 fit: dict, ca: OutcomeMatrix, k: int, head_scorer: str,
+                 say: Callable[[str], None]) -> tuple[RouterPipelineConfig, ChosenHead]:
+    """The head's clip, teachers and width chosen on CALIBRATION (`router_fit.choose_head`,
+    the receipts mode's choice): the criterion is the figure the threshold is picked with
+    (`select_threshold` on the full calibration replay). fit: {"E", "meta"} of train and
+    calibration. Returns (cfg with the chosen head, the choice)."""
     budget = cfg.policy.cost_budget
     name = ("cost ratio (cost of the threshold the objective chooses on calibration / "
             f"strong-only cost; {cfg.objective.label(cfg.go.baseline)})" if budget is None else
             f"-quality at the best threshold within cost {budget:g}")
+    Eca, mca = fit["E"]["calibration"], fit["meta"]["calibration"]
 
-    def evaluate(hc: Any) -> tuple[bool, float, dict, Any]:
-        if hc.max_weight not in rows_by_clip:
-            rows_by_clip[hc.max_weight] = _rows(labels, tr, hc.max_weight)
-        if cfg.head_select.enabled:
-            say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
-                f"hidden {list(hc.hidden)}")
-        c = dataclasses.replace(cfg, head=hc)
-        head = pool.fit(hc, cfg.seed, Etr, mtr, rows_by_clip[hc.max_weight], k)
-        head.calibrate(*calib_rows)
-        dep = _deployed(head, c, Eca, mca, head_scorer)
+    def replay_point(dep: Any) -> tuple[bool, float, dict, Any]:
         ch = select_threshold(dep.predict_proba(Eca, mca), ca.score, ca.cost, cfg.policy)
         strong = ch.curve.strong_cost
         ratio = ch.cost / strong if strong > 0 else float("nan")
@@ -393,11 +314,19 @@ def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMat
                                          if ch.curve.strong_quality > 0 else None),
                    "cost": ch.cost, "strong_share": ch.strong_share,
                    "threshold": ch.threshold}
-        return ch.met, crit, figures, (head, dep)
+        return ch.met, crit, figures, ch
 
-    trial, section = select_head(cfg.head, cfg.head_select, evaluate, name)
-    head, dep = trial.fitted
-    return dataclasses.replace(cfg, head=trial.head), head, dep, section
+    chosen = choose_head(cfg, fit["E"], fit["meta"], _rows_for(labels, tr, ca), k,
+                         head_scorer, replay_point, name, say)
+    return dataclasses.replace(cfg, head=chosen.config), chosen
+
+
+def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: RouterPipelineConfig,
+              calib: tuple[np.ndarray, dict, TrainingRows]) -> SuccessHead:
+    """The configured head fitted on `rows` and calibrated on `calib` (not as served: the
+    replay selection's round-0 and judge heads)."""
+    head = SuccessHead(cfg.head, seed=cfg.seed).fit(E, meta, rows, k)
+    return head.calibrate(*calib)
 
 
 def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRules,
@@ -426,43 +355,46 @@ def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRul
         ch = fitted(training_labels(bandit, replay))[1]
         return ch.cost / ch.curve.strong_cost if ch.curve.strong_cost > 0 else ch.cost
 
-    return choose_replays(bandit, tr, cfg.labels.replay, plan, judge, embedding=Etr)
+    return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr)
 
 
-def _spread(cfg: RouterPipelineConfig, headline: dict, train: tuple, calib: tuple,
-            test: tuple, k: int, head_scorer: str, say: Callable[[str], None]) -> dict:
-    """The learned router's test figures over head seeds: the chosen head refitted with
-    seeds seed + 1 .. seed + spread_seeds - 1 on the same rows and split, its threshold
-    chosen again on calibration, scored on the same test prompts (`router.spread_seeds`)."""
-    Etr, mtr, rows = train
-    Eca, mca, ca, calib_rows = calib
+def _rows_for(labels: pd.DataFrame, tr: OutcomeMatrix, ca: OutcomeMatrix
+              ) -> Callable[[float | None], dict]:
+    """max_weight -> the head's {"train", "calibration"} rows: the logged decisions and
+    replays of train at that clip, every (prompt, candidate) of the calibration replay."""
+    return lambda clip: {"train": _rows(labels, tr, clip), "calibration": _full_rows(ca)}
+
+
+SPREAD_KEYS = ("quality", "cost", "cost_ratio_at_95", "apgr")
+SPREAD_WHAT = ("the chosen head refitted with each seed on the same rows and split; "
+               "threshold chosen again on calibration; the same test prompts")
+
+
+def _spread(cfg: RouterPipelineConfig, headline: dict, fit: dict, rows: dict,
+            ca: OutcomeMatrix, test: tuple, k: int, head_scorer: str,
+            say: Callable[[str], None]) -> dict:
+    """The learned router's test figures over head seeds (`router_fit.seed_spread`): the
+    chosen head refitted with seeds seed + 1 .. seed + spread_seeds - 1 on the same rows
+    and split, its threshold chosen again on calibration, scored on the same test prompts
+    (`router.spread_seeds`)."""
     Ete, mte, te = test
-    ev = cfg.labels.evaluation
-    keys = ("quality", "cost", "cost_ratio_at_95", "apgr")
-    rows_out = [{"seed": cfg.seed, **{key: headline[key] for key in keys},
-                 "threshold": headline["threshold"]["threshold"]}]
-    for j in range(1, int(cfg.spread_seeds)):
-        say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-        cj = dataclasses.replace(cfg, seed=cfg.seed + j)
-        dep = _deployed(_fit_head(Etr, mtr, rows, k, cj, calib_rows), cj, Eca, mca, head_scorer)
-        ch = select_threshold(dep.predict_proba(Eca, mca), ca.score, ca.cost, cfg.policy)
+    ev = dataclasses.replace(cfg.evaluation, n_boot=0)
+
+    def row_of(seed: int) -> dict:
+        _, dep = fit_head(cfg.head, seed, fit["E"], fit["meta"], rows, k, head_scorer)
+        ch = select_threshold(dep.predict_proba(fit["E"]["calibration"],
+                                                fit["meta"]["calibration"]),
+                              ca.score, ca.cost, cfg.policy)
         prob = dep.predict_proba(Ete, mte)
-        s = policy_summary(te, ch.choose(prob), routing_scores(prob, cfg.policy.rule),
-                           dataclasses.replace(ev, n_boot=0))
-        rows_out.append({"seed": cfg.seed + j, **{key: s[key] for key in keys},
-                         "threshold": float(ch.threshold)})
+        s = policy_summary(te, ch.choose(prob), routing_scores(prob, cfg.policy.rule), ev)
+        return {"seed": seed, **{key: s[key] for key in SPREAD_KEYS},
+                "threshold": float(ch.threshold)}
 
-    def stat(key: str) -> dict:
-        v = [float(r[key]) for r in rows_out]
-        finite = [x for x in v if np.isfinite(x)]
-        return {"values": v, "min": min(finite, default=float("nan")),
-                "max": max(finite, default=float("nan")),
-                "mean": float(np.mean(finite)) if finite else float("nan")}
-
-    return {"seeds": [r["seed"] for r in rows_out],
-            "what": "the chosen head refitted with each seed on the same rows and split; "
-                    "threshold chosen again on calibration; the same test prompts",
-            **{key: stat(key) for key in keys}, "rows": rows_out}
+    first = {"seed": cfg.seed, **{key: headline[key] for key in SPREAD_KEYS},
+             "threshold": headline["threshold"]["threshold"]}
+    return seed_spread(first, cfg.seed, cfg.spread_seeds, row_of,
+                       {key: (lambda r, key=key: r[key]) for key in SPREAD_KEYS}, SPREAD_WHAT,
+                       say)
 
 
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
@@ -481,7 +413,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    m = outcome_matrix(outcomes, cfg.labels.cost, candidates=cfg.candidates)
+    m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
     if m.n_prompts < 50:
         where = outcomes.attrs.get(SOURCE_ATTR) or "outcomes"
         raise RouterDataError(f"{where}: {m.n_prompts} prompts scored by every candidate "
@@ -496,8 +428,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     k = len(m.candidates)
 
     t0 = time.perf_counter()
-    rules = ScenarioRules(cfg.labels.rules).fit(tr)
-    sim = simulate_receipts(tr, rules, cfg.labels.exploration)
+    rules = ScenarioRules(cfg.rules).fit(tr)
+    sim = simulate_receipts(tr, rules, cfg.exploration)
     bandit = bandit_rows(sim.ledger)
     replay, replay_choice = _replays(cfg, bandit, rules, (Etr, mtr, tr), (Eca, mca, ca), k)
     say(f"replay selection: {replay_choice['chosen']} ({replay_choice['why']})")
@@ -506,7 +438,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     rules_eq, tr_eq, rules_eq_info = _fit_rules_equal(cfg, rows, tr)
     if cfg.go.baseline == "rules_equal" and rules_eq is None:
         raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
-                              f"(replay.share={cfg.labels.replay.share:g})")
+                              f"(replay.share={cfg.replay.share:g})")
     # the objective's operating point: the incumbent (go.baseline's rules) on calibration
     incumbent = rules_eq if cfg.go.baseline == "rules_equal" else rules
     incumbent_q_cal = float(ca.score[np.arange(ca.n_prompts), incumbent.predict_index(ca)].mean())
@@ -516,9 +448,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
 
     say("training the head and the baselines")
     t0 = time.perf_counter()
-    calib = (Eca, mca, _full_rows(ca))
-    cfg, head, deployed, selection = _choose_head(cfg, labels, tr, (Etr, mtr),
-                                                  (Eca, mca, ca, calib), k, head_scorer, say)
+    fit = {"E": {"train": Etr, "calibration": Eca}, "meta": {"train": mtr, "calibration": mca}}
+    cfg, picked = _choose_head(cfg, labels, tr, fit, ca, k, head_scorer, say)
+    head, deployed, selection = picked.head, picked.deployed, picked.selection
     timings["head"] = time.perf_counter() - t0
     scorers: dict[str, Any] = {
         "learned": deployed,
@@ -547,7 +479,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     if rules_eq is not None:
         choice["rules_equal"] = rules_eq.predict_index(te)
         curves["rules_equal"] = routing_scores(rules_scores(rules_eq, tr_eq, te), rule)
-    ev = cfg.labels.evaluation
+    ev = cfg.evaluation
     test = {}
     for name, ch in choice.items():
         s = policy_summary(te, ch, curves.get(name), ev)
@@ -564,8 +496,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     baseline = cfg.go.baseline
     base_rules = rules_eq if baseline == "rules_equal" else rules
     t0 = time.perf_counter()
-    spread = _spread(cfg, test["learned"], (Etr, mtr, _rows(labels, tr, cfg.head.max_weight)),
-                     (Eca, mca, ca, calib), (Ete, mte, te), k, head_scorer, say)
+    spread = _spread(cfg, test["learned"], fit, _rows_for(labels, tr, ca)(cfg.head.max_weight),
+                     ca, (Ete, mte, te), k, head_scorer, say)
     timings["spread"] = time.perf_counter() - t0
 
     say("off-policy evaluation and the go/no-go gate")
@@ -573,9 +505,9 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"],
                unit_cost=tr.cost.mean(axis=0), top=top)
     timings["ope"] = time.perf_counter() - t0
-    gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]),
-                        (Etr, mtr, tr, labels), (Eca, mca, ca, calib), (Ete, mte, te),
-                        choice[baseline], sim.stats, head_scorer, served=chosen["learned"])
+    gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]), fit,
+                        (tr, labels), ca, (Ete, mte, te), choice[baseline], sim.stats,
+                        head_scorer, served=chosen["learned"])
     timings["learning_curve"] = gate.pop("_seconds")
 
     from replaylab.router.metrics import cost_quality_curve
@@ -604,8 +536,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         "pipeline": "router", "candidates": list(m.candidates), "prompts": int(m.n_prompts),
         "outcomes": m.report,
         "splits": {s: int((split == s).sum()) for s in SPLITS},
-        "exploration": {"rate": float(cfg.labels.exploration.rate),
-                        "cap": float(cfg.labels.exploration.cap),
+        "exploration": {"rate": float(cfg.exploration.rate),
+                        "cap": float(cfg.exploration.cap),
                         "sessions": int(sim.stats["sessions"]),
                         "explored_sessions": int(sim.stats["exploration_sessions"]),
                         **{k2: v for k2, v in sim.stats.items()
@@ -626,50 +558,13 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
                     deployed=deployed if isinstance(deployed, DeployedHead) else None,
-                    golden_inputs=_golden_inputs(outcomes, te, mte), rules_equal=rules_eq,
+                    golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
+                                                mte["category"], mte["prompt_tokens"]),
+                    rules_equal=rules_eq,
                     gap_replicates=gap_reps,
                     fit_prompts={s_: prompt_hashes(_texts(outcomes, x.prompt_ids))
                                  for s_, x in (("train", tr), ("calibration", ca))})
     return summary, run
-
-
-def objective_criteria(cfg: RouterPipelineConfig, te: OutcomeMatrix, ch: np.ndarray,
-                       base_te: np.ndarray, top: int, seed: int) -> tuple[list[Criterion], dict]:
-    """The objective's criteria at test choices `ch` against the incumbent's `base_te`
-    (router/objective.py), each a paired prompt-bootstrap interval (`router.gate`), and the
-    figures the summary keeps (cost_saving, quality_delta, ...: {"mean", "ci"})."""
-    o, g = cfg.objective, cfg.go
-    rows = np.arange(te.n_prompts)
-    boundary = GateBoundary(level=0.95)
-    base = g.baseline
-
-    def paired(d: np.ndarray) -> dict:
-        est = float(d.mean()) if len(d) else float("nan")
-        return {"mean": est,
-                "ci": gate_interval(paired_replicates(d, g.n_boot, seed), est, boundary)}
-
-    fig = {"cost_saving": paired(te.cost[rows, base_te] - te.cost[rows, ch]),
-           "quality_delta": paired(te.score[rows, ch] - te.score[rows, base_te])}
-    saving = Criterion("cost saving vs " + base, fig["cost_saving"]["mean"],
-                       fig["cost_saving"]["ci"], 0.0, "lower", strict=True,
-                       unit=" USD/prompt", fmt=".4g")
-    if o.kind == "incumbent":
-        crit = [Criterion("quality vs " + base, fig["quality_delta"]["mean"],
-                          fig["quality_delta"]["ci"], -float(o.margin), "lower"), saving]
-    elif o.kind == "quality_floor":
-        fig["quality_vs_floor"] = paired(te.score[rows, ch]
-                                         - float(o.fraction_of_strong) * te.score[rows, top])
-        crit = [Criterion(f"quality - {o.fraction_of_strong:g} x strong-only",
-                          fig["quality_vs_floor"]["mean"], fig["quality_vs_floor"]["ci"], 0.0,
-                          "lower"), saving]
-    else:
-        fig["served_cost"] = paired(te.cost[rows, ch])
-        crit = [Criterion("cost per prompt", fig["served_cost"]["mean"],
-                          fig["served_cost"]["ci"], float(o.cost_per_call), "upper",
-                          unit=" USD", fmt=".4g"),
-                Criterion("quality vs " + base, fig["quality_delta"]["mean"],
-                          fig["quality_delta"]["ci"], 0.0, "lower", strict=True)]
-    return crit, fig
 
 
 def served_headline(test: dict, baseline: str, gate: dict) -> dict:
@@ -694,25 +589,24 @@ def served_headline(test: dict, baseline: str, gate: dict) -> dict:
 
 
 def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
-          train: tuple, calib: tuple, test: tuple, rules_te: np.ndarray,
+          fit: dict, train: tuple, ca: OutcomeMatrix, test: tuple, rules_te: np.ndarray,
           stats: dict, head_scorer: str = "onnx", served: Any = None) -> tuple[dict, list[dict]]:
-    """The verdict at the served threshold, and the learning curve over explored sessions.
+    """The verdict at the served threshold (`router.gate.outcomes_gate`), and the learning
+    curve over explored sessions.
 
     The learned router is judged at exactly the operating point router.json ships:
     `served` (the `select_threshold` choice on calibration for `router.objective`), its
     test decisions `served.choose`, on the objective's own criteria
-    (`objective_criteria`, `router.gate.judge`: GO / NO-GO / NOT ENOUGH EVIDENCE). The
-    test split is full-information here, so no overlap diagnostic can fail: an interval
-    that straddles its line with the estimate on the passing side reads NOT ENOUGH
-    EVIDENCE. Each learning-curve refit is judged at its own `select_threshold` choice,
-    as it would be served. rules: the incumbent (`go.baseline`: the full-information
-    rules or rules_equal), rules_te its test choices; learned: the fitted head's
-    (calibration, test) success probabilities.
+    (`router.gate.objective_criteria`). Each learning-curve refit is judged at its own
+    `select_threshold` choice, as it would be served. rules: the incumbent (`go.baseline`:
+    the full-information rules or rules_equal), rules_te its test choices; learned: the
+    fitted head's (calibration, test) success probabilities; fit: {"E", "meta"} of train
+    and calibration.
     """
     t_start = time.perf_counter()
-    Etr, mtr, tr, labels = train
-    Eca, mca, ca, calib_rows = calib
+    tr, labels = train
     Ete, mte, te = test
+    Eca, mca = fit["E"]["calibration"], fit["meta"]["calibration"]
     g = cfg.go
     k = len(tr.candidates)
     rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
@@ -720,7 +614,8 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     def compare(prob_cal: np.ndarray, prob_test: np.ndarray, point: Any = None) -> dict:
         point = point or select_threshold(prob_cal, ca.score, ca.cost, cfg.policy)
         ch = point.choose(prob_test)
-        crit, fig = objective_criteria(cfg, te, ch, rules_te, int(point.fallback), cfg.seed)
+        crit, fig = objective_criteria(cfg.objective, g.baseline, g.n_boot, te, ch, rules_te,
+                                       int(point.fallback), cfg.seed)
         return {"threshold": float(point.threshold), "operating_point": point.goal,
                 "objective_met_on_calibration": bool(point.met),
                 "learned_calibration_quality": float(point.quality), **fig,
@@ -734,47 +629,25 @@ def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.nda
     curve = []
     rng = np.random.default_rng(cfg.seed)
     perm = rng.permutation(sessions)
+    rows_for = _rows_for(labels, tr, ca)
     for f in g.curve_fractions:
         keep = set(perm[: int(round(f * len(perm)))])
         sub = labels[(labels[Label.LABEL_SOURCE] != "exploration")
                      | labels[Label.SESSION_ID].isin(keep)]
         h = main if f == 1.0 else None
         if h is None:
-            fitted = _deployed(_fit_head(Etr, mtr, _rows(sub, tr, cfg.head.max_weight), k, cfg,
-                                         calib_rows), cfg, Eca, mca, head_scorer)
+            rows = dict(rows_for(cfg.head.max_weight), train=_rows(sub, tr, cfg.head.max_weight))
+            _, fitted = fit_head(cfg.head, cfg.seed, fit["E"], fit["meta"], rows, k, head_scorer)
             h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
         n = len(keep)
         curve.append({"fraction": f, "explored_sessions": n,
-                      "days_of_live_exploration": n / (float(cfg.labels.exploration.rate)
+                      "days_of_live_exploration": n / (float(cfg.exploration.rate)
                                                        * g.sessions_per_day),
                       "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
                       "significant": bool(all(c.passed() for c in h["_criteria"]))})
-    base = g.baseline
-    share = float(stats["exploration_share"])  # realized share of explored sessions
-    within_cap = share <= float(cfg.labels.exploration.cap)
-    hard = [] if within_cap else [f"explored share {share:.3f} of sessions is above the cap "
-                                  f"{cfg.labels.exploration.cap:g}"]
-    label = cfg.objective.label(base)
-    judged = judge(Evidence(main.pop("_criteria"), te.n_prompts, g.sessions_per_day,
-                            hard_failures=hard, test_share=float(cfg.split[2])), label)
-    served_text = (f"served threshold {main['threshold']:.4g} ({cfg.policy.rule} rule; chosen "
-                   f"on calibration: {main['operating_point']}), gated at the same threshold "
-                   f"on the same objective")
-    # the smallest budget from which every larger one is significant (not a lucky early point)
-    first = None
-    for c in reversed(curve):
-        if not c["significant"]:
-            break
-        first = c
-    gate = {"go": judged["go"], "verdict": judged["verdict"], "go_reasons": judged["reasons"],
-            "objective": {**cfg.objective.to_dict(), "label": label, "incumbent": base},
-            "go_detail": {**main, "verdict": judged["verdict"], "served": served_text,
-                          "baseline": base,
-                          "criteria": judged["criteria"], "more_data": judged["more_data"],
-                          "rules_calibration_quality": rules_q_cal,
-                          "exploration_within_cap": within_cap, "explored_share": share,
-                          "sessions_per_day": g.sessions_per_day,
-                          "explored_sessions_needed": first["explored_sessions"] if first else None,
-                          "days_needed": first["days_of_live_exploration"] if first else None},
-            "_seconds": time.perf_counter() - t_start}
+    gate = outcomes_gate(cfg.objective, g.baseline, main, main.pop("_criteria"), te.n_prompts,
+                         g.sessions_per_day, float(stats["exploration_share"]),
+                         float(cfg.exploration.cap), float(cfg.split[2]),
+                         cfg.policy.rule, curve, {"rules_calibration_quality": rules_q_cal})
+    gate["_seconds"] = time.perf_counter() - t_start
     return gate, curve

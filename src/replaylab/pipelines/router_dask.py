@@ -51,6 +51,7 @@ from replaylab.pipelines.router_fit import (
     decision_cost_sums,
     fit_router,
     replay_cost_sums,
+    seed_spread,
     unit_costs,
 )
 from replaylab.pipelines.router_partitions import (
@@ -68,13 +69,13 @@ from replaylab.pipelines.router_partitions import (
     with_u,
 )
 from replaylab.pipelines.router_receipts import (
-    ReceiptsRun,
+    SPREAD_FIGURES,
+    SPREAD_WHAT,
     gate,
-    golden_inputs,
     receipts_summary,
-    seed_spread,
     spread_row,
 )
+from replaylab.pipelines.router_run import ReceiptsRun, golden_inputs
 from replaylab.pipelines.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.ope_sums import add_ope, ope_from_sums, ope_part, sweep_curve
@@ -343,18 +344,19 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             fraction = (cfg.objective.fraction_of_strong
                         if cfg.objective.kind == "quality_floor" else None)
             ope = ope_from_sums(total, cands, n_test, level, tag, fraction)
-            spread_rows = []
-            for j in range(1, int(cfg.spread_seeds)):
-                say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-                dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
+
+            def spread_at(seed: int) -> dict:
+                dep_j, point_j, top_j = fitted.refit(seed)
                 sc_j = emb.map_partitions(
                     score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
                     encoder.dimension, ("test",), meta=meta_s)
-                ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
-                                                 None, top_j, rule), cands, n_test, level, tag,
-                                      fraction)
-                spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
-            spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
+                ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot,
+                                                 cfg.seed, None, top_j, rule),
+                                      cands, n_test, level, tag, fraction)
+                return spread_row(seed, point_j, ope_j, cfg.objective)
+
+            spread = seed_spread(spread_row(cfg.seed, point, ope, cfg.objective), cfg.seed,
+                                 cfg.spread_seeds, spread_at, SPREAD_FIGURES, SPREAD_WHAT, say)
             verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day),
                           test_share=float(cfg.receipts.test_share))
             curve = sweep_curve(total, thresholds)
@@ -422,7 +424,9 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
                       head=fitted.head, threshold=float(point["threshold"]), rules=rules,
                       summary=summary, rule=rule, fallback=int(top),
                       deployed=fitted.deployed if hasattr(fitted.deployed, "portable") else None,
-                      golden_inputs=golden_inputs(texts_s, sample), rules_equal=None,
+                      golden_inputs=golden_inputs(texts_s, sample["category"].to_numpy(dtype=object),
+                                                  sample["prompt_tokens"].to_numpy(float)),
+                      rules_equal=None,
                       test_choice=choice_s, test_embeddings=E_s, test_meta=meta_s,
                       test_texts=texts_s,
                       test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy())

@@ -1,13 +1,18 @@
-"""The receipts router's fit, shared by both compute modes: the head and its operating point.
+"""The router's fit, both modes: the head choice, its served graph, its seed spread.
 
-Steps 2-3 of `pipelines/router_receipts.py` (read its module docstring): the head chosen
-by `router.head_select` and fitted on the train decisions (IPS-weighted) plus train
-replays, calibrated on calibration, served as its graph (`DeployedHead`), and the
-threshold `router.objective` asks for, read on CALIBRATION with DR (`choose_threshold`:
-by default the cheapest whose DR quality reaches the logging policy's own minus the margin); the cost model from additive sums of the train calls
-(`decision_cost_sums`, `replay_cost_sums`, `unit_costs`) and the seeded hashed session
-samples that bound the fits (`session_uniform`, `train_sample`). The local run and the
-Dask driver (`pipelines/router_dask.py`) call the same functions on the same rows.
+One head choice (`choose_head`): every candidate head of `router.head_select` fitted on
+train (`fit_head`: fitted, calibrated on calibration, served as its graph `DeployedHead`),
+ranked by the mode's operating point on CALIBRATION. The outcomes mode
+(`pipelines/router.py`) reads the point on the full calibration replay
+(`router.policy.select_threshold`); the receipts mode (steps 2-3 of
+`pipelines/router_receipts.py`) reads it with DR on the logged calibration decisions
+(`operating_point`, `choose_threshold`: by default the cheapest whose DR quality reaches
+the logging policy's own minus the margin). One seed spread (`seed_spread`): the chosen
+head refitted with other seeds, each mode's headline figures over them. The receipts
+cost model from additive sums of the train calls (`decision_cost_sums`,
+`replay_cost_sums`, `unit_costs`) and the seeded hashed session samples that bound the
+fits (`session_uniform`, `train_sample`): every engine calls the same functions on the
+same rows.
 """
 
 from __future__ import annotations
@@ -99,10 +104,14 @@ def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecision
                                    "strong_share": (choice == top).mean(axis=1)})}
 
 
-def _fit(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
-         head_scorer: str, pool: TeacherPool | None = None) -> tuple[SuccessHead, Any]:
-    """The head fitted on train, calibrated on calibration, as the runtime serves it
-    (pool: the head selection's fits, which reuse a teacher; the same head)."""
+def fit_head(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
+             head_scorer: str, pool: TeacherPool | None = None) -> tuple[SuccessHead, Any]:
+    """The head fitted on train, calibrated on calibration, as the runtime serves it: its
+    graph (`DeployedHead`, or for the static tier the numpy forward pass of
+    `head_scorer="numpy"`), so every learned decision a run reports is the served one; an
+    isotonic head has no graph and scores in torch. E, meta, rows: {"train",
+    "calibration"} -> embeddings, metadata, TrainingRows. pool: the head selection's fits,
+    which reuse a teacher (the same head)."""
     if pool is None:
         head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
     else:
@@ -186,9 +195,9 @@ class FittedRouter:
     def refit(self, seed: int) -> tuple[Any, dict, int]:
         """The same head configuration fitted with another seed: (served graph, its
         operating point on calibration, fallback column)."""
-        _, dep = _fit(self.config, seed, self.data.E, self.data.meta,
-                      self.rows_for(self.config.max_weight), len(self.candidates),
-                      self.head_scorer)
+        _, dep = fit_head(self.config, seed, self.data.E, self.data.meta,
+                          self.rows_for(self.config.max_weight), len(self.candidates),
+                          self.head_scorer)
         point, top, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
                                         self.rule, self.n_thresholds, self.objective)
         return dep, point, top
@@ -217,45 +226,103 @@ def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: 
     return point, top, prob_ca
 
 
-def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
-               candidates: tuple[str, ...], head_scorer: str,
-               say: Callable[[str], None]) -> FittedRouter:
-    """Steps 2-3 of the module docstring on `data` (train and calibration only): the head
-    chosen by `router.head_select`, its served graph and operating point."""
-    k = len(candidates)
+@dataclass
+class ChosenHead:
+    """`choose_head`'s result: the chosen head configuration, the head, its served graph,
+    the mode's operating point for it, and the summary's `head_selection`."""
+
+    config: HeadConfig
+    head: SuccessHead
+    deployed: Any
+    point: Any
+    selection: dict
+
+
+def choose_head(cfg: RouterPipelineConfig, E: dict, meta: dict,
+                rows_for: Callable[[float | None], dict], k: int, head_scorer: str,
+                operating_point_of: Callable[[Any], tuple[bool, float, dict, Any]],
+                criterion: str, say: Callable[[str], None]) -> ChosenHead:
+    """THE head choice of both modes (`router.head_select`, router/head_select.py): each
+    candidate head fitted on train with its clip's rows (`rows_for(max_weight)` ->
+    {"train", "calibration"} TrainingRows), calibrated, scored as served (`fit_head`) on
+    CALIBRATION only; `operating_point_of(served graph)` -> (met, criterion value, figures,
+    point) is the mode's reading of it (`criterion` names it). The test split is not an
+    argument."""
     pool, rows_by_clip = TeacherPool(), {}
-    holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
-                          cfg.policy.rule, cfg.evaluation.n_thresholds, head_scorer,
-                          cfg.objective)
 
     def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
-        """One candidate head on CALIBRATION only: fitted on train (its clip), calibrated,
-        its DR operating point; criterion the DR cost per opening call there (module doc
-        of router/head_select.py)."""
         if cfg.head_select.enabled:
             say(f"head candidate: max_weight {hc.max_weight}, teachers {hc.teachers}, "
                 f"hidden {list(hc.hidden)}")
         if hc.max_weight not in rows_by_clip:
-            rows_by_clip[hc.max_weight] = holder.rows_for(hc.max_weight)
-        h, dep = _fit(hc, cfg.seed, data.E, data.meta, rows_by_clip[hc.max_weight], k,
-                      head_scorer, pool)
+            rows_by_clip[hc.max_weight] = rows_for(hc.max_weight)
+        head, dep = fit_head(hc, cfg.seed, E, meta, rows_by_clip[hc.max_weight], k,
+                             head_scorer, pool)
+        met, value, figures, point = operating_point_of(dep)
+        return met, value, figures, (head, dep, point)
+
+    trial, selection = select_head(cfg.head, cfg.head_select, evaluate, criterion)
+    head, deployed, point = trial.fitted
+    return ChosenHead(trial.head, head, deployed, point, selection)
+
+
+def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
+               candidates: tuple[str, ...], head_scorer: str,
+               say: Callable[[str], None]) -> FittedRouter:
+    """The receipts mode's head (`choose_head`) on `data` (train and calibration only), its
+    served graph and DR operating point: the criterion is the DR cost per opening call
+    there (module doc of router/head_select.py)."""
+    holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
+                          cfg.policy.rule, cfg.evaluation.n_thresholds, head_scorer,
+                          cfg.objective)
+
+    def dr_point(dep: Any) -> tuple[bool, float, dict, Any]:
         pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
                                      cfg.evaluation.n_thresholds, cfg.objective)
         figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
                    "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
         by_cost = pt["met"] and cfg.objective.kind != "budget"
-        return (pt["met"], pt["dr_cost"] if by_cost else -pt["dr_quality"], figures,
-                (h, dep, (pt, tp, pc)))
+        return pt["met"], pt["dr_cost"] if by_cost else -pt["dr_quality"], figures, (pt, tp)
 
-    trial, selection = select_head(
-        cfg.head, cfg.head_select, evaluate,
+    chosen = choose_head(
+        cfg, data.E, data.meta, holder.rows_for, len(candidates), head_scorer, dr_point,
         ("-DR quality" if cfg.objective.kind == "budget" else "DR cost per opening call")
         + f" at the calibration operating point of the {cfg.objective.label('logging policy')}"
-        " (a head that cannot reach it ranks last)")
-    head, deployed, (point, top, _) = trial.fitted
-    holder.head, holder.deployed, holder.config = head, deployed, trial.head
-    holder.point, holder.top, holder.selection = point, top, selection
+        " (a head that cannot reach it ranks last)", say)
+    holder.head, holder.deployed, holder.config = chosen.head, chosen.deployed, chosen.config
+    holder.point, holder.top = chosen.point
+    holder.selection = chosen.selection
     return holder
+
+
+def seed_spread(first: dict, seed: int, spread_seeds: int, row_of: Callable[[int], dict],
+                figures: dict[str, Callable[[dict], float]], what: str,
+                say: Callable[[str], None]) -> dict:
+    """THE seed spread of both modes (`router.spread_seeds`): `first` is the served head's
+    row (seed `seed`); `row_of(s)` refits the chosen head with seed s on the same rows and
+    split, chooses its threshold again on calibration and returns its row, for seeds
+    seed + 1 .. seed + spread_seeds - 1. Each figure (name -> how to read it off a row) is
+    summarized over the seeds: values, min, max and mean of the finite ones; rows that
+    carry a verdict add the `go` and `verdict` lists."""
+    rows = [first]
+    for j in range(1, int(spread_seeds)):
+        say(f"seed-to-seed spread: head seed {seed + j}")
+        rows.append(row_of(seed + j))
+
+    def stat(get: Callable[[dict], float]) -> dict:
+        v = [float(get(r)) for r in rows]
+        finite = [x for x in v if np.isfinite(x)]
+        return {"values": v, "min": min(finite, default=float("nan")),
+                "max": max(finite, default=float("nan")),
+                "mean": float(np.mean(finite)) if finite else float("nan")}
+
+    out: dict = {"seeds": [r["seed"] for r in rows], "what": what,
+                 **{name: stat(get) for name, get in figures.items()}}
+    if all("verdict" in r for r in rows):
+        out["go"] = [bool(r["go"]) for r in rows]
+        out["verdict"] = [r["verdict"] for r in rows]
+    out["rows"] = rows
+    return out
 
 
 def decision_cost_sums(train: pd.DataFrame, k: int) -> np.ndarray:

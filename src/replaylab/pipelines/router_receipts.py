@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +47,6 @@ import pandas as pd
 
 from replaylab.contracts import ValidationResult
 from replaylab.jsonsafe import json_safe
-from replaylab.pipelines.router import RouterRun
 from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.pipelines.router_fit import (
     FitData,
@@ -57,9 +55,11 @@ from replaylab.pipelines.router_fit import (
     decision_meta,
     fit_router,
     replay_cost_sums,
+    seed_spread,
     train_sample,
     unit_costs,
 )
+from replaylab.pipelines.router_run import ReceiptsRun, golden_inputs
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.gate import ope_gate as gate
 from replaylab.router.metrics import default_thresholds
@@ -79,22 +79,6 @@ from replaylab.router.replay_plan import replay_plan, write_replay_plan
 from replaylab.router.rules import ScenarioRules
 from replaylab.router.sequential import sequential_evidence
 from replaylab.runtime.routing import choose_by_threshold, routing_scores
-
-
-@dataclass
-class ReceiptsRun(RouterRun):
-    """A RouterRun (what export needs) plus the test decisions it was judged on, so the
-    entry point can check them against the exported artifact as the runtime loads it.
-
-    test_choice: (n,) served column per test decision; test_embeddings (n, d), test_meta,
-    test_texts: the inputs those decisions were made from (texts None where the ledger
-    gave an embedding); test_sessions: (n,) their session ids."""
-
-    test_choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    test_embeddings: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
-    test_meta: dict = field(default_factory=dict)
-    test_texts: list = field(default_factory=list)
-    test_sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
 
 
 def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) -> np.ndarray:
@@ -127,36 +111,12 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
     return ope, (None if thresholds is None else sweep_curve(total, thresholds))
 
 
-def seed_spread(seed: int, point: dict, ope: dict, others: list[dict],
-                objective: ObjectiveConfig) -> dict:
-    """The headline figures over head seeds (same data, same split): values, min, max."""
-    rows = [spread_row(seed, point, ope, objective), *others]
-
-    def stat(get: Callable[[dict], float]) -> dict:
-        v = [float(get(r)) for r in rows]
-        return {"values": v, "min": min(v), "max": max(v), "mean": float(np.mean(v))}
-
-    return {"seeds": [r["seed"] for r in rows], "what": "the head refitted with each seed on "
-            "the same sessions and split; threshold chosen again on calibration",
-            "dr_quality": stat(lambda r: r["dr_quality"]),
-            "diff_quality": stat(lambda r: r["diff_quality"]["estimate"]),
-            "diff_cost": stat(lambda r: r["diff_cost"]["estimate"]),
-            "go": [bool(r["go"]) for r in rows], "verdict": [r["verdict"] for r in rows],
-            "rows": rows}
-
-
-def golden_inputs(texts: list, te_d: pd.DataFrame) -> list[dict]:
-    """Up to 12 test openings with text, evenly spaced, plus an empty and a Unicode prompt:
-    the inputs the artifact's golden vectors are made from."""
-    idx = [i for i, t in enumerate(texts) if t is not None]
-    pick = [idx[j] for j in np.unique(np.linspace(0, len(idx) - 1, num=min(12, len(idx)))
-                                      .astype(int))] if idx else []
-    out = [{"text": texts[i], "category": None if pd.isna(te_d["category"].iat[i])
-            else str(te_d["category"].iat[i]),
-            "prompt_tokens": None if not np.isfinite(te_d["prompt_tokens"].iat[i])
-            else float(te_d["prompt_tokens"].iat[i])} for i in pick]
-    return out + [{"text": "", "category": None, "prompt_tokens": None},
-                  {"text": "Ünïcödé 中文 🤖 — route me", "category": None, "prompt_tokens": None}]
+# the receipts headline figures over head seeds (`router_fit.seed_spread`)
+SPREAD_FIGURES = {"dr_quality": lambda r: r["dr_quality"],
+                  "diff_quality": lambda r: r["diff_quality"]["estimate"],
+                  "diff_cost": lambda r: r["diff_cost"]["estimate"]}
+SPREAD_WHAT = ("the head refitted with each seed on the same sessions and split; threshold "
+               "chosen again on calibration")
 
 
 def spread_row(seed: int, point: dict, ope: dict, objective: ObjectiveConfig) -> dict:
@@ -291,16 +251,17 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         te_d["opening_ms"].to_numpy(), cfg.sequential)
     timings["ope"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    spread_rows = []
-    for j in range(1, int(cfg.spread_seeds)):
-        say(f"seed-to-seed spread: head seed {cfg.seed + j}")
-        dep_j, point_j, top_j = fitted.refit(cfg.seed + j)
+
+    def spread_at(seed: int) -> dict:
+        dep_j, point_j, top_j = fitted.refit(seed)
         prob_j = dep_j.predict_proba(E_te, meta_te)
         choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
         ope_j, _ = evaluate_test(prob_j, choice_j, te_d, cands, unit_cost, unit_session, ev,
                                  top=top_j, rule=rule, objective_fraction=fraction)
-        spread_rows.append(spread_row(cfg.seed + j, point_j, ope_j, cfg.objective))
-    spread = seed_spread(cfg.seed, point, ope, spread_rows, cfg.objective)
+        return spread_row(seed, point_j, ope_j, cfg.objective)
+
+    spread = seed_spread(spread_row(cfg.seed, point, ope, cfg.objective), cfg.seed,
+                         cfg.spread_seeds, spread_at, SPREAD_FIGURES, SPREAD_WHAT, say)
     timings["spread"] = time.perf_counter() - t0
     verdict = gate(ope, cfg.objective, float(cfg.go.sessions_per_day),
                   test_share=float(cfg.receipts.test_share))
@@ -343,8 +304,10 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
                       head=head, threshold=float(point["threshold"]), rules=rules,
                       summary=summary, rule=rule, fallback=int(top),
                       deployed=deployed if isinstance(deployed, DeployedHead) else None,
-                      golden_inputs=golden_inputs(
-                          [table.texts[i] for i in idx["test"]], te_d), rules_equal=None,
+                      golden_inputs=golden_inputs([table.texts[i] for i in idx["test"]],
+                                                  te_d["category"].to_numpy(dtype=object),
+                                                  te_d["prompt_tokens"].to_numpy(float)),
+                      rules_equal=None,
                       test_choice=choice_te, test_embeddings=E_te, test_meta=meta_te,
                       test_texts=[table.texts[i] for i in idx["test"]],
                       test_sessions=te_d[Label.SESSION_ID].astype(str).to_numpy())

@@ -3,9 +3,10 @@
 A criterion is one number of the served point with its interval and the line it must
 clear (`Criterion`): e.g. "quality vs rules" must have its lower bound >= -margin, "cost
 vs logging" its upper bound < 0. `router.objective.ObjectiveConfig` says which criteria a
-run has; the outcomes pipeline (`pipelines/router.py`, full-information test) and the
-receipts pipelines (`pipelines/router_receipts.py`, `router_dask.py`: OPE on the latest
-sessions) build them and call `judge`:
+run has. This is the one gate module of both modes: the outcomes mode's criteria on a
+full-information test table (`objective_criteria`, `outcomes_gate`; `pipelines/router.py`)
+and the receipts mode's on OPE of the latest sessions (`receipts_criteria`, `ope_gate`;
+`pipelines/router_receipts.py`) are built here and read by `judge`:
 
     GO                   every criterion clears its line (and no hard failure, e.g.
                          exploration above its cap);
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -282,3 +284,84 @@ def ope_gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float,
                           "explored_sessions_needed": (None if not more or more["sessions"] is None
                                                        else more["explored_sessions"]),
                           "days_needed": None if not more else more["days"]}}
+
+
+# ---------------------------------------------------- the full-information gate (outcomes mode)
+def objective_criteria(objective: ObjectiveConfig, baseline: str, n_boot: int, te: Any,
+                       ch: np.ndarray, base_te: np.ndarray, top: int, seed: int
+                       ) -> tuple[list[Criterion], dict]:
+    """The objective's criteria at test choices `ch` against the incumbent's `base_te`
+    (`baseline`: its name) on a fully replayed test table `te` (an OutcomeMatrix: (n, K)
+    `score` and `cost`), each a paired prompt-bootstrap interval (`n_boot`, `seed`), and
+    the figures the summary keeps (cost_saving, quality_delta, ...: {"mean", "ci"}).
+    The receipts mode's criteria on OPE are `receipts_criteria`."""
+    o = objective
+    rows = np.arange(te.n_prompts)
+    boundary = GateBoundary(level=0.95)
+
+    def paired(d: np.ndarray) -> dict:
+        est = float(d.mean()) if len(d) else float("nan")
+        return {"mean": est,
+                "ci": gate_interval(paired_replicates(d, n_boot, seed), est, boundary)}
+
+    fig = {"cost_saving": paired(te.cost[rows, base_te] - te.cost[rows, ch]),
+           "quality_delta": paired(te.score[rows, ch] - te.score[rows, base_te])}
+    saving = Criterion("cost saving vs " + baseline, fig["cost_saving"]["mean"],
+                       fig["cost_saving"]["ci"], 0.0, "lower", strict=True,
+                       unit=" USD/prompt", fmt=".4g")
+    if o.kind == "incumbent":
+        crit = [Criterion("quality vs " + baseline, fig["quality_delta"]["mean"],
+                          fig["quality_delta"]["ci"], -float(o.margin), "lower"), saving]
+    elif o.kind == "quality_floor":
+        fig["quality_vs_floor"] = paired(te.score[rows, ch]
+                                         - float(o.fraction_of_strong) * te.score[rows, top])
+        crit = [Criterion(f"quality - {o.fraction_of_strong:g} x strong-only",
+                          fig["quality_vs_floor"]["mean"], fig["quality_vs_floor"]["ci"], 0.0,
+                          "lower"), saving]
+    else:
+        fig["served_cost"] = paired(te.cost[rows, ch])
+        crit = [Criterion("cost per prompt", fig["served_cost"]["mean"],
+                          fig["served_cost"]["ci"], float(o.cost_per_call), "upper",
+                          unit=" USD", fmt=".4g"),
+                Criterion("quality vs " + baseline, fig["quality_delta"]["mean"],
+                          fig["quality_delta"]["ci"], 0.0, "lower", strict=True)]
+    return crit, fig
+
+
+def outcomes_gate(objective: ObjectiveConfig, baseline: str, point: dict,
+                  criteria: list[Criterion], n_prompts: int, sessions_per_day: float,
+                  explored_share: float, cap: float, test_share: float, rule: str,
+                  curve: list[dict], extra: dict | None = None) -> dict:
+    """The outcomes mode's verdict (`judge`) at the served point: `point` its figures
+    (threshold, operating_point, the `objective_criteria` figures, ...), `criteria` its
+    `objective_criteria`. The test split is full-information, so no overlap diagnostic can
+    fail: an interval that straddles its line with the estimate on the passing side reads
+    NOT ENOUGH EVIDENCE. The explored share of sessions above `cap` is a hard failure.
+    `curve`: the learning curve's points ({"explored_sessions",
+    "days_of_live_exploration", "significant"}, growing budgets): the smallest budget from
+    which every larger one is significant is the sessions and days needed."""
+    within_cap = explored_share <= cap
+    hard = [] if within_cap else [f"explored share {explored_share:.3f} of sessions is above "
+                                  f"the cap {cap:g}"]
+    label = objective.label(baseline)
+    judged = judge(Evidence(criteria, n_prompts, sessions_per_day, hard_failures=hard,
+                            test_share=test_share), label)
+    served_text = (f"served threshold {point['threshold']:.4g} ({rule} rule; chosen "
+                   f"on calibration: {point['operating_point']}), gated at the same threshold "
+                   f"on the same objective")
+    # the smallest budget from which every larger one is significant (not a lucky early point)
+    first = None
+    for c in reversed(curve):
+        if not c["significant"]:
+            break
+        first = c
+    return {"go": judged["go"], "verdict": judged["verdict"], "go_reasons": judged["reasons"],
+            "objective": {**objective.to_dict(), "label": label, "incumbent": baseline},
+            "go_detail": {**point, "verdict": judged["verdict"], "served": served_text,
+                          "baseline": baseline,
+                          "criteria": judged["criteria"], "more_data": judged["more_data"],
+                          **(extra or {}),
+                          "exploration_within_cap": within_cap, "explored_share": explored_share,
+                          "sessions_per_day": sessions_per_day,
+                          "explored_sessions_needed": first["explored_sessions"] if first else None,
+                          "days_needed": first["days_of_live_exploration"] if first else None}}
