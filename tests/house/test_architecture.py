@@ -44,16 +44,17 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("replaylab", "contracts", "data"),   # 0: the data contracts (and the package's version)
     ("runtime",),                         # 1: serving
     ("config", "stats", "jsonsafe", "verdict"),  # 2: helpers written once
-    ("sources", "projection"),            # 3: ledgers in; dispatch-time features and splits
-    ("demand",),                          # 4: the demand model
-    ("tracking",),                        # 5: reports and figures
-    ("forecast", "hints"),                # 6: archetype forecasts; demand hints offline
-    ("router", "fleet"),                  # 7: the router library; the offline fleet
-    ("artifacts",),                       # 8: the export side of every artifact kind
-    ("pipelines",),                       # 9: one library call per pipeline
-    ("fleet.experiments",),               # 10: the fleet experiments
-    ("apps",),                            # 11: MLflow, environment, the registry
-    APPS,                                 # 12: the entry points
+    ("compute",),                         # 3: the engine: where partitions are processed
+    ("sources", "projection"),            # 4: ledgers in; dispatch-time features and splits
+    ("demand",),                          # 5: the demand model
+    ("tracking",),                        # 6: reports and figures
+    ("forecast", "hints"),                # 7: archetype forecasts; demand hints offline
+    ("router", "fleet"),                  # 8: the router library; the offline fleet
+    ("artifacts",),                       # 9: the export side of every artifact kind
+    ("pipelines",),                       # 10: one library call per pipeline
+    ("fleet.experiments",),               # 11: the fleet experiments
+    ("apps",),                            # 12: MLflow, environment, the registry
+    APPS,                                 # 13: the entry points
 )
 
 ENV_NAMES = ("environ", "environb", "getenv", "getenvb", "putenv", "unsetenv")

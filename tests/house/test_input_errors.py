@@ -24,7 +24,7 @@ LISTED = [
     ("replaylab.demand.labels", "DemandDataError", ValueError),
     ("replaylab.pipelines.router", "RouterDataError", ValueError),
     ("replaylab.contracts.golden", "ParityError", ValueError),
-    ("replaylab.pipelines.stages", "StageFailed", RuntimeError),
+    ("replaylab.compute.stages", "StageFailed", RuntimeError),
     ("replaylab.apps.registry", "FetchRefused", Exception),
     ("replaylab.contracts.manifest", "ManifestError", Exception),
     ("replaylab.demand.state", "RunStateError", ValueError),
@@ -78,7 +78,7 @@ def _hydra(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize(("module", "name"), [
-    ("replaylab.pipelines.stages", "StageFailed"),
+    ("replaylab.compute.stages", "StageFailed"),
     ("replaylab.apps.registry", "FetchRefused"),
     ("replaylab.contracts.schema", "ContractError"),
 ])

@@ -97,7 +97,8 @@ def test_the_multiset_fingerprint_ignores_order_and_partitioning():
 
 def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
     """compute=local: a directory (hive partitions) reads as the single file's rows."""
-    from replaylab.contracts import read_ledger, read_ledger_dataset
+    from replaylab.compute.ledger import read_ledger_dataset
+    from replaylab.contracts import read_ledger
 
     frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=900), seed=3)
     frame, _ = inject_defects(frame, rate=0.02, seed=3)

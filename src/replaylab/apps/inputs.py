@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from replaylab.compute.config import ComputeConfig
 from replaylab.config import ConfigError, from_mapping
 
 
@@ -16,73 +17,34 @@ def plain(node: Any) -> dict:
     return OmegaConf.to_container(node, resolve=True) if node is not None else {}
 
 
-def dashboard_address() -> str | None:
-    """Where a LocalCluster's dashboard listens: a free port on loopback, or None (and one
-    line saying so) when bokeh, which the dashboard needs, is not installed."""
-    import logging
-    from importlib.util import find_spec
-
-    if find_spec("bokeh") is None:
-        logging.getLogger("replaylab").info(
-            "dask: no dashboard (bokeh is not installed: pip install 'bokeh>=3.1')")
-        return None
-    return "127.0.0.1:0"
+def compute_config(cfg: DictConfig) -> ComputeConfig:
+    """The typed `compute` of a run (`ConfigError` naming the field on a bad value)."""
+    node = cfg.get("compute") if hasattr(cfg, "get") else None
+    return from_mapping(ComputeConfig, plain(node), "compute")
 
 
-def log_dashboard(client: Any) -> None:
-    """One line: the Dask dashboard's link, or that there is none."""
-    import logging
+def compute_engine(cfg: DictConfig):
+    """`replaylab.compute.engine` of the run's `compute` (a context manager)."""
+    from replaylab.compute import engine
 
-    log = logging.getLogger("replaylab")
-    try:
-        link = client.dashboard_link if (client.scheduler_info().get("services") or {}).get(
-            "dashboard") else None
-    except Exception:  # a link the client cannot format: not worth stopping a run
-        link = None
-    if link:
-        log.info("dask: dashboard %s", link)
-    else:
-        log.info("dask: no dashboard (the scheduler serves none)")
+    return engine(compute_config(cfg))
 
 
 @contextmanager
 def dask_client(compute: DictConfig):
-    """A Dask client for compute=dask: the given scheduler, or a LocalCluster of processes
-    (its dashboard on a free loopback port when bokeh is installed); logs the dashboard link."""
-    import logging
+    """A Dask client for compute=dask (`compute.engines.dask_client`): kept for the pipelines
+    not yet written against the engine; new code uses `compute_engine(cfg)`."""
+    from replaylab.compute.engines import dask_client as client_of
 
-    from dask.distributed import Client, LocalCluster
-
-    log = logging.getLogger("replaylab")
-    if compute.address:
-        client = Client(compute.address)
-        log.info("dask: scheduler %s, %d workers", compute.address,
-                 len(client.scheduler_info().get("workers", {})))
-        log_dashboard(client)
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    address = dashboard_address()
-    with LocalCluster(n_workers=compute.n_workers, threads_per_worker=compute.threads_per_worker,
-                      processes=True, dashboard_address=address) as cluster, \
-            Client(cluster) as client:
-        if address is not None:
-            log_dashboard(client)
+    with client_of(from_mapping(ComputeConfig, plain(compute), "compute")) as client:
         yield client
 
 
 def compute_facts(compute: DictConfig, client: Any) -> dict:
-    """What summary.json says of the cluster a run used (workers as the scheduler saw them)."""
-    import resource
+    """What summary.json says of the cluster a run used (`DaskEngine.facts`)."""
+    from replaylab.compute import DaskEngine
 
-    info = client.scheduler_info()
-    # this process alone (the workers are other processes): the driver's peak memory so far
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"kind": "dask", "driver_peak_rss_mb": round(peak_mb, 1), "address": compute.address or "LocalCluster",
-            "scheduler": info.get("address"), "n_workers": len(info.get("workers", {})),
-            "dashboard": (info.get("services") or {}).get("dashboard")}
+    return DaskEngine(from_mapping(ComputeConfig, plain(compute), "compute"), client).facts()
 
 
 def ledger_input(cfg: DictConfig):

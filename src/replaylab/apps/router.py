@@ -100,7 +100,8 @@ def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -
     export, and check the exported artifact's decisions (as the runtime loads it) are the
     ones that were judged (pipelines/router_receipts.py; compute=dask over a ledger
     dataset: pipelines/router_dask.py)."""
-    from replaylab.contracts import read_ledger_dataset, write_quarantine
+    from replaylab.compute.ledger import read_ledger_dataset
+    from replaylab.contracts import write_quarantine
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.receipts import ReceiptsError
 
@@ -155,7 +156,7 @@ def router_from_receipts_dask(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: di
     (pipelines/router_dask.py); the encoder is prepared here once and loaded by each
     worker from the same verified folder, the embedding cache folder shared."""
     from replaylab.apps.inputs import compute_facts, dask_client
-    from replaylab.contracts.dataset import ledger_paths, read_ledger_blocks
+    from replaylab.compute.ledger import ledger_paths, read_ledger_blocks
     from replaylab.pipelines.router_dask import train_router_receipts_dask
     from replaylab.router.receipts import ReceiptsError
     from replaylab.router.worker_encoder import EncoderSpec

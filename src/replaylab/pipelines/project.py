@@ -15,11 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from replaylab.compute.ledger import read_ledger_dataset
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import (
     ValidationResult,
     has_values,
-    read_ledger_dataset,
     validate_ledger,
     write_quarantine,
 )

@@ -83,8 +83,8 @@ def project_dataset_dask(spec: str, projection: ProjectionConfig, split: SplitCo
     stages starts and ends; default the `replaylab` logger), with a task bar on a TTY."""
     import dask
 
-    from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
-    from replaylab.pipelines.stages import DaskStages
+    from replaylab.compute.ledger import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.compute.stages import DaskStages
     from replaylab.tracking.html import write_html_report
     from replaylab.tracking.report import ledger_figures
 

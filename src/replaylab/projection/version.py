@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab import __version__
+from replaylab.compute.ops import frame_fingerprint, row_hashes
 from replaylab.projection.config import ProjectionConfig, SplitConfig
 
 # Bump when the meaning of a feature, label or split changes.
@@ -30,35 +31,11 @@ RUN_CODE_VERSION = f"{PROJECTION_CODE_VERSION}+replaylab-{__version__}"
 FINGERPRINT_SCHEME_DASK = "multiset-v1 (Dask: order- and partition-independent)"
 
 
-def row_hashes(frame: pd.DataFrame) -> np.ndarray:
-    """(n,) uint64 hash of each row, columns in sorted-name order, index ignored
-    (pandas `hash_pandas_object`; unhashable cells, e.g. embeddings as lists, by repr)."""
-    cols = sorted(map(str, frame.columns))
-    if not len(frame) or not cols:
-        return np.zeros(0, np.uint64)
-    sub = frame[cols]
-    try:
-        rows = pd.util.hash_pandas_object(sub, index=False).to_numpy()
-    except TypeError:
-        sub = sub.apply(lambda s: s.map(repr) if s.dtype == object else s)
-        rows = pd.util.hash_pandas_object(sub, index=False).to_numpy()
-    return rows.astype(np.uint64)
-
-
 def ledger_fingerprint(ledger: pd.DataFrame) -> str:
-    """sha256 hex of a ledger's content, independent of row and column order.
-
-    Each row is hashed (pandas `hash_pandas_object`, columns in sorted-name
-    order, index ignored); the sorted row hashes, the column names and the row
-    count are digested. Two frames with the same rows in another order, or the
-    same columns in another order, get the same fingerprint.
-    """
-    cols = sorted(map(str, ledger.columns))
-    h = hashlib.sha256()
-    h.update(json.dumps({"columns": cols, "rows": len(ledger)}).encode())
-    if len(ledger) and cols:
-        h.update(np.sort(row_hashes(ledger)).tobytes())
-    return h.hexdigest()
+    """sha256 hex of a ledger's content, independent of row and column order, partitioning
+    and engine (`compute.ops.ledger_fingerprint`, here on one pandas frame): the names of
+    the columns holding a value, the row count and the sorted row hashes."""
+    return frame_fingerprint(ledger)
 
 
 def fingerprint_parts(frame: pd.DataFrame) -> pd.DataFrame:

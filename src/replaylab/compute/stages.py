@@ -1,4 +1,5 @@
-"""Numbered stages of a pipeline on Dask: one log line as each starts, a progress bar of
+"""Numbered stages of a pipeline. Locally (`LocalStages`): one log line as each starts and
+one with its seconds when it ends. On Dask (`DaskStages`): one log line as each starts, a progress bar of
 the cluster's tasks while it runs, one line with its seconds when it ends, and a lost
 worker turned into one line naming the stage.
 
@@ -327,5 +328,37 @@ class DaskStages:
         self.progress(f"dask stage {number} done in {self.timings[name]:.1f} s: {name}")
 
 
-__all__ = ["DaskStages", "StageFailed", "describe_exit", "is_lost_worker", "one_line",
+class LocalStages:
+    """The stages of one pipeline run in this process: `stage i/N: <what it does>` as each
+    starts, `stage i/N done in S s: <name>` when it ends; `timings[name]` holds S. The
+    same interface as `DaskStages` (an engine hands out either)."""
+
+    def __init__(self, stages: Mapping[str, str],
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.stages = dict(stages)
+        self.progress = progress or logging.getLogger("replaylab").info
+        self.timings: dict[str, float] = {}
+
+    def number(self, name: str) -> str:
+        return f"{list(self.stages).index(name) + 1}/{len(self.stages)}"
+
+    def __enter__(self) -> LocalStages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if name not in self.stages:
+            raise KeyError(f"unknown stage {name!r}; stages: {list(self.stages)}")
+        number = self.number(name)
+        self.progress(f"stage {number}: {self.stages[name]}")
+        t0 = time.perf_counter()
+        yield
+        self.timings[name] = time.perf_counter() - t0
+        self.progress(f"stage {number} done in {self.timings[name]:.1f} s: {name}")
+
+
+__all__ = ["DaskStages", "LocalStages", "StageFailed", "describe_exit", "is_lost_worker", "one_line",
            "worker_exits"]

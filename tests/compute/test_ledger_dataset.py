@@ -10,16 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.contracts import ContractError, read_ledger, validate_ledger
-from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SOURCE_ROW
-from replaylab.contracts.columns import Ledger as L
-from replaylab.contracts.dataset import (
+from replaylab.compute.ledger import (
     SOURCE_FILE,
     accounting_of,
     ledger_paths,
     read_ledger_blocks,
     read_ledger_dask,
 )
+from replaylab.contracts import ContractError, read_ledger, validate_ledger
+from replaylab.contracts.columns import QUARANTINE_DETAIL, QUARANTINE_REASON, SOURCE_ROW
+from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.io import read_raw, write_table
 from replaylab.contracts.ledger import LEDGER_SCHEMA
 from replaylab.contracts.schema import validate_frame

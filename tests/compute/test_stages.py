@@ -1,14 +1,13 @@
-"""The stage lines and task bar of the Dask pipelines (`pipelines.stages.DaskStages`) and the
-dashboard line of `apps.inputs.dask_client`."""
+"""The stage lines and task bar of the Dask pipelines (`compute.stages.DaskStages`) and the
+dashboard line of `compute.engines.dask_client`."""
 
 from __future__ import annotations
 
 import logging
 
 import pytest
-from omegaconf import OmegaConf
 
-from replaylab.pipelines.stages import DaskStages, StageFailed, is_lost_worker
+from replaylab.compute.stages import DaskStages, StageFailed, is_lost_worker
 
 STAGES = {"read": "read the rows", "sum": "sum them"}
 
@@ -73,9 +72,10 @@ def test_a_lost_worker_is_one_line_naming_the_stage_and_other_errors_pass():
 
 
 def test_the_dashboard_link_is_one_line(caplog):
-    from replaylab.apps.inputs import dask_client
+    from replaylab.compute import ComputeConfig
+    from replaylab.compute.engines import dask_client
 
-    compute = OmegaConf.create({"address": None, "n_workers": 1, "threads_per_worker": 1})
+    compute = ComputeConfig(kind="dask", n_workers=1, threads_per_worker=1)
     with caplog.at_level(logging.INFO, logger="replaylab"), dask_client(compute) as c:
         link = c.dashboard_link
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dask: ")]
@@ -85,7 +85,7 @@ def test_the_dashboard_link_is_one_line(caplog):
 def test_no_bokeh_is_one_line_and_no_dashboard(caplog, monkeypatch):
     import importlib.util
 
-    from replaylab.apps import inputs
+    from replaylab.compute import engines as inputs
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
