@@ -76,7 +76,7 @@ from replaylab.pipelines.router_receipts import (
     spread_row,
 )
 from replaylab.pipelines.router_run import ReceiptsRun, golden_inputs
-from replaylab.pipelines.stages import DaskStages
+from replaylab.compute.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.ope_sums import add_ope, ope_from_sums, ope_part, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
@@ -155,7 +155,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
     import dask
     from dask import delayed
 
-    from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
+    from replaylab.compute.ledger import DEFAULT_BLOCKSIZE, read_ledger_dask
     from replaylab.demand.dask_ops import (
         exact_order_statistics_dask,
         exact_quantiles_dask,
