@@ -1,7 +1,8 @@
 """Two rounds of the router's loop, as a deployment runs it (docs/results/router.md, "The loop").
 
     python scripts/router_loop.py OUT_DIR [--seed 0] [--rate 0.05] [--sessions-per-prompt 3]
-        [--round1-sessions 4000] [--tier static] [--override KEY=VALUE ...]
+        [--round1-sessions 4000] [--tier static] [--replay-selection planned|random]
+        [--override KEY=VALUE ...]
     python scripts/router_loop.py OUT_DIR --ab-seeds 20 [--ab-candidates 4]
         [--ab-sessions-per-prompt 2] [--resume] ...
 
@@ -12,8 +13,10 @@ the opening prompts (replays.parquet). `python -m training pipeline=router
 data.ledger=...` trains on those files (OUT/train0). Round 1: the exported artifact is
 loaded by `replaylab.runtime.Router` and served through `replaylab.runtime.SessionBinder`
 (exploration `--rate`) over new sessions on the same table (`serve_sessions`): the
-receipts it writes are OUT/round1/receipts.parquet, and `python -m training` trains on
-them (OUT/train1). Each round's OPE is then checked against the table's truth
+receipts it writes are OUT/round1/receipts.parquet; its replays (replays.parquet) are round
+0's plan (`planned_replays`: the round-0 artifact ranks the logged round-1 openings by what a
+replay would teach it; `--replay-selection random`: a seeded 25% as in round 0, which has no
+head to plan with), and `python -m training` trains on them (OUT/train1). Each round's OPE is then checked against the table's truth
 (`policy_truth` on the test decisions the run wrote). Prints and writes OUT/loop.json.
 
 With --ab-seeds N: OPE checked against the A/B it predicts (`ab_check`, issue 45 item 5),
@@ -57,6 +60,7 @@ from replaylab.router.exploration import (
 )
 from replaylab.router.ope import logged_decisions, ope_estimates, policy_matrix
 from replaylab.router.replay import Label, outcome_matrix
+from replaylab.router.replay_plan import pair_priority, plan_prompts
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime import Router, SessionBinder
 from replaylab.sources.routellm import import_routellm_gsm8k
@@ -132,8 +136,34 @@ def round0(out: Path, m, texts: dict, rules: ScenarioRules, seed: int, rate: flo
     return sim0, s0, router
 
 
+def planned_replays(router: Router, sim, m, texts: dict, share: float, seed: int) -> tuple:
+    """Round 1's replays are round 0's plan: the round-0 artifact (what the team has when
+    round 1's receipts arrive) scores every logged round-1 opening, each opening is worth
+    the sum of `pair_priority` (its P(success) near the served threshold) over the candidates
+    its receipt did not observe, and the top `share` of the openings, spread over the
+    categories (`plan_prompts`), are replayed. Never reads an outcome it has not logged.
+    Returns (outcomes-v1 replay rows, a report)."""
+    _, q = candidate_choices(router, m, texts)
+    first = sim.ledger[sim.ledger[L.TURN_INDEX] == 0]
+    row_of = pd.Series(sim.truth.prompt_row, index=sim.truth.session_id.astype(str))
+    rows = row_of.reindex(first[L.SESSION_ID].astype(str)).to_numpy(np.int64)
+    col = {c: j for j, c in enumerate(m.candidates)}
+    logged = first[L.SELECTED_MODEL].map(col).to_numpy(np.int64)
+    pair, _ = pair_priority(q[rows], float(router.threshold), router.rule)
+    pair[np.arange(len(rows)), logged] = 0.0
+    value = pair.sum(axis=1)
+    pick = plan_prompts(value, int(round(share * len(first))),
+                        first[L.CATEGORY].astype(str).to_numpy(), seed)
+    sessions = first[L.SESSION_ID].to_numpy()[pick]
+    report = {"selection": "planned", "plan": "round-0 artifact's P(success) near its threshold",
+              "openings": int(len(first)), "replayed": int(len(pick)),
+              "mean_value_replayed": float(value[pick].mean()) if len(pick) else 0.0,
+              "mean_value_all": float(value.mean()) if len(value) else 0.0}
+    return replay_outcomes(sim, m, texts, share=1.0, seed=seed, sessions=sessions), report
+
+
 def run_loop(out: Path, seed: int, rate: float, spp: int, n1: int, tier: str,
-             overrides: list[str]) -> dict:
+             overrides: list[str], selection: str = "planned") -> dict:
     m, texts, rules = table()
     sim0, s0, router = round0(out, m, texts, rules, seed, rate, spp, tier, overrides)
     binder = SessionBinder(router, rate=rate, salt=f"round1-{seed}")
@@ -142,7 +172,12 @@ def run_loop(out: Path, seed: int, rate: float, spp: int, n1: int, tier: str,
     (out / "round1").mkdir(parents=True, exist_ok=True)
     led1, rep1 = out / "round1" / "receipts.parquet", out / "round1" / "replays.parquet"
     sim1.ledger.to_parquet(led1, index=False)
-    replay_outcomes(sim1, m, texts, share=0.25, seed=seed).to_parquet(rep1, index=False)
+    if selection == "planned":
+        replays1, replay_report = planned_replays(router, sim1, m, texts, 0.25, seed)
+    else:
+        replays1 = replay_outcomes(sim1, m, texts, share=0.25, seed=seed)
+        replay_report = {"selection": "random", "share": 0.25}
+    replays1.to_parquet(rep1, index=False)
     checked = validate_ledger(pd.read_parquet(led1), source=str(led1))
     first = checked.valid[checked.valid[L.TURN_INDEX] == 0]
     explored = first[L.ROUTING_SOURCE] == "exploration"
@@ -163,6 +198,7 @@ def run_loop(out: Path, seed: int, rate: float, spp: int, n1: int, tier: str,
                                                      .round(12))),
                       "expected": {"explored": rate / (k - 1), "own": 1.0 - rate},
                       "binder": sim1.stats.get("binder"),
+                      "replays": replay_report,
                       **judged(s1, sim1, m, out / "train1")}}
     (out / "loop.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc
@@ -323,6 +359,8 @@ def main() -> None:
     ap.add_argument("--sessions-per-prompt", type=int, default=3)
     ap.add_argument("--round1-sessions", type=int, default=4000)
     ap.add_argument("--tier", choices=("static", "minilm"), default="static")
+    ap.add_argument("--replay-selection", choices=("planned", "random"), default="planned",
+                    help="round 1's replays: round 0's plan (default) or a seeded 25%%")
     ap.add_argument("--override", nargs="*", default=[], metavar="KEY=VALUE",
                     help="extra `python -m training` overrides, e.g. router.head.teachers=1")
     ap.add_argument("--ab-seeds", type=int, default=0, metavar="N",
@@ -343,7 +381,7 @@ def main() -> None:
         print(ab_table(docs))
         return
     doc = run_loop(args.out, args.seed, args.rate, args.sessions_per_prompt,
-                   args.round1_sessions, args.tier, args.override)
+                   args.round1_sessions, args.tier, args.override, args.replay_selection)
     print(json.dumps({r: {k: doc[r][k] for k in ("go", "covers", "truth")}
                       for r in ("round0", "round1")}, indent=1, default=str))
 

@@ -138,3 +138,22 @@ def test_ope_interval_from_the_logging_half_covers_the_ab_half(loop):
     assert misses <= binom.ppf(0.999, 10, 0.10), [d["ope"]["quality"]["dr"] for d in docs]
     table = mod.ab_table(docs)
     assert table.count("\n| ") == 10 and "coverage over seeds" in table
+
+
+@pytest.mark.slow
+def test_round1_replays_are_round0s_plan(loop):
+    """Issue 46: round 1 replays the openings round 0's artifact ranks highest (within 25%
+    of the logged openings), not a random share; every replayed prompt is a round-1
+    opening, replayed against the candidates its receipt did not observe."""
+    out, doc = loop
+    rep = doc["round1"]["replays"]
+    assert rep["selection"] == "planned"
+    assert rep["replayed"] == round(0.25 * rep["openings"]) == round(0.25 * doc["round1"]["sessions"])
+    assert rep["mean_value_replayed"] > rep["mean_value_all"]
+    replays = pd.read_parquet(out / "round1" / "replays.parquet")
+    led = pd.read_parquet(out / "round1" / "receipts.parquet")
+    first = led[led[L.TURN_INDEX] == 0].set_index(L.REQUEST_ID)
+    assert replays["prompt_id"].nunique() == rep["replayed"]
+    assert set(replays["prompt_id"]) <= set(first.index)
+    logged = first.loc[replays["prompt_id"], L.SELECTED_MODEL].to_numpy()
+    assert (replays["candidate"].to_numpy() != logged).all()
