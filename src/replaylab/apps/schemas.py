@@ -110,6 +110,7 @@ def _open(schema_name: str, /, **fields: Any) -> type:
 
 def group_schemas() -> dict[str, type]:
     """group -> schema of every `conf/<group>/` the apps compose (fleet experiments apart)."""
+    from replaylab.compute.config import ComputeConfig
     from replaylab.demand import DemandConfig
     from replaylab.demand.hpo import HPOConfig
     from replaylab.forecast import ForecastConfig
@@ -137,7 +138,7 @@ def group_schemas() -> dict[str, type]:
         "split": schema_of(SplitConfig),
         "forecast": schema_of(ForecastConfig),
         "data": data,
-        "compute": _open("ComputeSchema", kind="local", address=None, n_workers=2, threads_per_worker=1),
+        "compute": schema_of(ComputeConfig),  # the engine's typed config (compute/config.py)
         "tracking": _open("TrackingSchema", enabled=True, uri="sqlite:///mlflow.db", experiment="replaylab",
                           run_name=None, preflight_timeout_s=5, http_retries=2, http_timeout_s=10),
         "export": _open("ExportSchema", enabled=True, version="1.0.0", valid_days=30,
