@@ -1,7 +1,8 @@
 """The fleet experiments' (policy x window/load x seed) cells as Dask tasks equal the local loop.
 
-`replaylab.fleet.experiments.harness`: `LocalGrid` (compute=local) maps the cells in a loop,
-`DaskGrid` (compute=dask) submits one task per cell and gathers them in cell order. Each
+`replaylab.fleet.experiments.harness`: `LocalGrid` maps the cells in a loop; `EngineGrid` runs
+them on the run's compute engine: on the local engine as `LocalGrid`, on Dask one task per
+cell (`Engine.submit_all`), gathered in cell order. Each
 experiment runs at a tiny size both ways (2 windows or 2 seeds) on a real LocalCluster
 of two worker processes, and the summaries agree key by key (timings and figure paths
 aside); `python -m evaluation experiment=overload compute=dask` runs end to end.
@@ -16,8 +17,9 @@ import sys
 
 import pytest
 
+from replaylab.compute import ComputeConfig, LocalEngine, engine
 from replaylab.fleet.experiments import run_fleet_experiment
-from replaylab.fleet.experiments.harness import DaskGrid, LocalGrid
+from replaylab.fleet.experiments.harness import EngineGrid, LocalGrid
 from tests.conftest import REPO
 from tests.helpers.fleet import experiment_config
 
@@ -62,10 +64,11 @@ def square(shared, cell):
     return (shared["offset"] + cell) ** 2
 
 
-@pytest.fixture
-def client(dask_client):
-    """The session's LocalCluster (tests/conftest.py `dask_client`)."""
-    return dask_client
+@pytest.fixture(scope="module")
+def dask_engine(dask_address):
+    """A DaskEngine on the session's LocalCluster (tests/conftest.py `dask_address`)."""
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        yield eng
 
 
 def test_local_grid_maps_in_cell_order():
@@ -74,25 +77,32 @@ def test_local_grid_maps_in_cell_order():
     assert LocalGrid(progress=False).map(square, [], shared={"offset": 1}) == []
     # autoscaling's own `workers` option: forked processes, same order
     assert LocalGrid().map(square, cells, shared={"offset": 1}, workers=2) == [16, 4, 9]
+    # the local engine's grid is that loop (and that pool)
+    grid = EngineGrid(LocalEngine())
+    assert grid.kind == "local"
+    assert grid.map(square, cells, shared={"offset": 1}) == [16, 4, 9]
+    assert grid.map(square, cells, shared={"offset": 1}, workers=2) == [16, 4, 9]
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_dask_grid_gathers_in_cell_order_and_raises_a_cells_error(client):
+def test_dask_grid_gathers_in_cell_order_and_raises_a_cells_error(dask_engine):
     cells = list(range(12))[::-1]
-    assert DaskGrid(client).map(square, cells, shared={"offset": 2}) == \
+    assert EngineGrid(dask_engine).kind == "dask"
+    assert EngineGrid(dask_engine).map(square, cells, shared={"offset": 2}) == \
         [(2 + c) ** 2 for c in cells]
+    assert EngineGrid(dask_engine).map(square, [], shared={"offset": 2}) == []
     with pytest.raises(ValueError, match="cell boom failed"):
-        DaskGrid(client, progress=False).map(square, [1, "boom"], shared={"offset": 0})
+        EngineGrid(dask_engine, progress=False).map(square, [1, "boom"], shared={"offset": 0})
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(SMALL))
-def test_dask_summary_equals_local(name, client, tmp_path):
+def test_dask_summary_equals_local(name, dask_engine, tmp_path):
     cfg = experiment_config(name, **SMALL[name])
     local = run_fleet_experiment(name, cfg, tmp_path / "local")
-    dist = run_fleet_experiment(name, cfg, tmp_path / "dask", runner=DaskGrid(client))
+    dist = run_fleet_experiment(name, cfg, tmp_path / "dask", runner=EngineGrid(dask_engine))
     assert differences(local, dist) == []
     assert local["conserved"] is True
     # the same policy numbers, also as the JSON the entry point writes (NaN as null)
@@ -102,7 +112,7 @@ def test_dask_summary_equals_local(name, client, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_autoscaling_jobs_on_dask_equal_local(client, tmp_path):
+def test_autoscaling_jobs_on_dask_equal_local(dask_engine, tmp_path):
     from replaylab.fleet.experiments.autoscaling.experiment import (
         autoscaling_config,
         run_autoscaling_experiment,
@@ -115,7 +125,7 @@ def test_autoscaling_jobs_on_dask_equal_local(client, tmp_path):
         "scenarios": {"burst": {"kind": "burst", "factor": 3.0, "minutes": 5.0}},
         "sweep": {"scenario": "burst", "reactive_targets": [0.3], "forecast_targets": [0.6]}})
     local = run_autoscaling_experiment(cfg, tmp_path / "local")
-    dist = run_autoscaling_experiment(cfg, tmp_path / "dask", DaskGrid(client))
+    dist = run_autoscaling_experiment(cfg, tmp_path / "dask", EngineGrid(dask_engine))
     assert differences(local, dist) == []
     assert dist["speed"]["jobs"] == local["speed"]["jobs"] == 2 + 2 * 2   # + the sweep
 

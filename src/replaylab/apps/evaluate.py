@@ -20,24 +20,18 @@ def fleet_values(cfg: DictConfig) -> dict:
 def fleet(cfg: DictConfig, run_dir: Path) -> dict:
     """The fleet experiments: `fleet_values(cfg)` goes to
     `replaylab.fleet.experiments.run_fleet_experiment`; the library writes the figures
-    and returns the summary. compute=local (the default) runs the experiment's grid of
-    cells in a loop here; compute=dask runs each cell as a Dask task (a LocalCluster, or
-    the scheduler at compute.address), with the same numbers, and the summary says which
-    cluster (`compute`)."""
+    and returns the summary. The experiment's grid of cells runs where `compute` says
+    (`harness.EngineGrid`): compute=local (the default) in a loop here, compute=dask one
+    task per cell (a LocalCluster, or the scheduler at compute.address), with the same
+    numbers; the summary says which engine ran (`compute`)."""
+    from replaylab.apps.inputs import compute_engine
     from replaylab.fleet.experiments import run_fleet_experiment
+    from replaylab.fleet.experiments.harness import EngineGrid
 
     name, values = str(cfg.experiment.name), fleet_values(cfg)
-    kind = cfg.compute.kind
-    if kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={kind!r}; choose local or dask")
-    if kind == "local":
-        return {"pipeline": "fleet", **run_fleet_experiment(name, values, run_dir)}
-    from replaylab.apps.inputs import compute_facts, dask_client
-    from replaylab.fleet.experiments.harness import DaskGrid
-
-    with dask_client(cfg.compute) as client:
-        summary = run_fleet_experiment(name, values, run_dir, runner=DaskGrid(client))
-        summary["compute"] = compute_facts(cfg.compute, client)
+    with compute_engine(cfg) as engine:
+        summary = run_fleet_experiment(name, values, run_dir, runner=EngineGrid(engine))
+        summary["compute"] = engine.facts()
     return {"pipeline": "fleet", **summary}
 
 

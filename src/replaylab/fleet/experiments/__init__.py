@@ -47,7 +47,8 @@ def run_fleet_experiment(name: str, cfg: Mapping[str, Any], run_dir: Path,
     """Run fleet experiment `name` with its plain config; returns the JSON-safe summary.
 
     runner: how the experiment's grid of cells runs (`harness.LocalGrid`, the default: a loop
-    here; `harness.DaskGrid(client)`: one Dask task per cell); the summary is the same."""
+    here; `harness.EngineGrid(engine)`: where the run's compute engine works, on Dask one
+    task per cell); the summary is the same."""
     from replaylab.config import ConfigError
 
     if name not in FLEET_EXPERIMENTS:

@@ -16,7 +16,7 @@ computed from these numbers) and the figures and report.html written under
 Config: `AutoscalingConfig` (frozen dataclasses, one per section);
 `autoscaling_config(mapping)` builds it from a plain mapping (a composed YAML),
 naming any unknown field. The (scenario, seed) jobs are the cells of a
-`harness.LocalGrid` / `harness.DaskGrid` runner: with compute=local, `workers` > 1 runs them in forked processes;
+`harness.LocalGrid` / `harness.EngineGrid` runner: with compute=local, `workers` > 1 runs them in forked processes;
 with compute=dask, one Dask task each. Results do not depend on either.
 """
 
@@ -370,8 +370,8 @@ def jobs_of(c: AutoscalingConfig) -> list[tuple]:
 def run_jobs(ctx: Context, jobs: Sequence[tuple], workers: int = 1,
              runner: GridRunner | None = None) -> list[dict]:
     """Results in job order, each job one cell of `runner` (`harness.LocalGrid` by default:
-    `workers` > 1 forks that many processes; `harness.DaskGrid`: one Dask task per job, the
-    context sent to the workers once). A progress bar on stderr (tqdm; off when stderr is
+    `workers` > 1 forks that many processes; `harness.EngineGrid` on Dask: one task per job,
+    the context sent to the workers once). A progress bar on stderr (tqdm; off when stderr is
     not a terminal)."""
     return (runner or local_grid()).map(run_job, jobs, shared=ctx, workers=workers,
                                         desc="autoscaling jobs (scenario x seed)")

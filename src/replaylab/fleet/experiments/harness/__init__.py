@@ -13,8 +13,8 @@ package. The harness's parts, one role each:
                    `sim_config`) and one run (`simulate`)
     summaries.py   pooled summaries, replicate statistics, per-request slices, figures
     grid.py        the one home of every experiment's fan-out: its grid of
-                   (policy x window/load x seed) cells, a loop here (`LocalGrid`,
-                   compute=local) or Dask tasks (`DaskGrid`, compute=dask), same results
+                   (policy x window/load x seed) cells, a loop here (`LocalGrid`) or
+                   tasks of the run's compute engine (`EngineGrid`), same results
 
 This file is the harness's public face and defines nothing.
 """
@@ -26,7 +26,7 @@ from replaylab.fleet.experiments.harness.config import (
     slo_targets,
 )
 from replaylab.fleet.experiments.harness.grid import (
-    DaskGrid,
+    EngineGrid,
     GridRunner,
     LocalGrid,
     call_cell,
@@ -60,7 +60,7 @@ from replaylab.fleet.experiments.harness.summaries import (
 )
 
 __all__ = [
-    "DaskGrid", "ExperimentConfig", "GridRunner", "LocalGrid", "PoolSpec", "SimExperimentConfig",
+    "EngineGrid", "ExperimentConfig", "GridRunner", "LocalGrid", "PoolSpec", "SimExperimentConfig",
     "SimSpec", "aligned_workload", "build_pools", "build_profile", "call_cell", "ci_table",
     "conserved", "has_hints", "hint_policy_check", "local_grid", "make_policy", "masked_slo",
     "needs_hint", "parse_config", "pool_mapping", "pooled_summary", "progress_bar", "pyplot",

@@ -1,5 +1,6 @@
-"""How an experiment's cells run: `LocalGrid` (compute=local) or `DaskGrid` (compute=dask),
-with the same results. Part of the harness (`harness/__init__.py`).
+"""How an experiment's cells run: `LocalGrid` (in this process) or `EngineGrid` (on the
+run's compute engine, `replaylab.compute`: compute=local or compute=dask), with the same
+results. Part of the harness (`harness/__init__.py`).
 
 The one home of a fleet experiment's fan-out: its grid of cells, run here or on Dask.
 
@@ -8,26 +9,25 @@ order it aggregates them) and a top-level, picklable `fn(shared, cell) -> result
 that runs one cell: one simulation (or a few that belong together) and its picklable
 outcome: the SimResult (the pooled p99s and the per-window slices need its per-request
 arrays) and the few facts the experiment aggregates. `shared` is what every cell reads
-(pools, workloads, specs): it is handed to each call locally and sent to the Dask
-workers once (scattered).
+(pools, workloads, specs): it is handed to each call locally and sent to the Dask workers
+once (`Engine.submit_all` scatters it).
 
     runner.map(fn, cells, shared=..., desc="overload cells")   # results in cell order
 
-`LocalGrid` (compute=local, the default) runs the cells in a plain loop, in order, in
-this process (or, with `workers` > 1, in that many forked processes, as
-`autoscaling.workers` asks); `DaskGrid` (compute=dask) submits one task per cell to a
-`dask.distributed.Client` and gathers the results in cell order. No cell reads random
-state another cell left behind: every simulation is seeded by its own cell's data (the
-workload was drawn with its own seed; the simulator and the policies are
-deterministic), so the results are identical however and wherever the cells run.
-
-Both show a progress bar on stderr (tqdm, off when stderr is not a terminal): over the
-cells locally, over completed tasks on Dask.
+`LocalGrid` (the library's default, no engine) runs the cells in a plain loop, in order,
+in this process (or, with `workers` > 1, in that many forked processes, as
+`autoscaling.workers` asks). `EngineGrid(engine)` (what `python -m evaluation` hands an
+experiment) runs them where the engine processes its work: on the local engine exactly
+as `LocalGrid`; on Dask one task per cell (`engine.submit_all`), gathered in cell order,
+under one engine stage (a log line, the cluster's task bar, a lost worker as one line).
+No cell reads random state another cell left behind: every simulation is seeded by its
+own cell's data (the workload was drawn with its own seed; the simulator and the policies
+are deterministic), so the results are identical however and wherever the cells run.
+No Dask import here: the engine package is the only one that talks to Dask.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -93,40 +93,37 @@ class LocalGrid:
                 bar.close()
 
 
-@dataclass(frozen=True)
-class DaskGrid:
-    """One Dask task per cell on `client` (compute=dask); `shared` is scattered to every
-    worker once; the results are gathered in cell order (a failed cell raises its error)."""
+def run_cell(cell: Any, fn: Callable[[Any, Any], Any], shared: Any) -> Any:
+    """One cell as an engine task (`Engine.submit_all` calls fn(item, *args)): fn(shared, cell)."""
+    return fn(shared, cell)
 
-    client: Any
+
+@dataclass(frozen=True)
+class EngineGrid:
+    """The cells where `engine` (a `replaylab.compute.Engine`) processes its work: on the
+    local engine in this process as `LocalGrid` (its bar, `workers` forked processes when
+    the experiment asks); otherwise one engine task per cell, results in cell order (a
+    failed cell raises its error), under one engine stage named by `desc`."""
+
+    engine: Any
     progress: bool = True
-    kind: str = "dask"
+
+    @property
+    def kind(self) -> str:
+        return self.engine.kind
 
     def map(self, fn: Callable[[Any, Any], Any], cells: Sequence, *, shared: Any = None,
             desc: str = "cells", workers: int = 1) -> list:
-        from dask.distributed import as_completed
-
+        if self.engine.kind == "local":  # this process: the loop (or autoscaling's pool)
+            return LocalGrid(progress=self.progress).map(fn, cells, shared=shared, desc=desc,
+                                                         workers=workers)
         cells = list(cells)
         if not cells:
             return []
-        # a one-element list: scatter sends the object itself, not its items
-        [shared_f] = self.client.scatter([shared], broadcast=True, hash=False)
-        tag = f"{desc.split()[0]}-{uuid.uuid4().hex[:8]}"
-        futures = [self.client.submit(call_cell, fn, shared_f, cell, key=f"{tag}-{i}",
-                                      pure=False) for i, cell in enumerate(cells)]
-        try:
-            if self.progress:
-                bar = progress_bar(len(futures), desc)
-                try:
-                    for _ in as_completed(futures):
-                        bar.update()
-                finally:
-                    bar.close()
-            return self.client.gather(futures)
-        finally:
-            for f in futures:
-                f.release()
-            shared_f.release()
+        if not self.progress:
+            return self.engine.submit_all(run_cell, cells, fn, shared)
+        with self.engine.stage(desc):
+            return self.engine.submit_all(run_cell, cells, fn, shared)
 
 
 def local_grid() -> LocalGrid:

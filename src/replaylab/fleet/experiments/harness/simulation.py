@@ -257,7 +257,7 @@ def aligned_workload(workload):
 
     The simulator reads the arrays through memoryviews, which cannot index an unaligned
     array (numpy then reports the buffer format `=d`). A workload unpickled from a
-    Dask message (the cells of a `DaskGrid`) can carry such arrays: the buffers
+    Dask message (the cells of an `EngineGrid` on Dask) can carry such arrays: the buffers
     lie at arbitrary offsets of one frame. The values are unchanged."""
     bad = {}
     for f in fields(workload):
