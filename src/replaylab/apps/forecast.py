@@ -8,10 +8,11 @@ Input, first match wins:
   the bare `python -m training pipeline=forecast` has a season to forecast and room for
   its backtest. The run ends with the gate's verdict (`replaylab.forecast.gate`).
 
-compute=dask: the backtest's jobs run as Dask tasks (`pipelines.forecast_dask.client_map`),
-and a `data.ledger` is aggregated on the workers (`aggregate_dataset_dask`: nothing of the
-ledger on the driver, the quarantine written under the run folder). The summary equals
-compute=local's (timings and `compute` aside).
+`compute` (where the partitions are processed, `replaylab.compute`): the ledger is read
+and aggregated over the engine's partitions (compute=dask: by the workers, nothing of a
+`data.ledger` dataset on the driver), its quarantine written under the run folder
+(`artifacts.quarantine`), and the backtest's jobs run as engine tasks. The summary is the
+same on both engines (timings aside) and says which one ran (`compute`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from replaylab.apps.inputs import compute_facts, dask_client, ledger_input, plain
+from replaylab.apps.inputs import compute_engine, ledger_input, plain
 from replaylab.config import ConfigError, from_mapping
 
 log = logging.getLogger("replaylab")
@@ -38,31 +39,18 @@ def forecast(cfg: DictConfig, run_dir: Path) -> dict:
     fc = from_mapping(ForecastConfig, plain(cfg.forecast), "forecast")
     if cfg.data.get("aggregates") and cfg.data.get("ledger"):
         raise ConfigError("pipeline=forecast: give data.aggregates or data.ledger, not both")
-    compute = cfg.get("compute")
-    kind = compute.kind if compute is not None else "local"
-    if kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={kind!r}; choose local or dask")
-    if kind == "local":
-        data, origin, _ = _input(cfg, fc, run_dir, dask=False)
-        summary = run_forecast(data, fc, run_dir)
-        summary["input"]["path"] = origin
-        return summary
-    from replaylab.pipelines.forecast_dask import client_map
-
-    with dask_client(compute) as client:
-        data, origin, facts = _input(cfg, fc, run_dir, dask=True)
-        summary = run_forecast(data, fc, run_dir, map_fn=client_map(client))
-        summary["compute"] = compute_facts(compute, client)
+    with compute_engine(cfg) as engine:
+        data, origin, quarantine = _input(cfg, fc, run_dir, engine)
+        summary = run_forecast(data, fc, run_dir, engine=engine)
+        summary["compute"] = engine.facts()
     summary["input"]["path"] = origin
-    if facts:
-        summary["artifacts"]["quarantine"] = facts["quarantine"]
-        summary["compute"].update({"aggregation_partitions": facts["partitions"],
-                                   "aggregation_timings_s": facts["timings_s"]})
+    if quarantine is not None:
+        summary["artifacts"]["quarantine"] = quarantine
     return summary
 
 
-def _input(cfg: DictConfig, fc, run_dir: Path, dask: bool):
-    """(aggregates or an aggregation, where they came from, the Dask aggregation's facts)."""
+def _input(cfg: DictConfig, fc, run_dir: Path, engine):
+    """(aggregates or an aggregation, where they came from, the quarantine written or None)."""
     from replaylab.contracts import read_aggregates
     from replaylab.pipelines.forecast import aggregate_ledger
 
@@ -70,13 +58,12 @@ def _input(cfg: DictConfig, fc, run_dir: Path, dask: bool):
     if aggregates_path:
         return read_aggregates(aggregates_path), str(aggregates_path), None
     inp = ledger_input(cfg)
-    if dask and inp.path:  # the ledger never on the driver
-        from replaylab.pipelines.forecast_dask import aggregate_dataset_dask
+    if inp.path:  # read by the engine (compute=dask: the workers; never on the driver)
+        ledger, origin = engine.read_ledger(str(inp.path)), str(inp.path)
+    else:  # the seeded synthetic ledger, made here
+        from replaylab.pipelines.project import load_ledger
 
-        data, facts = aggregate_dataset_dask(str(inp.path), fc.aggregation, run_dir,
-                                             progress=log.info)
-        return data, str(inp.path), facts
-    from replaylab.pipelines.project import load_ledger
-
-    loaded = load_ledger(inp)
-    return aggregate_ledger(loaded.result, fc.aggregation), loaded.origin, None
+        loaded = load_ledger(inp)
+        ledger, origin = engine.from_validated(loaded.result), loaded.origin
+    quarantine = ledger.write_quarantine(run_dir / "quarantine")
+    return aggregate_ledger(ledger, fc.aggregation, engine, progress=log.info), origin, quarantine

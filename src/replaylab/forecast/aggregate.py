@@ -17,9 +17,10 @@ requests kept + dropped + edge == ledger rows, always (tested).
 Every rule above is per bucket once the edges are known (a cell is inside one
 bucket; `other` merges within its bucket), so the work splits by bucket:
 `request_cells` (row by row) -> `aggregate_cells` on rows holding WHOLE buckets ->
-`combine_cell_aggregates` (counts summed, tables concatenated and sorted). The local
-path is one part; `pipelines/forecast_dask.py` shuffles the cells on bucket_start and
-runs the same two functions per partition, so its output is this one's exactly. Two
+`combine_cell_aggregates` (counts summed, tables concatenated and sorted).
+`ledger_to_aggregates` is one part; `pipelines/forecast.aggregate_ledger` shuffles the
+cells of the compute engine's partitions on bucket_start and runs the same two functions
+per partition, so its output is this one's exactly, on any engine. Two
 inputs are global and come first: which label columns hold any value
 (`label_presence`) and the first and last bucket (`edges`).
 """

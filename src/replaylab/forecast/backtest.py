@@ -8,8 +8,8 @@ statsforecast's frame: unique_id, ds, cutoff (the last bucket the model saw), y,
 
 The backtest is a list of independent jobs (`backtest_jobs`): one per statsforecast
 forecaster, one per LightGBM refit group (the origins that share one fit). `run_backtest`
-runs them with a `map_fn` (default: one after the other here; `compute=dask`: one Dask
-task each, `pipelines.forecast_dask.client_map`) and assembles the result in the
+runs them with a `map_fn` (default: one after the other here; the pipeline's: one task
+each of the compute engine, `Engine.submit_all`) and assembles the result in the
 configured order, so the predictions do not depend on where the jobs ran.
 """
 
@@ -174,7 +174,7 @@ def run_backtest(panel: Panel, cfg: ForecastConfig, plan: BacktestPlan, seasons:
     """Every configured forecaster over the plan's origins; failures are reported, not fatal.
 
     map_fn(fn, jobs) -> [fn(job) for job in jobs], in order, run wherever it likes (default
-    `serial_map`; `pipelines.forecast_dask.client_map(client)`: one Dask task per job).
+    `serial_map`; `Engine.submit_all` of `replaylab.compute`: one engine task per job).
     The result does not depend on it: each job is the same computation on the same inputs.
     """
     jobs, skipped = backtest_jobs(panel, cfg, plan, seasons)

@@ -1,32 +1,32 @@
-"""pipeline=forecast compute=dask against compute=local on the same rows: the aggregates-v1
-table and its report equal exactly (suppression counts, edge trim, row accounting; a
-partition with quarantined rows, one whose optional label column is all null); the
-backtest's predictions bit for bit and its scores equal; `python -m training
-pipeline=forecast compute=dask data.ledger=DIR` gives the local run's forecast scores."""
+"""pipeline=forecast written once on the compute engine (`pipelines/forecast.py`): the
+same rows give the same aggregates-v1 table and report (suppression counts, edge trim, row
+accounting; a partition with quarantined rows, one whose optional label column is all
+null) on one local partition, on several local partitions (the shuffle on the bucket) and
+on the session's Dask cluster; the backtest's predictions bit for bit and its scores
+equal wherever its jobs run; `python -m training pipeline=forecast compute=dask
+data.ledger=DIR` gives the local run's forecast, the summary saying which engine ran."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from replaylab.compute import ComputeConfig, LocalEngine, engine
+from replaylab.compute.ledger import read_ledger_dataset
 from replaylab.contracts import validate_aggregates
 from replaylab.contracts.columns import Ledger as L
-from replaylab.contracts.dataset import read_ledger_dataset
 from replaylab.contracts.io import write_table
 from replaylab.forecast import BacktestConfig, ForecastConfig, LightGBMConfig
-from replaylab.forecast.backtest import run_backtest, score_backtest
+from replaylab.forecast.backtest import backtest_jobs, run_backtest, score_backtest
 from replaylab.forecast.config import AggregationConfig
 from replaylab.forecast.panel import build_panel, choose_seasons, plan_backtest
 from replaylab.forecast.synthetic import seasonal_poisson_aggregates
 from replaylab.pipelines.forecast import aggregate_ledger
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
-from tests.conftest import REPO
+from tests.helpers.entrypoints import in_process
 
 AGGREGATIONS = {
     "merge": AggregationConfig(bucket_seconds=60),
@@ -61,34 +61,15 @@ def write_dataset(root: Path, n_requests: int = 6000, seed: int = 3) -> Path:
 
 
 @pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     return write_dataset(tmp_path_factory.mktemp("fd") / "ds")
 
 
-@pytest.mark.slow
-@pytest.mark.integration
-@pytest.mark.parametrize("name", list(AGGREGATIONS))
-def test_dask_aggregates_equal_local_exactly(client, dataset, tmp_path, name):
-    from replaylab.pipelines.forecast_dask import aggregate_dataset_dask
-
-    cfg = AGGREGATIONS[name]
-    local = aggregate_ledger(read_ledger_dataset(str(dataset)), cfg)
-    dist, facts = aggregate_dataset_dask(str(dataset), cfg, tmp_path, blocksize=40_000)
-    pd.testing.assert_frame_equal(dist.aggregates, local.aggregates, check_exact=True)
-    assert dist.report == local.report
-    assert list(dist.report) == list(local.report)
-    rep, acc = dist.report, dist.report["ledger_validation"]
+def _check_report(rep: dict, cfg: AggregationConfig) -> None:
+    acc = rep["ledger_validation"]
     # row accounting: read = valid + quarantined; every valid row kept, dropped or trimmed
     assert acc["rows_read"] == acc["rows_valid"] + acc["rows_quarantined"]
+    assert acc["rows_quarantined"] > 0
     assert rep["ledger_rows"] == acc["rows_valid"]
     assert rep["requests_kept"] + rep["dropped_requests"] + rep["edge_requests"] \
         == rep["ledger_rows"]
@@ -96,10 +77,41 @@ def test_dask_aggregates_equal_local_exactly(client, dataset, tmp_path, name):
     assert (rep["edge_requests"] > 0) == cfg.trim_edges
     # part 1's all-null regions are `unknown` (the ledger has regions), never pooled `all`
     assert rep["region_values"]["unknown"] > 0 and "all" not in rep["region_values"]
+
+
+@pytest.mark.parametrize("name", list(AGGREGATIONS))
+def test_local_partitions_aggregate_as_one(dataset, name):
+    """Three local partitions (split by row, so buckets straddle them until the shuffle)
+    give the one-partition table and report exactly."""
+    cfg = AGGREGATIONS[name]
+    result = read_ledger_dataset(str(dataset))
+    one = aggregate_ledger(result, cfg)
+    local = LocalEngine()
+    three = aggregate_ledger(local.from_validated(result, npartitions=3), cfg, local)
+    pd.testing.assert_frame_equal(three.aggregates, one.aggregates, check_exact=True)
+    assert three.report == one.report and list(three.report) == list(one.report)
+    _check_report(one.report, cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("name", list(AGGREGATIONS))
+def test_dask_aggregates_equal_local_exactly(dask_address, dataset, tmp_path, name):
+    cfg = AGGREGATIONS[name]
+    local = aggregate_ledger(read_ledger_dataset(str(dataset)), cfg)
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        ledger = eng.read_ledger(str(dataset), blocksize=40_000)
+        quarantine = ledger.write_quarantine(tmp_path / "quarantine")
+        dist = aggregate_ledger(ledger, cfg, eng)
+    pd.testing.assert_frame_equal(dist.aggregates, local.aggregates, check_exact=True)
+    assert dist.report == local.report
+    assert list(dist.report) == list(local.report)
+    _check_report(dist.report, cfg)
     # the workers wrote the quarantine, one file per partition, some partition non-empty
-    q = [pd.read_parquet(p) for p in sorted((tmp_path / "quarantine").glob("part-*.parquet"))]
-    assert len(q) == facts["partitions"] > 1
-    assert sum(map(len, q)) == acc["rows_quarantined"] > 0 and len(q[0]) > 0
+    q = [pd.read_parquet(p) for p in sorted(Path(quarantine).glob("part-*.parquet"))]
+    assert len(q) == ledger.npartitions > 1
+    assert sum(map(len, q)) == dist.report["ledger_validation"]["rows_quarantined"]
+    assert len(q[0]) > 0
 
 
 def _prepared():
@@ -130,15 +142,13 @@ def test_backtest_does_not_depend_on_the_map(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_dask_backtest_equals_local_bit_for_bit(client):
-    from replaylab.forecast.backtest import backtest_jobs
-    from replaylab.pipelines.forecast_dask import client_map
-
+def test_dask_backtest_equals_local_bit_for_bit(dask_address):
     panel, plan, seasons = _prepared()
     jobs, _ = backtest_jobs(panel, BACKTEST_CFG, plan, seasons)
     assert [j.name for j in jobs].count("lightgbm") == 2  # one task per refit group
-    local = run_backtest(panel, BACKTEST_CFG, plan, seasons)
-    dist = run_backtest(panel, BACKTEST_CFG, plan, seasons, map_fn=client_map(client))
+    local = run_backtest(panel, BACKTEST_CFG, plan, seasons, map_fn=LocalEngine().submit_all)
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        dist = run_backtest(panel, BACKTEST_CFG, plan, seasons, map_fn=eng.submit_all)
     assert dist.forecasters == local.forecasters and dist.skipped == local.skipped
     assert set(dist.timings_s) == set(local.timings_s)
     pd.testing.assert_frame_equal(dist.predictions, local.predictions, check_exact=True)
@@ -147,34 +157,31 @@ def test_dask_backtest_equals_local_bit_for_bit(client):
 
 
 def _forecast_summary(out: Path, ledger: Path, *extra: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "training", "pipeline=forecast", *extra,
-                           f"data.ledger={ledger}", "tracking=off", *ENTRY_OVERRIDES,
-                           f"hydra.run.dir={out}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text())
+    run = in_process("training", "pipeline=forecast", *extra, f"data.ledger={ledger}",
+                     "tracking=off", *ENTRY_OVERRIDES, run_dir=out, check=True)
+    return run.summary
 
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_python_m_training_forecast_on_dask_equals_local(tmp_path):
+def test_python_m_training_forecast_on_dask_equals_local(dask_address, tmp_path):
     ds = write_dataset(tmp_path / "ds")
-    dist = _forecast_summary(tmp_path / "dask", ds, "compute=dask")
+    dist = _forecast_summary(tmp_path / "dask", ds, "compute=dask",
+                             f"compute.address={dask_address}")
     loc = _forecast_summary(tmp_path / "local", ds)
     assert dist["compute"]["kind"] == "dask" and dist["compute"]["n_workers"] == 2
-    assert dist["compute"]["aggregation_partitions"] == 3
-    assert "compute" not in loc
+    assert loc["compute"] == {"kind": "local"}
     assert dist["input"] == loc["input"]  # path, suppression report, ledger accounting
     assert dist["input"]["aggregation"]["ledger_validation"]["rows_quarantined"] > 0
     assert _without_seconds(dist["backtest"]) == _without_seconds(loc["backtest"])
     for key in ("series", "buckets", "suppressed_buckets", "series_ids", "plan", "seasons",
-                "backtest_by_series", "skipped", "best", "targets", "drift"):
+                "backtest_by_series", "skipped", "best", "targets", "gate", "drift"):
         assert dist[key] == loc[key], key
-    pd.testing.assert_frame_equal(pd.read_parquet(dist["artifacts"]["aggregates"]),
-                                  pd.read_parquet(loc["artifacts"]["aggregates"]),
-                                  check_exact=True)
-    pd.testing.assert_frame_equal(pd.read_parquet(dist["artifacts"]["backtest"]),
-                                  pd.read_parquet(loc["artifacts"]["backtest"]),
-                                  check_exact=True)
-    assert len(pd.read_parquet(dist["artifacts"]["quarantine"])) \
-        == dist["input"]["aggregation"]["ledger_validation"]["rows_quarantined"]
+    for name in ("aggregates", "backtest", "forecast"):
+        pd.testing.assert_frame_equal(pd.read_parquet(dist["artifacts"][name]),
+                                      pd.read_parquet(loc["artifacts"][name]),
+                                      check_exact=True)
+    # each engine wrote the quarantined rows under the run folder (Dask: per partition)
+    n = dist["input"]["aggregation"]["ledger_validation"]["rows_quarantined"]
+    assert len(pd.read_parquet(dist["artifacts"]["quarantine"])) == n
+    assert len(pd.read_json(loc["artifacts"]["quarantine"], lines=True)) == n
