@@ -16,6 +16,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from replaylab.apps.verdicts import verdict_line
+from replaylab.compute import ComputeConfig, LocalEngine, engine
 from replaylab.config import ConfigError
 from replaylab.contracts import read_ledger, validate_ledger
 from replaylab.contracts.columns import Ledger as L
@@ -36,10 +37,10 @@ ROWS, CHUNK = 20_000, 6_000
 CFG = SyntheticLedgerConfig(n_requests=ROWS)
 
 
-def _write(out: Path, workers: int = 2, client=None, defect_rate: float = 0.0,
+def _write(out: Path, workers: int = 2, engine=None, defect_rate: float = 0.0,
            **options) -> dict:
     opts = SynthesizeConfig(chunk_rows=CHUNK, workers=workers, progress=False, **options)
-    return synthesize_ledger(CFG, 3, out, opts, defect_rate=defect_rate, client=client)
+    return synthesize_ledger(CFG, 3, out, opts, defect_rate=defect_rate, engine=engine)
 
 
 def _files(out: Path) -> dict[str, bytes]:
@@ -154,14 +155,15 @@ def test_dask_reads_the_folder(two_workers):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_dask_workers_write_the_same_files(two_workers, tmp_path):
-    from dask.distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        s = _write(tmp_path / "dask", client=client)
-    assert s["workers"]["kind"] == "dask"
+def test_dask_workers_write_the_same_files(two_workers, tmp_path, dask_address):
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        s = _write(tmp_path / "dask", engine=eng)
+    assert s["workers"] == {"kind": "dask", "n": None}
     assert _files(tmp_path / "dask") == _files(two_workers[0])
+    # the local engine's chunks are this process's pool of `workers`
+    s = _write(tmp_path / "local", workers=2, engine=LocalEngine())
+    assert s["workers"] == {"kind": "local", "n": 2}
+    assert _files(tmp_path / "local") == _files(two_workers[0])
 
 
 @pytest.mark.slow
@@ -175,6 +177,7 @@ def test_entry_point(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rows"] == ROWS and summary["files"] == 4
+    assert summary["compute"] == {"kind": "local"} and summary["workers"]["kind"] == "local"
     assert proc.stdout.strip().splitlines()[-1] == summary["verdict"]
     assert summary["verdict"].startswith(f"synthesize: {ROWS} rows in 4 files")
     proc = subprocess.run(

@@ -132,28 +132,22 @@ def source_takes_inputs(name: str) -> bool:
 
 def synthesize(cfg: DictConfig, run_dir: Path) -> dict:
     """pipeline=synthesize out=DIR: data.synthetic.n_requests rows as Parquet chunk files,
-    written in parallel (compute=dask: the cluster's workers; local: a process pool)."""
-    from replaylab.pipelines.synthesize import (
-        SynthesizeConfig,
-        glibc_malloc_defaults,
-        synthesize_ledger,
-    )
+    written in parallel where `compute` says (compute=dask: the cluster's workers, which
+    keep glibc's malloc tuning; local: a process pool of synthesize.workers)."""
+    from replaylab.apps.inputs import compute_config, compute_engine
+    from replaylab.compute.malloc import glibc_malloc_defaults
+    from replaylab.pipelines.synthesize import SynthesizeConfig, synthesize_ledger
 
     if not cfg.get("out"):
         raise ConfigError("pipeline=synthesize needs out=DIR (the folder the Parquet files go to)")
     if cfg.data.ledger is not None:
         raise ConfigError("pipeline=synthesize writes the synthetic ledger; leave data.ledger null")
-    if cfg.compute.kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
     inp = ledger_input(cfg)
     options = from_mapping(SynthesizeConfig, plain(cfg.synthesize), "synthesize")
-    args = (inp.synthetic, inp.seed, Path(cfg.out), options, inp.defect_rate)
-    if cfg.compute.kind == "local":
-        return synthesize_ledger(*args)
-    with glibc_malloc_defaults(), dask_client(cfg.compute) as client:
-        summary = synthesize_ledger(*args, client=client)
-    summary["compute"] = {"kind": "dask", "address": cfg.compute.address,
-                          "n_workers": cfg.compute.n_workers}
+    with glibc_malloc_defaults(compute_config(cfg)), compute_engine(cfg) as engine:
+        summary = synthesize_ledger(inp.synthetic, inp.seed, Path(cfg.out), options,
+                                    inp.defect_rate, engine=engine)
+        summary["compute"] = engine.facts()
     return summary
 
 

@@ -2,8 +2,10 @@
 
 The ledger is cut into chunks (sources/synthetic/chunks.py: seeding, ids, time layout);
 each worker draws a chunk and writes `OUT/part-<chunk>.parquet` itself, so the driver
-only sees a few numbers per chunk. Workers: the Dask cluster's (compute=dask), else a
-local process pool. The files are the same for any number of workers. `OUT/_ledger.json`
+only sees a few numbers per chunk. Workers: where the compute engine works
+(`replaylab.compute`): on the local engine (or with none) a process pool of
+`synthesize.workers` here, on Dask one engine task per chunk on the cluster's workers. The
+files are the same for any number and kind of workers. `OUT/_ledger.json`
 records the config, the seed and every chunk (rows, sessions, bytes, time window);
 readers skip names starting with `_` (pyarrow.dataset, dask.dataframe.read_parquet).
 """
@@ -14,11 +16,11 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from replaylab.compute import Engine
 from replaylab.config import ConfigError, fail_field
 from replaylab.contracts.ledger import LEDGER_VERSION
 from replaylab.sources.synthetic.chunks import (
@@ -57,25 +59,6 @@ class SynthesizeConfig:
             fail_field(name, "row_group_rows", self.row_group_rows, "must be >= 1")
 
 
-@contextmanager
-def glibc_malloc_defaults() -> Iterator[None]:
-    """Dask config under which the workers a LocalCluster spawns keep glibc's malloc tuning.
-
-    distributed sets MALLOC_TRIM_THRESHOLD_=65536 on the workers it spawns (to hand freed
-    memory back to the OS); setting it turns off glibc's dynamic mmap threshold, so every
-    array of more than 128 KiB is a fresh mmap whose pages fault in again: a chunk costs
-    ~50% more CPU (1.05 -> 1.55 CPU s per 500,000 rows measured). Workers keep their peak
-    memory instead (~1 GB per 500,000-row chunk). Create the cluster inside this block;
-    workers started elsewhere (compute.address) keep their own environment.
-    """
-    import dask
-
-    env = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
-    env.pop("MALLOC_TRIM_THRESHOLD_", None)
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}):
-        yield
-
-
 def _prepare(out: Path, overwrite: bool) -> None:
     """Make `out`; refuse one holding an earlier ledger unless `overwrite` (then remove it)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -96,21 +79,26 @@ def _local(specs: list[ChunkSpec], workers: int) -> Iterator[dict]:
             yield fut.result()
 
 
-def _dask(specs: list[ChunkSpec], client: Any) -> Iterator[dict]:
-    from distributed import as_completed as dask_completed
-
-    futures = client.map(write_chunk, specs, pure=False)
-    for fut in dask_completed(futures):
-        yield fut.result()
+def _chunks(specs: list[ChunkSpec], workers: int, engine: Engine | None) -> Iterator[dict]:
+    """Each chunk's facts once it is written: in this process's pool of `workers` (no
+    engine, or the local engine: its partitions are processed here), else one engine task
+    per chunk (Dask: the cluster's workers draw and write; one engine stage, the task bar)."""
+    if engine is None or engine.kind == "local":
+        yield from _local(specs, workers)
+        return
+    with engine.stage("synthesize: the workers draw and write the chunks"):
+        done = engine.submit_all(write_chunk, specs)
+    yield from done
 
 
 def synthesize_ledger(cfg: SyntheticLedgerConfig, seed: int, out: str | Path,
                       options: SynthesizeConfig | None = None, defect_rate: float = 0.0,
-                      client: Any = None) -> dict[str, Any]:
+                      engine: Engine | None = None) -> dict[str, Any]:
     """Write `cfg.n_requests` rows of the synthetic ledger to `out` as chunk files.
 
-    `client`: a dask.distributed Client (its workers draw and write; `out` must be a path
-    they can write), else a local process pool of `options.workers`. Returns the summary:
+    `engine`: where the chunks are drawn and written (`_chunks`: on Dask the cluster's
+    workers, so `out` must be a path they can write; else a local process pool of
+    `options.workers`). Returns the summary:
     rows, files, bytes, rows/s, seconds, the time window and the chunks' gaps, defects.
     """
     from tqdm.auto import tqdm
@@ -128,7 +116,7 @@ def synthesize_ledger(cfg: SyntheticLedgerConfig, seed: int, out: str | Path,
                        compression=options.compression, row_group_rows=options.row_group_rows)
              for i in range(len(layout))]
     t0 = time.perf_counter()
-    done = _dask(specs, client) if client is not None else _local(specs, options.workers)
+    done = _chunks(specs, options.workers, engine)
     chunks = []
     with tqdm(total=cfg.n_requests, unit="row", unit_scale=True, desc="synthesize",
               disable=None if options.progress else True) as bar:
@@ -138,7 +126,7 @@ def synthesize_ledger(cfg: SyntheticLedgerConfig, seed: int, out: str | Path,
     seconds = time.perf_counter() - t0
     chunks.sort(key=lambda c: c["chunk"])
     return _finish(cfg, seed, out, options, defect_rate, chunks, seconds,
-                   "dask" if client is not None else "local")
+                   engine.kind if engine is not None else "local")
 
 
 def _finish(cfg: SyntheticLedgerConfig, seed: int, out: Path, options: SynthesizeConfig,
