@@ -6,14 +6,16 @@ validated (not timed). Timed, each with its peak RSS:
 - local_pipeline: the whole `train_demand` (projection, splits, labels, the
   quantile model, the four baselines, conformal calibration, evaluation, the
   test predictions written), DemandConfig defaults; this process's RSS.
-- local_fit / dask_fit: the model fit alone (`QuantileDemandModel.fit`) on the
-  same train frame, locally and through lightgbm.dask on a LocalCluster of
-  --workers processes x 1 thread (scatter of the rows included, cluster start
+- local_fit / dask_fit: the model fit alone on the same train rows: locally
+  (`QuantileDemandModel.fit`) and through lightgbm.dask on a LocalCluster of
+  --workers processes x 1 thread (`demand.fit_partitions.fit_model` on a DaskEngine,
+  the rows as --workers session partitions; partitioning included, cluster start
   not); for Dask the RSS is this process plus the worker processes, summed.
   Each fitted model is then calibrated and scored on the test split, so the
   two can be compared (coverage of the calibrated 80% interval, mean pinball).
-- dask_pipeline: the whole `train_demand` on the cluster, once it takes a
-  `client` argument.
+- dask_pipeline: the whole pipeline over the ledger's partitions on the cluster
+  (`pipelines.demand_partitions.train_demand_partitions`, the ledger partitioned from
+  memory: what `compute=dask` runs on the synthetic ledger).
 
 Peak RSS is sampled every 10 ms by a thread (bench_projection.PeakRSS).
 Prints one JSON object on the last line and merges it into bench/results.json
@@ -72,11 +74,18 @@ def _test_scores(model: QuantileDemandModel, data, cfg: DemandConfig) -> dict:
             "mean_width": round(m["mean_width"], 1)}
 
 
-def bench_pipeline(loaded: LoadedLedger, cfg: DemandConfig, client: object = None) -> dict:
-    kwargs = {} if client is None else {"client": client}
-    with tempfile.TemporaryDirectory() as tmp, PeakRSS(children=client is not None) as mem:
+def bench_pipeline(loaded: LoadedLedger, cfg: DemandConfig, engine: object = None) -> dict:
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
+
+    with tempfile.TemporaryDirectory() as tmp, PeakRSS(children=engine is not None) as mem:
         t0 = time.perf_counter()
-        summary, _run = train_demand(loaded, ProjectionConfig(), SPLIT, cfg, Path(tmp), **kwargs)
+        if engine is None:
+            summary, _run = train_demand(loaded, ProjectionConfig(), SPLIT, cfg, Path(tmp))
+        else:
+            source = engine.from_validated(loaded.result,
+                                           npartitions=engine.facts()["n_workers"])
+            summary, _run = train_demand_partitions(engine, source, cfg, ProjectionConfig(),
+                                                    SPLIT, Path(tmp))
         secs = time.perf_counter() - t0
     test = summary["test"]["model"]
     return {"seconds": round(secs, 1), "peak_rss_gb": _gb(mem.peak),
@@ -87,12 +96,22 @@ def bench_pipeline(loaded: LoadedLedger, cfg: DemandConfig, client: object = Non
                      "mean_pinball": round(test["mean_pinball"], 3)}}
 
 
-def bench_fit(data, cfg: DemandConfig, client: object = None) -> dict:
+def bench_fit(data, cfg: DemandConfig, engine: object = None) -> dict:
+    from replaylab.contracts.columns import Ledger as L
+    from replaylab.demand.censoring import NONE
+    from replaylab.demand.fit_partitions import fit_model
+    from replaylab.demand.labels import CLASS_COLUMN, LABEL
+
     train, y = data.frame("train"), data.y("train")
     model = QuantileDemandModel(cfg.quantiles, cfg.model, cfg.scale, cfg.clip_to_cap, cfg.seed)
-    with PeakRSS(children=client is not None) as mem:
+    with PeakRSS(children=engine is not None) as mem:
         t0 = time.perf_counter()
-        model.fit(train, y, client=client)
+        if engine is None:
+            model.fit(train, y)
+        else:
+            rows = engine.from_pandas(train.assign(**{CLASS_COLUMN: LABEL}),
+                                      npartitions=engine.facts()["n_workers"], by=L.SESSION_ID)
+            model = fit_model(engine, rows, cfg, NONE)
         secs = time.perf_counter() - t0
     return {"seconds": round(secs, 1), "peak_rss_gb": _gb(mem.peak),
             "rss_at_start_gb": _gb(mem.start), "train_rows": len(train),
@@ -101,15 +120,14 @@ def bench_fit(data, cfg: DemandConfig, client: object = None) -> dict:
 
 
 def bench_dask(loaded: LoadedLedger, data, cfg: DemandConfig, workers: int) -> dict:
-    from distributed import Client, LocalCluster
+    from replaylab.compute import ComputeConfig, engine
 
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with engine(ComputeConfig(kind="dask", n_workers=workers, threads_per_worker=1)) as eng:
         out: dict = {"workers": workers, "threads_per_worker": 1,
                      "cluster_start_seconds": round(time.perf_counter() - t0, 1)}
-        out["fit"] = bench_fit(data, cfg, client)
-        out["pipeline"] = bench_pipeline(loaded, cfg, client)
+        out["fit"] = bench_fit(data, cfg, eng)
+        out["pipeline"] = bench_pipeline(loaded, cfg, eng)
     return out
 
 

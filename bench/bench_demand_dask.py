@@ -1,4 +1,5 @@
-"""pipeline=demand: compute=dask (`train_demand_dask`) vs local (`train_demand`) on the same rows.
+"""pipeline=demand: compute=dask (`train_demand_partitions` on a DaskEngine) vs local
+(`train_demand`) on the same rows.
 
 Writes a seeded synthetic ledger of about --rows rows as a dataset of Parquet parts,
 runs the local pipeline on the single file and the Dask pipeline on the dataset
@@ -32,14 +33,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
 
-    import dask
-    from distributed import Client, LocalCluster
-
+    from replaylab.compute import ComputeConfig, engine
     from replaylab.contracts.io import write_table
     from replaylab.demand import DemandConfig, QuantileModelConfig
     from replaylab.demand.config import CensoringConfig
     from replaylab.pipelines.demand import train_demand
-    from replaylab.pipelines.demand_dask import train_demand_dask
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
     from replaylab.pipelines.project import LedgerInput, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
     from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
@@ -67,11 +66,11 @@ def main() -> None:
                              cfg, out / "local")
     local_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=args.workers, threads_per_worker=args.threads, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client, \
-            dask.config.set({"dataframe.convert-string": False}):
-        dist, dr = train_demand_dask(str(out / "ds"), cfg, projection, split, out / "dask",
-                                     client)
+    compute = ComputeConfig(kind="dask", n_workers=args.workers,
+                            threads_per_worker=args.threads)
+    with engine(compute) as eng:
+        dist, dr = train_demand_partitions(eng, str(out / "ds"), cfg, projection, split,
+                                           out / "dask")
     dask_s = time.perf_counter() - t0
 
     def figs(t: dict) -> dict:

@@ -1,9 +1,10 @@
 """compute=dask for the demand model: lightgbm.dask on a LocalCluster matches the local fit.
 
 One seeded synthetic ledger (3,000 sessions, ~5.5k rows), projected, split and
-labelled by the pipeline's own step; the quantile model is fitted locally and
-on a LocalCluster of 2 worker processes, each calibrated the same way (group
-CQR on the calibration split) and scored on the same labelled test rows.
+labelled by the pipeline's own step; the quantile model is fitted locally and on the
+session's LocalCluster of 2 worker processes (`demand.fit_partitions.fit_model` on a
+DaskEngine: `compute.lgbm`), each calibrated the same way (group CQR on the
+calibration split) and scored on the same labelled test rows.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import lightgbm as lgb
 import numpy as np
 import pytest
 
+from replaylab.contracts import Ledger as L
 from replaylab.contracts import validate_ledger
 from replaylab.demand import DemandConfig, QuantileModelConfig
 from replaylab.demand.conformal import GroupConformal
@@ -36,12 +38,25 @@ def data():
 
 
 @pytest.fixture(scope="module")
-def client():
-    from dask.distributed import Client, LocalCluster
+def engine(dask_address, dask_client):
+    from replaylab.compute import ComputeConfig, DaskEngine
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
+    return DaskEngine(ComputeConfig(kind="dask", address=dask_address), dask_client)
+
+
+def _fit_on(engine, data, demand: DemandConfig = CFG) -> QuantileDemandModel:
+    """The model stage of the partitioned pipeline on the train label rows (2 partitions,
+    sessions whole)."""
+    import dask
+
+    from replaylab.demand.censoring import NONE
+    from replaylab.demand.fit_partitions import fit_model
+    from replaylab.demand.labels import CLASS_COLUMN, LABEL
+
+    train = data.frame("train").assign(**{CLASS_COLUMN: LABEL})
+    with dask.config.set({"dataframe.convert-string": False}):
+        rows = engine.from_pandas(train, npartitions=2, by=L.SESSION_ID)
+        return fit_model(engine, rows, demand, NONE)
 
 
 def _model() -> QuantileDemandModel:
@@ -62,11 +77,10 @@ def _score(model: QuantileDemandModel, data) -> dict:
 
 
 @pytest.fixture(scope="module")
-def fits(data, client):
+def fits(data, engine):
     train, y = data.frame("train"), data.y("train")
     local = _model().fit(train, y)
-    dask = _model().fit(train, y, client=client)
-    return local, dask
+    return local, _fit_on(engine, data)
 
 
 def test_dask_fit_matches_local_coverage_and_pinball(fits, data):
@@ -96,17 +110,9 @@ def test_dask_model_is_local_with_the_same_vocabulary(fits, data):
     assert np.all(np.diff(pred, axis=1) >= 0)
 
 
-def test_dask_fit_is_repeatable(data, client):
+def test_dask_fit_is_repeatable(data, engine):
     cfg = QuantileModelConfig(n_estimators=20, early_stopping_rounds=5, num_threads=1)
-    train, y = data.frame("train"), data.y("train")
-    a, b = (QuantileDemandModel(CFG.quantiles, cfg).fit(train, y, client=client)
-            for _ in range(2))
+    a, b = (_fit_on(engine, data, DemandConfig(model=cfg)) for _ in range(2))
     assert a.best_iterations_ == b.best_iterations_
     for ba, bb in zip(a.boosters_, b.boosters_, strict=True):
         assert ba.model_to_string() == bb.model_to_string()
-
-
-def test_callbacks_are_refused_with_a_client(data):
-    with pytest.raises(ValueError, match="callbacks"):
-        _model().fit(data.frame("train"), data.y("train"), callbacks=[lambda env: None],
-                     client=object())

@@ -1,4 +1,4 @@
-"""`demand.distributed.fit_layout` and `QuantileDemandModel.lightgbm_categorical`: what
+"""`compute.lgbm.fit_layout` and `QuantileDemandModel.lightgbm_categorical`: what
 LightGBM's ranks are given under lightgbm.dask (issue 41: a categorical feature with no
 value on the rank that bins it segfaults LightGBM's distributed Dataset; a rank with no
 rows fails its Dataset)."""
@@ -9,7 +9,7 @@ import dask.dataframe as dd
 import numpy as np
 import pandas as pd
 
-from replaylab.demand.distributed import MIN_SAMPLE_VALUES, fit_layout
+from replaylab.compute.lgbm import MIN_SAMPLE_VALUES, fit_layout
 from replaylab.demand.model import QuantileDemandModel
 
 

@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.compute import ComputeConfig, DaskEngine
+from replaylab.compute.stages import DaskStages, StageFailed, describe_exit
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.io import write_table
 from replaylab.contracts.ledger import LEDGER_SCHEMA
@@ -22,7 +24,6 @@ from replaylab.demand import DemandConfig, QuantileModelConfig
 from replaylab.demand.config import CensoringConfig
 from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, load_ledger
-from replaylab.pipelines.stages import DaskStages, StageFailed, describe_exit
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 
@@ -61,6 +62,11 @@ def cluster():
         yield client
 
 
+def on(client) -> DaskEngine:
+    """The engine on a test's own cluster (these tests kill or crash its workers)."""
+    return DaskEngine(ComputeConfig(kind="dask"), client)
+
+
 def check_sane(dist: dict, local: dict | None, n_rows: int) -> None:
     """Counts conserved, figures finite and sane, the same verdict as local."""
     assert dist["rows_read"] == dist["rows_valid"] == n_rows
@@ -89,15 +95,15 @@ def test_a_ledger_without_any_optional_column_trains_on_two_workers(tmp_path, cl
     """No optional column: decision, slo_class and region are categorical features with no
     category (all missing); LightGBM's distributed Dataset segfaulted on them (issue 41).
     They are not binned as categorical now, the run completes, and matches local."""
-    from replaylab.pipelines.demand_dask import train_demand_dask
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
 
     frame = required_only()
     ds = write_parts(frame, tmp_path / "ds", 4)
     one = write_table(frame, tmp_path / "one" / "ledger.parquet")
     local, local_run = train_demand(load_ledger(LedgerInput(path=str(one))), ProjectionConfig(),
                                     SPLIT, CFG, tmp_path / "local")
-    dist, dist_run = train_demand_dask(str(ds), CFG, ProjectionConfig(), SPLIT,
-                                       tmp_path / "dask", cluster, n_boot=N_BOOT)
+    dist, dist_run = train_demand_partitions(on(cluster), str(ds), CFG, ProjectionConfig(), SPLIT,
+                                  tmp_path / "dask", n_boot=N_BOOT)
     check_sane(dist, local, len(frame))
     assert dist["partitions"] == 4
     cats = dist_run.model.categories_
@@ -121,8 +127,8 @@ def test_a_partition_without_training_rows_is_left_out_of_the_fit(tmp_path, clus
     row counted."""
     import dask.dataframe as dd
 
-    from replaylab.contracts.dataset import read_ledger_dask
-    from replaylab.pipelines.demand_dask import train_demand_dask
+    from replaylab.compute.ledger import read_ledger_dask
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
 
     frame = required_only(n_sessions=1200, seed=5)
     n_parts = 4
@@ -137,8 +143,8 @@ def test_a_partition_without_training_rows_is_left_out_of_the_fit(tmp_path, clus
     frame = frame[~frame[L.SESSION_ID].isin(drop)]
     ds = write_parts(frame, tmp_path / "ds", n_parts)
     assert read_ledger_dask(str(ds)).npartitions == n_parts  # the shuffle's partition count
-    dist, _ = train_demand_dask(str(ds), CFG, ProjectionConfig(), SPLIT, tmp_path / "dask",
-                                cluster, n_boot=N_BOOT)
+    dist, _ = train_demand_partitions(on(cluster), str(ds), CFG, ProjectionConfig(), SPLIT,
+                                  tmp_path / "dask", n_boot=N_BOOT)
     assert dist["model"]["train_partitions_without_rows"] >= 1
     check_sane(dist, None, len(frame))
 
@@ -179,18 +185,18 @@ def test_the_lightgbm_segfault_is_reported_as_such(tmp_path, cluster, monkeypatc
     worker binning decision/slo_class/region segfaults in LightGBM on the fit and again
     on the refit; the run stops with one line naming the model stage, SIGSEGV and
     LightGBM, and writes no summary."""
-    from replaylab.demand import distributed
+    from replaylab.compute import lgbm
     from replaylab.demand.model import QuantileDemandModel
-    from replaylab.pipelines.demand_dask import train_demand_dask
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
 
     ds = write_parts(required_only(n_sessions=500), tmp_path / "ds", 2)
     monkeypatch.setattr(QuantileDemandModel, "lightgbm_categorical",
                         lambda self: list(self.categories_))
-    monkeypatch.setattr(distributed, "fit_layout",  # its per-rank guard would demote them
+    monkeypatch.setattr(lgbm, "fit_layout",  # its per-rank guard would demote them
                         lambda X, cats, *a: (list(range(X.npartitions)), list(cats)))
     with pytest.raises(StageFailed) as got:
-        train_demand_dask(str(ds), CFG, ProjectionConfig(), SPLIT, tmp_path / "dask", cluster,
-                          n_boot=N_BOOT)
+        train_demand_partitions(on(cluster), str(ds), CFG, ProjectionConfig(), SPLIT,
+                                  tmp_path / "dask", n_boot=N_BOOT)
     text = str(got.value)
     print(text)
     assert "\n" not in text

@@ -50,43 +50,47 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def demand(cfg: DictConfig, run_dir: Path) -> dict:
-    """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores."""
+    """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores.
+
+    compute=local: every stage in this process on the ledger in memory
+    (`pipelines.demand.train_demand`, HPO and every censoring variant included);
+    compute=dask: every stage over the ledger's partitions on the cluster
+    (`pipelines.demand_partitions.train_demand_partitions`): a `data.ledger` dataset is
+    read by the workers and never reaches the driver, the synthetic ledger is
+    partitioned from memory."""
+    from replaylab.apps.inputs import compute_config, compute_engine
     from replaylab.demand import DemandConfig
     from replaylab.demand.hpo import HPOConfig
     from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.project import load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
-    if cfg.compute.kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
+    compute = compute_config(cfg)
     inp = ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, plain(cfg.split), "split")
     demand_values = plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
-    if cfg.compute.kind == "dask" and inp.path:  # the ledger never on the driver
-        from replaylab.pipelines.demand_dask import train_demand_dask
+    if compute.kind == "dask" and int(hpo.trials) > 0:
+        raise ConfigError("demand.hpo.trials > 0 with compute=dask: the search is not "
+                          "distributed yet; run it with compute=local on a sample and pass the "
+                          "chosen demand.model.* values")
+    with compute_engine(cfg) as engine:
+        if engine.kind == "dask":
+            from replaylab.pipelines.demand_partitions import train_demand_partitions
 
-        if int(hpo.trials) > 0:
-            raise ConfigError("demand.hpo.trials > 0 with compute=dask over a ledger dataset: "
-                              "the search is not distributed yet; run it with compute=local on "
-                              "a sample and pass the chosen demand.model.* values")
-        with dask_client(cfg.compute) as client:
-            summary, run = train_demand_dask(str(inp.path), demand_cfg, projection, split,
-                                             run_dir, client)
-            summary["compute"] = compute_facts(cfg.compute, client)
-        return _save_and_export(cfg, run, summary, run_dir)
-    loaded = load_ledger(inp)
-    kwargs = {"hpo": hpo, "on_trial": nested_trial_logger(cfg),
-              "write_ledger": bool(cfg.data.write_ledger)}
-    if cfg.compute.kind == "local":
-        summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir, **kwargs)
-    else:
-        with dask_client(cfg.compute) as client:
-            summary, run = train_demand(loaded, projection, split, demand_cfg, run_dir,
-                                        client=client, **kwargs)
-            summary["compute"] = compute_facts(cfg.compute, client)
+            loaded = None if inp.path else load_ledger(inp)
+            source = str(inp.path) if inp.path else engine.from_validated(loaded.result)
+            summary, run = train_demand_partitions(
+                engine, source, demand_cfg, projection, split, run_dir,
+                injected_defects=loaded.injected_defects if loaded else None,
+                progress=log.info)
+        else:
+            summary, run = train_demand(load_ledger(inp), projection, split, demand_cfg,
+                                        run_dir, hpo=hpo, on_trial=nested_trial_logger(cfg),
+                                        write_ledger=bool(cfg.data.write_ledger))
+        summary["compute"] = engine.facts()
     return _save_and_export(cfg, run, summary, run_dir)
 
 

@@ -14,8 +14,10 @@ The rule:
 2. baseline: the model's mean pinball is below the best baseline's (the baseline
    with the lowest mean pinball on the same rows), and the upper bound of the
    paired session-bootstrap interval (`CI_LEVEL`) of (model − best baseline) is
-   below 0: sessions are drawn with replacement, every row of a session keeps its
-   session's draw count, both predictors are scored on the same draws.
+   below 0: each session gets a Poisson(1) weight per replicate from a hash of
+   (session_id, replicate, seed) (`demand.metrics.session_replicates`, the one
+   bootstrap of both engines), every row of a session keeps its session's weight,
+   both predictors are scored on the same weights.
 
 Coverage carries its own session-bootstrap interval (reported; the rule reads the
 measured value). The coverage judged is that of the interval serving will serve
@@ -45,7 +47,8 @@ from replaylab.verdict import NO_GO, NOT_ENOUGH_EVIDENCE, decide, is_go, more_da
 COVERAGE_BAND = 0.03  # the report's coverage target: nominal ± this
 GROUP_BAND = 0.08  # the report's per-group target (groups with n >= MIN_GROUP_N), not gated
 CI_LEVEL = 0.95
-N_BOOT = 1000
+N_BOOT = 1000  # Poisson session-bootstrap replicates of every interval, both engines
+RESAMPLED = "sessions (Poisson(1) weights from hash(session_id, b))"
 
 
 def coverage_target(level: float) -> tuple[float, float]:
@@ -194,7 +197,7 @@ def gate_from_rows(level: float, y: np.ndarray, model_q: np.ndarray, model_lo: n
         vs_best.update(model_mean_pinball=float(model_rows.mean()),
                        baseline_mean_pinball=float(base_rows[best].mean()),
                        delta=float(values["delta"].mean()), ci=ci["delta"],
-                       resampled="sessions" if session is not None else "rows",
+                       resampled=RESAMPLED if session is not None else "rows",
                        n_boot=int(n_boot))
     return demand_gate(level, coverage, vs_best)
 

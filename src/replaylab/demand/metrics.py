@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import pandas as pd
 from sklearn.metrics import mean_absolute_error, mean_pinball_loss
 
 
@@ -101,13 +102,45 @@ def row_figures(y: np.ndarray, quantiles_pred: np.ndarray, lo: np.ndarray, hi: n
     return out
 
 
+SESSION_CHUNK = 4096  # sessions per block of Poisson weights: (n_boot, 4096) float64, 33 MB
+
+
+def session_replicates(x: np.ndarray, session: np.ndarray, n_boot: int, seed: int
+                       ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The session bootstrap of every demand figure, as sums: (sums (n_boot, m), counts
+    (n_boot,), sessions) over the rows x (n, m) of `session` (n,).
+
+    THE one session bootstrap of the demand pipeline on either engine: session s gets the
+    weight w[b, s] ~ Poisson(1) from a hash of (session_id, b, seed)
+    (`replaylab.compute.ops.poisson_weights`; Hanley & MacGibbon 2006, Chamandy et al.
+    2012), every row of s that weight, and replicate b of a mean is
+    sum_s w[b, s] X_s / sum_s w[b, s] n_s. The weights depend on the session alone, so
+    these sums add over any partitioning of the rows (a partition's replicates are its
+    sums; the run's are their total) and a figure's interval is the same under
+    compute=local and compute=dask. Blocks of SESSION_CHUNK sessions bound the memory."""
+    from replaylab.compute.ops import key_hash, poisson_weights
+
+    x = np.asarray(x, dtype="float64").reshape(len(session), -1)
+    codes, uniq = pd.factorize(np.asarray(session, dtype=object))
+    xs = np.zeros((len(uniq), x.shape[1]))
+    np.add.at(xs, codes, x)
+    ns = np.bincount(codes, minlength=len(uniq)).astype("float64")
+    hashes = key_hash(np.asarray(uniq, dtype=object))
+    sums, counts = np.zeros((int(n_boot), x.shape[1])), np.zeros(int(n_boot))
+    for lo in range(0, len(uniq), SESSION_CHUNK):
+        w = poisson_weights(hashes[lo:lo + SESSION_CHUNK], n_boot, seed)  # (B, chunk)
+        sums += w @ xs[lo:lo + SESSION_CHUNK]
+        counts += w @ ns[lo:lo + SESSION_CHUNK]
+    return sums, counts, len(uniq)
+
+
 def bootstrap_means(values: dict[str, np.ndarray], session: np.ndarray | None, n_boot: int,
                     seed: int, level: float = 0.95) -> dict[str, list[float]]:
     """The percentile interval at `level` of the mean of every per-row array in `values`,
-    all from the same replicates of a session bootstrap (`replaylab.stats.session_bootstrap`:
-    sessions drawn with replacement; each row its own session when `session` is None).
+    all from the same replicates of the session bootstrap (`session_replicates`: hashed
+    Poisson(1) weights per session; each row its own session when `session` is None).
     Paired differences are rows of differences in `values`: the same draws for both sides."""
-    from replaylab.stats import percentile_interval, session_bootstrap
+    from replaylab.stats import percentile_interval
 
     keys = list(values)
     if not keys:
@@ -117,8 +150,9 @@ def bootstrap_means(values: dict[str, np.ndarray], session: np.ndarray | None, n
     if n == 0 or n_boot < 1:
         return {k: [float("nan"), float("nan")] for k in keys}
     groups = np.arange(n) if session is None else np.asarray(session)
-    reps = [(w @ x) / w.sum(axis=1)[:, None] for w in session_bootstrap(groups, n_boot, seed)]
-    r = np.vstack(reps)
+    sums, counts, _ = session_replicates(x, groups, n_boot, seed)
+    with np.errstate(invalid="ignore", divide="ignore"):  # a replicate that drew no session
+        r = sums / counts[:, None]
     return {k: [float(v) for v in percentile_interval(r[:, j], level)]
             for j, k in enumerate(keys)}
 

@@ -11,9 +11,10 @@ the physically possible range [prompt, prompt + max_tokens] (the cap when the
 request set one and `clip_to_cap`). Early stopping uses a time-ordered,
 session-grouped tail of TRAIN (never the calibration split, which must stay
 unseen for the conformal guarantee); with `refit_full_train` the booster is then
-refit on all of train with the best number of rounds. With a Dask client the
-boosters train on its cluster (`replaylab.demand.distributed`, lightgbm.dask);
-the fitted boosters are local either way.
+refit on all of train with the best number of rounds. Under compute=dask the
+pipeline trains the same boosters on the cluster's partitions (`compute.lgbm`,
+lightgbm.dask) and sets this model's fitted state; the fitted boosters are local
+either way.
 
 Rows whose total is only a lower bound (`censored` in `fit`) enter as the
 `censoring` variant says (`replaylab.demand.censoring`): dropped, taken as
@@ -149,7 +150,7 @@ class QuantileDemandModel:
         lightgbm.dask alone on the two dumped training pieces crashes with the all-missing
         categorical columns and trains with them dropped, or with the same column given as
         numeric; a categorical with values on every rank trains. A categorical that has
-        categories but none on one rank's partitions is `demand.distributed`'s to guard.
+        categories but none on one rank's partitions is `compute.lgbm.fit_layout`'s to guard.
         """
         return [c for c in self.feature_names_ if self.categories_.get(c)]
 
@@ -181,7 +182,7 @@ class QuantileDemandModel:
         return tail
 
     def fit(self, features: pd.DataFrame, y: np.ndarray,
-            callbacks: Sequence[Callable] = (), *, client: object = None,
+            callbacks: Sequence[Callable] = (), *,
             censored: np.ndarray | None = None) -> QuantileDemandModel:
         """Fit one booster per quantile: features (n, *), y total (n,).
 
@@ -190,19 +191,14 @@ class QuantileDemandModel:
         `censoring`: none drops them, realized fits them as labels, pinball fits
         the label rows natively, then all rows with the censored pinball loss.
         callbacks: extra LightGBM callbacks for the early-stopped fits (e.g. pruning).
-        client: a `dask.distributed.Client`: the boosters are trained on its
-        cluster through lightgbm.dask (`replaylab.demand.distributed`; callbacks
-        are not supported there, they would run in the workers); None: locally.
-        Either way the fitted boosters are local and predict here.
+        Trains here (the partitioned pipeline trains on a Dask cluster with
+        `compute.lgbm.fit_boosters` and sets the same fitted state).
         """
         qs = check_quantiles(self.quantiles)
         if self.scale not in ("log1p", "linear"):
             raise ValueError(f"scale={self.scale!r}: must be log1p or linear")
         if self.censoring not in VARIANTS:
             raise ValueError(f"censoring={self.censoring!r}: must be one of {', '.join(VARIANTS)}")
-        if client is not None and callbacks:
-            raise ValueError("callbacks are not supported with a Dask client "
-                             "(they would run in the worker processes)")
         self.config_ = self.config or QuantileModelConfig()
         y = np.asarray(y, dtype="float64")
         cens = (np.zeros(len(y), dtype=bool) if censored is None
@@ -219,15 +215,9 @@ class QuantileDemandModel:
         X = self.design(features)
         tail = self._tail_mask(features)
         self.validation_rows_ = int(tail.sum())
-        if client is None:
-            fitted = self._fit_local(X, target, tail, qs, callbacks)
-        else:
-            from replaylab.demand.distributed import fit_quantile_boosters
-
-            fitted = fit_quantile_boosters(client, X, target, tail, qs, self.config_, self.seed,
-                                           categorical=self.lightgbm_categorical())
-        self.boosters_, self.best_iterations_, tail_raw = fitted
-        self.compute_ = "local" if client is None else "dask"
+        self.boosters_, self.best_iterations_, tail_raw = self._fit_local(X, target, tail, qs,
+                                                                          callbacks)
+        self.compute_ = "local"
         self.n_features_in_ = len(self.feature_names_)
         self.validation_pinball_ = (
             self._pinball(features[tail], y[tail], np.column_stack(tail_raw))

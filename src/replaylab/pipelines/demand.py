@@ -249,8 +249,7 @@ def _evaluate(data: DemandData, scored: dict[str, _Scored], demand: DemandConfig
         "gate": gate,
         "served": served_section(served, y, usable, m.test_lo, m.test_hi, demand.served,
                                  gate["coverage"]["ci"], per_day, gate["coverage"]["sessions"]),
-        "intervals": f"ci: 95% percentile intervals, {N_BOOT} session-bootstrap draws "
-                     "(sessions resampled with replacement; every predictor on the same draws)",
+        "intervals": intervals_text(N_BOOT),
         "rows": int(tm.sum()), "labelled_rows": int(usable.sum()),
         "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
         "model_beats": {
@@ -267,11 +266,19 @@ def _evaluate(data: DemandData, scored: dict[str, _Scored], demand: DemandConfig
     }
 
 
+def intervals_text(n_boot: int) -> str:
+    """The summary's `test.intervals` line (both engines: the one session bootstrap)."""
+    return (f"ci: 95% percentile intervals, {n_boot} session-cluster Poisson bootstrap "
+            "replicates (w[b, s] ~ Poisson(1) from hash(session_id, b); every predictor on "
+            "the same weights)")
+
+
 def _intervals(tests: dict[str, dict], scored: dict[str, _Scored], y: np.ndarray,
                usable: np.ndarray, session: np.ndarray, demand: DemandConfig) -> None:
     """Add `ci` (95% session-bootstrap interval of every figure: pinball per level, mean
     pinball, coverage, width, MAE) to each predictor's test metrics, all predictors on the
-    same replicates (`replaylab.demand.metrics.bootstrap_means`)."""
+    same replicates (`replaylab.demand.metrics.bootstrap_means`: the hashed Poisson session
+    bootstrap, the same weights under either engine)."""
     values = {}
     for name, s in scored.items():
         for k, v in row_figures(y, s.test_q[usable], s.test_lo[usable], s.test_hi[usable],
@@ -369,7 +376,7 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
                  demand: DemandConfig, out_dir: Path, *,
                  trial_callback: Callable[[dict[str, float]], None] | None = None,
                  hpo: HPOConfig | None = None, on_trial: OnTrial | None = None,
-                 write_ledger: bool = False, client: object = None) -> tuple[dict, DemandRun]:
+                 write_ledger: bool = False) -> tuple[dict, DemandRun]:
     """Train, calibrate and test every demand predictor; write predictions; return the summary.
 
     trial_callback: called once, before the test split is touched, with
@@ -377,10 +384,9 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     an HPO driver reports them (and may raise to prune). hpo: an Optuna search
     over the model's hyperparameters on the validation tail of train before the
     final fit (`on_trial(number, params, value)` per finished trial; the entry
-    point logs each as a nested MLflow run). client: a `dask.distributed.Client`
-    (compute=dask): the quantile boosters, HPO trials' included, train on its
-    cluster through lightgbm.dask; projection, baselines, calibration and
-    evaluation stay local; None: all local. Raises DemandDataError
+    point logs each as a nested MLflow run). Everything runs in this process
+    (compute=local; `pipelines.demand_partitions.train_demand_partitions` is the same
+    pipeline over engine partitions). Raises DemandDataError
     when the ledger cannot train a model (no usable labels, a single session,
     everything censored, too few calibration rows).
     """
@@ -396,12 +402,12 @@ def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: Spli
     if hpo is not None and hpo.trials > 0:
         t0 = time.perf_counter()
         best, hpo_facts = search_hyperparameters(
-            lambda model_cfg: validation_pinball(data, demand, model_cfg, client),
+            lambda model_cfg: validation_pinball(data, demand, model_cfg),
             demand.model, hpo, study_suffix=data.version, on_trial=on_trial)
         demand = dataclasses.replace(demand, model=best)
         timings["hpo"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    model, censoring = choose_censoring(data, demand, client)
+    model, censoring = choose_censoring(data, demand)
     timings["model_fit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     baselines = make_baselines(demand.quantiles, demand.default_max_tokens,

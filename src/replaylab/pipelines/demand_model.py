@@ -81,18 +81,16 @@ def censored_rows(data: DemandData, split: str, demand: DemandConfig) -> np.ndar
             & np.isfinite(lab.y_total))
 
 
-def fit_model(data: DemandData, demand: DemandConfig, method: str,
-               client: object = None) -> QuantileDemandModel:
+def fit_model(data: DemandData, demand: DemandConfig, method: str) -> QuantileDemandModel:
     """The quantile model on train: label rows, plus censored rows unless method is none."""
     model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale, demand.clip_to_cap,
                                 demand.seed, censoring=method,
                                 censored_rounds=demand.censoring.rounds[-1])
     if method == NONE:
-        return model.fit(data.frame("train"), data.y("train"), client=client)
+        return model.fit(data.frame("train"), data.y("train"))
     censored = censored_rows(data, "train", demand)
     rows = data.masks["train"] | censored
-    return model.fit(data.features[rows], data.labels.y_total[rows], client=client,
-                     censored=censored[rows])
+    return model.fit(data.features[rows], data.labels.y_total[rows], censored=censored[rows])
 
 
 def censoring_figures(model: QuantileDemandModel, data: DemandData, demand: DemandConfig,
@@ -138,7 +136,7 @@ def censoring_figures(model: QuantileDemandModel, data: DemandData, demand: Dema
     return out
 
 
-def choose_censoring(data: DemandData, demand: DemandConfig, client: object = None
+def choose_censoring(data: DemandData, demand: DemandConfig
                       ) -> tuple[QuantileDemandModel, dict]:
     """The model to keep and the summary's `censoring` section.
 
@@ -154,16 +152,16 @@ def choose_censoring(data: DemandData, demand: DemandConfig, client: object = No
     if n_train < cfg.min_rows:
         section.update(method=NONE, candidate=NONE, reason=f"{n_train} censored train rows < "
                        f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
-        return fit_model(data, demand, NONE, client), section
+        return fit_model(data, demand, NONE), section
     if cfg.method != "auto":
         section.update(method=cfg.method, candidate=cfg.method, reason="configured")
         if cfg.method == PINBALL:
             section["pinball_rounds"] = cfg.rounds[-1]
-        return fit_model(data, demand, cfg.method, client), section
+        return fit_model(data, demand, cfg.method), section
     calib = data.frame("calibration")
     models, candidates = {}, {}
     for method in VARIANTS:
-        model = fit_model(data, demand, method, client)
+        model = fit_model(data, demand, method)
         # the pinball stage's trees are appended: its first r trees are the r-round model
         for name, m in ({f"{PINBALL}@{r}": model.with_censored_rounds(r) for r in cfg.rounds}
                         if method == PINBALL else {method: model}).items():
@@ -185,11 +183,9 @@ def choose_censoring(data: DemandData, demand: DemandConfig, client: object = No
     return model, section
 
 
-def validation_pinball(data: DemandData, demand: DemandConfig, model_cfg,
-                        client: object = None) -> float:
+def validation_pinball(data: DemandData, demand: DemandConfig, model_cfg) -> float:
     """An HPO trial: fit on train with early stopping; mean pinball on the train tail."""
     model = QuantileDemandModel(demand.quantiles, model_cfg, demand.scale, demand.clip_to_cap,
-                                demand.seed).fit(data.frame("train"), data.y("train"),
-                                                 client=client)
+                                demand.seed).fit(data.frame("train"), data.y("train"))
     val = model.validation_pinball_
     return float(np.mean(list(val.values()))) if val else math.nan

@@ -1,11 +1,12 @@
-"""`pipeline=demand compute=dask`, the test figures: every predictor on every test
-partition, summed (`pipelines.demand_dask`, module docstring steps 6 and 7).
+"""The demand pipeline over engine partitions, the test figures: every predictor on every
+test partition, summed (`pipelines.demand_partitions`, module docstring steps 6 and 7).
 
 `eval_part` writes one test partition's predictions (the local
 `predictions_test.parquet` columns) and returns its sums: pinball per level, coverage,
 width, MAE, the raw band, per-group tables, censored rows, reliability, and the
-session-cluster Poisson bootstrap replicates (w[b, s] ~ Poisson(1) from a hash of
-(session_id, b), `dask_ops.poisson_weights`); `eval_sum` adds partitions;
+session bootstrap's replicate sums (w[b, s] ~ Poisson(1) from a hash of
+(session_id, b), `demand.metrics.session_replicates`, the one bootstrap of both
+engines); `eval_sum` adds partitions;
 `test_section` turns the sums into the summary's `test` section and the gate
 (`demand.gate.demand_gate`, the local rule).
 """
@@ -13,6 +14,7 @@ session-cluster Poisson bootstrap replicates (w[b, s] ~ Poisson(1) from a hash o
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -23,11 +25,10 @@ from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import cell_keys
-from replaylab.demand.dask_ops import key_hash, poisson_weights
-from replaylab.demand.gate import CI_LEVEL, demand_gate
+from replaylab.demand.gate import CI_LEVEL, RESAMPLED, demand_gate
 from replaylab.demand.inputs import prompt_tokens
 from replaylab.demand.labels import CLASS_COLUMN, LABEL, LOWER_BOUND_CLASSES
-from replaylab.demand.metrics import quantile_key, row_figures
+from replaylab.demand.metrics import quantile_key, row_figures, session_replicates
 from replaylab.demand.model import MODEL, base_band, request_cap
 from replaylab.demand.served import (
     END_MS,
@@ -37,7 +38,7 @@ from replaylab.demand.served import (
     served_band,
     served_section,
 )
-from replaylab.pipelines.demand import predictions_frame
+from replaylab.pipelines.demand import intervals_text, predictions_frame
 
 
 def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
@@ -51,9 +52,11 @@ def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
     return out
 
 
-def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dict,
-               reliability: dict, demand: DemandConfig, n_boot: int, out_dir: str) -> dict:
-    """One test partition: write its predictions; return its sums (module docstring, 6)."""
+def eval_part(part: pd.DataFrame, predictors: dict, calibrators: dict, reliability: dict,
+              demand: DemandConfig, n_boot: int, out_dir: str,
+              file_name: Callable[[pd.DataFrame], str]) -> dict:
+    """One test partition: write its predictions (`out_dir/file_name(part)`); return its
+    sums (module docstring, 6)."""
     names = list(predictors)
     qs = list(demand.quantiles)
     if len(part) == 0:
@@ -63,7 +66,7 @@ def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dic
     y_all = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
     predictions_frame(part, y_all.copy(), cls, np.isin(cls, LOWER_BOUND_CLASSES),
                       {k: v[:3] for k, v in got.items()}, demand).to_parquet(
-        os.path.join(out_dir, f"part-{index:05d}.parquet"), index=False)
+        os.path.join(out_dir, file_name(part)), index=False)
     u = cls == LABEL
     y = y_all[u]
     cols: dict[str, np.ndarray] = {}
@@ -77,14 +80,10 @@ def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dic
     X = np.column_stack([cols[k] for k in keys]) if len(y) else np.zeros((0, len(keys)))
     res: dict[str, Any] = {"rows": len(part), "n": int(u.sum()), "keys": keys,
                            "sums": X.sum(axis=0)}
-    # session-cluster Poisson bootstrap: per-session sums, weights from hash(session, b)
+    # the one session bootstrap (`demand.metrics.session_replicates`): this partition's sums
     sess = part[L.SESSION_ID].to_numpy(dtype=object)[u]
-    codes, uniq = pd.factorize(sess)
-    xs = np.zeros((len(uniq), len(keys)))
-    np.add.at(xs, codes, X)
-    ns = np.bincount(codes, minlength=len(uniq)).astype(float)
-    w = poisson_weights(key_hash(np.asarray(uniq, dtype=object)), n_boot, demand.seed)
-    res["boot"], res["boot_n"], res["sessions"] = w @ xs, w @ ns, len(uniq)
+    res["boot"], res["boot_n"], res["sessions"] = session_replicates(X, sess, n_boot,
+                                                                     demand.seed)
     # per group value: n, model pinball per level, covered, width, baselines' mean pinball
     test_u = part[u]
     gkeys = bucket_keys(test_u, demand.group_columns)
@@ -121,7 +120,8 @@ def eval_part(part: pd.DataFrame, index: int, predictors: dict, calibrators: dic
 def _served_rows(part: pd.DataFrame, model: tuple, y_all: np.ndarray, cls: np.ndarray,
                  demand: DemandConfig) -> pd.DataFrame:
     """What the served-interval replay needs of each test row (module docstring of
-    `pipelines.demand_dask`, step 8): the model's base band and exported band included."""
+    `pipelines.demand_partitions`, step 8): the model's base band and exported band
+    included."""
     _, lo, hi, (blo, bhi) = model
     n = len(part)
     return pd.DataFrame({
@@ -154,12 +154,12 @@ def served_replay(rows: pd.DataFrame, calibrator, demand: DemandConfig, n_boot: 
     u = rows["usable"].to_numpy(dtype=bool)
     y = rows["y"].to_numpy()
     hit = ((y >= band.lo) & (y <= band.hi))[u].astype(float)
-    codes, uniq = pd.factorize(rows[L.SESSION_ID].to_numpy(dtype=object)[u])
-    w = poisson_weights(key_hash(np.asarray(uniq, dtype=object)), n_boot, demand.seed)
-    reps = (w @ np.bincount(codes, hit, len(uniq))) / (w @ np.bincount(codes, None, len(uniq)))
+    sums, counts, sessions = session_replicates(
+        hit[:, None], rows[L.SESSION_ID].to_numpy(dtype=object)[u], n_boot, demand.seed)
     return served_section(band, y, u, rows["frozen_lo"].to_numpy(),
-                          rows["frozen_hi"].to_numpy(), demand.served, _ci(reps),
-                          rows_per_day(rows["t"].to_numpy()[u]), int(len(uniq)))
+                          rows["frozen_hi"].to_numpy(), demand.served,
+                          _ci(sums[:, 0] / counts), rows_per_day(rows["t"].to_numpy()[u]),
+                          int(sessions))
 
 
 def eval_sum(parts: list[dict]) -> dict:
@@ -220,7 +220,7 @@ def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
          "frozen": tests[MODEL]["coverage"], "rows_per_day": served["rows_per_day"]},
         {"baseline": best, "model_mean_pinball": float(m_mp),
          "baseline_mean_pinball": float(b_mp), "delta": float(m_mp - b_mp),
-         "ci": _ci(delta), "resampled": "sessions (Poisson(1) weights from hash(session_id, b))",
+         "ci": _ci(delta), "resampled": RESAMPLED,
          "n_boot": int(n_boot)})
     groups = []
     others = [b for b in names if b != MODEL]
@@ -251,9 +251,7 @@ def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
     return {
         "gate": gate,
         "served": served,
-        "intervals": f"ci: 95% percentile intervals, {n_boot} session-cluster Poisson bootstrap "
-                     "replicates (w[b, s] ~ Poisson(1) from hash(session_id, b); every "
-                     "predictor on the same weights)",
+        "intervals": intervals_text(n_boot),
         "rows": int(test_rows), "labelled_rows": int(n),
         "model": tests[MODEL], "baselines": baselines, "best_baseline": best,
         "model_beats": {

@@ -1,32 +1,35 @@
-"""`pipeline=demand compute=dask`: the demand pipeline with no ledger row on the driver.
+"""`pipeline=demand` over engine partitions: the demand pipeline written once against
+`compute.Engine`, the ledger never on the driver under `compute=dask`.
 
-`train_demand_dask` runs `pipelines.demand.train_demand`'s stages as Dask graphs
-over a ledger dataset; the driver receives counts, fitted parameters and sums:
+`train_demand_partitions` runs `pipelines.demand.train_demand`'s stages over the
+partitions of a ledger (`Engine.read_ledger` of a dataset, or `Engine.from_validated`
+of one in memory) on either engine; the driver receives counts, fitted parameters and
+sums:
 
-1. read, validate and quarantine on the cluster; fingerprint, project and split by
-   the one projection recipe (`projection.project(..., compute="dask")`: sessions
-   whole in one partition, exact split boundaries);
+1. read, validate and quarantine per partition; fingerprint, project and split by
+   the one projection recipe on the engine (`projection.project_on`: sessions whole in
+   one partition, exact split boundaries);
 2. labels per partition (`demand.labels.demand_labels`): the ledger's
    finish_reason and lifecycle_state travel beside the features by the same
    session_id shuffle (same hash, same partition count: the same partition),
    every row checked to have found its ledger row;
 3. baselines fitted exactly as locally, to the same classes
    (`demand.baselines`): global quantiles by an exact distributed selection
-   (`demand.dask_ops.exact_quantiles_dask`: numpy's `quantile` bit for bit);
+   (`compute.ops.exact_quantiles`: numpy's `quantile` bit for bit);
    category-bucket tables by a shuffle on the bucket key and pandas' groupby
-   quantile per bucket on the worker holding it (the local code on the same
+   quantile per bucket on the partition holding it (the local code on the same
    values); the session EWMA ratio quantiles by the exact selection;
-4. the quantile boosters with `lightgbm.dask` fed from the train split's
-   partitions (`demand.distributed.fit_quantile_boosters_dask`); the
-   early-stopping tail is the local rule's session-grouped, time-ordered cut
-   (`split_boundaries_dask` over train);
+4. the quantile boosters: on a LocalEngine the local estimator on the collected train
+   rows; on a DaskEngine `lightgbm.dask` fed from the train split's partitions
+   (`compute.lgbm.fit_boosters`), the early-stopping tail the local rule's
+   session-grouped, time-ordered cut;
 5. conformal calibration from the calibration split's conformity scores,
    computed per partition. Up to `CALIBRATION_COLLECT_MAX` labelled rows the
    (score, cell) pairs of every predictor are collected (5M rows x 5 float64
    scores + a cell string: about 300 MB at the bound) and the corrections are the
    exact local ones (`GroupConformal.fit_scores`). Beyond it, a uniform
    subsample of exactly `CALIBRATION_COLLECT_MAX` rows without replacement, by
-   the smallest values of a hash of request_id (`dask_ops.hash_uniform`), is
+   the smallest values of a hash of request_id (`compute.ops.hash_uniform`), is
    collected instead: the hash does not look at the scores, so the subsample is
    a uniformly random subset of an exchangeable calibration set, itself
    exchangeable with a test row, and split conformal's finite-sample guarantee
@@ -36,16 +39,16 @@ over a ledger dataset; the driver receives counts, fitted parameters and sums:
    correction's sampling variability grows (of order 1/sqrt(n));
 6. test metrics as partition sums (pinball per level, coverage, width, MAE, the
    raw band, per-group tables, censored rows, reliability), every predictor on
-   the same labelled rows; intervals by a session-cluster Poisson bootstrap with
-   w[b, s] ~ Poisson(1) from a hash of (session_id, b) (`dask_ops.poisson_weights`),
-   so every partition draws the same weight for the same session without
-   talking to the others; N_BOOT_DASK = 200 replicates (the cost is B x sessions
-   per partition; the Monte Carlo error of a 2.5% / 97.5% percentile endpoint
-   with B = 200 is about 0.19 bootstrap standard errors, against 0.085 with the
-   local path's 1000 multinomial draws); the gate is `demand.gate.demand_gate`,
+   the same labelled rows; intervals by THE session bootstrap of both engines
+   (`demand.metrics.session_replicates`): w[b, s] ~ Poisson(1) from a hash of
+   (session_id, b) (`compute.ops.poisson_weights`), so every partition draws the
+   same weight for the same session without talking to the others, and the local
+   run draws the same; N_BOOT = 1000 replicates (the cost is B x sessions per
+   partition, in blocks of 4,096 sessions); the gate is `demand.gate.demand_gate`,
    the local rule, on these aggregates;
-7. predictions written by the workers as Parquet, one file per test partition
-   (`DIR/predictions_test/part-*.parquet`), the local file's columns;
+7. predictions written per test partition as Parquet (by the workers on Dask),
+   one file per partition (`DIR/predictions_test/part-*.parquet`), the local file's
+   columns;
 8. the interval serving will serve (`demand.served`, the local rule): each test
    partition returns, per row, what the replay of the runtime's online recalibration
    needs (dispatch and end time, cell, the model's base band, prompt, cap, actual,
@@ -56,30 +59,29 @@ over a ledger dataset; the driver receives counts, fitted parameters and sums:
    weights as every other figure.
 
 Where each step lives: this module holds the stages (read, project and label, the
-summary, the report) and the label counts; the predictors fitted on Dask frames
-(steps 3 to 5: `fit_baselines_dask`, `fit_model_dask`, `calibrate_dask`) are
-`replaylab.demand.fit_dask`; the test figures as partition sums (steps 6 and 7) are
-`pipelines.demand_dask_figures`.
+summary, the report) and the label counts; the predictors fitted on engine frames
+(steps 3 to 5: `fit_baselines`, `fit_model`, `calibrate`) are
+`replaylab.demand.fit_partitions`; the test figures as partition sums (steps 6 and 7)
+are `pipelines.demand_figures`.
 
-Measured against the local run on the same rows (bench/bench_demand_dask.py, a
+Measured against the in-memory local run on the same rows (bench/bench_demand_dask.py, a
 synthetic ledger of 1,094,273 rows in 16 Parquet parts, 2 worker processes x 1
-thread, 2026-12-06): accounting, splits, labels and time windows equal; every
-baseline's fitted state equal (global quantiles and bucket tables bit for bit) and
-its test figures equal to 1e-13 (summation order); the model's test mean pinball
--3.0e-6 relative (28.09434 vs 28.09443), per level within 7.3e-5 relative,
-coverage -0.0037 (0.8018 vs 0.8056), mean width -0.09%; per-row model quantiles
-differ by a median 1e-4 and a 99th percentile 2.5% relative. The tolerances the
-tests hold the model to: mean pinball 5% relative, coverage 0.04 absolute (a
-5,000-row ledger: observed -0.013% and -0.0048).
+thread, 2026-12-06, before the move onto the engine): accounting, splits, labels and
+time windows equal; every baseline's fitted state equal (global quantiles and bucket
+tables bit for bit) and its test figures equal to 1e-13 (summation order); the model's
+test mean pinball -3.0e-6 relative (28.09434 vs 28.09443), per level within 7.3e-5
+relative, coverage -0.0037 (0.8018 vs 0.8056), mean width -0.09%; per-row model
+quantiles differ by a median 1e-4 and a 99th percentile 2.5% relative. The tolerances
+the tests hold the model to: mean pinball 5% relative, coverage 0.04 absolute.
 
-Differences from the local run, by construction: the boosters (LightGBM's
-distributed bins and per-worker quantile leaf averaging, `demand.distributed`),
-so the model's predictions, its interval and every figure of the model differ a
-little; the baselines' fitted state and figures do not (exact). Not distributed
-(yet): HPO, the `pinball` censoring variant and `auto`'s choice among variants
-(the run trains `none`, or `realized` when configured, and says so), the HTML
-report (which recomputes from rows), the fingerprint (the multiset scheme of
-`project_dask`, not the local sort-based one).
+Differences from the in-memory run, by construction: on Dask the boosters
+(LightGBM's distributed bins and per-worker quantile leaf averaging, `compute.lgbm`), so
+the model's predictions, its interval and every figure of the model differ a little;
+the baselines' fitted state and figures do not (exact), nor any interval's bootstrap
+(one hashed Poisson bootstrap on both engines). Not partitioned (yet): HPO, the
+`pinball` censoring variant and `auto`'s choice among variants (the run trains `none`,
+or `realized` when configured, and says so), the HTML report (which recomputes from a
+uniform sample of rows).
 """
 
 from __future__ import annotations
@@ -90,23 +92,24 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 import pandas as pd
 
+from replaylab.compute.ops import hashed_sample, key_hash, sample_rows
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.demand.baselines import bucket_keys
 from replaylab.demand.censoring import NONE, REALIZED
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal
-from replaylab.demand.dask_ops import hash_uniform, key_hash, on_partitions
-from replaylab.demand.fit_dask import (
-    calibrate_dask,
-    fit_baselines_dask,
-    fit_model_dask,
+from replaylab.demand.fit_partitions import (
+    calibrate,
+    fit_baselines,
+    fit_model,
     model_rows,
+    select,
 )
+from replaylab.demand.gate import N_BOOT
 from replaylab.demand.labels import (
     ABSENT_USAGE,
     CLASS_COLUMN,
@@ -119,26 +122,45 @@ from replaylab.demand.labels import (
 from replaylab.demand.metrics import quantile_key
 from replaylab.demand.model import MODEL, request_cap
 from replaylab.demand.served import END_MS, ledger_end_ms
-from replaylab.pipelines.demand_dask_figures import (
+from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.demand import DemandRun, select_golden_rows
+from replaylab.pipelines.demand_figures import (
     eval_part,
     eval_sum,
     served_replay,
     test_section,
 )
-from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project
-from replaylab.projection.version import FINGERPRINT_SCHEME_DASK
+from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project_on
+from replaylab.tracking.demand_report import write_demand_report
 
 CALIBRATION_COLLECT_MAX = 5_000_000  # calibration rows whose scores are collected exactly
-N_BOOT_DASK = 200
-STAGES = {"read": "read and validate per partition, the quarantine written by the workers",
+STAGES = {"read": "read and validate per partition, the quarantine written per partition",
           "project": "the ledger fingerprint, projection, exact split boundaries and labels "
-                     "per partition; the features written by the workers",
-          "model": "the quantile boosters (lightgbm.dask)",
+                     "per partition; the features written per partition",
+          "model": "the quantile boosters (local LightGBM, or lightgbm.dask on the cluster)",
           "calibrate": "baselines (exact) and conformal calibration scores",
-          "evaluate": "test metrics as partition sums, predictions written by the workers",
+          "evaluate": "test metrics as partition sums, predictions written per partition",
           "report": "the report's figures from a uniform sample of the predictions"}
 GOLDEN_SAMPLE = 5_000  # test rows (hashed sample) the golden rows are picked from
 REPORT_ROWS = 100_000  # test predictions (hashed sample) the report's figures are drawn from
+GOLDEN_SALT = 7  # the golden and report samples' hash stream (seed + this)
+LEDGER_LABEL_COLUMNS = (L.SESSION_ID, L.REQUEST_ID, L.FINISH_REASON, L.LIFECYCLE_STATE,
+                        L.ENDED_AT, L.DURATION_MS)  # the end: when serving gets the actual
+
+
+# ------------------------------------------------------------------ engine helpers
+
+
+def map_aligned(engine: Any, fn: Callable, frame: Any, other: Any, *args: Any,
+                meta: Any = None) -> Any:
+    """fn(part, other_part, *args) over two frames partitioned alike (partition i with
+    partition i). A generic op the engine does not offer yet (its home: `Engine.map` with
+    a Frame argument, the lead's to move): the one place this module knows what a Frame
+    is (a dask collection, whose map aligns a collection argument by position; a local
+    list of pandas parts)."""
+    if engine.kind == "dask":
+        return engine.map(fn, frame, other, *args, meta=meta, align_dataframes=False)
+    return [fn(p, o, *args) for p, o in zip(frame, other, strict=True)]
 
 
 # ------------------------------------------------------------------ labels
@@ -160,17 +182,21 @@ def _label_part(part: pd.DataFrame, ledger: pd.DataFrame, failed_is_censored: bo
     return part.assign(**{CLASS_COLUMN: labels.label_class, END_MS: ledger_end_ms(aligned)})
 
 
-def attach_labels(features: Any, valid: Any, failed_is_censored: bool) -> Any:
-    """Features with a `label_class` column, per partition (no gathering)."""
-    cols = [c for c in (L.SESSION_ID, L.REQUEST_ID, L.FINISH_REASON, L.LIFECYCLE_STATE,
-                        L.ENDED_AT, L.DURATION_MS)  # the end: when serving gets the actual
-            if c in valid.columns]
-    small = valid[cols].shuffle(on=L.SESSION_ID, npartitions=features.npartitions,
-                                shuffle_method="tasks")
-    meta = features._meta.assign(**{CLASS_COLUMN: pd.Series([], dtype=object),
-                                    END_MS: pd.Series([], dtype="float64")})
-    return features.map_partitions(_label_part, small, failed_is_censored, meta=meta,
-                                   align_dataframes=False)
+def _columns(part: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    return part[cols]
+
+
+def attach_labels(engine: Any, features: Any, valid: Any, failed_is_censored: bool) -> Any:
+    """Features with `label_class` and the modeled end columns, per partition (no
+    gathering): the ledger's label columns travel to the features' partitions by the same
+    session_id shuffle (same hash, same partition count: the same partition), every row
+    checked to have found its ledger row."""
+    cols = [c for c in LEDGER_LABEL_COLUMNS if c in engine.columns(valid)]
+    small = engine.shuffle_by(engine.map(_columns, valid, cols,
+                                         meta=engine.meta(valid)[cols]), L.SESSION_ID)
+    meta = engine.meta(features).assign(**{CLASS_COLUMN: pd.Series([], dtype=object),
+                                               END_MS: pd.Series([], dtype="float64")})
+    return map_aligned(engine, _label_part, features, small, failed_is_censored, meta=meta)
 
 
 def _facts_part(part: pd.DataFrame, group_columns: tuple[str, ...]) -> dict:
@@ -257,85 +283,85 @@ def check_trainable_counts(counts: dict, sessions: int, min_train_rows: int,
 # ------------------------------------------------------------------ entry
 
 
-def _golden_sample(part: pd.DataFrame, frac: float, seed: int) -> pd.DataFrame:
-    u = hash_uniform(key_hash(part[L.REQUEST_ID]), seed + 7) if len(part) else np.zeros(0)
-    return part[u < frac]
+def _without(part: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
+    return part.drop(columns=cols)
 
 
-def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: ProjectionConfig,
-                      split: SplitConfig, out_dir: Path, client: object = None, *,
-                      blocksize: int | str | None = None, n_boot: int = N_BOOT_DASK,
-                      calibration_max: int = CALIBRATION_COLLECT_MAX,
-                      progress: Callable[[str], None] | None = None) -> tuple[dict, Any]:
-    """`pipelines.demand.train_demand` on a Dask cluster over a ledger dataset.
+def _part_name(part: pd.DataFrame) -> str:
+    """A test partition's predictions file: named by a hash of its first request id (the
+    same name for the same partition on either engine and every rerun)."""
+    first = str(part[L.REQUEST_ID].iloc[0]) if len(part) else ""
+    return f"part-{int(key_hash(np.array([first], dtype=object))[0]):016x}.parquet"
 
-    spec_or_dataset: a ledger dataset spec (`contracts.dataset.ledger_paths`: file,
-    directory, glob, hive) or a `LedgerDataset` already read. client: a
-    `distributed.Client` (default: the current one). Writes quarantine/,
-    features/ and predictions_test/ (Parquet, by the workers) under out_dir and
-    returns (summary with `train_demand`'s keys, `DemandRun`). Raises
-    DemandDataError when nothing can be trained (`labels.check_trainable`'s rules).
 
-    progress(text): the stage lines (`pipelines.stages.DaskStages`, `STAGES`; default the
-    `replaylab` logger), with a task bar on a TTY. A worker lost mid-run: Dask recomputes
+def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
+                            projection: ProjectionConfig, split: SplitConfig, out_dir: Path, *,
+                            blocksize: int | str | None = None, n_boot: int = N_BOOT,
+                            calibration_max: int = CALIBRATION_COLLECT_MAX,
+                            injected_defects: dict | None = None,
+                            progress: Callable[[str], None] | None = None) -> tuple[dict, Any]:
+    """`pipelines.demand.train_demand` over the partitions of `engine` (module docstring).
+
+    source: a ledger dataset spec (file, directory, glob, hive: `Engine.read_ledger`) or a
+    `compute.LedgerFrame` already read. Writes quarantine/, features/ and
+    predictions_test/ (Parquet, per partition) and served_test.parquet under out_dir and
+    returns (summary with `train_demand`'s keys, `DemandRun`). Raises DemandDataError
+    when nothing can be trained (`labels.check_trainable`'s rules).
+
+    progress(text): the stage lines (`Engine.stages`, `STAGES`; default the `replaylab`
+    logger), with a task bar on a TTY under Dask. A worker lost mid-run: Dask recomputes
     its tasks from the graph; the boosters, which lightgbm.dask trains on a fixed set of
     workers, wait (dask config `replaylab.lost-worker-wait`, default
-    `demand.distributed.LOST_WORKER_WAIT_S` s) for the cluster to be back to the workers
-    it had when the run started and are refitted once: the same result as an undisturbed
+    `compute.lgbm.LOST_WORKER_WAIT_S` s) for the cluster to be back to the workers it
+    had when the run started and are refitted once: the same result as an undisturbed
     run; else `StageFailed`, one line naming the stage.
     """
-    from distributed import default_client
-
-    from replaylab.contracts.dataset import DEFAULT_BLOCKSIZE, read_ledger_dask
-    from replaylab.demand.distributed import WorkersLost
-    from replaylab.pipelines.demand import DemandRun, select_golden_rows
-    from replaylab.pipelines.stages import DaskStages
-    from replaylab.projection.distributed import no_string_conversion
-
-    client = client or default_client()
-    n_workers = len(client.scheduler_info()["workers"])  # the boosters train on as many
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stage = DaskStages(STAGES, progress, client=client)
-    with no_string_conversion(), stage:
+    stage = engine.stages(STAGES, progress)
+    with stage:
         with stage("read"):
-            ds = (read_ledger_dask(spec_or_dataset, blocksize or DEFAULT_BLOCKSIZE)
-                  if isinstance(spec_or_dataset, (str, os.PathLike))
-                  else spec_or_dataset).persist()
-            accounting = ds.write_quarantine(str(out_dir / "quarantine"))
-            source = str(spec_or_dataset) if isinstance(spec_or_dataset, (str, os.PathLike)) \
-                else accounting.source
+            is_spec = isinstance(source, (str, os.PathLike))
+            ds = engine.read_ledger(str(source), blocksize=blocksize) if is_spec else source
+            quarantine = ds.write_quarantine(str(out_dir / "quarantine"))
+            accounting = ds.accounting
+            where = str(source) if is_spec else accounting.source
             if accounting.rows_valid == 0:
-                raise DemandDataError(f"{source}: no valid ledger rows "
+                raise DemandDataError(f"{where}: no valid ledger rows "
                                       f"({accounting.rows_quarantined} quarantined, see "
                                       "quarantine/): nothing to train on")
         with stage("project"):
-            projected = project(ds.valid, projection, split, compute="dask")
-            features, splits = projected.features, projected.splits
+            projected = project_on(engine, ds.valid, projection, split)
+            features, splits = projected.features, projected.splits  # split: a column
             fingerprint, version = projected.fingerprint, projected.version
-            lab = attach_labels(features, ds.valid, demand.failed_is_censored).persist()
-            facts = on_partitions(lab, _facts_part, _facts_sum, tuple(demand.group_columns))
+            lab = engine.persist(attach_labels(engine, features, ds.valid,
+                                               demand.failed_is_censored))
+            facts = _facts_sum(engine.each(_facts_part, lab, tuple(demand.group_columns)))
             sessions = sum(splits["sessions"].values())
             check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
-                                   demand.min_calibration_rows, source)
-            lab.drop(columns=[CLASS_COLUMN, END_MS]).to_parquet(str(out_dir / "features"),
-                                                                write_index=False)
+                                   demand.min_calibration_rows, where)
+            engine.write(engine.map(_without, lab, [CLASS_COLUMN, END_MS],
+                                    meta=engine.meta(features)), out_dir / "features")
 
         with stage("model"):
             method, censoring = _censoring_section(demand, facts["counts"])
             try:
-                model = fit_model_dask(model_rows(lab, demand, method), demand, method,
-                                       client, n_workers)
-            except WorkersLost as e:  # the line says what the worker died of (the nannies)
-                raise stage.failure("model", e, "LightGBM (lightgbm.dask)") from e
+                model = fit_model(engine, model_rows(engine, lab, demand, method), demand,
+                                  method)
+            except Exception as e:
+                from replaylab.compute.lgbm import WorkersLost
+
+                if isinstance(e, WorkersLost):  # what the worker died of: the nannies
+                    raise stage.failure("model", e, "LightGBM (lightgbm.dask)") from e
+                raise
 
         with stage("calibrate"):
-            train = lab[(lab["split"] == "train") & (lab[CLASS_COLUMN] == LABEL)].persist()
-            baselines = fit_baselines_dask(train, demand)
+            train = engine.persist(select(engine, lab, "train", (LABEL,)))
+            baselines = fit_baselines(engine, train, demand)
             predictors = {MODEL: model, **baselines}
-            calib = lab[(lab["split"] == "calibration") & (lab[CLASS_COLUMN] == LABEL)]
-            calibrators, scores, cal_how = calibrate_dask(calib, predictors, demand,
-                                                          calibration_max)
+            calib = select(engine, lab, "calibration", (LABEL,))
+            calibrators, scores, cal_how = calibrate(engine, calib, predictors, demand,
+                                                     calibration_max)
             cells = scores["cell"].to_numpy(dtype=object)
             reliability = {float(level): GroupConformal(
                 level, demand.group_columns, demand.min_group_size, demand.scale).fit_scores(
@@ -344,24 +370,21 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             del scores
 
         with stage("evaluate"):
-            test = lab[lab["split"] == "test"]
+            test = engine.persist(select(engine, lab, "test", None))
             pred_dir = out_dir / "predictions_test"
             pred_dir.mkdir(parents=True, exist_ok=True)
             for old in pred_dir.glob("part-*.parquet"):
                 old.unlink()
-            shared = client.scatter([predictors, calibrators, reliability], broadcast=True,
-                                    hash=False)
-            parts = [dask.delayed(eval_part)(p, i, *shared, demand, n_boot, str(pred_dir))
-                     for i, p in enumerate(test.to_delayed())]
-            agg = dask.delayed(eval_sum)(parts).compute()
+            agg = eval_sum(engine.each(eval_part, test, predictors, calibrators, reliability,
+                                       demand, n_boot, str(pred_dir), _part_name))
             test_rows = splits["rows"].get("test", 0)
             served = served_replay(agg.pop("served_rows"), calibrators[MODEL], demand, n_boot,
                                    out_dir)
             section = test_section(agg, list(predictors), demand, n_boot,
-                                    facts["train_groups"], test_rows, served)
+                                   facts["train_groups"], test_rows, served)
             frac = min(1.0, GOLDEN_SAMPLE / max(test_rows, 1))
-            sample = test.map_partitions(_golden_sample, frac, demand.seed,
-                                         meta=test._meta).compute()
+            sample = engine.collect(hashed_sample(engine, test, frac, demand.seed + GOLDEN_SALT,
+                                                  key=L.REQUEST_ID))
     took = stage.timings
     timings = {"projection": took["read"] + took["project"], "model_fit": took["model"],
                "baselines_and_calibration": took["calibrate"], "evaluation": took["evaluate"]}
@@ -374,14 +397,13 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
     cal = calibrators[MODEL]
     val = model.validation_pinball_
     importance = sorted(model.feature_importance().items(), key=lambda kv: -kv[1])
-    feat_cols = [c for c in feature_columns(features._meta) if c != "split"]
+    feat_cols = [c for c in feature_columns(engine.meta(features)) if c != "split"]
+    on_cluster = getattr(model, "compute_", "local") == "dask"
     summary = {
         "pipeline": "demand",
-        "compute": "dask",
-        **{k: v for k, v in accounting.summary().items() if k != "contract"},
-        "injected_defects": {},
+        **{k: v for k, v in ds.summary().items() if k != "contract"},
+        "injected_defects": dict(injected_defects or {}),
         "ledger_fingerprint": fingerprint,
-        "fingerprint_scheme": FINGERPRINT_SCHEME_DASK,
         "projection": {"version": version, "rows": int(sum(splits["rows"].values())),
                        "assume_ended_before_next": projection.assume_ended_before_next,
                        "ewma_alpha": projection.ewma_alpha, "split_config": asdict(split),
@@ -400,13 +422,15 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             "validation": {"rows": model.validation_rows_, "pinball": val,
                            "mean_pinball": float(np.mean(list(val.values()))) if val else None},
             "feature_importance_gain": dict(importance[:15]),
-            "trained_with": "lightgbm.dask (demand.distributed.fit_quantile_boosters_dask)",
+            "trained_with": ("lightgbm.dask (compute.lgbm.fit_boosters)" if on_cluster
+                             else "lightgbm (QuantileDemandModel.fit)"),
             "lightgbm_categorical": model.lightgbm_categorical(),
             "categorical_as_codes": list(getattr(model, "categorical_as_codes_", [])),
             "train_partitions_without_rows": int(getattr(model, "empty_partitions_", 0)),
-            "workers": n_workers},  # the model is a function of the rows and of this number
+            # the model is a function of the rows and of this number
+            "workers": int(engine.facts().get("n_workers", 1))},
         "censoring": censoring,
-        "hpo": {"trials_run": 0, "note": "not run under compute=dask"},
+        "hpo": {"trials_run": 0, "note": "not run over engine partitions"},
         "calibration": {
             "rows": cal_how["rows"], "level": demand.interval, "scale": demand.scale,
             "group_columns": list(demand.group_columns),
@@ -416,15 +440,13 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
             "rule": cal_how["rule"]},
         "gate": section.pop("gate"),
         "test": section,
-        "artifacts": {"quarantine": str(out_dir / "quarantine"),
+        "artifacts": {**({"quarantine": quarantine} if quarantine else {}),
                       "features": str(out_dir / "features"),
                       "predictions_test": str(pred_dir),
                       "served_test": str(out_dir / "served_test.parquet")},
         "partitions": int(ds.npartitions),
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
-    from replaylab.jsonsafe import json_safe
-
     summary = json_safe(summary)
     with stage, stage("report"):
         report, report_rows = _write_report(pred_dir, summary, out_dir, demand.seed)
@@ -441,16 +463,12 @@ def train_demand_dask(spec_or_dataset: Any, demand: DemandConfig, projection: Pr
 
 def _write_report(pred_dir: Path, summary: dict, out_dir: Path, seed: int) -> tuple[Path, int]:
     """`write_demand_report` from the summary and a bounded uniform sample of the written
-    predictions (at most REPORT_ROWS rows, chosen on the workers by a hash of request_id)."""
-    import dask.dataframe as dd
-
-    from replaylab.tracking.demand_report import write_demand_report
-
+    predictions (at most REPORT_ROWS rows, by a hash of request_id), read file by file."""
     n = int(summary["test"]["rows"])
     frac = min(1.0, REPORT_ROWS / max(n, 1))
-    with dask.config.set({"dataframe.convert-string": False}):
-        preds = dd.read_parquet(str(pred_dir))
-        sample = preds.map_partitions(_golden_sample, frac, seed, meta=preds._meta).compute()
+    parts = [sample_rows(pd.read_parquet(f), frac, seed + GOLDEN_SALT, L.REQUEST_ID)
+             for f in sorted(pred_dir.glob("part-*.parquet"))]
+    sample = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     sample = sample.sort_values(L.TIMESTAMP, kind="stable").reset_index(drop=True)
     return write_demand_report(sample, summary, out_dir), len(sample)
 
@@ -477,5 +495,5 @@ def _censoring_section(demand: DemandConfig, counts: dict) -> tuple[str, dict]:
     return NONE, section
 
 
-__all__ = ["CALIBRATION_COLLECT_MAX", "N_BOOT_DASK", "attach_labels", "check_trainable_counts",
-           "train_demand_dask"]
+__all__ = ["CALIBRATION_COLLECT_MAX", "attach_labels", "check_trainable_counts",
+           "train_demand_partitions"]

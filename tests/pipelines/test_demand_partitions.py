@@ -1,8 +1,10 @@
-"""pipeline=demand compute=dask (`pipelines.demand_dask.train_demand_dask`) against the local
-`train_demand` on the same rows: accounting, splits and labels equal; every baseline's
-fitted state equal; the model's test figures within a tolerance (the lightgbm.dask boosters
-differ by construction); the Poisson-bootstrap interval covers the local point estimate;
-every test row written once to the partitioned predictions."""
+"""pipeline=demand over engine partitions (`pipelines.demand_partitions.train_demand_partitions`)
+on a DaskEngine and a LocalEngine against the in-memory `train_demand` on the same rows:
+accounting, splits and labels equal; every baseline's fitted state equal; the model's test
+figures within a tolerance on Dask (the lightgbm.dask boosters differ by construction) and
+equal on the LocalEngine (the same local estimator); the one session bootstrap (hashed
+Poisson) gives every engine equal intervals; every test row written once to the
+partitioned predictions."""
 
 from __future__ import annotations
 
@@ -12,16 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from replaylab.compute import ComputeConfig, DaskEngine, LocalEngine
+from replaylab.compute.ops import exact_quantiles, key_hash, order_statistics, poisson_weights
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.io import write_table
 from replaylab.demand import DemandConfig, QuantileModelConfig
 from replaylab.demand.config import CensoringConfig
-from replaylab.demand.dask_ops import (
-    exact_quantiles_dask,
-    key_hash,
-    kth_smallest_hash,
-    poisson_weights,
-)
 from replaylab.pipelines.demand import train_demand
 from replaylab.pipelines.project import LedgerInput, load_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
@@ -37,12 +35,15 @@ REALIZED_CFG = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimator
                             censoring=CensoringConfig(method="realized"), min_group_size=100)
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    import dask
-    from distributed import Client, LocalCluster
+def dask_engine(address: str, client) -> DaskEngine:
+    return DaskEngine(ComputeConfig(kind="dask", address=address), client)
 
-    from replaylab.pipelines.demand_dask import train_demand_dask
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, dask_address, dask_client):
+    import dask
+
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
 
     root = tmp_path_factory.mktemp("dd")
     frame = generate_synthetic_ledger(
@@ -54,18 +55,20 @@ def runs(tmp_path_factory):
     projection, split = ProjectionConfig(), SplitConfig(embargo_ms=300_000)
     local, local_run = train_demand(load_ledger(LedgerInput(path=str(single))), projection,
                                     split, CFG, root / "local")
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client, \
-            dask.config.set({"dataframe.convert-string": False}):
-        dist, dist_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
-                                           root / "dask", client, blocksize=60_000)
+    engine = dask_engine(dask_address, dask_client)  # the session's LocalCluster
+    with dask.config.set({"dataframe.convert-string": False}):
+        dist, dist_run = train_demand_partitions(engine, str(root / "ds"), CFG, projection,
+                                                 split, root / "dask", blocksize=60_000)
         # past the collection bound: a hashed uniform subsample of SUBSAMPLE scores
-        sub, sub_run = train_demand_dask(str(root / "ds"), CFG, projection, split,
-                                         root / "dask-sub", client, blocksize=60_000,
-                                         calibration_max=SUBSAMPLE, n_boot=50)
-        real = train_demand_dask(str(root / "ds"), REALIZED_CFG, projection, split,
-                                 root / "dask-realized", client, blocksize=60_000, n_boot=20)
-    return local, local_run, dist, dist_run, sub, sub_run, real
+        sub, sub_run = train_demand_partitions(engine, str(root / "ds"), CFG, projection,
+                                               split, root / "dask-sub", blocksize=60_000,
+                                               calibration_max=SUBSAMPLE, n_boot=50)
+        real = train_demand_partitions(engine, str(root / "ds"), REALIZED_CFG, projection,
+                                       split, root / "dask-realized", blocksize=60_000,
+                                       n_boot=20)
+    parts = train_demand_partitions(LocalEngine(), str(root / "ds"), CFG, projection, split,
+                                    root / "local-parts")
+    return local, local_run, dist, dist_run, sub, sub_run, real, parts
 
 
 @pytest.mark.slow
@@ -149,7 +152,7 @@ def test_model_figures_within_tolerance_of_local(runs):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_poisson_bootstrap_interval_covers_local_estimate(runs):
+def test_one_session_bootstrap_gives_equal_intervals_on_both_engines(runs):
     local, _, dist, _, *_ = runs
     for name in ("model", *local["test"]["baselines"]):
         lt = local["test"]["model" if name == "model" else "baselines"]
@@ -158,11 +161,47 @@ def test_poisson_bootstrap_interval_covers_local_estimate(runs):
         for k in ("mean_pinball", "coverage", "mean_width"):
             lo, hi = dt["ci"][k]
             assert lo <= lt[k] <= hi, (name, k, lo, lt[k], hi)
-    # the baselines' intervals are of the same rows: close to the local multinomial ones
-    lb = local["test"]["baselines"]["category_bucket"]["ci"]["mean_pinball"]
-    db = dist["test"]["baselines"]["category_bucket"]["ci"]["mean_pinball"]
-    width = lb[1] - lb[0]
-    assert abs(db[0] - lb[0]) < 0.5 * width and abs(db[1] - lb[1]) < 0.5 * width
+    # one session bootstrap on both engines (hashed Poisson weights per session): the
+    # baselines' figures are exact on both, so are their intervals, every figure's
+    assert local["test"]["intervals"] == dist["test"]["intervals"]
+    for name, lt in local["test"]["baselines"].items():
+        dci = dist["test"]["baselines"][name]["ci"]
+        assert set(dci) == set(lt["ci"]), name
+        for k, ci in lt["ci"].items():
+            assert dci[k] == pytest.approx(ci, rel=1e-9, abs=1e-12), (name, k, dci[k], ci)
+    # the gate's resampling is named the same way
+    assert dist["gate"]["vs_best_baseline"]["resampled"] == \
+        local["gate"]["vs_best_baseline"]["resampled"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_local_engine_partitions_train_what_the_in_memory_run_trains(runs):
+    """The same pipeline on a LocalEngine: the local estimator on the same rows, so every
+    figure of the model too (summed per partition instead of averaged: to 1e-9)."""
+    local, lr, *_, parts = runs
+    pr = parts[1]
+    parts = parts[0]
+    for key in ("rows_read", "rows_valid", "splits", "labels", "time_window"):
+        assert parts[key] == local[key], key
+    assert parts["ledger_fingerprint"] == local["ledger_fingerprint"]
+    assert parts["projection"]["version"] == local["projection"]["version"]
+    assert [b.model_to_string() for b in pr.model.boosters_] == \
+        [b.model_to_string() for b in lr.model.boosters_]
+    assert pr.calibrator.corrections_ == lr.calibrator.corrections_
+    assert parts["model"]["trained_with"].startswith("lightgbm (")
+    for name in ("model", *local["test"]["baselines"]):
+        lt = local["test"]["model"] if name == "model" else local["test"]["baselines"][name]
+        pt = parts["test"]["model"] if name == "model" else parts["test"]["baselines"][name]
+        for k in ("mean_pinball", "coverage", "mean_width", "mae_p50"):
+            assert pt[k] == pytest.approx(lt[k], rel=1e-9), (name, k)
+        for k, ci in lt["ci"].items():
+            assert pt["ci"][k] == pytest.approx(ci, rel=1e-9, abs=1e-12), (name, k)
+    assert parts["gate"]["verdict"] == local["gate"]["verdict"]
+    assert parts["gate"]["coverage"]["ci"] == pytest.approx(local["gate"]["coverage"]["ci"],
+                                                            rel=1e-9)
+    assert parts["test"]["served"]["coverage"] == pytest.approx(
+        local["test"]["served"]["coverage"], rel=1e-12)
 
 
 @pytest.mark.slow
@@ -210,18 +249,16 @@ def test_both_engines_gate_the_interval_serving_serves_by_the_same_replay(runs):
 
 
 def test_exact_quantiles_equal_numpy():
-    import dask.dataframe as dd
-
     rng = np.random.default_rng(0)
+    engine = LocalEngine()
     for x in (rng.integers(0, 3000, 5001).astype(float), rng.standard_normal(777) * 1e3,
               np.exp(rng.standard_normal(4000)), np.array([3.0]), np.array([1.0, 1, 1, 2])):
-        s = dd.from_pandas(pd.Series(x), npartitions=3)
-        got, n = exact_quantiles_dask(s, (0.1, 0.5, 0.9))
-        assert n == len(x)
+        frame = engine.from_pandas(pd.DataFrame({"x": x}), npartitions=3)
+        got = exact_quantiles(engine, frame, "x", (0.1, 0.5, 0.9))
         assert np.array_equal(got, np.quantile(x, (0.1, 0.5, 0.9)))
-    s = dd.from_pandas(pd.Series(rng.random(1000)), npartitions=4)
-    t = kth_smallest_hash(s, 100)
-    assert int((s <= t).sum().compute()) == 100
+    u = rng.random(1000)
+    t = order_statistics(engine, engine.from_pandas(pd.DataFrame({"u": u}), 4), "u", [99])[0]
+    assert int((u <= t).sum()) == 100  # the subsample threshold: exactly 100 rows at or under
 
 
 def test_poisson_weights_are_a_function_of_the_key():
@@ -237,7 +274,7 @@ def test_poisson_weights_are_a_function_of_the_key():
 @pytest.mark.slow
 @pytest.mark.integration
 def test_calibration_past_the_bound_uses_an_exact_size_hashed_subsample(runs):
-    local, _, dist, dr, sub, sr, _ = runs
+    local, _, dist, dr, sub, sr, *_ = runs
     cal = sub["calibration"]
     assert cal["rows"] == dist["calibration"]["rows"] > SUBSAMPLE
     assert cal["scores_used"] == SUBSAMPLE and "subsample" in cal["rule"]
@@ -270,7 +307,7 @@ def test_the_dask_run_saves_loads_and_exports_as_a_local_one(runs, tmp_path):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_realized_censoring_trains_on_the_cut_rows_too(runs):
-    local, _, dist, dr, _, _, (real, rr) = runs
+    local, _, dist, dr, _, _, (real, rr), _ = runs
     sec = real["censoring"]
     assert sec["method"] == "realized" and sec["reason"] == "configured"
     assert sec["train_censored_rows"] == rr.model.censored_rows_ > 0
@@ -279,7 +316,7 @@ def test_realized_censoring_trains_on_the_cut_rows_too(runs):
 
 def test_check_trainable_counts_says_what_the_local_check_says():
     from replaylab.demand.labels import DemandDataError, DemandLabels, check_trainable
-    from replaylab.pipelines.demand_dask import check_trainable_counts
+    from replaylab.pipelines.demand_partitions import check_trainable_counts
 
     cls = np.array(["label"] * 40 + ["length"] * 5 + ["absent_usage"] * 3, dtype=object)
     splits = np.array(["train"] * 30 + ["calibration"] * 5 + ["test"] * 13, dtype=object)
@@ -332,15 +369,16 @@ def test_a_worker_killed_during_the_fit_and_restarted_gives_the_same_result(
     import psutil
     from distributed import Client
 
-    from replaylab.pipelines.demand_dask import train_demand_dask
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
     from tests.helpers.dask import dask_processes
 
     ds = small_dataset(tmp_path)
     split = SplitConfig(embargo_ms=300_000)
     with dask_processes(tmp_path) as (address, workers), Client(address) as client, \
             dask.config.set({"dataframe.convert-string": False}):
-        ref, ref_run = train_demand_dask(str(ds), LOST_CFG, ProjectionConfig(), split,
-                                         tmp_path / "ref", client, n_boot=20)
+        engine = dask_engine(address, client)
+        ref, ref_run = train_demand_partitions(engine, str(ds), LOST_CFG, ProjectionConfig(),
+                                               split, tmp_path / "ref", n_boot=20)
         real_train, calls = lgb_dask._train, []
 
         def kill_during_the_second_fit(*args, **kwargs):
@@ -355,8 +393,9 @@ def test_a_worker_killed_during_the_fit_and_restarted_gives_the_same_result(
 
         monkeypatch.setattr(lgb_dask, "_train", kill_during_the_second_fit)
         with caplog.at_level(logging.WARNING, logger="replaylab"):
-            got, got_run = train_demand_dask(str(ds), LOST_CFG, ProjectionConfig(), split,
-                                             tmp_path / "got", client, n_boot=20)
+            got, got_run = train_demand_partitions(engine, str(ds), LOST_CFG,
+                                                   ProjectionConfig(), split, tmp_path / "got",
+                                                   n_boot=20)
         assert len(client.scheduler_info()["workers"]) == 2
     assert any("lost worker" in r.getMessage() for r in caplog.records), "no refit seen"
     assert [b.model_to_string() for b in got_run.model.boosters_] == \

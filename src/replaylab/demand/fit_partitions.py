@@ -1,17 +1,19 @@
-"""The demand predictors fitted on Dask frames: baselines, the quantile boosters, the
-conformal calibrators (`pipeline=demand compute=dask`, `pipelines.demand_dask`).
+"""The demand predictors fitted on engine partitions: baselines, the quantile model, the
+conformal calibrators (`pipelines.demand_partitions`), written once against
+`compute.Engine` and run on either engine.
 
-- `fit_baselines_dask`: the four baselines of `baselines.make_baselines`, the same
-  classes and the same fitted state as their local `fit` (global quantiles by an exact
-  distributed selection, `dask_ops.exact_quantiles_dask`; category-bucket tables by a
-  shuffle on the bucket key and pandas' groupby quantile per bucket on the worker
-  holding it);
-- `fit_model_dask`: `QuantileDemandModel` with boosters trained by lightgbm.dask
-  (`distributed.fit_quantile_boosters_dask`), the early-stopping tail the local rule's
-  session-grouped, time-ordered cut;
-- `calibrate_dask`: group calibrators from the calibration rows' conformity scores,
+- `fit_baselines`: the four baselines of `baselines.make_baselines`, the same classes and
+  the same fitted state as their local `fit` (global quantiles by the exact selection
+  `compute.ops.exact_quantiles`: numpy's `quantile` bit for bit; category-bucket tables
+  by a shuffle on the bucket key and pandas' groupby quantile per bucket on the
+  partition holding it);
+- `fit_model`: `QuantileDemandModel`; on a `LocalEngine` its own `fit` on the collected
+  train rows, on a `DaskEngine` the boosters by lightgbm.dask (`compute.lgbm`) on the
+  train partitions, the early-stopping tail the local rule's session-grouped,
+  time-ordered cut;
+- `calibrate`: group calibrators from the calibration rows' conformity scores,
   collected exactly up to a bound, else a uniform hashed subsample (the module
-  docstring of `pipelines.demand_dask`, step 5).
+  docstring of `pipelines.demand_partitions`, step 5).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import logging
 import math
 from typing import Any
 
-import dask
 import numpy as np
 import pandas as pd
 
+from replaylab.compute.ops import exact_quantiles, hash_uniform, key_hash, order_statistics
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Projected as P
 from replaylab.demand.baselines import (
@@ -37,13 +39,6 @@ from replaylab.demand.baselines import (
 from replaylab.demand.censoring import NONE
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, cell_keys, cqr_scores
-from replaylab.demand.dask_ops import (
-    exact_quantiles_dask,
-    hash_uniform,
-    key_hash,
-    kth_smallest_hash,
-    on_partitions,
-)
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.demand.labels import CLASS_COLUMN, LABEL
 from replaylab.demand.metrics import quantile_key
@@ -56,37 +51,61 @@ from replaylab.demand.model import (
     request_cap,
 )
 from replaylab.projection import SplitConfig
+from replaylab.projection.partitioned import split_boundaries_on
 from replaylab.runtime.demand_math import forward, raw_to_total
 
 TAIL = "label_es_tail"  # the early-stopping tail's rows (label_ prefix: never a feature)
+OUT = "out"  # a frame's one column of values (output tokens, EWMA ratios)
+
+
+def each_sum(engine: Any, fn: Any, frame: Any, *args: Any) -> Any:
+    """fn(partition, *args) per partition, summed on the driver."""
+    return sum(engine.each(fn, frame, *args))
+
+
+def rows_where(part: pd.DataFrame, split: str | None, classes: tuple[str, ...] | None
+               ) -> pd.DataFrame:
+    """The rows of one partition in `split` (None: any) whose label class is in `classes`
+    (None: any)."""
+    keep = np.ones(len(part), dtype=bool)
+    if split is not None:
+        keep &= (part["split"] == split).to_numpy()
+    if classes is not None:
+        keep &= part[CLASS_COLUMN].isin(list(classes)).to_numpy()
+    return part[keep]
+
+
+def select(engine: Any, frame: Any, split: str | None, classes: tuple[str, ...] | None) -> Any:
+    return engine.map(rows_where, frame, split, classes, meta=rows_where(
+        engine.meta(frame), split, classes))
 
 
 # ------------------------------------------------------------------ baselines
 
 
-def _outputs(part: pd.DataFrame) -> pd.Series:
+def _outputs(part: pd.DataFrame) -> pd.DataFrame:
     y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
-    return pd.Series(output_labels(part, y) if len(part) else np.zeros(0), index=part.index,
-                     dtype="float64")
+    return pd.DataFrame({OUT: output_labels(part, y) if len(part) else np.zeros(0)},
+                        index=part.index, dtype="float64")
 
 
-def _ratios(part: pd.DataFrame) -> pd.Series:
+def _ratios(part: pd.DataFrame) -> pd.DataFrame:
     ewma = part[P.COMPLETION_EWMA].to_numpy(dtype="float64", na_value=np.nan)
     has = np.isfinite(ewma)
-    out = _outputs(part).to_numpy()
-    return pd.Series((out[has] + 1.0) / (ewma[has] + 1.0), dtype="float64")
+    out = _outputs(part)[OUT].to_numpy()
+    return pd.DataFrame({OUT: (out[has] + 1.0) / (ewma[has] + 1.0)}, dtype="float64")
 
 
 def _bucket_frame(part: pd.DataFrame, cols: list[str]) -> pd.DataFrame:
     keys = bucket_keys(part, cols)
-    out = keys.assign(_out=_outputs(part).to_numpy())
+    out = keys.assign(_out=_outputs(part)[OUT].to_numpy())
     out["_key"] = keys[cols[0]].str.cat([keys[c] for c in cols[1:]], sep="\x1f") \
         if len(cols) > 1 else keys[cols[0]]
     return out
 
 
 def _bucket_table(part: pd.DataFrame, cols: list[str], qs: list[float], min_size: int
-                  ) -> pd.DataFrame:
+                  ) -> pd.DataFrame | None:
     """`CategoryBucketBaseline.fit`'s table on rows holding whole buckets (its own code)."""
     g = pd.Series(part["_out"].to_numpy(dtype="float64"), index=part.index).groupby(
         [part[c] for c in cols])
@@ -96,7 +115,7 @@ def _bucket_table(part: pd.DataFrame, cols: list[str], qs: list[float], min_size
     return table.loc[big].set_axis(list(range(len(qs))), axis=1) if len(big) else None
 
 
-def _bucket_tables(train: Any, bucket_columns: tuple[str, ...], qs: list[float],
+def _bucket_tables(engine: Any, train: Any, bucket_columns: tuple[str, ...], qs: list[float],
                    min_size: int) -> list[pd.DataFrame]:
     tables = []
     for k in range(1, len(bucket_columns) + 1):
@@ -104,11 +123,9 @@ def _bucket_tables(train: Any, bucket_columns: tuple[str, ...], qs: list[float],
         meta = pd.DataFrame({**{c: pd.Series([], dtype=object) for c in cols},
                              "_out": pd.Series([], dtype="float64"),
                              "_key": pd.Series([], dtype=object)})
-        frame = train.map_partitions(_bucket_frame, cols, meta=meta).shuffle(
-            on="_key", npartitions=train.npartitions, shuffle_method="tasks")
-        parts = dask.compute(*[dask.delayed(_bucket_table)(p, cols, qs, min_size)
-                               for p in frame.to_delayed()])
-        parts = [p for p in parts if p is not None and len(p)]
+        frame = engine.shuffle_by(engine.map(_bucket_frame, train, cols, meta=meta), "_key")
+        parts = [p for p in engine.each(_bucket_table, frame, cols, qs, min_size)
+                 if p is not None and len(p)]
         if parts:
             tables.append(pd.concat(parts).sort_index())
         else:  # no bucket big enough: the empty table `fit` keeps
@@ -124,12 +141,21 @@ def _max_cap(part: pd.DataFrame) -> float:
     return float(caps.max()) if caps.size else -math.inf
 
 
-def fit_baselines_dask(train: Any, demand: DemandConfig) -> dict[str, Any]:
-    """The four baselines of `make_baselines`, fitted on the train label rows of a dask
+def _max_out(part: pd.DataFrame) -> float:
+    return float(part[OUT].max()) if len(part) else -math.inf
+
+
+def _quantiles(engine: Any, frame: Any, qs: Any) -> tuple[np.ndarray, int]:
+    n = each_sum(engine, len, frame)
+    return np.asarray(exact_quantiles(engine, frame, OUT, list(qs)), dtype="float64"), int(n)
+
+
+def fit_baselines(engine: Any, train: Any, demand: DemandConfig) -> dict[str, Any]:
+    """The four baselines of `make_baselines`, fitted on the train label rows of an engine
     frame: the same classes and the same fitted state as their local `fit`."""
     qs = check_quantiles(demand.quantiles)
-    out = train.map_partitions(_outputs, meta=pd.Series([], dtype="float64"))
-    global_q, n = exact_quantiles_dask(out, qs)
+    out = engine.persist(engine.map(_outputs, train, meta=_outputs(engine.meta(train))))
+    global_q, n = _quantiles(engine, out, qs)
     base = make_baselines(demand.quantiles, demand.default_max_tokens, demand.bucket_columns,
                           demand.min_bucket_size)
     prompt: PromptLengthBaseline = base[PromptLengthBaseline.name]
@@ -141,17 +167,16 @@ def fit_baselines_dask(train: Any, demand: DemandConfig) -> dict[str, Any]:
             raise ValueError(f"default_max_tokens={cap.default_max_tokens!r}: must be >= 1")
         cap.default_max_tokens_ = float(cap.default_max_tokens)
     else:
-        seen = on_partitions(train, _max_cap, max)
+        seen = max(engine.each(_max_cap, train), default=-math.inf)
         cap.default_max_tokens_ = float(seen if math.isfinite(seen) else
-                                        on_partitions(out, lambda s: float(s.max())
-                                                      if len(s) else -math.inf, max))
+                                        max(engine.each(_max_out, out), default=-math.inf))
     cap.uses_cap_ = qs >= 0.5
 
     bucket: CategoryBucketBaseline = base[CategoryBucketBaseline.name]
     if int(bucket.min_bucket_size) < 1:
         raise ValueError(f"min_bucket_size={bucket.min_bucket_size!r}: must be >= 1")
     bucket.global_quantiles_ = global_q.copy()
-    bucket.tables_ = _bucket_tables(train, tuple(bucket.bucket_columns), list(qs),
+    bucket.tables_ = _bucket_tables(engine, train, tuple(bucket.bucket_columns), list(qs),
                                     int(bucket.min_bucket_size))
 
     ewma: SessionEwmaBaseline = base[SessionEwmaBaseline.name]
@@ -160,16 +185,15 @@ def fit_baselines_dask(train: Any, demand: DemandConfig) -> dict[str, Any]:
     fallback.tables_ = ([t.copy() for t in bucket.tables_]
                         if tuple(ewma.bucket_columns) == tuple(bucket.bucket_columns)
                         and ewma.min_bucket_size == bucket.min_bucket_size
-                        else _bucket_tables(train, tuple(ewma.bucket_columns), list(qs),
-                                            int(ewma.min_bucket_size)))
+                        else _bucket_tables(engine, train, tuple(ewma.bucket_columns),
+                                            list(qs), int(ewma.min_bucket_size)))
     ewma.fallback_ = fallback
-    ratios = train.map_partitions(_ratios, meta=pd.Series([], dtype="float64"))
-    n_hist = int(on_partitions(ratios, len, sum))
+    ratios = engine.persist(engine.map(_ratios, train, meta=_ratios(engine.meta(train))))
+    n_hist = int(each_sum(engine, len, ratios))
     ewma.n_history_ = n_hist
-    ewma.ratio_quantiles_ = (exact_quantiles_dask(ratios, qs)[0]
+    ewma.ratio_quantiles_ = (_quantiles(engine, ratios, qs)[0]
                              if n_hist >= int(ewma.min_history_rows) else None)
     return base
-
 
 
 # ------------------------------------------------------------------ model
@@ -214,109 +238,121 @@ def _tail_sums(part: pd.DataFrame, model: QuantileDemandModel, boosters: list,
     return np.concatenate([[len(part)], pin.sum(axis=0)])
 
 
-def model_rows(lab: Any, demand: DemandConfig, method: str) -> Any:
+def model_rows(engine: Any, lab: Any, demand: DemandConfig, method: str) -> Any:
     """Train rows the booster fits: label rows, plus censored-class rows for `realized`."""
-    train = lab[lab["split"] == "train"]
     if method == NONE:
-        return train[train[CLASS_COLUMN] == LABEL]
-    ok = train[CLASS_COLUMN].isin([LABEL, *demand.censoring.classes]) & \
-        train[P.LABEL_TOTAL_DEMAND].notnull()
-    return train[ok]
+        return select(engine, lab, "train", (LABEL,))
+    rows = select(engine, lab, "train", (LABEL, *demand.censoring.classes))
+    return engine.map(_with_total, rows, meta=engine.meta(rows))
 
 
-def fit_model_dask(rows: Any, demand: DemandConfig, method: str, client: object,
-                   n_workers: int | None = None) -> QuantileDemandModel:
-    """`QuantileDemandModel` with boosters trained by lightgbm.dask on `rows` (a dask frame
-    of train rows, session-whole partitions); the fitted model is local, as `fit`'s.
-    n_workers: the workers the boosters train on (default: those live now); a worker lost
-    during the fit is waited for and the fit redone once, the same model, or `WorkersLost`
-    (`demand.distributed.fit_quantile_boosters_dask`)."""
-    from replaylab.demand.distributed import (
-        LOST_WORKER_WAIT_S,
-        fit_layout,
-        fit_quantile_boosters_dask,
-    )
-    from replaylab.projection.splits_dask import assign_splits_dask, split_boundaries_dask
+def _with_total(part: pd.DataFrame) -> pd.DataFrame:
+    return part[part[P.LABEL_TOTAL_DEMAND].notna().to_numpy()]
+
+
+def _new_model(demand: DemandConfig, method: str) -> QuantileDemandModel:
+    return QuantileDemandModel(demand.quantiles, demand.model, demand.scale, demand.clip_to_cap,
+                               demand.seed, censoring=method,
+                               censored_rounds=demand.censoring.rounds[-1])
+
+
+def fit_model(engine: Any, rows: Any, demand: DemandConfig, method: str) -> QuantileDemandModel:
+    """`QuantileDemandModel` on `rows` (an engine frame of train rows, session-whole
+    partitions; `model_rows`). LocalEngine: the model's own `fit` on the rows collected in
+    partition order (the local estimator, bit for bit); DaskEngine: the boosters by
+    lightgbm.dask on the partitions (`compute.lgbm.fit_boosters`; the fitted model is
+    local either way). A worker lost during the Dask fit is waited for and the fit redone
+    once, the same model, or `compute.lgbm.WorkersLost`."""
+    if engine.kind != "dask":  # local LightGBM: no cluster to lay partitions out on
+        frame = engine.collect(rows)
+        y = frame[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
+        censored = (frame[CLASS_COLUMN] != LABEL).to_numpy()
+        return _new_model(demand, method).fit(frame, y, censored=censored)
+    return _fit_model_on_cluster(engine, rows, demand, method)
+
+
+def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: str
+                          ) -> QuantileDemandModel:
+    from replaylab.compute.lgbm import fit_boosters
 
     qs = check_quantiles(demand.quantiles)
-    model = QuantileDemandModel(demand.quantiles, demand.model, demand.scale,
-                                demand.clip_to_cap, demand.seed, censoring=method,
-                                censored_rounds=demand.censoring.rounds[-1])
+    model = _new_model(demand, method)
     cfg = model.config_ = model.config or demand.model
     model.base_band_ = "unclipped"
-    names = model_feature_names(rows._meta)
+    meta = engine.meta(rows)
+    names = model_feature_names(meta)
     model.feature_names_ = names
-    cats = [c for c in names if is_categorical_feature(rows._meta[c])]
-    vocab = on_partitions(rows, _vocabulary, _union, cats) if cats else {}
+    cats = [c for c in names if is_categorical_feature(meta[c])]
+    vocab = _union(engine.each(_vocabulary, rows, cats)) if cats else {}
     model.categories_ = {c: vocab.get(c, []) for c in cats}
-    n = int(on_partitions(rows, len, sum))
-    model.censored_rows_ = 0 if method == NONE else int(on_partitions(
-        rows[rows[CLASS_COLUMN] != LABEL], len, sum))
+    n = int(each_sum(engine, len, rows))
+    model.censored_rows_ = 0 if method == NONE else int(each_sum(
+        engine, lambda p: int((p[CLASS_COLUMN] != LABEL).sum()), rows))
     frac = float(cfg.early_stopping_fraction)
-    rows = rows.assign(**{TAIL: False})
     n_tail = 0
+    tail_cut = None
     if cfg.early_stopping_rounds != 0 and frac != 0.0:
         cut = SplitConfig(train=1.0 - frac, calibration=frac, test=0.0, embargo_ms=0)
-        b = split_boundaries_dask(rows, cut)
-        tail = assign_splits_dask(rows, b, cut) == "calibration"
-        n_tail = int(on_partitions(tail, lambda s: int(s.sum()), sum))
-        if n_tail >= 20 and n - n_tail >= 20:
-            rows = rows.assign(**{TAIL: tail})
-        else:
+        tail_cut = (split_boundaries_on(engine, rows, cut), cut)
+    rows = engine.persist(engine.map(_mark_tail, rows, tail_cut,
+                                     meta=meta.assign(**{TAIL: pd.Series([], dtype=bool)})))
+    if tail_cut is not None:
+        n_tail = int(each_sum(engine, lambda p: int(p[TAIL].sum()), rows))
+        if n_tail < 20 or n - n_tail < 20:  # the local rule: too small to stop on
             n_tail = 0
-    rows = rows.persist()
-    meta_x = model.design(rows._meta)
+    meta_x = model.design(meta)
     meta_y = pd.Series([], dtype="float64", name="target")
 
     def xy(frame: Any) -> tuple[Any, Any]:
-        return (frame.map_partitions(_design_part, model, meta=meta_x).persist(),
-                frame.map_partitions(_target_part, model.scale, meta=meta_y).persist())
+        return (engine.persist(engine.map(_design_part, frame, model, meta=meta_x)),
+                engine.persist(engine.map(_target_part, frame, model.scale, meta=meta_y)))
 
-    full_X, full_y = xy(rows)
+    full = xy(rows)
+    tail_rows = None
     if n_tail:
-        head_X, head_y = xy(rows[~rows[TAIL]])
-        tail_rows = rows[rows[TAIL]]
-        tail_X, tail_y = xy(tail_rows)
+        head = xy(engine.map(_tail_rows, rows, False, meta=engine.meta(rows)))
+        tail_rows = engine.map(_tail_rows, rows, True, meta=engine.meta(rows))
+        tail = xy(tail_rows)
     else:
-        head_X, head_y, tail_X, tail_y, tail_rows = full_X, full_y, None, None, None
+        head, tail = full, None
     # LightGBM's ranks: no empty partition, only features every rank can bin as categorical
-    # (`distributed.fit_layout`; `lightgbm_categorical` already left out those with no
+    # (`compute.lgbm.fit_layout`; `lightgbm_categorical` already left out those with no
     # category at all, the segfault of issue 41)
     cats = model.lightgbm_categorical()
-    keep_full, cats_full = fit_layout(full_X, cats)
-    keep_head, cats_head = (keep_full, cats_full) if head_X is full_X else fit_layout(head_X, cats)
-    categorical = [c for c in cats if c in cats_full and c in cats_head]
-    model.categorical_as_codes_ = [c for c in cats if c not in categorical]
+    boosters, best, stopped, binned, empty = fit_boosters(
+        engine, head, full, tail, n_tail, qs, cfg, demand.seed, cats)
+    model.categorical_as_codes_ = [c for c in cats if c not in binned]
     if model.categorical_as_codes_:
         logging.getLogger("replaylab").warning(
             "lightgbm.dask: %s train as numeric category codes: too few values on some "
             "training partition for every rank to bin them as categorical",
             ", ".join(model.categorical_as_codes_))
-    model.empty_partitions_ = int(full_X.npartitions - len(keep_full))
-
-    def non_empty(X: Any, y: Any, keep: list[int]) -> tuple[Any, Any]:
-        return (X, y) if len(keep) == X.npartitions else (X.partitions[keep],
-                                                          y.partitions[keep])
-
-    same = head_X is full_X
-    full_X, full_y = non_empty(full_X, full_y, keep_full)
-    head_X, head_y = (full_X, full_y) if same else non_empty(head_X, head_y, keep_head)
-    boosters, best, stopped = fit_quantile_boosters_dask(
-        client, head_X, head_y, full_X, full_y, tail_X, tail_y, n_tail, qs, cfg, demand.seed,
-        categorical=categorical, n_workers=n_workers,
-        wait_s=dask.config.get("replaylab.lost-worker-wait", LOST_WORKER_WAIT_S))
+    model.empty_partitions_ = empty
     model.boosters_, model.best_iterations_ = boosters, best
     model.compute_ = "dask"
     model.n_features_in_ = len(names)
     model.validation_rows_ = int(n_tail)
     model.validation_pinball_ = None
     if n_tail:
-        sums = on_partitions(tail_rows, _tail_sums, lambda p: np.sum(p, axis=0), model,
-                             stopped, best)
+        sums = np.sum(engine.each(_tail_sums, tail_rows, model, stopped, best), axis=0)
         model.validation_pinball_ = {f"{q:g}": float(sums[1 + j] / sums[0])
                                      for j, q in enumerate(qs)}
     return model
 
+
+def _mark_tail(part: pd.DataFrame, tail_cut: tuple | None) -> pd.DataFrame:
+    """The rows with a TAIL column: True in the early-stopping tail (the later sessions)."""
+    from replaylab.projection.splits import assign_splits
+
+    if tail_cut is None or len(part) == 0:
+        return part.assign(**{TAIL: np.zeros(len(part), dtype=bool)})
+    boundaries, cut = tail_cut
+    split = assign_splits(part[[L.SESSION_ID, L.TIMESTAMP]], boundaries, cut)
+    return part.assign(**{TAIL: np.asarray(split) == "calibration"})
+
+
+def _tail_rows(part: pd.DataFrame, in_tail: bool) -> pd.DataFrame:
+    return part[part[TAIL].to_numpy() == in_tail]
 
 
 # ------------------------------------------------------------------ calibration
@@ -343,24 +379,32 @@ def _calib_part(part: pd.DataFrame, predictors: dict, demand: DemandConfig) -> p
     return pd.DataFrame(out, index=part.index)
 
 
-def calibrate_dask(calib: Any, predictors: dict, demand: DemandConfig, collect_max: int
-                   ) -> tuple[dict[str, GroupConformal], pd.DataFrame, dict]:
+def _pin_sums(part: pd.DataFrame, k: int) -> np.ndarray:
+    return part[[f"pin:{j}" for j in range(k)]].sum().to_numpy()
+
+
+def _at_most(part: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    return part[part["u"].to_numpy() <= threshold]
+
+
+def calibrate(engine: Any, calib: Any, predictors: dict, demand: DemandConfig,
+              collect_max: int) -> tuple[dict[str, GroupConformal], pd.DataFrame, dict]:
     """Group calibrators of every predictor from the calibration rows' scores (module
-    docstring, step 5); returns them, the collected (score, cell) frame and its facts."""
-    meta = _calib_part(calib._meta, predictors, demand)
-    scored = calib.map_partitions(_calib_part, predictors, demand, meta=meta).persist()
-    n = int(on_partitions(scored, len, sum))
+    docstring of `pipelines.demand_partitions`, step 5); returns them, the collected
+    (score, cell) frame and its facts."""
+    meta = _calib_part(engine.meta(calib), predictors, demand)
+    scored = engine.persist(engine.map(_calib_part, calib, predictors, demand, meta=meta))
+    n = int(each_sum(engine, len, scored))
     qs = demand.quantiles
-    pin = on_partitions(scored[[f"pin:{j}" for j in range(len(qs))]],
-                        lambda p: p.sum().to_numpy(), lambda p: np.sum(p, axis=0))
+    pin = np.sum(engine.each(_pin_sums, scored, len(qs)), axis=0)
     keep = ["cell", *[f"score:{k}" for k in predictors]]
     if n <= collect_max:
-        got = scored[keep].compute()
+        got = engine.collect(scored, keep)
         how = {"rows": n, "scores_used": n, "rule": f"exact: all {n} calibration scores "
                f"collected (<= {collect_max})"}
-    else:
-        thr = kth_smallest_hash(scored["u"], collect_max)
-        got = scored[scored["u"] <= thr][keep].compute()
+    else:  # the collect_max-th smallest hash: an exact-size uniform subsample
+        thr = order_statistics(engine, scored, "u", [collect_max - 1])[0]
+        got = engine.collect(engine.map(_at_most, scored, thr, meta=meta), keep)
         how = {"rows": n, "scores_used": int(len(got)),
                "rule": f"uniform subsample of {len(got)} of {n} rows without replacement "
                        "(smallest hash(request_id) values): exchangeable, so the split-"
