@@ -49,7 +49,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from replaylab.config import fail_field
 
@@ -100,6 +99,10 @@ def spent(t: float, alpha: float, spending: str) -> float:
         return 0.0
     if spending == "pocock":
         return float(alpha * math.log1p((math.e - 1.0) * t))
+    # here, not at import: composing a config imports this module (SequentialConfig) and
+    # scipy.stats costs ~0.5-2 s of every `python -m ...` start-up
+    from scipy.stats import norm
+
     return float(2.0 - 2.0 * norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(t)))
 
 
