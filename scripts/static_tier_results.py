@@ -101,6 +101,11 @@ def run_all(args: argparse.Namespace) -> list[dict]:
             out = Path(args.runs_dir) / f"{name}_{TIER}_{args.share}_s{seed}"
             s, _run = train_router(outcomes, cfg, out, embed, head_scorer="numpy")
             row = result_row(name, args.share, seed, s, time.perf_counter() - t, tier=TIER)
+            chosen = [c for c in (s.get("head_selection") or {}).get("candidates", [])
+                      if c.get("chosen")]
+            # the chosen head's calibration criterion: what a choice between the plain and
+            # the tuned table on this run's calibration split would compare
+            row["calibration_criterion"] = chosen[0].get("criterion") if chosen else None
             row["tuning"] = {**tuning.as_dict(), "encoder_id": encoder.encoder_id,
                              "test_mean_cosine_to_minilm": round(test_cos, 6),
                              "tune_seconds": round(tune_s, 1)}
