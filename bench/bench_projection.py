@@ -3,8 +3,9 @@
 Ledger: `replaylab.sources.synthetic.generate_synthetic_ledger` when available
 (validated first, not timed), else the fallback below (sessions of ~5 turns whose
 responses overlap the next dispatches). Timed: `dispatch_time_features` (guard
-on) and `dispatch_time_features_dask` on a LocalCluster of 2 worker processes x
-1 thread, shuffle and transfer of the ledger included.
+on) and the same features on the compute engine's DaskEngine (a LocalCluster of 2 worker
+processes x 1 thread: `projection.partitioned.project_and_split`, the features and
+their split), shuffle and transfer of the ledger included.
 
 Peak RSS is sampled every 10 ms by a thread: this process alone for pandas; this
 process plus all its child processes (the Dask workers) summed for Dask.
@@ -146,18 +147,23 @@ def frame_digest(frame: pd.DataFrame) -> str:
     return h.hexdigest()
 
 
-def bench_dask(ledger: pd.DataFrame, want_digest: str, workers: int) -> dict:
-    from distributed import Client, LocalCluster
+def bench_dask(ledger: pd.DataFrame, want_digest: str, want_columns: list[str],
+               workers: int) -> dict:
+    from replaylab.compute import ComputeConfig, engine
+    from replaylab.projection.partitioned import project_and_split
 
-    from replaylab.projection.distributed import dispatch_time_features_dask
-
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    n_parts = max(2, -(-len(ledger) // 250_000))
+    with engine(ComputeConfig(kind="dask", n_workers=workers)) as eng:
         with PeakRSS(children=True) as mem:
             t0 = time.perf_counter()
-            got = dispatch_time_features_dask(ledger, ProjectionConfig(), client=client)
+            features, _ = project_and_split(eng, eng.from_pandas(ledger, n_parts),
+                                            ProjectionConfig())
+            got = eng.collect(features).drop(columns="split")
             secs = time.perf_counter() - t0
-        n_parts = max(2, -(-len(ledger) // 250_000))
+    # the engine's rows come partition by partition: compare in the ledger's row order
+    got = got.set_index(L.REQUEST_ID).loc[ledger[L.REQUEST_ID].to_numpy()].reset_index()
+    got = got[list(want_columns)]
+    got.index = ledger.index
     return {"seconds": round(secs, 2), "rows_per_s": round(len(ledger) / secs),
             "peak_rss_gb_client_plus_workers": round(mem.peak / GB, 2),
             "rss_at_start_gb": round(mem.start / GB, 2),
@@ -197,9 +203,10 @@ def main() -> None:
     figures["pandas"]["ru_maxrss_gb"] = round(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)  # KiB on Linux
     want_digest = frame_digest(want)
+    want_columns = list(want.columns)
     del want  # not held while the Dask path is measured
     if not args.no_dask:
-        figures["dask"] = bench_dask(ledger, want_digest, args.workers)
+        figures["dask"] = bench_dask(ledger, want_digest, want_columns, args.workers)
     merge_results(Path(args.out), "projection", figures)
     print(json.dumps(figures))
 

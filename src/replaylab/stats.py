@@ -219,7 +219,7 @@ def histogram_edges(lo: int, hi: int, buckets: int) -> np.ndarray:
     """Increasing int64 edges from lo to hi (both included), at most buckets + 1 of them:
     one pass of an exact distributed order statistic by histogram refinement (each pass
     counts per bucket on every partition and keeps the bucket where the count crosses;
-    `projection.splits_dask`, `demand.dask_ops`)."""
+    `compute.ops.refine`)."""
     span = hi - lo
     if span <= buckets:
         return np.arange(lo, hi + 1, dtype=np.int64)

@@ -241,44 +241,6 @@ def test_split_config_rejects_bad_values():
         ProjectionConfig(ewma_alpha=0.0)
 
 
-# ---------------------------------------------------------------- dask
-
-
-@pytest.mark.slow
-@pytest.mark.integration
-def test_dask_path_equals_pandas_path():
-    dd = pytest.importorskip("dask.dataframe")
-    distributed = pytest.importorskip("distributed")
-    from replaylab.projection.distributed import dispatch_time_features_dask
-
-    ledger = random_ledger(400, seed=7).sample(frac=1.0, random_state=2)
-    want = dispatch_time_features(ledger)
-    want_by_id = want.sort_values(L.REQUEST_ID, ignore_index=True)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
-        # pandas input: hash-partitioned by session here, scattered, mapped
-        got = dispatch_time_features_dask(ledger, client=client, npartitions=3)
-        pd.testing.assert_frame_equal(got, want)
-        # dask input: shuffled on session_id by dask, on the cluster
-        got2 = dispatch_time_features_dask(dd.from_pandas(ledger, npartitions=4), client=client)
-        pd.testing.assert_frame_equal(got2, want_by_id)
-        # by scheduler address (connected and closed inside)
-        got3 = dispatch_time_features_dask(ledger, client=cluster.scheduler_address)
-        pd.testing.assert_frame_equal(got3, want)
-
-
-def test_dask_local_scheduler_equals_pandas_path():
-    pytest.importorskip("dask.dataframe")
-    from replaylab.projection.distributed import dispatch_time_features_dask
-
-    ledger = random_ledger(120, seed=8)
-    cfg = ProjectionConfig(assume_ended_before_next=True)
-    got = dispatch_time_features_dask(ledger.drop(columns=[L.ENDED_AT]), cfg, npartitions=3)
-    pd.testing.assert_frame_equal(got, dispatch_time_features(ledger.drop(columns=[L.ENDED_AT]),
-                                                              cfg))
-
-
 def test_empty_ledger_gives_empty_frame_with_all_columns():
     ledger = random_ledger(3, seed=9).iloc[:0]
     f = dispatch_time_features(ledger)

@@ -107,6 +107,7 @@ class Engine(Protocol):
               name_function: Callable[[int], str] | None = None) -> list[str]: ...
     def npartitions(self, frame: Frame) -> int: ...
     def columns(self, frame: Frame) -> list[str]: ...
+    def meta(self, frame: Frame) -> pd.DataFrame: ...
     def stages(self, stages: Mapping[str, str],
                progress: Callable[[str], None] | None = None,
                ) -> AbstractContextManager: ...
@@ -196,6 +197,10 @@ class LocalEngine:
 
     def columns(self, frame: list[pd.DataFrame]) -> list[str]:
         return list(frame[0].columns) if frame else []
+
+    def meta(self, frame: list[pd.DataFrame]) -> pd.DataFrame:
+        """The frame's columns and dtypes, no rows."""
+        return frame[0].iloc[0:0] if frame else pd.DataFrame()
 
     def stages(self, stages: Mapping[str, str],
                progress: Callable[[str], None] | None = None) -> LocalStages:
@@ -289,6 +294,10 @@ class DaskEngine:
 
     def columns(self, frame: Any) -> list[str]:
         return list(frame.columns)
+
+    def meta(self, frame: Any) -> pd.DataFrame:
+        """The frame's columns and dtypes, no rows (the collection's own `_meta`)."""
+        return frame._meta
 
     def stages(self, stages: Mapping[str, str],
                progress: Callable[[str], None] | None = None) -> DaskStages:

@@ -1,9 +1,24 @@
 """The foundation pipeline: ledger in, validated rows, dispatch-time features and splits out.
 
-`load_ledger` reads a ledger-v1 file (or makes the embedded synthetic one) and
-validates it; `project_ledger` turns the valid rows into leakage-safe features,
-labels and a split column, writes them under the run folder it is handed, and
-returns the summary every later pipeline extends.
+One implementation on the compute engine (`replaylab.compute`: `LocalEngine` in this
+process, `DaskEngine` on a cluster; `compute` means only where the partitions are
+processed). `load_ledger` reads a ledger-v1 file (or makes the embedded synthetic one)
+and validates it; `project_ledger` takes that, or a ledger dataset spec read and
+validated per partition by the engine, and in five stages
+
+1. read: the valid rows as partitions, the quarantine written (`quarantine/ledger.jsonl`
+   from memory; one Parquet file per partition when the engine read the dataset);
+2-3. fingerprint, project: `projection.project_on`, the one recipe (the same features,
+   split of every row, fingerprint and version on either engine);
+4. write: `features.parquet` (one partition), else `features/part.i.parquet` written
+   where the partitions are;
+5. aggregates: the ledger profile, label and split counts as partition sums; the
+   figures and report from the rows of a hashed sample of sessions
+   (`compute.ops.hashed_sample`) of at most about `SAMPLE_ROWS` rows (all rows below),
+
+and returns the summary every later pipeline extends; `summary["compute"]` says which
+engine ran. The driver holds counts, boundaries and the figures' sample, never the
+ledger, when the engine reads a dataset.
 """
 
 from __future__ import annotations
@@ -15,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from replaylab.compute import LocalEngine, ops
 from replaylab.compute.ledger import read_ledger_dataset
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import (
@@ -25,13 +41,7 @@ from replaylab.contracts import (
 )
 from replaylab.contracts.columns import LABEL_COLUMNS
 from replaylab.contracts.columns import Projected as P
-from replaylab.projection import (
-    ProjectionConfig,
-    SplitConfig,
-    feature_columns,
-    project,
-    split_counts,
-)
+from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project_on
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from replaylab.tracking.html import write_html_report
@@ -86,96 +96,156 @@ def write_run_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) ->
     return artifacts
 
 
-def ledger_profile(ledger: pd.DataFrame) -> dict[str, Any]:
-    """Counts a reviewer checks first: sessions, turns, categories, models, time window."""
-    def counts(col: str) -> dict[str, int]:
-        if not has_values(ledger, col):  # absent and all null: the same "unknown"
-            return {}
-        return {str(k): int(v) for k, v in ledger[col].value_counts(dropna=False).items()}
-
-    turns = ledger.groupby(L.SESSION_ID).size()
-    out: dict[str, Any] = {
-        "requests": int(len(ledger)),
-        "sessions": int(turns.size),
-        "turns_per_session": {"mean": float(turns.mean()), "max": int(turns.max())},
-        "time_window_ms": [int(ledger[L.TIMESTAMP].min()), int(ledger[L.TIMESTAMP].max())],
-        "lifecycle_state": counts(L.LIFECYCLE_STATE),
-        "finish_reason": counts(L.FINISH_REASON),
-        "category": counts(L.CATEGORY),
-        "selected_model": counts(L.SELECTED_MODEL),
-        "usage_absent": int(ledger[L.COMPLETION_TOKENS].isna().sum()),
-    }
-    return out
+STAGES = {"read": "read and validate the ledger, the quarantine written",
+          "fingerprint": "the ledger fingerprint (sorted row hashes, range by range)",
+          "project": "projection and exact split boundaries (sessions whole per partition)",
+          "write": "features written where the partitions are",
+          "aggregates": "profile, labels and splits as partition sums; the figures' sample"}
+SAMPLE_ROWS = 100_000  # about the rows the figures are drawn from (whole sessions, hashed)
+PROFILE_COUNTS = (L.LIFECYCLE_STATE, L.FINISH_REASON, L.CATEGORY, L.SELECTED_MODEL)
 
 
-def project_ledger(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
-                   out_dir: Path, features_fn: Callable | None = None,
-                   write_ledger: bool = True) -> dict[str, Any]:
-    """Project the valid rows (`projection.project`); write features, quarantine and report;
-    return the summary.
-
-    `features_fn(ledger, projection)`: the features' engine (default the pandas path;
-    the entry point passes the Dask one for `compute=dask` on a local ledger: same
-    output, by test).
-    """
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result = loaded.result
-    ledger = result.valid
-    artifacts: dict[str, str] = {}
-
-    artifacts.update(write_run_inputs(loaded, out_dir, write_ledger))
-
-    projected = project(ledger, projection, split, features_fn=features_fn)
-    fingerprint, version = projected.fingerprint, projected.version
-    features = projected.with_split_column()
-    took = projected.timings
-    timings = {"projection": took["fingerprint"] + took["features"], "splits": took["splits"]}
-
-    path = out_dir / "features.parquet"
-    features.to_parquet(path, index=False)
-    artifacts["features"] = str(path)
-
-    figures = ledger_figures(ledger, features, out_dir / "figures")
-    report = write_html_report(
-        out_dir / "report.html", title="replaylab: ledger and projection",
-        facts={"source": loaded.origin, **result.summary(), "projection_version": version},
-        figures=figures)
-    summary = {
-        "pipeline": "project",
-        **{k: v for k, v in result.summary().items() if k != "contract"},
-        "injected_defects": loaded.injected_defects,
-        "ledger": ledger_profile(ledger),
-        "ledger_fingerprint": fingerprint,
-        "projection": {
-            "version": version,
-            "rows": int(len(features)),
-            "assume_ended_before_next": projection.assume_ended_before_next,
-            "ewma_alpha": projection.ewma_alpha,
-            "split_config": asdict(split),
-            "feature_columns": feature_columns(features),
-            "label_columns": [c for c in LABEL_COLUMNS if c in features.columns],
-        },
-        "labels": _label_counts(features),
-        "splits": _split_counts(features),
-        "artifacts": artifacts,
-        "reports": {"html": str(report), **{k: str(v) for k, v in figures.items()}},
-        "timings_s": {k: round(v, 3) for k, v in timings.items()},
-        "rows_per_second_projection": round(len(features) / max(timings["projection"], 1e-9)),
-    }
-    return summary
+def profile_parts(ledger: pd.DataFrame) -> dict[str, Any]:
+    """A partition's additive part of the ledger profile: requests, absent usage and the
+    value counts of `PROFILE_COUNTS` (absent and all-null columns: no counts)."""
+    counts = {}
+    for col in PROFILE_COUNTS:
+        if has_values(ledger, col):  # absent and all null: the same "unknown"
+            counts[col] = {str(k): int(v)
+                           for k, v in ledger[col].value_counts(dropna=False).items()}
+    return {"requests": int(len(ledger)),
+            "usage_absent": int(ledger[L.COMPLETION_TOKENS].isna().sum()), "counts": counts}
 
 
-def _label_counts(features: pd.DataFrame) -> dict[str, int]:
-    """Rows by label status: usable regression labels, censored (a lower bound), usage absent."""
+def session_parts(features: pd.DataFrame) -> dict[str, int]:
+    """A session-whole partition's sessions, most turns, time window and label counts."""
+    turns = features.groupby(L.SESSION_ID).size()
     absent = features[P.LABEL_USAGE_ABSENT].fillna(False).astype(bool)
     censored = features[P.LABEL_CENSORED].fillna(False).astype(bool)
-    return {"rows": int(len(features)), "usable": int((~absent & ~censored).sum()),
+    t = features[L.TIMESTAMP]
+    return {"sessions": int(turns.size), "max_turns": int(turns.max()) if turns.size else 0,
+            "t_min": int(t.min()) if len(t) else None, "t_max": int(t.max()) if len(t) else None,
+            "rows": int(len(features)), "usable": int((~absent & ~censored).sum()),
             "censored": int((censored & ~absent).sum()), "absent_usage": int(absent.sum())}
 
 
-def _split_counts(features: pd.DataFrame) -> dict[str, Any]:
-    sessions = features.groupby("split")[L.SESSION_ID].nunique()
+def _profile(ledger_parts: list[dict], session_parts_: list[dict]) -> dict[str, Any]:
+    counts: dict[str, dict[str, int]] = {}
+    for part in ledger_parts:
+        for col, values in part["counts"].items():
+            acc = counts.setdefault(col, {})
+            for k, v in values.items():
+                acc[k] = acc.get(k, 0) + v
+    sessions = sum(p["sessions"] for p in session_parts_)
+    rows = sum(p["rows"] for p in session_parts_)
+    lo = [p["t_min"] for p in session_parts_ if p["t_min"] is not None]
+    hi = [p["t_max"] for p in session_parts_ if p["t_max"] is not None]
     return {
-        "rows": split_counts(features["split"]),
-        "sessions": {str(k): int(v) for k, v in sessions.items()},
+        "requests": sum(p["requests"] for p in ledger_parts),
+        "sessions": int(sessions),
+        "turns_per_session": {"mean": rows / sessions if sessions else float("nan"),
+                              "max": max((p["max_turns"] for p in session_parts_), default=0)},
+        "time_window_ms": [min(lo) if lo else None, max(hi) if hi else None],
+        **{col: dict(sorted(counts.get(col, {}).items(), key=lambda kv: (-kv[1], kv[0])))
+           for col in PROFILE_COUNTS},
+        "usage_absent": sum(p["usage_absent"] for p in ledger_parts),
+    }
+
+
+def ledger_profile(ledger: pd.DataFrame) -> dict[str, Any]:
+    """Counts a reviewer checks first: sessions, turns, categories, models, time window."""
+    return _profile([profile_parts(ledger)], [session_parts(_session_columns(ledger))])
+
+
+def _session_columns(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The columns `session_parts` reads, from a ledger (usage absent from the tokens)."""
+    absent = ledger[L.COMPLETION_TOKENS].isna()
+    return pd.DataFrame({L.SESSION_ID: ledger[L.SESSION_ID], L.TIMESTAMP: ledger[L.TIMESTAMP],
+                         P.LABEL_USAGE_ABSENT: absent,
+                         P.LABEL_CENSORED: pd.Series(False, index=ledger.index)})
+
+
+def project_ledger(source: LoadedLedger | str, projection: ProjectionConfig,
+                   split: SplitConfig, out_dir: Path, *, engine: Any = None,
+                   write_ledger: bool = True, seed: int = 0, blocksize: int | str | None = None,
+                   progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """pipeline=project on `engine` (default `LocalEngine()`): see the module docstring.
+
+    source: a `LoadedLedger` (read or generated in memory: `load_ledger`), or a ledger
+    dataset spec (a file, a directory, a glob: `compute.ledger.ledger_paths`) read and
+    validated per partition by the engine (`blocksize`: bytes per Dask partition).
+    Writes quarantine/, features, figures/ and report.html under out_dir; returns the
+    summary. progress(text): the stage lines (default the `replaylab` logger)."""
+    eng = engine or LocalEngine()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    artifacts: dict[str, str] = {}
+    loaded = source if isinstance(source, LoadedLedger) else None
+    with eng.stages(STAGES, progress) as stage:
+        with stage("read"):
+            if loaded is not None:
+                ledger = eng.from_validated(loaded.result)
+                artifacts.update(write_run_inputs(loaded, out_dir, write_ledger))
+            else:
+                ledger = eng.read_ledger(str(source), blocksize=blocksize)
+                quarantine = ledger.write_quarantine(out_dir / "quarantine")
+                if quarantine is not None:
+                    artifacts["quarantine"] = quarantine
+                artifacts["ledger"] = str(source)
+        projected = project_on(eng, ledger.valid, projection, split, step=stage)
+        features, facts = projected.features, projected.splits
+        with stage("write"):
+            if eng.npartitions(features) == 1:
+                path = out_dir / "features.parquet"
+                eng.collect(features).to_parquet(path, index=False)
+                artifacts["features"] = str(path)
+            else:
+                eng.write(features, out_dir / "features")
+                artifacts["features"] = str(out_dir / "features")
+        with stage("aggregates"):
+            profile = _profile(eng.each(profile_parts, ledger.valid),
+                               sess := eng.each(session_parts, features))
+            n_rows = sum(p["rows"] for p in sess)
+            frac = min(1.0, SAMPLE_ROWS / max(n_rows, 1))
+            sample_f = eng.collect(ops.hashed_sample(eng, features, frac, seed))
+            sample_l = eng.collect(ops.hashed_sample(eng, ledger.valid, frac, seed))
+    timings = dict(stage.timings)
+    accounting = ledger.summary()
+    origin = loaded.origin if loaded is not None else str(source)
+    figures = ledger_figures(sample_l, sample_f, out_dir / "figures")
+    sampled = ({"figures": f"from a hashed sample of {len(sample_f):,} of {n_rows:,} rows "
+                           f"(whole sessions, seed {seed})"} if frac < 1.0 else {})
+    report = write_html_report(
+        out_dir / "report.html", title="replaylab: ledger and projection",
+        facts={"source": origin, **accounting, "projection_version": projected.version,
+               "split_boundaries": facts["boundaries"], **sampled},
+        figures=figures)
+    return {
+        "pipeline": "project",
+        **{k: v for k, v in accounting.items() if k != "contract"},
+        "injected_defects": loaded.injected_defects if loaded is not None else {},
+        "ledger": profile,
+        "ledger_fingerprint": projected.fingerprint,
+        "projection": {
+            "version": projected.version,
+            "rows": int(n_rows),
+            "assume_ended_before_next": projection.assume_ended_before_next,
+            "ewma_alpha": projection.ewma_alpha,
+            "split_config": asdict(split),
+            "feature_columns": feature_columns(sample_f),
+            "label_columns": [c for c in LABEL_COLUMNS if c in sample_f.columns],
+        },
+        "labels": {k: int(sum(p[k] for p in sess))
+                   for k in ("rows", "usable", "censored", "absent_usage")},
+        # every split's rows; the sessions of the splits that have any
+        "splits": {"rows": facts["rows"],
+                   "sessions": {k: v for k, v in facts["sessions"].items() if v}},
+        "split_boundaries": facts["boundaries"],
+        "artifacts": artifacts,
+        "reports": {"html": str(report), **{k: str(v) for k, v in figures.items()}},
+        "figure_sample_rows": int(len(sample_f)),
+        "partitions": int(ledger.npartitions),
+        "compute": eng.facts(),
+        "timings_s": {k: round(v, 3) for k, v in timings.items()},
+        "rows_per_second_projection": round(n_rows / max(timings.get("project", 0.0), 1e-9)),
     }

@@ -93,7 +93,7 @@ def split_counts(splits: pd.Series) -> dict[str, int]:
 # ------------------------------------------------------------- boundaries, then labels
 #
 # The same rule in two steps, so that it can run without the whole frame in one
-# place (projection/splits_dask.py):
+# place (projection/partitioned.py, on either compute engine):
 #
 # 1. `split_boundaries`: the first session of each later split. Since `before`
 #    only grows along the (start, session_id) order, the first session of
@@ -156,7 +156,7 @@ def split_boundaries(features: pd.DataFrame, cfg: SplitConfig | None = None) -> 
 
     features: (n, *) frame with `session_id` and `timestamp` (int64 epoch ms).
     Returns `boundaries_record(...)`: sorts the per-session table in memory (the
-    pandas reference; `splits_dask.split_boundaries_dask` finds the same
+    pandas reference; `partitioned.split_boundaries_on` finds the same
     sessions on a cluster by selection).
     """
     cfg = cfg or SplitConfig()

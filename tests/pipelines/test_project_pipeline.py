@@ -1,6 +1,7 @@
-"""pipeline=project over a ledger dataset on Dask equals the local pipeline on the same rows:
-accounting, profile, labels, split rows/sessions and every feature row; the fingerprint
-does not depend on partitioning; the quarantine and features are written as Parquet."""
+"""pipeline=project, one pipeline on the compute engine: over a ledger dataset on DaskEngine
+(the session's LocalCluster) it equals LocalEngine on the same rows: accounting, profile,
+labels, split rows/sessions, every feature row, the fingerprint and the projection version;
+the quarantine and features are written as Parquet where the partitions are."""
 
 from __future__ import annotations
 
@@ -15,12 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from replaylab.compute import ComputeConfig, LocalEngine, engine
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.io import write_table
 from replaylab.pipelines.project import LedgerInput, load_ledger, project_ledger
-from replaylab.pipelines.project_dask import project_dataset_dask
 from replaylab.projection import ProjectionConfig, SplitConfig
-from replaylab.projection.version import combine_fingerprint, fingerprint_parts
 from replaylab.sources.defects import inject_defects
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
@@ -28,11 +28,9 @@ from tests.helpers.dask import ENV, dask_processes
 
 
 @pytest.fixture(scope="module")
-def both(tmp_path_factory):
-    """The same defective ledger as one file (local path) and as a 3-way hive dataset."""
-    import dask
-    from distributed import Client, LocalCluster
-
+def both(tmp_path_factory, dask_address):
+    """The same defective ledger as one file (local path) and as a 3-way hive dataset, the
+    dataset projected on both engines."""
     root = tmp_path_factory.mktemp("pd")
     frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=3000), seed=5)
     frame, _ = inject_defects(frame, rate=0.01, seed=5)
@@ -43,18 +41,18 @@ def both(tmp_path_factory):
     projection, split = ProjectionConfig(), SplitConfig()
     local = project_ledger(load_ledger(LedgerInput(path=str(single))), projection, split,
                            root / "local", write_ledger=False)
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster), \
-            dask.config.set({"dataframe.convert-string": False}):
-        dist = project_dataset_dask(str(root / "ds"), projection, split, root / "dask",
-                                    blocksize=40_000)
-    return local, dist, frame
+    local_ds = project_ledger(str(root / "ds"), projection, split, root / "local_ds",
+                              engine=LocalEngine())
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        dist = project_ledger(str(root / "ds"), projection, split, root / "dask", engine=eng,
+                              blocksize=40_000)
+    return local, dist, frame, local_ds
 
 
 @pytest.mark.slow
 @pytest.mark.integration
 def test_dask_project_equals_local(both):
-    local, dist, _ = both
+    local, dist, _, local_ds = both
     for key in ("rows_read", "rows_valid", "rows_quarantined", "quarantine_by_reason",
                 "labels", "splits"):
         assert dist[key] == local[key], key
@@ -80,19 +78,47 @@ def test_dask_project_equals_local(both):
     assert b == split_boundaries(theirs, SplitConfig())
 
 
-def test_the_multiset_fingerprint_ignores_order_and_partitioning():
-    frame = generate_synthetic_ledger(SyntheticLedgerConfig(n_requests=500), seed=2)
-    parts = pd.concat([fingerprint_parts(frame.iloc[:100]), fingerprint_parts(frame.iloc[100:])])
-    shuffled = frame.sample(frac=1.0, random_state=0)
-    other = pd.concat([fingerprint_parts(shuffled.iloc[i:i + 70])
-                       for i in range(0, len(shuffled), 70)])
-    a = combine_fingerprint(list(frame.columns), parts)
-    assert a == combine_fingerprint(list(reversed(frame.columns)), other)
-    changed = frame.copy()
-    changed.loc[7, L.PROMPT_TOKENS] = int(changed.loc[7, L.PROMPT_TOKENS]) + 1
-    assert combine_fingerprint(list(frame.columns), fingerprint_parts(changed)) != a
-    dropped = fingerprint_parts(frame.iloc[1:])
-    assert combine_fingerprint(list(frame.columns), dropped) != a
+@pytest.mark.slow
+def test_one_fingerprint_version_and_features_on_both_engines(both):
+    """The same dataset on LocalEngine (one partition) and DaskEngine (many): the same
+    fingerprint and projection version (issue 44: they no longer depend on compute), the
+    same rows and split in features, and each summary names its engine."""
+    _, dist, _, local_ds = both
+    assert dist["ledger_fingerprint"] == local_ds["ledger_fingerprint"]
+    assert dist["projection"]["version"] == local_ds["projection"]["version"]
+    assert dist["compute"]["kind"] == "dask" and local_ds["compute"] == {"kind": "local"}
+    assert local_ds["partitions"] == 1 and dist["partitions"] > 1
+    for key in ("rows_read", "rows_valid", "quarantine_by_reason", "labels", "splits",
+                "split_boundaries"):
+        a, b = dist[key], local_ds[key]
+        if key == "split_boundaries":
+            a, b = ({k: v for k, v in x.items() if k != "selection"} for x in (a, b))
+        assert a == b, key
+    ours = pd.read_parquet(dist["artifacts"]["features"]).sort_values(L.REQUEST_ID)
+    theirs = pd.read_parquet(local_ds["artifacts"]["features"]).sort_values(L.REQUEST_ID)
+    pd.testing.assert_frame_equal(ours.reset_index(drop=True), theirs.reset_index(drop=True))
+    assert local_ds["artifacts"]["quarantine"].endswith("ledger.jsonl")
+    assert set(dist["timings_s"]) == set(local_ds["timings_s"]) == {
+        "read", "fingerprint", "project", "write", "aggregates"}
+
+
+def test_the_synthetic_ledger_projects_as_the_recipe_on_one_partition(tmp_path):
+    """pipeline=project on LocalEngine over the synthetic ledger: features.parquet is the
+    pandas recipe's features and split in the ledger's row order; the figures are drawn
+    from every row below SAMPLE_ROWS."""
+    from replaylab.projection import project
+
+    loaded = load_ledger(LedgerInput(synthetic=SyntheticLedgerConfig(n_requests=1500),
+                                     defect_rate=0.01, seed=3))
+    s = project_ledger(loaded, ProjectionConfig(), SplitConfig(), tmp_path)
+    ref = project(loaded.result.valid, ProjectionConfig(), SplitConfig())
+    got = pd.read_parquet(s["artifacts"]["features"])
+    pd.testing.assert_frame_equal(got, ref.with_split_column().reset_index(drop=True))
+    assert s["ledger_fingerprint"] == ref.fingerprint
+    assert s["projection"]["version"] == ref.version
+    assert s["figure_sample_rows"] == len(got) == s["labels"]["rows"]
+    assert s["compute"] == {"kind": "local"} and s["rows_quarantined"] > 0
+    assert s["injected_defects"] and s["ledger"]["requests"] == s["rows_valid"]
 
 
 def test_the_local_pipeline_reads_a_dataset_as_the_file(tmp_path):
