@@ -17,6 +17,9 @@ log = logging.getLogger("replaylab")
 
 
 def project(cfg: DictConfig, run_dir: Path) -> dict:
+    """pipeline=project: one pipeline on the engine `compute` names (where the partitions
+    are processed); a ledger dataset is read by the engine, the synthetic one made here."""
+    from replaylab.apps.inputs import compute_engine
     from replaylab.pipelines.project import load_ledger, project_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
@@ -24,29 +27,11 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
     inp = ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, plain(cfg.split), "split")
-    if cfg.compute.kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={cfg.compute.kind!r}; choose local or dask")
-    if cfg.compute.kind == "dask" and inp.path:  # the ledger never on the driver
-        from replaylab.pipelines.project_dask import project_dataset_dask
-
-        with dask_client(cfg.compute) as client:
-            summary = project_dataset_dask(str(inp.path), projection, split, run_dir,
-                                           seed=int(cfg.seed), progress=log.info)
-            summary["compute"] = compute_facts(cfg.compute, client)
-        return summary
-    loaded = load_ledger(inp)
-    if cfg.compute.kind == "local":
-        return project_ledger(loaded, projection, split, run_dir, write_ledger=data["write_ledger"])
-    from replaylab.projection.distributed import dispatch_time_features_dask
-
-    with dask_client(cfg.compute) as client:
-        def features_fn(ledger, projection_cfg):
-            return dispatch_time_features_dask(ledger, projection_cfg, client=client)
-
-        summary = project_ledger(loaded, projection, split, run_dir, features_fn=features_fn,
-                                 write_ledger=data["write_ledger"])
-        summary["compute"] = compute_facts(cfg.compute, client)
-    return summary
+    with compute_engine(cfg) as engine:
+        source = str(inp.path) if inp.path else load_ledger(inp)
+        return project_ledger(source, projection, split, run_dir, engine=engine,
+                              write_ledger=data["write_ledger"], seed=int(cfg.seed),
+                              progress=log.info)
 
 
 def demand(cfg: DictConfig, run_dir: Path) -> dict:
