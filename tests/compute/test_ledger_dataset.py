@@ -1,4 +1,4 @@
-"""Ledgers as datasets (contracts/dataset.py): the same seeded ledger as one Parquet file,
+"""Ledgers as datasets (compute/ledger.py): the same seeded ledger as one Parquet file,
 a hive-partitioned Parquet dataset and three JSON Lines files, read per partition on a
 LocalCluster of 2 processes and in local blocks, against the pandas path."""
 

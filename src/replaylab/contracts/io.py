@@ -101,7 +101,7 @@ def read_jsonl_lines(lines: Iterable[str], start: int = 0) -> tuple[pd.DataFrame
     """Parse JSON Lines text: (rows, unparseable lines quarantined), each with `source_row`.
 
     `lines` as a text file yields them (decoded; the first line is number `start`); a
-    block of a file is parsed exactly as the whole file would be (contracts/dataset.py).
+    block of a file is parsed exactly as the whole file would be (compute/ledger.py).
     Raises UnicodeDecodeError from `lines` only.
     """
     return jsonl_frame(*parse_jsonl_lines(lines, start))

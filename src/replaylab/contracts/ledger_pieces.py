@@ -3,7 +3,7 @@
 A piece is a run of Parquet row groups or a byte block of a JSON Lines file cut at line
 ends; each is read (`read_piece`: raw rows with their row or line number in the file,
 hive partition keys as columns) and validated by the pandas rules (`validate_piece`) on
-its own. `replaylab.contracts.dataset` drives them: on Dask one task per piece, locally
+its own. `replaylab.compute.ledger` drives them: on Dask one task per piece, locally
 one block at a time, and it applies the duplicate rule across pieces. `files` below is
 that module's `LedgerFiles` (the files of a spec, in reading order).
 """

@@ -72,7 +72,7 @@ class LoadedLedger:
 
 def load_ledger(inp: LedgerInput) -> LoadedLedger:
     """Read and validate the ledger, or generate, corrupt (on purpose) and validate one."""
-    if inp.path:  # a file, or a dataset (a directory, a glob: contracts/dataset.py)
+    if inp.path:  # a file, or a dataset (a directory, a glob: compute/ledger.py)
         return LoadedLedger(read_ledger_dataset(inp.path), origin=str(inp.path))
     frame = generate_synthetic_ledger(inp.synthetic, seed=inp.seed)
     defects: dict[str, int] = {}
