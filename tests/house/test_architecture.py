@@ -516,8 +516,8 @@ def test_no_dask_twin_is_left_in_pipelines():
     assert twins == [], f"Dask twins still in pipelines/: {twins}"
 
 
-@pytest.mark.xfail(strict=False, reason="until D, R, F land: demand/dask_ops.py, "
-                   "pipelines/router_dask.py, pipelines/synthesize.py import dask")
+@pytest.mark.xfail(strict=False, reason="until R lands: pipelines/router_dask.py imports "
+                   "dask, and demand/dask_ops.py (kept for router_dask and router_fit)")
 def test_only_the_engine_imports_dask():
     outside = [imp.where() for path in sorted(LIBRARY.rglob("*.py"))
                if not path.is_relative_to(ENGINE)
