@@ -29,7 +29,7 @@ Paths timed, one text per call, one intra-op thread each (torch.set_num_threads(
   `route_static` (`Router.route` of a static-tier artifact built here: model2vec
   distillation of MiniLM, the same 400 prompts), `static_tokenize` (`ids_array`),
   `static_pool` (lookup + sum + normalize of the text's ids), `static_encode`
-  (tokenize + pool) and `static_head` (`NumpyHead.proba_row`, the route's call);
+  (tokenize + pool) and `static_head` (`HeadScorer.proba_row`, kind numpy: the route's call);
   `cold_cache_128_tokens`: `route_static` right after 64 MB were written (the
   caches evicted, as when another process ran on the core in between).
   Headline keys `route_{fp32,int8,static}_{p50,p99}_us` (wall, 128 tokens).

@@ -134,7 +134,7 @@ def agreement(router, art: Path, queries: list[dict]) -> dict:
     p_py = np.array([[w.scores[c] for c in router.candidates] for w in want])
     p_rs = np.array([g["success_prob"] for g in got])
     same = np.array([g["candidate"] == w.candidate for g, w in zip(got, want, strict=True)])
-    margin = decision_margin(p_py, router.threshold, fallback=router.fallback_index,
+    margin = decision_margin(p_py, router.threshold, fallback=router.fallback,
                              rule=router.rule)
     return {"queries": len(queries),
             "token_ids_equal_share": float(np.mean([g["token_ids"] == i

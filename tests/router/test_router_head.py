@@ -177,6 +177,35 @@ def test_onnx_export_matches_torch(data: dict, head: SuccessHead, tmp_path) -> N
                     embedding_model="synthetic", parity_embedding=data["emb"][TEST])
 
 
+def test_served_copy_predicts_with_the_runtime_scorer_and_pickles(data: dict,
+                                                                   head: SuccessHead) -> None:
+    import pickle
+
+    from replaylab.artifacts.router_head import served_head
+
+    h = copy.deepcopy(head).calibrate(
+        data["emb"], data["meta"], logged_rows(data, CALIB, replay_share=1.0, seed=5))
+    emb, meta = data["emb"][TEST], subset(data["meta"], TEST)
+    meta["category"] = meta["category"].astype(object)
+    meta["category"][:3] = [np.nan, None, "zzz"]  # missing and unseen: the `other` slot
+    for kind in ("onnx", "numpy"):
+        served = served_head(h, scorer=kind, parity_embedding=emb[:20],
+                             parity_meta=subset(meta, np.arange(20)))
+        assert served is not h and not hasattr(h, "served_") and served.served_.kind == kind
+        got = served.predict_proba(emb, meta)
+        want = served.served_.proba(emb, [None, None, "zzz", *meta["category"][3:]],
+                                    meta["prompt_tokens"])
+        np.testing.assert_array_equal(got, want)  # the runtime scorer decides, bit for bit
+        assert np.abs(got - h.predict_proba(emb, meta)).max() <= 1e-5  # torch agrees
+        report = served.report()
+        assert kind in report["decisions_from"] and report["onnx_parity"]["n"] == 20
+        assert "decisions_from" not in h.report()  # the fitted head is left as it was
+        back = pickle.loads(pickle.dumps(served.served_))  # a Dask worker's copy
+        assert back.kind == kind and back.digest() == served.served_.digest()
+        np.testing.assert_array_equal(back.predict_proba(emb, meta), got)
+        assert pickle.loads(pickle.dumps(served.served_)) is back  # built once per process
+
+
 def test_config_and_rows_are_validated() -> None:
     with pytest.raises(ValueError, match="HeadConfig.hidden"):
         HeadConfig(hidden=())

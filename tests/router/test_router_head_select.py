@@ -29,7 +29,7 @@ from replaylab.pipelines.router_receipts import train_router_receipts
 from replaylab.router.config import RouterExplorationConfig
 from replaylab.router.exploration import deployment_ledger, simulate_receipts
 from replaylab.router.head import HeadConfig, SuccessHead
-from replaylab.router.head_select import HeadSelectConfig, TeacherPool, select_head
+from replaylab.router.head_select import HeadSelectConfig, select_head
 from replaylab.router.inputs import TrainingRows
 from replaylab.router.pipeline_config import router_config
 from replaylab.router.replay import outcome_matrix
@@ -144,7 +144,7 @@ def test_config_is_checked_and_defaults_off():
             router_config({"candidates": ["a", "b"], "head_select": bad})
 
 
-def test_teacher_pool_reuses_teacher_zero_as_the_one_head_fit():
+def test_teacher_cache_reuses_teacher_zero_as_the_one_head_fit():
     rng = np.random.default_rng(0)
     n, k = 120, 2
     emb = rng.normal(size=(n, 8)).astype(np.float32)
@@ -153,13 +153,17 @@ def test_teacher_pool_reuses_teacher_zero_as_the_one_head_fit():
     rows = TrainingRows(np.repeat(np.arange(n), k), np.tile(np.arange(k), n),
                         (rng.random(n * k) < 0.6).astype(float), np.ones(n * k), None)
     hc = HeadConfig(hidden=(8,), max_epochs=5, teachers=3)
-    pool = TeacherPool()
-    three = pool.fit(hc, 4, emb, meta, rows, k)
-    assert not hasattr(three, "teacher_heads_")  # the pool keeps the teacher, not the head
-    one = pool.fit(dataclasses.replace(hc, teachers=1), 4, emb, meta, rows, k)
-    fresh = SuccessHead(dataclasses.replace(hc, teachers=1), seed=4).fit(emb, meta, rows, k)
+    hc1 = dataclasses.replace(hc, teachers=1)
+    cache: dict = {}
+    three = SuccessHead(hc, seed=4).fit(emb, meta, rows, k, teacher_cache=cache)
+    assert len(cache) == 1 and three.teachers_[0]["seed"] == 4  # teacher 0 kept, seed 4
+    (teacher,) = cache.values()
+    one = SuccessHead(hc1, seed=4).fit(emb, meta, rows, k, teacher_cache=cache)
+    assert one.net_ is not teacher.net_ and one.history_ == teacher.history_  # a copy of it
+    fresh = SuccessHead(hc1, seed=4).fit(emb, meta, rows, k)
     np.testing.assert_array_equal(one.predict_proba(emb, meta), fresh.predict_proba(emb, meta))
-    other = pool.fit(dataclasses.replace(hc, teachers=1), 5, emb, meta, rows, k)  # not reused
+    other = SuccessHead(hc1, seed=5).fit(emb, meta, rows, k, teacher_cache=cache)  # not reused
+    assert len(cache) == 1
     assert not np.array_equal(other.predict_proba(emb, meta), fresh.predict_proba(emb, meta))
 
 

@@ -306,16 +306,16 @@ def test_strongest_is_the_best_on_average_not_the_dearest() -> None:
         assert choice.met and choice.quality >= 0.95 * 0.75
         assert (choice.choose(prob) != 2).all()  # never the dear, weak candidate
     # strong-only end of the curve is the strongest column, not the last
-    curve = threshold_curve(prob, score, cost, np.array([np.inf]), rule="margin", top=1)
+    curve = threshold_curve(prob, score, cost, np.array([np.inf]), rule="margin", fallback=1)
     assert curve.quality[0] == 0.75 and curve.cost[0] == 3.0 and curve.strong_share[0] == 1.0
 
 
 def test_escalation_climbs_to_the_strongest_column_when_it_is_not_the_last() -> None:
     score = np.array([[0, 1, 0], [0, 0, 0], [1, 1, 0]], float)
     cost = np.tile([1.0, 3.0, 10.0], (3, 1))
-    # first calls: 0 fails -> 1 (top, succeeds); 2 (dearer than top) fails -> straight to 1
-    out = escalated_outcome(np.array([0, 2, 0]), score, cost, top=1)
+    # first calls: 0 fails -> 1 (fallback, succeeds); 2 (dearer than the fallback) fails -> straight to 1
+    out = escalated_outcome(np.array([0, 2, 0]), score, cost, fallback=1)
     np.testing.assert_array_equal(out["final"], [1, 1, 0])
     np.testing.assert_array_equal(out["cost"], [4.0, 13.0, 1.0])
     np.testing.assert_array_equal(out["calls"], [2, 2, 1])
-    assert evaluate(np.array([0, 2, 0]), score, cost, top=1)["strong_call_share"] == 2 / 3
+    assert evaluate(np.array([0, 2, 0]), score, cost, fallback=1)["strong_call_share"] == 2 / 3

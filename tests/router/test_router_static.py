@@ -1,4 +1,4 @@
-"""The static router tier: charmap tokenizer == HF tokenizers, safetensors, NumpyHead == the
+"""The static router tier: charmap tokenizer == HF tokenizers, safetensors, the numpy HeadScorer == the
 spec's forward pass and the ONNX head, choose_one == choose_by_threshold, and (slow) the
 model2vec export and `pipeline=router router.encoder.tier=static` served by `Router`."""
 
@@ -247,7 +247,7 @@ def test_choose_one_is_choose_by_threshold(rule):
 
 
 def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarray:
-    """docs/specs/router-scorer.md "Head", written out unfolded (the reference for NumpyHead)."""
+    """docs/specs/router-scorer.md "Head", written out unfolded (the reference for HeadScorer kind numpy)."""
     f = {k: v.astype(np.float64) for k, v in t.items()}
     x = 0.0 if math.isnan(tokens) else (math.log1p(max(tokens, 0.0)) - f["tok_mean"][0]) / \
         f["tok_scale"][0]
@@ -265,8 +265,7 @@ def _spec_forward(t: dict, e: np.ndarray, code: int, tokens: float) -> np.ndarra
 
 @pytest.mark.parametrize("wide", [True, False])
 def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
-    from replaylab.artifacts.router_head import head_tensors
-    from replaylab.pipelines.router_deployed import DeployedHead
+    from replaylab.artifacts.router_head import head_tensors, served_head
     from replaylab.router.head import HeadConfig, SuccessHead
     from replaylab.router.inputs import TrainingRows
 
@@ -283,27 +282,28 @@ def test_numpy_head_is_the_spec_and_the_onnx_graph(wide):
     head = SuccessHead(cfg, seed=0).fit(E, meta, rows, k).calibrate(E, meta, rows)
     meta["prompt_tokens"][:10] = np.nan  # missing -> the training mean
     meta["category"][10:20] = "never-seen"
-    numpy_head = DeployedHead(head, scorer="numpy")
-    onnx_head = DeployedHead(head, scorer="onnx")
+    numpy_head = served_head(head, scorer="numpy")
+    onnx_head = served_head(head, scorer="onnx")
+    assert numpy_head.served_.kind == "numpy" and onnx_head.served_.kind == "onnx"
     p_np, p_onnx = numpy_head.predict_proba(E, meta), onnx_head.predict_proba(E, meta)
     assert np.abs(p_np - p_onnx).max() <= 1e-5  # float32 graph vs float64 numpy
     tensors = head_tensors(head)
-    codes = numpy_head.scorer.codes(meta["category"])
+    codes = numpy_head.served_.codes(meta["category"])
     spec = np.stack([_spec_forward(tensors, E[i], int(codes[i]), meta["prompt_tokens"][i])
                      for i in range(n)])
     # the float32 trunk: ~1e-8 from the float64 spec (docs/specs/router-scorer.md allows 1e-5)
     assert 0 < np.abs(p_np - spec).max() <= 1e-6
-    from replaylab.runtime.router_head import NumpyHead
+    from replaylab.runtime.router_head import HeadScorer
 
-    class Float64Trunk(NumpyHead):
+    class Float64Trunk(HeadScorer):
         TRUNK_DTYPE = np.float64
 
-    exact = Float64Trunk(tensors, numpy_head.scorer.vocabulary)
+    exact = Float64Trunk.from_tensors(tensors, numpy_head.served_.vocabulary)
     p64 = exact.proba(E, meta["category"], meta["prompt_tokens"])
     assert np.abs(p64 - spec).max() <= 1e-12  # folding at load is exact up to rounding
     one = numpy_head.predict_proba(E[:1], {k2: v[:1] for k2, v in meta.items()})
     assert np.array_equal(one[0], p_np[0])  # a row's answer does not depend on its batch
-    scorer = numpy_head.scorer  # the serving call: the same floats as a list
+    scorer = numpy_head.served_  # the serving call: the same floats as a list
     assert scorer.proba_row(E[0], int(codes[0]), meta["prompt_tokens"][0]) == p_np[0].tolist()
 
 
@@ -347,7 +347,6 @@ def test_static_export_matches_model2vec_and_verifies(static_run):
 @pytest.mark.slow
 def test_static_pipeline_trains_exports_and_serves(static_run, tmp_path):
     from replaylab.runtime import Router
-    from replaylab.runtime.router_head import NumpyHead
 
     run = static_run / "run"
     summary = json.loads((run / "summary.json").read_text())
@@ -359,7 +358,7 @@ def test_static_pipeline_trains_exports_and_serves(static_run, tmp_path):
     golden = json.loads((art / "golden.json").read_text())
     assert all("token_ids" in c["expected"]["static"] for c in golden["cases"])
     router = Router.load(art)
-    assert router.loaded and router.tier == "static" and isinstance(router.head, NumpyHead)
+    assert router.loaded and router.tier == "static" and router.head.kind == "numpy"
     assert router.golden_status == "passed"
     # served decisions == the decisions training reported, bit for bit
     import pandas as pd

@@ -109,7 +109,7 @@ def texts(router, static_router):
                for i, t in enumerate(router_texts())]
     d = [router.route(q["text"], q["category"], q["prompt_tokens"]) for q in queries]
     p = np.array([[x.scores[c] for c in router.candidates] for x in d])
-    margin = decision_margin(p, router.threshold, fallback=router.fallback_index, rule=router.rule)
+    margin = decision_margin(p, router.threshold, fallback=router.fallback, rule=router.rule)
     keep = [q for q, m in zip(queries, margin, strict=True) if m > moved]
     assert len(keep) > 0.9 * len(queries)
     assert len({x.candidate for x in d}) == len(router.candidates)  # both candidates decided

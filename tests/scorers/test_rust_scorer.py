@@ -202,7 +202,7 @@ def test_route_is_the_golden_vectors_and_the_python_router(binary, static_router
     p_py = np.array([[w.scores[c] for c in router.candidates] for w in want])
     p_rs = np.array([g["success_prob"] for g in got])
     assert np.abs(p_py - p_rs).max() <= tol
-    margin = decision_margin(p_py, router.threshold, fallback=router.fallback_index,
+    margin = decision_margin(p_py, router.threshold, fallback=router.fallback,
                              rule=router.rule)
     moved = tol * (2.0 if router.rule == "margin" else 1.0)
     stable = margin > moved

@@ -204,7 +204,7 @@ def served_check(folder: Path, run: Any, key: bytes | None = None, end_to_end: i
         return {"loaded": False, "reason": router.reason, "agreement": 0.0}
     meta = run.test_meta
     prob = router.head.proba(run.test_embeddings, list(meta["category"]), meta["prompt_tokens"])
-    got = choose_by_threshold(prob, router.threshold, fallback=router.fallback_index,
+    got = choose_by_threshold(prob, router.threshold, fallback=router.fallback,
                               rule=router.rule)
     out = {"loaded": True, "n": int(len(got)),
            "agreement": float((got == run.test_choice).mean()) if len(got) else 1.0}

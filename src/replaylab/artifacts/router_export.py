@@ -48,12 +48,7 @@ from typing import Any
 import numpy as np
 
 from replaylab import __version__
-from replaylab.artifacts.router_head import (
-    HEAD_TENSORS_FILE,
-    head_tensors,
-    head_to_onnx,
-    manifest_sections,
-)
+from replaylab.artifacts.router_head import head_tensors, head_to_onnx, manifest_sections
 from replaylab.artifacts.static_export import safetensors_bytes
 from replaylab.contracts.golden import golden_document, write_golden
 from replaylab.contracts.manifest import (
@@ -64,6 +59,7 @@ from replaylab.contracts.manifest import (
     write_manifest,
 )
 from replaylab.jsonsafe import json_safe
+from replaylab.runtime.router_head import HEAD_TENSORS_FILE
 
 KIND = "router"
 HEAD_FILE = "head.onnx"
@@ -162,7 +158,9 @@ def export_router(run: Any, encoder_dir: str | Path, out_dir: str | Path, *,
                  k: summary.get("exploration", {}).get(k)
                  for k in ("rate", "cap", "sessions", "explored_sessions")},
              **(training or {})}
-    model = run.deployed.model if run.deployed is not None else head_to_onnx(head)
+    # the graph training's decisions were made with, when it served the graph itself
+    served = None if run.deployed is None else run.deployed.served_
+    model = served.model if served is not None and served.model is not None else head_to_onnx(head)
     with staged_folder(out_dir) as tmp:
         (tmp / HEAD_FILE).write_bytes(model)
         (tmp / HEAD_TENSORS_FILE).write_bytes(safetensors_bytes(head_tensors(head)))
@@ -220,7 +218,7 @@ def router_golden(folder: Path, inputs: list[dict], *, hmac_key: bytes | None = 
         got = [router.route(t, c, p, keep_embedding=triples)
                for t, c, p in zip(texts, cats, tokens, strict=True)]
         prob = np.array([[d.scores[c] for c in router.candidates] for d in got])
-        margin = decision_margin(prob, router.threshold, fallback=router.fallback_index,
+        margin = decision_margin(prob, router.threshold, fallback=router.fallback,
                                  rule=router.rule)
         # the static tier's token ids too: an engine checks its tokenizer on them
         ids = (router.encoder.token_ids(texts) if static else [None] * len(texts))

@@ -1,6 +1,8 @@
-"""ONNX export of a fitted `SuccessHead`, its parity check, and the artifact folder.
+"""ONNX export of a fitted `SuccessHead`, its parity check, its served scorer, and the
+artifact folder.
 
-The graph is the whole head, preprocessing included (`HeadNet.probabilities`):
+The graph is the whole head, preprocessing included (the network's `probabilities`,
+traced under the name `net`: the graph's initializer and node names):
 
     inputs   embedding      (n, d) float32   the encoder's L2-normalized embedding
              category       (n,)   int64     code in the manifest's vocabulary
@@ -29,6 +31,11 @@ TorchScript exporter (`dynamo=False`, deprecated but present) handles this
 plain MLP at opset 17. An export counts only when `parity` passes: onnxruntime
 vs torch on given inputs, max abs difference of success_prob <= 1e-5 and of
 cost <= 1e-5 relative.
+
+`served_head` is the head as the runtime serves it, for training's own decisions: the
+exported graph (or, for the static tier, `head_tensors`) in the runtime's `HeadScorer`,
+attached to a copy of the head (`SuccessHead.as_served`), so the learned router's
+calibration, test and go/no-go decisions are the served ones, bit for bit.
 """
 
 from __future__ import annotations
@@ -53,7 +60,8 @@ from replaylab.contracts.manifest import (
     write_manifest,
 )
 from replaylab.router.head import SuccessHead
-from replaylab.router.inputs import OTHER, meta_arrays
+from replaylab.router.inputs import OTHER
+from replaylab.runtime.router_head import HeadScorer, meta_arrays
 
 KIND = "router_head"
 MODEL_FILE = "model.onnx"
@@ -64,6 +72,9 @@ PARITY_TOLERANCE = 1e-5
 
 
 class _Graph(nn.Module):
+    """What ONNX traces: the network (as `net`) with Platt and the cost transform, the
+    cost output only for a head fitted with costs."""
+
     def __init__(self, net: nn.Module, with_cost: bool) -> None:
         super().__init__()
         self.net, self.with_cost = net, with_cost
@@ -99,8 +110,6 @@ def head_to_onnx(head: SuccessHead) -> bytes:
                           opset_version=ONNX_OPSET, dynamo=False, do_constant_folding=True)
     return buf.getvalue()
 
-HEAD_TENSORS_FILE = "head.safetensors"
-
 
 def head_tensors(head: SuccessHead) -> dict[str, np.ndarray]:
     """The fitted head's weights as plain float32 arrays, named for engines that run the
@@ -126,6 +135,26 @@ def head_tensors(head: SuccessHead) -> dict[str, np.ndarray]:
         out["wide_category"] = f32(net.wide_category.weight)
         out["wide_tokens"] = f32(net.wide_tokens)
     return out
+
+
+def served_head(head: SuccessHead, *, scorer: str = "onnx", threads: int = 1,
+                parity_embedding: np.ndarray | None = None,
+                parity_meta: Any = None) -> SuccessHead:
+    """A copy of the fitted head that predicts as the runtime serves it (`as_served`):
+    scorer `onnx`, its graph (`head_to_onnx`, the bytes the router artifact ships) in
+    onnxruntime with `threads` threads; `numpy` (the static tier), the forward pass of its
+    `head_tensors`. With `parity_embedding`, the torch vs onnxruntime difference on those
+    prompts is reported (informational: the graph, not torch, decides in training and
+    serving alike, so a difference is never fatal here)."""
+    if scorer not in ("onnx", "numpy"):
+        raise ValueError(f"scorer={scorer!r}: onnx or numpy")
+    vocabulary = list(head.encoder_.vocabulary_)
+    model = head_to_onnx(head)
+    figures = (parity(head, model, parity_embedding, parity_meta, tolerance=float("inf"))
+               if parity_embedding is not None and len(parity_embedding) else None)
+    served = (HeadScorer.from_onnx(model, vocabulary, threads) if scorer == "onnx"
+              else HeadScorer.from_tensors(head_tensors(head), vocabulary))
+    return head.as_served(served, figures)
 
 
 def onnx_inputs(head: SuccessHead, embedding: np.ndarray, meta: Any) -> dict[str, np.ndarray]:

@@ -52,7 +52,6 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
-from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.pipelines.router_fit import ChosenHead, choose_head, fit_head, seed_spread
 from replaylab.pipelines.router_run import RouterRun, golden_inputs
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
@@ -201,7 +200,7 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
 
 def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
          choice: np.ndarray, prob: np.ndarray, unit_cost: np.ndarray | None = None,
-         top: int = -1) -> dict:
+         fallback: int = -1) -> dict:
     """OPE of the learned policy on re-logged test sessions, beside the truth; with
     `unit_cost` (the train calls' mean cost per candidate, the DR cost model) also the OPE
     evidence the receipts gate reads (`ope_sums.ope_evidence`) and the verdict an OPE gate
@@ -231,13 +230,13 @@ def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
                            for n in ("ips", "snips", "dr")}
     out["warnings"] = support_check(est)
     if unit_cost is not None:
-        out.update(_ope_evidence(cfg, test, bandit, b, rows, choice, prob, unit_cost, top))
+        out.update(_ope_evidence(cfg, test, bandit, b, rows, choice, prob, unit_cost, fallback))
     return out
 
 
 def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.DataFrame,
                   b: Any, rows: np.ndarray, choice: np.ndarray, prob: np.ndarray,
-                  unit_cost: np.ndarray, top: int) -> dict:
+                  unit_cost: np.ndarray, fallback: int) -> dict:
     """The receipts gate's OPE evidence and verdict on the re-logged test sessions (the
     same sums, `ope_sums.ope_part`, as a receipts run)."""
     cost = logged_decisions(bandit, test.candidates, reward=Label.COST).reward
@@ -252,7 +251,7 @@ def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.Dat
     ev = cfg.evaluation
     scored = scored_rows(frame, prob[rows], choice[rows])
     total = ope_part(scored, k, unit_cost, unit_cost, ev.n_boot, ev.seed, None, None,
-                     top % k, cfg.policy.rule)
+                     fallback % k, cfg.policy.rule)
     o = cfg.objective
     fraction = o.fraction_of_strong if o.kind == "quality_floor" else None
     ope = ope_from_sums(total, test.candidates, b.n, ev.level, ev.level_tag, fraction)
@@ -461,16 +460,16 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
     chosen = {n: select_threshold(prob_ca[n], ca.score, ca.cost, cfg.policy) for n in SCORED}
     choice = {n: chosen[n].choose(prob_te[n]) for n in SCORED}
-    top = chosen["learned"].fallback  # the strongest on the calibration replay
+    fallback = chosen["learned"].fallback  # the strongest on the calibration replay
 
     rules_te = rules.predict_index(te)
     rng = np.random.default_rng(cfg.seed)
-    random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed, strong=top)
+    random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed, strong=fallback)
     oracle = OracleRouter(cfg.policy.success_cutoff)
     choice.update({"rules": rules_te, "random": random.choose(Ete),
                    "cheap_only": np.zeros(te.n_prompts, np.int64),
-                   "strong_only": np.full(te.n_prompts, top, np.int64),
-                   "oracle": oracle.choose(te.score, fallback=top)})
+                   "strong_only": np.full(te.n_prompts, fallback, np.int64),
+                   "oracle": oracle.choose(te.score, fallback=fallback)})
     rule = cfg.policy.rule
     curves = {**{n: routing_scores(p, rule) for n, p in prob_te.items()},
               "rules": routing_scores(rules_scores(rules, tr, te), rule),
@@ -503,7 +502,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     say("off-policy evaluation and the go/no-go gate")
     t0 = time.perf_counter()
     ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"],
-               unit_cost=tr.cost.mean(axis=0), top=top)
+               unit_cost=tr.cost.mean(axis=0), fallback=fallback)
     timings["ope"] = time.perf_counter() - t0
     gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]), fit,
                         (tr, labels), ca, (Ete, mte, te), choice[baseline], sim.stats,
@@ -557,7 +556,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
-                    deployed=deployed if isinstance(deployed, DeployedHead) else None,
+                    deployed=deployed if hasattr(deployed, "served_") else None,
                     golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
                                                 mte["category"], mte["prompt_tokens"]),
                     rules_equal=rules_eq,

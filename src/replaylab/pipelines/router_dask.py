@@ -22,7 +22,7 @@ The same steps, checks and summary as `pipelines.router_receipts.train_router_re
    session id (`router_fit.train_sample`: the local run draws the same sessions),
    ordered by session id as the local table is; the cost model from partition sums;
 6. the test sessions judged on the workers with the served graph
-   (`router_deployed.PortableHead`): every estimator, paired difference and the threshold
+   (the served head's runtime `HeadScorer`, which pickles as its graph): every estimator, paired difference and the threshold
    curve are partition sums (`router.ope_sums`, which the local run uses on all its test
    rows at once); the thresholds are exact quantiles of the test routing scores; the
    intervals' session Poisson bootstrap weights are a hash of (session id, replicate,
@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from replaylab.compute.stages import DaskStages
 from replaylab.contracts import Ledger as L
 from replaylab.pipelines.router_fit import (
     FitData,
@@ -76,7 +77,6 @@ from replaylab.pipelines.router_receipts import (
     spread_row,
 )
 from replaylab.pipelines.router_run import ReceiptsRun, golden_inputs
-from replaylab.compute.stages import DaskStages
 from replaylab.router.config import RouterEvalConfig
 from replaylab.router.ope_sums import add_ope, ope_from_sums, ope_part, sweep_curve
 from replaylab.router.pipeline_config import RouterPipelineConfig
@@ -322,7 +322,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             n_fit = {s: len(f) for s, f in frames.items()}
             say = progress or (lambda _m: None)
             fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
-            point, top, rule = fitted.point, fitted.top, fitted.rule
+            point, fallback, rule = fitted.point, fitted.fallback, fitted.rule
             head = _portable(fitted.deployed)
 
         # 6. judge on the workers
@@ -332,7 +332,7 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             plan_splits = tuple(cfg.replay_plan.splits)
             meta_s = score_part(meta_e, head, 0.0, 0, rule, k, encoder.dimension, ("test",))
             scored = emb.map_partitions(
-                score_part, head, float(point["threshold"]), top, rule, k, encoder.dimension,
+                score_part, head, float(point["threshold"]), fallback, rule, k, encoder.dimension,
                 tuple(sorted({"test", *plan_splits})), meta=meta_s).persist()
             qs = np.linspace(0.0, 1.0, cfg.evaluation.n_thresholds)
             scores = scored.map_partitions(score_values, k, rule, meta=pd.Series([], dtype="float64"))
@@ -340,18 +340,18 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
             thresholds = np.unique(np.concatenate([[-np.inf], qv, [np.inf]]))
             n_test = report["decisions"]["test"]
             total = _ope_total(scored, k, unit_cost, unit_session, n_boot, cfg.seed, thresholds,
-                               top, rule)
+                               fallback, rule)
             fraction = (cfg.objective.fraction_of_strong
                         if cfg.objective.kind == "quality_floor" else None)
             ope = ope_from_sums(total, cands, n_test, level, tag, fraction)
 
             def spread_at(seed: int) -> dict:
-                dep_j, point_j, top_j = fitted.refit(seed)
+                dep_j, point_j, fallback_j = fitted.refit(seed)
                 sc_j = emb.map_partitions(
-                    score_part, _portable(dep_j), float(point_j["threshold"]), top_j, rule, k,
+                    score_part, _portable(dep_j), float(point_j["threshold"]), fallback_j, rule, k,
                     encoder.dimension, ("test",), meta=meta_s)
                 ope_j = ope_from_sums(_ope_total(sc_j, k, unit_cost, unit_session, n_boot,
-                                                 cfg.seed, None, top_j, rule),
+                                                 cfg.seed, None, fallback_j, rule),
                                       cands, n_test, level, tag, fraction)
                 return spread_row(seed, point_j, ope_j, cfg.objective)
 
@@ -417,13 +417,13 @@ def train_router_receipts_dask(spec: str, replays: pd.DataFrame | None,
               "prompt_tokens": sample["prompt_tokens"].to_numpy(float)}
     E_s = sample[cols].to_numpy(np.float32)
     prob_s = fitted.deployed.predict_proba(E_s, meta_s) if len(sample) else np.zeros((0, k))
-    choice_s = choose_by_threshold(prob_s, float(point["threshold"]), fallback=top, rule=rule) \
+    choice_s = choose_by_threshold(prob_s, float(point["threshold"]), fallback=fallback, rule=rule) \
         if len(sample) else np.zeros(0, np.int64)
     texts_s = [t if isinstance(t, str) else None for t in sample[L.PROMPT_TEXT]]
     run = ReceiptsRun(config=dataclasses.replace(cfg, head=fitted.config), candidates=cands,
                       head=fitted.head, threshold=float(point["threshold"]), rules=rules,
-                      summary=summary, rule=rule, fallback=int(top),
-                      deployed=fitted.deployed if hasattr(fitted.deployed, "portable") else None,
+                      summary=summary, rule=rule, fallback=int(fallback),
+                      deployed=fitted.deployed if hasattr(fitted.deployed, "served_") else None,
                       golden_inputs=golden_inputs(texts_s, sample["category"].to_numpy(dtype=object),
                                                   sample["prompt_tokens"].to_numpy(float)),
                       rules_equal=None,
@@ -446,17 +446,17 @@ def _policy_total(parts: tuple) -> dict:
 def _portable(deployed: Any) -> Any:
     """What the workers score with: the served graph as plain data, or (an isotonic head,
     which has no graph) the fitted head itself."""
-    return getattr(deployed, "portable", deployed)
+    return getattr(deployed, "served_", deployed)
 
 
 def _ope_total(scored: Any, k: int, unit_cost: np.ndarray, unit_session: np.ndarray,
-               n_boot: int, seed: int, thresholds: np.ndarray | None, top: int,
+               n_boot: int, seed: int, thresholds: np.ndarray | None, fallback: int,
                rule: str) -> dict:
     import dask
     from dask import delayed
 
     parts = [delayed(ope_part)(p, k, unit_cost, unit_session, n_boot, seed, None, thresholds,
-                               top, rule) for p in scored.to_delayed()]
+                               fallback, rule) for p in scored.to_delayed()]
     got = dask.compute(*parts)
     total = got[0]
     for g in got[1:]:

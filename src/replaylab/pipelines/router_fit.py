@@ -1,7 +1,7 @@
 """The router's fit, both modes: the head choice, its served graph, its seed spread.
 
 One head choice (`choose_head`): every candidate head of `router.head_select` fitted on
-train (`fit_head`: fitted, calibrated on calibration, served as its graph `DeployedHead`),
+train (`fit_head`: fitted, calibrated on calibration, served as its graph `served_head`),
 ranked by the mode's operating point on CALIBRATION. The outcomes mode
 (`pipelines/router.py`) reads the point on the full calibration replay
 (`router.policy.select_threshold`); the receipts mode (steps 2-3 of
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab.pipelines.router_deployed import DeployedHead
+from replaylab.artifacts.router_head import served_head
 from replaylab.router.head import HeadConfig, SuccessHead
-from replaylab.router.head_select import TeacherPool, select_head
+from replaylab.router.head_select import select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
 from replaylab.router.metrics import default_thresholds
 from replaylab.router.objective import ObjectiveConfig
@@ -74,7 +74,7 @@ def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
 
 
 def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecisions,
-                     q_cost: np.ndarray, target: float | None, rule: str, top: int,
+                     q_cost: np.ndarray, target: float | None, rule: str, fallback: int,
                      n_thresholds: int, budget: float | None = None) -> dict:
     """The cheapest threshold whose DR quality on these logged rows reaches `target`, or
     (`budget` set, `target` None) the best DR quality whose DR cost is within `budget`.
@@ -84,46 +84,44 @@ def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecision
     under a budget); when no point qualifies, the point of best DR quality (the cheapest
     under a budget), `met` False."""
     t = default_thresholds(routing_scores(prob, rule), n_thresholds)
-    choice = np.stack([choose_by_threshold(prob, float(x), fallback=top, rule=rule) for x in t])
+    choice = np.stack([choose_by_threshold(prob, float(x), fallback=fallback, rule=rule) for x in t])
     quality = point_values(b_q, choice, prob)["dr"]
     cost = point_values(b_c, choice, q_cost)["dr"]
     if budget is None:
         ok = quality >= float(target) - 1e-12
         order = np.lexsort((-quality, cost))  # cheapest, then better
-        fallback = np.lexsort((cost, -quality))  # best quality, then cheaper
+        unmet = np.lexsort((cost, -quality))  # best quality, then cheaper
     else:
         ok = cost <= float(budget) + 1e-15
         order = np.lexsort((cost, -quality))  # better, then cheaper
-        fallback = np.lexsort((-quality, cost))  # cheapest
-    best = int(order[ok[order]][0]) if ok.any() else int(fallback[0])
+        unmet = np.lexsort((-quality, cost))  # cheapest
+    best = int(order[ok[order]][0]) if ok.any() else int(unmet[0])
     return {"threshold": float(t[best]), "met": bool(ok.any()),
             "target_quality": None if target is None else float(target),
             "cost_budget": None if budget is None else float(budget),
             "dr_quality": float(quality[best]), "dr_cost": float(cost[best]),
             "curve": pd.DataFrame({"threshold": t, "dr_quality": quality, "dr_cost": cost,
-                                   "strong_share": (choice == top).mean(axis=1)})}
+                                   "strong_share": (choice == fallback).mean(axis=1)})}
 
 
 def fit_head(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
-             head_scorer: str, pool: TeacherPool | None = None) -> tuple[SuccessHead, Any]:
+             head_scorer: str, pool: dict | None = None) -> tuple[SuccessHead, Any]:
     """The head fitted on train, calibrated on calibration, as the runtime serves it: its
-    graph (`DeployedHead`, or for the static tier the numpy forward pass of
+    graph (`artifacts.router_head.served_head`, or for the static tier the numpy forward pass of
     `head_scorer="numpy"`), so every learned decision a run reports is the served one; an
     isotonic head has no graph and scores in torch. E, meta, rows: {"train",
-    "calibration"} -> embeddings, metadata, TrainingRows. pool: the head selection's fits,
-    which reuse a teacher (the same head)."""
-    if pool is None:
-        head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k)
-    else:
-        head = pool.fit(hc, seed, E["train"], meta["train"], rows["train"], k)
+    "calibration"} -> embeddings, metadata, TrainingRows. pool: the head selection's
+    `teacher_cache` (`SuccessHead.fit`), whose fits reuse a teacher (the same head)."""
+    head = SuccessHead(hc, seed=seed).fit(E["train"], meta["train"], rows["train"], k,
+                                          teacher_cache=pool)
     head.calibrate(E["calibration"], meta["calibration"], rows["calibration"])
     if hc.calibration == "isotonic":
         return head, head
     n = min(256, len(E["calibration"]))
-    deployed = DeployedHead(head, threads=hc.num_threads,
-                            parity_embedding=E["calibration"][:n],
-                            parity_meta={key: v[:n] for key, v in meta["calibration"].items()},
-                            scorer=head_scorer)
+    deployed = served_head(head, threads=hc.num_threads,
+                           parity_embedding=E["calibration"][:n],
+                           parity_meta={key: v[:n] for key, v in meta["calibration"].items()},
+                           scorer=head_scorer)
     return head, deployed
 
 
@@ -175,7 +173,7 @@ class FittedRouter:
     deployed: Any
     config: HeadConfig
     point: dict
-    top: int
+    fallback: int
     selection: dict
     data: FitData
     candidates: tuple[str, ...]
@@ -198,9 +196,9 @@ class FittedRouter:
         _, dep = fit_head(self.config, seed, self.data.E, self.data.meta,
                           self.rows_for(self.config.max_weight), len(self.candidates),
                           self.head_scorer)
-        point, top, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
+        point, fallback, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
                                         self.rule, self.n_thresholds, self.objective)
-        return dep, point, top
+        return dep, point, fallback
 
 
 def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: np.ndarray,
@@ -214,16 +212,16 @@ def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: 
     ca_d = data.decisions["calibration"]
     prob_ca = dep.predict_proba(data.E["calibration"], decision_meta(ca_d))
     b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
-    top = _strongest(b_q, prob_ca, unit_cost)
+    fallback = _strongest(b_q, prob_ca, unit_cost)
     logging_q = float(b_q.reward.mean())  # the logging policy's own calibration quality
-    strong_q = float(point_values(b_q, np.full((1, b_q.n), top), prob_ca)["dr"][0])
+    strong_q = float(point_values(b_q, np.full((1, b_q.n), fallback), prob_ca)["dr"][0])
     target = objective.quality_floor(logging_q, strong_q)
     point = choose_threshold(prob_ca, b_q, b_c, np.repeat(unit_cost[None, :], b_q.n, axis=0),
-                             target, rule, top, n_thresholds,
+                             target, rule, fallback, n_thresholds,
                              budget=objective.cost_per_call if target is None else None)
     point["logging_quality"], point["strong_only_dr_quality"] = logging_q, strong_q
     point["objective"] = objective.label("logging policy")
-    return point, top, prob_ca
+    return point, fallback, prob_ca
 
 
 @dataclass
@@ -248,7 +246,7 @@ def choose_head(cfg: RouterPipelineConfig, E: dict, meta: dict,
     CALIBRATION only; `operating_point_of(served graph)` -> (met, criterion value, figures,
     point) is the mode's reading of it (`criterion` names it). The test split is not an
     argument."""
-    pool, rows_by_clip = TeacherPool(), {}
+    pool, rows_by_clip = {}, {}
 
     def evaluate(hc: HeadConfig) -> tuple[bool, float, dict, Any]:
         if cfg.head_select.enabled:
@@ -290,7 +288,7 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
         + f" at the calibration operating point of the {cfg.objective.label('logging policy')}"
         " (a head that cannot reach it ranks last)", say)
     holder.head, holder.deployed, holder.config = chosen.head, chosen.deployed, chosen.config
-    holder.point, holder.top = chosen.point
+    holder.point, holder.fallback = chosen.point
     holder.selection = chosen.selection
     return holder
 

@@ -125,7 +125,7 @@ def with_u(part: pd.DataFrame, seed: int) -> pd.DataFrame:
     return part.assign(u=session_uniform(part[Label.SESSION_ID].to_numpy(dtype=object), seed))
 
 
-def score_part(part: pd.DataFrame, head: Any, threshold: float, top: int, rule: str, k: int,
+def score_part(part: pd.DataFrame, head: Any, threshold: float, fallback: int, rule: str, k: int,
                d: int, splits: tuple[str, ...]) -> pd.DataFrame:
     """Rows of `splits` with the served head's P(success) per candidate and its choice;
     the embedding columns dropped."""
@@ -136,7 +136,7 @@ def score_part(part: pd.DataFrame, head: Any, threshold: float, top: int, rule: 
         E = part[emb_columns(d)].to_numpy(np.float32)
         prob = head.predict_proba(E, {"category": part["category"].to_numpy(dtype=object),
                                       "prompt_tokens": part["prompt_tokens"].to_numpy(float)})
-        choice = choose_by_threshold(prob, threshold, fallback=top, rule=rule)
+        choice = choose_by_threshold(prob, threshold, fallback=fallback, rule=rule)
     else:
         prob, choice = np.zeros((0, k)), np.zeros(0, np.int64)
     for j in range(k):

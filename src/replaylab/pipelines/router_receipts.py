@@ -17,7 +17,7 @@
    policy's own calibration quality minus the margin (the reward model is the head,
    fitted on train);
 4. TEST (the latest sessions, never seen before) judges the router as served: its
-   decisions are the served graph's (`DeployedHead`, the bytes the artifact ships;
+   decisions are the served graph's (`served_head`, the bytes the artifact ships;
    the entry point re-checks them through the loaded artifact). IPS, SNIPS and DR
    of its opening quality, DR of its cost per opening call and of the session cost,
    each with a session-bootstrap interval; the logging policy's own figures; and the
@@ -47,7 +47,6 @@ import pandas as pd
 
 from replaylab.contracts import ValidationResult
 from replaylab.jsonsafe import json_safe
-from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.pipelines.router_fit import (
     FitData,
     FittedRouter,
@@ -98,7 +97,7 @@ def _embeddings(table: ReceiptsTable, embed: Callable[[list[str]], np.ndarray]) 
 
 def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: tuple[str, ...],
                   unit_cost: np.ndarray, unit_session: np.ndarray, ev: RouterEvalConfig,
-                  thresholds: np.ndarray | None = None, top: int = -1,
+                  thresholds: np.ndarray | None = None, fallback: int = -1,
                   rule: str = "margin", objective_fraction: float | None = None
                   ) -> tuple[dict, pd.DataFrame | None]:
     """OPE of the served router's test choices vs the logging policy (module doc, step 4):
@@ -106,7 +105,7 @@ def evaluate_test(prob: np.ndarray, choice: np.ndarray, d: pd.DataFrame, cands: 
     run sums the same terms per partition)."""
     k = len(cands)
     total = ope_part(scored_rows(d, prob, choice), k, unit_cost, unit_session, ev.n_boot,
-                     ev.seed, ev.max_weight, thresholds, top % k, rule)
+                     ev.seed, ev.max_weight, thresholds, fallback % k, rule)
     ope = ope_from_sums(total, cands, len(d), ev.level, ev.level_tag, objective_fraction)
     return ope, (None if thresholds is None else sweep_curve(total, thresholds))
 
@@ -156,7 +155,7 @@ def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
         "head": deployed.report() if hasattr(deployed, "report") else head.report(),
         "head_selection": fitted.selection,
         "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
-        | {"rule": fitted.rule, "fallback_candidate": cands[fitted.top],
+        | {"rule": fitted.rule, "fallback_candidate": cands[fitted.fallback],
            "chosen_on": "calibration sessions (DR): "
                         + cfg.objective.label("logging policy")},
         "ope": ope, **verdict, "spread": spread,
@@ -231,19 +230,19 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     t0 = time.perf_counter()
     say("training the head")
     fitted = fit_router(data, cfg, unit_cost, cands, head_scorer, say)
-    head, deployed, point, top = fitted.head, fitted.deployed, fitted.point, fitted.top
+    head, deployed, point, fallback = fitted.head, fitted.deployed, fitted.point, fitted.fallback
     timings["head"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     say("the threshold chosen on calibration (DR, logged data only)")
     prob_te = deployed.predict_proba(E_te, meta_te)
-    choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=top, rule=rule)
+    choice_te = choose_by_threshold(prob_te, point["threshold"], fallback=fallback, rule=rule)
     say("off-policy evaluation on the test sessions")
     # the test curve's thresholds: quantiles of the test routing scores (both ends open)
     ts = default_thresholds(routing_scores(prob_te, rule), ev.n_thresholds)
     fraction = (cfg.objective.fraction_of_strong if cfg.objective.kind == "quality_floor"
                 else None)
     ope, curve = evaluate_test(prob_te, choice_te, te_d, cands, unit_cost, unit_session, ev,
-                               ts, top, rule, fraction)
+                               ts, fallback, rule, fraction)
     # router.sequential: the gate re-run on a growing ledger reads this look's intervals
     ope = sequential_evidence(
         ope, (choice_te == te_d["action"].to_numpy()) / te_d[Label.PROPENSITY].to_numpy(float),
@@ -253,11 +252,11 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
     t0 = time.perf_counter()
 
     def spread_at(seed: int) -> dict:
-        dep_j, point_j, top_j = fitted.refit(seed)
+        dep_j, point_j, fallback_j = fitted.refit(seed)
         prob_j = dep_j.predict_proba(E_te, meta_te)
-        choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=top_j, rule=rule)
+        choice_j = choose_by_threshold(prob_j, point_j["threshold"], fallback=fallback_j, rule=rule)
         ope_j, _ = evaluate_test(prob_j, choice_j, te_d, cands, unit_cost, unit_session, ev,
-                                 top=top_j, rule=rule, objective_fraction=fraction)
+                                 fallback=fallback_j, rule=rule, objective_fraction=fraction)
         return spread_row(seed, point_j, ope_j, cfg.objective)
 
     spread = seed_spread(spread_row(cfg.seed, point, ope, cfg.objective), cfg.seed,
@@ -302,8 +301,8 @@ def train_router_receipts(checked: ValidationResult, replays: pd.DataFrame | Non
         timings=timings)
     run = ReceiptsRun(config=dataclasses.replace(cfg, head=fitted.config), candidates=cands,
                       head=head, threshold=float(point["threshold"]), rules=rules,
-                      summary=summary, rule=rule, fallback=int(top),
-                      deployed=deployed if isinstance(deployed, DeployedHead) else None,
+                      summary=summary, rule=rule, fallback=int(fallback),
+                      deployed=deployed if hasattr(deployed, "served_") else None,
                       golden_inputs=golden_inputs([table.texts[i] for i in idx["test"]],
                                                   te_d["category"].to_numpy(dtype=object),
                                                   te_d["prompt_tokens"].to_numpy(float)),

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.router.head import SuccessHead
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.rules import ScenarioRules
@@ -39,7 +38,7 @@ class RouterRun:
     summary: dict = field(default_factory=dict)
     rule: str = "absolute"  # policy.routing_scores rule of the threshold
     fallback: int = -1  # column routed to when no candidate clears the threshold
-    deployed: DeployedHead | None = None  # the head's graph, which made every learned decision
+    deployed: SuccessHead | None = None  # the head's graph, which made every learned decision
     golden_inputs: list[dict] = field(default_factory=list)  # queries for the golden vectors
     rules_equal: ScenarioRules | None = None  # the rules at the learned router's label budget
     # bootstrap replicates (n_boot,) of test cost_ratio_at_95 differences, "a-b" -> reps

@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.router.inputs import MetaEncoder, TrainingRows, meta_arrays
+from replaylab.router.inputs import MetaEncoder, TrainingRows
 from replaylab.router.policy import choose_by_threshold
+from replaylab.runtime.router_head import meta_arrays
 
 
 def _k(rows: TrainingRows, n_candidates: int | None) -> int:
@@ -242,5 +243,5 @@ class OracleRouter:
     def choose(self, score: np.ndarray, fallback: int = -1) -> np.ndarray:
         """(n,) cheapest succeeding column, else `fallback` (default the last)."""
         ok = self.predict_proba(score) > 0
-        top = int(fallback) % ok.shape[1]
-        return np.where(ok.any(axis=1), ok.argmax(axis=1), top).astype(np.int64)
+        fallback = int(fallback) % ok.shape[1]
+        return np.where(ok.any(axis=1), ok.argmax(axis=1), fallback).astype(np.int64)

@@ -288,7 +288,7 @@ def ope_gate(ope: dict, objective: ObjectiveConfig, sessions_per_day: float,
 
 # ---------------------------------------------------- the full-information gate (outcomes mode)
 def objective_criteria(objective: ObjectiveConfig, baseline: str, n_boot: int, te: Any,
-                       ch: np.ndarray, base_te: np.ndarray, top: int, seed: int
+                       ch: np.ndarray, base_te: np.ndarray, fallback: int, seed: int
                        ) -> tuple[list[Criterion], dict]:
     """The objective's criteria at test choices `ch` against the incumbent's `base_te`
     (`baseline`: its name) on a fully replayed test table `te` (an OutcomeMatrix: (n, K)
@@ -314,7 +314,7 @@ def objective_criteria(objective: ObjectiveConfig, baseline: str, n_boot: int, t
                           fig["quality_delta"]["ci"], -float(o.margin), "lower"), saving]
     elif o.kind == "quality_floor":
         fig["quality_vs_floor"] = paired(te.score[rows, ch]
-                                         - float(o.fraction_of_strong) * te.score[rows, top])
+                                         - float(o.fraction_of_strong) * te.score[rows, fallback])
         crit = [Criterion(f"quality - {o.fraction_of_strong:g} x strong-only",
                           fig["quality_vs_floor"]["mean"], fig["quality_vs_floor"]["ci"], 0.0,
                           "lower"), saving]

@@ -63,10 +63,18 @@ is not exported. Graded rewards enter Platt's logistic fit as two weighted rows
 (label 1 with weight w r, label 0 with weight w (1 - r)), which is exactly BCE
 with soft labels.
 
-One module: the configuration, the network, its fit (distillation included) and its
-calibration define one estimator, `SuccessHead`, and change together; its inputs
-(`TrainingRows`, `MetaEncoder`) live in `router/inputs.py`, its export in
-`artifacts/router_head.py`.
+Serving (`as_served`): training reports every learned decision from the head as the
+runtime serves it, `replaylab.runtime.router_head.HeadScorer` over the exported graph (or
+the static tier's tensors), so the decisions it judges are the shipped ones bit for bit.
+`replaylab.artifacts.router_head.served_head` exports the graph and attaches its scorer:
+the served copy's `predict_proba` is the scorer's (`served_`), its `report` says so.
+
+One module, one estimator: the network (private `_Net`), its fit (distillation and the
+reuse of teachers across a head selection's fits included), its calibration and its
+served copy define `SuccessHead` and change together; its configuration lives in
+`router/head_config.py` (torch-free, for composing configs), its inputs (`TrainingRows`,
+`MetaEncoder`) in `router/inputs.py`, its export (the ONNX graph) in
+`artifacts/router_head.py`, its serving scorer in `runtime/router_head.py`.
 """
 
 from __future__ import annotations
@@ -82,10 +90,15 @@ import torch
 from torch import nn
 
 from replaylab.router.head_config import CALIBRATIONS, HeadConfig
-from replaylab.router.inputs import MetaEncoder, TrainingRows, meta_arrays
+from replaylab.router.inputs import MetaEncoder, TrainingRows
+from replaylab.runtime.router_head import HeadScorer, meta_arrays
+
+# what a served head's report says made its decisions, per `HeadScorer.kind`
+DECISIONS_FROM = {"onnx": "onnx head graph (runtime HeadScorer)",
+                  "numpy": "numpy forward pass of head.safetensors (runtime HeadScorer, kind numpy)"}
 
 
-class HeadNet(nn.Module):
+class _Net(nn.Module):
     """Raw inputs -> (success logits (n, K), log-cost (n, K)); preprocessing in buffers.
 
     forward(embedding (n, d) float32, category (n,) int64, prompt_tokens (n,) float32).
@@ -143,7 +156,7 @@ class HeadNet(nn.Module):
 
 def parameter_count(d: int, k: int, n_categories: int, config: HeadConfig | None = None) -> int:
     """Trainable parameters of the head for embedding width d, K candidates, V categories."""
-    net = HeadNet(d, k, n_categories, config or HeadConfig())
+    net = _Net(d, k, n_categories, config or HeadConfig())
     return sum(p.numel() for p in net.parameters() if p.requires_grad)
 
 
@@ -175,7 +188,9 @@ class SuccessHead:
     meta: mapping or DataFrame with `category` (n,) and `prompt_tokens` (n,) (see
     `meta_arrays`). Learned: net_, encoder_, n_candidates_, dim_, has_cost_,
     n_parameters_, history_ (per-epoch train/val loss), best_epoch_, rows_per_candidate_,
-    calibration_ (method and per-candidate parameters).
+    calibration_ (method and per-candidate parameters), teachers_ (distillation's
+    teachers, or None). A served copy (`as_served`) adds served_ (the runtime's
+    `HeadScorer`) and parity_.
     """
 
     def __init__(self, config: HeadConfig | None = None, seed: int = 0) -> None:
@@ -184,10 +199,13 @@ class SuccessHead:
 
     # ---------------------------------------------------------------- fitting
     def fit(self, embedding: np.ndarray, meta: Any, rows: TrainingRows,
-            n_candidates: int | None = None, keep_teachers: bool = False) -> SuccessHead:
-        """Fit on `rows`. keep_teachers: with `teachers` > 1, keep the fitted teachers in
-        `teacher_heads_` (teacher 0 is the head a `teachers` = 1 fit with this seed gives;
-        `router.head_select` reuses it instead of fitting it again)."""
+            n_candidates: int | None = None,
+            teacher_cache: dict | None = None) -> SuccessHead:
+        """Fit on `rows`. teacher_cache: a dict shared by the fits of one head selection
+        (`router.head_select`), whose rows are a function of the clip: a `teachers` > 1 fit
+        leaves its teacher 0 there, and a `teachers` = 1 fit of the same config (but
+        `teachers`) and seed takes a copy of it instead of fitting it again (teacher 0 IS
+        that head: the same seed, rows and config)."""
         cfg = self.config or HeadConfig()
         emb = _embedding(embedding)
         n = emb.shape[0]
@@ -196,11 +214,15 @@ class SuccessHead:
         if rows.row.max() >= n or rows.action.max() >= k:
             raise ValueError(f"rows index prompts < {n} and actions < {k}; got "
                              f"{rows.row.max()} and {rows.action.max()}")
+        one = dataclasses.replace(cfg, teachers=1)
+        key = (repr(one), int(self.seed))
         if cfg.teachers == 1:
+            if teacher_cache is not None and key in teacher_cache:
+                self.__dict__.update(copy.deepcopy(teacher_cache[key]).__dict__)
+                return self
             self._fit_rows(emb, category, tokens, rows, k)
             self.teachers_ = None
             return self
-        one = dataclasses.replace(cfg, teachers=1)
         inputs = {"category": category, "prompt_tokens": tokens}
         teachers = [SuccessHead(one, seed=member_seed(self.seed, j)).fit(emb, inputs, rows, k)
                     for j in range(cfg.teachers)]
@@ -217,8 +239,8 @@ class SuccessHead:
         self.teachers_ = [{"seed": t.seed, "epochs": len(t.history_["train"]),
                            "best_epoch": t.best_epoch_,
                            "best_val_loss": float(min(t.history_["val"]))} for t in teachers]
-        if keep_teachers:
-            self.teacher_heads_ = teachers
+        if teacher_cache is not None:
+            teacher_cache[key] = teachers[0]
         return self
 
     def _fit_rows(self, emb: np.ndarray, category: np.ndarray, tokens: np.ndarray,
@@ -235,7 +257,7 @@ class SuccessHead:
         self.rows_per_candidate_ = np.bincount(rows.action, minlength=k).tolist()
         with torch.random.fork_rng(devices=[]), torch_threads(cfg.num_threads):
             torch.manual_seed(self.seed)
-            net = HeadNet(d, k, len(self.encoder_.vocabulary_), cfg)
+            net = _Net(d, k, len(self.encoder_.vocabulary_), cfg)
             with torch.no_grad():
                 mu, sd = emb[seen].mean(axis=0), emb[seen].std(axis=0)
                 net.emb_mean.copy_(torch.from_numpy(mu))
@@ -319,7 +341,11 @@ class SuccessHead:
         return self.net_outputs(embedding, meta, "forward")[0].astype(np.float64)
 
     def predict_proba(self, embedding: np.ndarray, meta: Any = None) -> np.ndarray:
-        """(n, K) float64 calibrated success probabilities, columns as the training actions."""
+        """(n, K) float64 calibrated success probabilities, columns as the training actions;
+        on a served copy (`as_served`) the runtime scorer's, else the network's."""
+        served = getattr(self, "served_", None)
+        if served is not None:
+            return served.predict_proba(embedding, meta)
         prob = self.net_outputs(embedding, meta, "probabilities")[0].astype(np.float64)
         if self.isotonic_ is not None:
             for k, iso in enumerate(self.isotonic_):
@@ -342,7 +368,22 @@ class SuccessHead:
                 "epochs": len(self.history_["train"]), "best_epoch": self.best_epoch_,
                 "best_val_loss": float(min(self.history_["val"])),
                 "calibration": copy.deepcopy(self.calibration_),
-                "teachers": copy.deepcopy(getattr(self, "teachers_", None))}
+                "teachers": copy.deepcopy(getattr(self, "teachers_", None)),
+                **({} if getattr(self, "served_", None) is None else {
+                    "decisions_from": DECISIONS_FROM[self.served_.kind],
+                    "onnx_parity": self.parity_})}
+
+    # ---------------------------------------------------------------- serving
+    def as_served(self, scorer: HeadScorer, parity: dict | None = None) -> SuccessHead:
+        """A copy of this fitted head whose `predict_proba` is `scorer`'s, the runtime's
+        scorer of its exported graph or tensors (`artifacts.router_head.served_head` builds
+        it), and whose `report` says so (`decisions_from`; `onnx_parity`: torch vs
+        onnxruntime on given prompts, informational, the graph decides). The network is
+        shared, not copied; this head is left as it was."""
+        self.check_fitted()
+        served = copy.copy(self)
+        served.served_, served.parity_ = scorer, parity
+        return served
 
 
 def member_seed(seed: int, j: int) -> int:
@@ -393,7 +434,7 @@ def _embedding(embedding: np.ndarray) -> np.ndarray:
     return emb
 
 
-def _train(net: HeadNet, cfg: HeadConfig, emb: np.ndarray, codes: np.ndarray,
+def _train(net: _Net, cfg: HeadConfig, emb: np.ndarray, codes: np.ndarray,
            tokens: np.ndarray, rows: TrainingRows, val: np.ndarray, seed: int
            ) -> tuple[dict[str, list[float]], int]:
     """Adam with early stopping on the validation rows; loads the best epoch's weights.

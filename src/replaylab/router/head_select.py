@@ -34,14 +34,13 @@ mode's learning curve, the receipts mode's seed-to-seed spread) refits with the 
 values. `enabled: false` fits the configured head only, exactly as before.
 
 Cost: a teachers = 1 candidate at a clip and width already fitted with M teachers reuses
-teacher 0 of that fit (the same seed, rows and config: the same head, `SuccessHead.fit`
-docstring), so at the default candidates the search costs one more M-teacher fit, plus
+teacher 0 of that fit (the same seed, rows and config: the same head; the pipelines pass
+one `teacher_cache` dict to every candidate's `SuccessHead.fit`), so at the default candidates the search costs one more M-teacher fit, plus
 one small-width fit, beyond the configured head's.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 from collections.abc import Callable
@@ -50,9 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from replaylab.router.head import SuccessHead
 from replaylab.router.head_config import HeadConfig, HeadSelectConfig
-from replaylab.router.inputs import TrainingRows
 
 AXES = ("max_weight", "teachers", "hidden")  # the coordinate order
 TIE = 12  # criterion rounded to this many decimals before ranking (float-rounding ties)
@@ -159,27 +156,3 @@ def _step(axis: str, best: Trial, others: list[Trial], before: Trial) -> str:
     verb = "kept" if best is before else "chosen"
     vs = ", ".join(f"{_fmt(getattr(t.head, axis))}: {fig(t)}" for t in others)
     return f"{axis} {_fmt(getattr(best.head, axis))} {verb} ({fig(best)} vs {vs})"
-
-
-class TeacherPool:
-    """Fits candidate heads, reusing teacher 0 of an M-teacher fit for the teachers = 1
-    candidate of the same clip, width and seed (module docstring, "Cost"). One pool per
-    selection: within it the rows must be a function of the clip (they are: the same
-    label table, weighted 1 / propensity and clipped at the candidate's max_weight)."""
-
-    def __init__(self) -> None:
-        self._one: dict[tuple, SuccessHead] = {}
-
-    def fit(self, hc: HeadConfig, seed: int, embedding: np.ndarray, meta: Any,
-            rows: TrainingRows, k: int) -> SuccessHead:
-        """An uncalibrated head of config `hc` on `rows` (as `SuccessHead(hc, seed).fit`)."""
-        key = (repr(dataclasses.replace(hc, teachers=1)), int(seed))  # rows: one per clip
-        if hc.teachers == 1 and key in self._one:
-            return copy.deepcopy(self._one[key])
-        head = SuccessHead(hc, seed=seed).fit(embedding, meta, rows, k, keep_teachers=True)
-        first = getattr(head, "teacher_heads_", None)
-        if first:
-            self._one[key] = first[0]
-        if hasattr(head, "teacher_heads_"):
-            del head.teacher_heads_
-        return head

@@ -2,16 +2,15 @@
 
 `TrainingRows` holds one observed (prompt, action) outcome per row with its
 weight; `ips_weights` turns logged propensities into clipped 1/p weights
-(replay rows, full information, get 1); `meta_arrays` and `MetaEncoder` read
-and encode what a router knows before dispatch (task category, prompt length).
+(replay rows, full information, get 1); `MetaEncoder` encodes what a router knows
+before dispatch (task category, prompt length), which `meta_arrays` reads (its home is
+`runtime/router_head.py`: the serving scorer reads the same form).
 Shared by the MLP head, the baselines and the ONNX export.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -80,22 +79,6 @@ class TrainingRows:
     def take(self, idx: np.ndarray) -> TrainingRows:
         return TrainingRows(self.row[idx], self.action[idx], self.reward[idx], self.weight[idx],
                             None if self.cost is None else self.cost[idx])
-
-
-def meta_arrays(meta: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(category (n,) object, prompt_tokens (n,) float64) from a mapping / DataFrame with
-    keys `category` and `prompt_tokens` (either may be absent: all missing), or None."""
-    meta = {} if meta is None else meta
-    if not isinstance(meta, Mapping) and not hasattr(meta, "columns"):
-        raise TypeError("meta must be a mapping or DataFrame with `category`, `prompt_tokens`")
-    keys = meta.columns if hasattr(meta, "columns") else meta.keys()
-    cat = (np.asarray(meta["category"], dtype=object) if "category" in keys
-           else np.full(n, None, dtype=object))
-    tok = (np.asarray(meta["prompt_tokens"], dtype=np.float64) if "prompt_tokens" in keys
-           else np.full(n, np.nan))
-    if cat.shape != (n,) or tok.shape != (n,):
-        raise ValueError(f"meta: category {cat.shape} and prompt_tokens {tok.shape} must be ({n},)")
-    return cat, tok
 
 
 class MetaEncoder:

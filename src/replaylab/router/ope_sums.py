@@ -63,7 +63,7 @@ def scored_rows(d: pd.DataFrame, prob: np.ndarray, choice: np.ndarray) -> pd.Dat
 
 def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np.ndarray,
              n_boot: int, seed: int, max_weight: float | None, thresholds: np.ndarray | None,
-             top: int, rule: str) -> dict:
+             fallback: int, rule: str) -> dict:
     """One partition's OPE sums over its test rows (one opening decision per session):
     point sums of every term, their Poisson-bootstrap replicate sums (n_boot, terms), the
     diagnostics' counts, and the threshold sweep's sums when `thresholds` is given."""
@@ -102,7 +102,7 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
                       r, c, s])  # (m, n), TERMS order
     out["sums"] = terms.sum(axis=1)
     w_raw = (choice == a) / p
-    ct = clip_terms(w_raw, (a == top) / p, prob, choice, a, r, c, uc, top)  # (C, m2, n)
+    ct = clip_terms(w_raw, (a == fallback) / p, prob, choice, a, r, c, uc, fallback)  # (C, m2, n)
     out["clip_sums"] = ct.sum(axis=2)
     out["clip_bmax"] = np.abs(ct[:, [CLIP_TERMS.index("ips_b"), CLIP_TERMS.index("dr_b")]]
                               ).max(axis=2)
@@ -124,7 +124,7 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
                depart_support=int((explored & (choice == a)).sum()),
                served=np.bincount(choice, minlength=k)[:k].astype(np.int64))
     if thresholds is not None:
-        sweep = choose_by_threshold(prob, thresholds, fallback=top, rule=rule)  # (T, n)
+        sweep = choose_by_threshold(prob, thresholds, fallback=fallback, rule=rule)  # (T, n)
         match = sweep == a[None, :]
         ww = match / p[None, :]
         if max_weight is not None:
@@ -132,7 +132,7 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
         dm_q = np.take_along_axis(prob, sweep.T, axis=1).T
         dm_c = np.take_along_axis(uc, sweep.T, axis=1).T
         out["sweep"] = np.stack([
-            (sweep == top).sum(axis=1),
+            (sweep == fallback).sum(axis=1),
             (ww * r[None, :]).sum(axis=1),
             (dm_q + ww * (r - prob[rows, a])[None, :]).sum(axis=1),
             (dm_c + ww * (c - uc[rows, a])[None, :]).sum(axis=1),
@@ -142,12 +142,12 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
 
 def clip_terms(w: np.ndarray, wt: np.ndarray, prob: np.ndarray, choice: np.ndarray,
                a: np.ndarray, r: np.ndarray, c: np.ndarray, uc: np.ndarray,
-               top: int) -> np.ndarray:
+               fallback: int) -> np.ndarray:
     """(len(CLIPS), len(CLIP_TERMS), n) per-row terms at each clip: w the served policy's
     unclipped weights (n,), wt the strongest constant policy's, prob (n, K) the reward
     model, uc (n, K) the cost model."""
     rows = np.arange(len(w))
-    q_a, q_pi, q_top = prob[rows, a], prob[rows, choice], prob[:, top]
+    q_a, q_pi, q_top = prob[rows, a], prob[rows, choice], prob[:, fallback]
     out = []
     for clip in CLIPS:
         wc_ = w if clip is None else np.minimum(w, clip)

@@ -1,7 +1,7 @@
 """Threshold routing policy, escalation accounting, and the threshold's choice.
 
 Candidates are columns ordered cheapest first. A scorer gives p (n, K), e.g.
-`SuccessHead.predict_proba`. The STRONGEST column `top` is the one with the best
+`SuccessHead.predict_proba`. The STRONGEST column `fallback` is the one with the best
 mean score on the calibration table (`strongest_column`; ties to the cheaper);
 with RouteLLM's two candidates it is the last column, with LLMRouter's nine it
 is not (the dearest model there is among the weakest).
@@ -14,13 +14,13 @@ Policy. Two rules (`PolicyConfig.rule`) turn p into routing scores q:
 
 and at threshold t prompt i goes to
 
-    a_t(i) = min { k : q[i, k] >= t }, else `top` (the fallback).
+    a_t(i) = min { k : q[i, k] >= t }, else `fallback` (the fallback).
 
 Under `margin`, t <= min q is cheap-only; as t rises to 0 the tolerance -t
 shrinks and prompts move from the cheapest to their predicted-best candidate
 (which always passes t <= 0, so a dear but weak candidate is never the
 fallback); for t > 0 a prompt keeps its predicted-best candidate only when that
-one leads every other by t, else goes to `top`, so the curve reaches
+one leads every other by t, else goes to `fallback`, so the curve reaches
 strong-only continuously even where the scorer thinks a cheap model is best.
 With two
 candidates, margin ranks prompts by the predicted quality loss p_strong -
@@ -31,12 +31,12 @@ also the scenario rules' own form: the cheapest candidate within a tolerance of
 the best. `absolute` is kept for the issue's literal wording and comparison.
 
 Escalation (`escalated_outcome`). A first call whose score is below
-`success_cutoff` on a candidate other than `top` is escalated within the same
-turn: with `escalate_to="next"` to the next dearer column (straight to `top`
-from a column dearer than `top`), again while it keeps failing, until a success
-or `top`; with `"strongest"` straight to `top`. Every call is paid: cost(i) =
+`success_cutoff` on a candidate other than `fallback` is escalated within the same
+turn: with `escalate_to="next"` to the next dearer column (straight to `fallback`
+from a column dearer than `fallback`), again while it keeps failing, until a success
+or `fallback`; with `"strongest"` straight to `fallback`. Every call is paid: cost(i) =
 sum of the called columns' costs; quality(i) = the score of the LAST call (the
-answer the user keeps). A successful first call, or a first call to `top`, is
+answer the user keeps). A successful first call, or a first call to `fallback`, is
 never escalated: escalation adds cost only on failures.
 
 Threshold choice (`select_threshold`) on the calibration split's
@@ -143,9 +143,9 @@ class ThresholdPolicy:
 
 def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, *,
                       escalate: bool = True, success_cutoff: float = 0.5,
-                      escalate_to: str = "next", top: int = -1) -> dict[str, np.ndarray]:
+                      escalate_to: str = "next", fallback: int = -1) -> dict[str, np.ndarray]:
     """Per-prompt outcome of first choices `actions` ((n,) or (T, n)) under the rule above;
-    `top` is the strongest column (default the last).
+    `fallback` is the strongest column (default the last).
 
     Returns arrays shaped like `actions`: quality, cost, final (last column called),
     calls (number of calls), escalated (bool).
@@ -157,16 +157,16 @@ def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, 
         raise ValueError(f"actions {a.shape} must index columns 0..{k - 1} of {len(s)} prompts")
     if escalate_to not in ESCALATE_TO:
         raise ValueError(f"escalate_to={escalate_to!r}: must be one of {ESCALATE_TO}")
-    top = int(top) % k
+    fallback = int(fallback) % k
     rows = np.broadcast_to(np.arange(len(s)), a.shape)
     cur, paid = a.copy(), c[rows, a].copy()
     calls = np.ones(a.shape, np.int64)
     if escalate:
         for _ in range(k - 1):
-            fail = (cur != top) & (s[rows, cur] < success_cutoff)
+            fail = (cur != fallback) & (s[rows, cur] < success_cutoff)
             if not fail.any():
                 break
-            step = np.where(cur < top, cur + 1, top) if escalate_to == "next" else top
+            step = np.where(cur < fallback, cur + 1, fallback) if escalate_to == "next" else fallback
             cur = np.where(fail, step, cur)
             paid = paid + np.where(fail, c[rows, cur], 0.0)
             calls = calls + fail
@@ -176,17 +176,17 @@ def escalated_outcome(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, 
 
 def evaluate(actions: np.ndarray, score: np.ndarray, cost: np.ndarray, *, escalate: bool = True,
              success_cutoff: float = 0.5, escalate_to: str = "next",
-             top: int = -1) -> dict[str, float]:
+             fallback: int = -1) -> dict[str, float]:
     """Mean quality, cost (USD per prompt), strong_share (first calls to the strongest),
     strong_call_share (prompts that called the strongest at all), escalation_rate,
     calls_per_prompt, n. Full-information S, C (n, K); actions (n,)."""
-    out = escalated_outcome(actions, score, cost, escalate=escalate, top=top,
+    out = escalated_outcome(actions, score, cost, escalate=escalate, fallback=fallback,
                             success_cutoff=success_cutoff, escalate_to=escalate_to)
-    top = int(top) % np.asarray(score).shape[1]
+    fallback = int(fallback) % np.asarray(score).shape[1]
     a = np.asarray(actions)
     return {"quality": float(out["quality"].mean()), "cost": float(out["cost"].mean()),
-            "strong_share": float((a == top).mean()),
-            "strong_call_share": float(((a == top) | (out["final"] == top)).mean()),
+            "strong_share": float((a == fallback).mean()),
+            "strong_call_share": float(((a == fallback) | (out["final"] == fallback)).mean()),
             "escalation_rate": float(out["escalated"].mean()),
             "calls_per_prompt": float(out["calls"].mean()), "n": int(len(a))}
 
@@ -223,12 +223,12 @@ def threshold_curve(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
                     thresholds: np.ndarray | None = None, *, escalate: bool = False,
                     success_cutoff: float = 0.5, escalate_to: str = "next",
                     max_thresholds: int = 512, chunk: int = 64, rule: str = "absolute",
-                    top: int = -1) -> PolicyCurve:
+                    fallback: int = -1) -> PolicyCurve:
     """Cost/quality curve of any scorer prob (n, K) over full-information S, C (n, K).
 
     Default `escalate=False` is RouteLLM's accounting (metrics.py); True adds the
-    escalation rule of this module. `top`: the strongest column, the fallback.
-    Anchors: strong-only (`top`) and cheap-only (column 0) mean quality,
+    escalation rule of this module. `fallback`: the strongest column, the fallback.
+    Anchors: strong-only (`fallback`) and cheap-only (column 0) mean quality,
     strong-only mean cost.
     """
     s, c = _tables(score, cost)
@@ -236,19 +236,19 @@ def threshold_curve(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
     if p.shape != s.shape:
         raise ValueError(f"prob {p.shape} must match score {s.shape}")
     q = routing_scores(p, rule)
-    top = int(top) % s.shape[1]
+    fallback = int(fallback) % s.shape[1]
     t = np.sort(sweep_thresholds(q, max_thresholds) if thresholds is None
                 else np.asarray(thresholds, np.float64))
     parts: list[np.ndarray] = []
     for j in range(0, len(t), chunk):  # (chunk, n, K) booleans at a time
-        a = choose_by_threshold(q, t[j:j + chunk], fallback=top)
+        a = choose_by_threshold(q, t[j:j + chunk], fallback=fallback)
         out = escalated_outcome(a, s, c, escalate=escalate, success_cutoff=success_cutoff,
-                                escalate_to=escalate_to, top=top)
-        parts.append(np.stack([(a == top).mean(axis=1), out["quality"].mean(axis=1),
+                                escalate_to=escalate_to, fallback=fallback)
+        parts.append(np.stack([(a == fallback).mean(axis=1), out["quality"].mean(axis=1),
                                out["cost"].mean(axis=1), out["escalated"].mean(axis=1)]))
     share, quality, mean_cost, esc = np.concatenate(parts, axis=1)
-    return PolicyCurve(t, share, quality, mean_cost, esc, float(s[:, top].mean()),
-                       float(c[:, top].mean()), float(s[:, 0].mean()))
+    return PolicyCurve(t, share, quality, mean_cost, esc, float(s[:, fallback].mean()),
+                       float(c[:, fallback].mean()), float(s[:, 0].mean()))
 
 
 @dataclass(frozen=True)
@@ -283,10 +283,10 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
                      config: PolicyConfig | None = None) -> ThresholdChoice:
     """Pick the threshold on calibration tables (rule in the module docstring)."""
     cfg = config or PolicyConfig()
-    top = strongest_column(score, cost)
+    fallback = strongest_column(score, cost)
     curve = threshold_curve(prob, score, cost, escalate=cfg.escalate,
                             success_cutoff=cfg.success_cutoff, escalate_to=cfg.escalate_to,
-                            max_thresholds=cfg.max_thresholds, rule=cfg.rule, top=top)
+                            max_thresholds=cfg.max_thresholds, rule=cfg.rule, fallback=fallback)
     q, cst, t = curve.quality, curve.cost, curve.threshold
     if cfg.cost_budget is None:
         floor = (cfg.target_share * curve.strong_quality if cfg.quality_floor is None
@@ -307,4 +307,4 @@ def select_threshold(prob: np.ndarray, score: np.ndarray, cost: np.ndarray,
     else:  # an absolute floor above every point (the incumbent beats strong-only)
         j = int(np.lexsort((cst, -q))[0])
     return ThresholdChoice(float(t[j]), float(q[j]), float(cst[j]),
-                           float(curve.strong_share[j]), met, goal, curve, cfg.rule, top)
+                           float(curve.strong_share[j]), met, goal, curve, cfg.rule, fallback)

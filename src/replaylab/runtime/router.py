@@ -67,7 +67,7 @@ from replaylab.contracts.golden import (
     stable_agreement,
 )
 from replaylab.contracts.manifest import ManifestError, read_verified_file, verify_manifest
-from replaylab.runtime.router_head import HEAD_TENSORS_FILE, HeadScorer, NumpyHead
+from replaylab.runtime.router_head import HEAD_TENSORS_FILE, HeadScorer
 from replaylab.runtime.routing import RULES, choose_by_threshold, choose_one
 
 # One WARNING per load that falls back (reason code and path), nothing on a good load.
@@ -108,13 +108,13 @@ class Router:
         self.candidates: tuple[str, ...] = ()
         self.threshold: float | None = None
         self.rule = "absolute"
-        self._top = -1
+        self._fallback = -1
         self.manifest: dict | None = None
         self._encoder = None
         self._head = None
         self._config: dict = {}
         self._folder: Path | None = None
-        self._static = False  # the head is a NumpyHead: `route` takes the one-row path
+        self._static = False  # the head is numpy's forward pass: `route` takes the one-row path
         self._chars_per_token = 4.0
         self.golden: GoldenCheck | None = None
         self.golden_status = "unchecked"  # passed | absent | unchecked
@@ -127,15 +127,16 @@ class Router:
         return self._head is not None
 
     @property
-    def head(self) -> HeadScorer | NumpyHead | None:
-        """The loaded head (`HeadScorer`: its ONNX session and vocabulary, or for the static
-        tier `NumpyHead`); None when not loaded."""
+    def head(self) -> HeadScorer | None:
+        """The loaded head (`HeadScorer`: kind `onnx`, its ONNX session, or for the static
+        tier kind `numpy`, its forward pass; and its vocabulary); None when not loaded."""
         return self._head
 
     @property
-    def fallback_index(self) -> int:
-        """Column of `fallback_candidate` among `candidates` (the strongest on calibration)."""
-        return self._top
+    def fallback(self) -> int:
+        """The fallback column: `fallback_candidate`'s among `candidates` (the strongest on
+        calibration; the one name of that column in training and serving, `fallback`)."""
+        return self._fallback
 
     @property
     def encoder(self) -> Any:
@@ -280,12 +281,12 @@ class Router:
             if tier == "static":  # numpy forward pass, no ML runtime
                 from replaylab.runtime.static_encoder import read_safetensors
 
-                head = NumpyHead(read_safetensors(read_verified_file(folder, m,
-                                                                     HEAD_TENSORS_FILE)),
-                                 config["category_vocabulary"])
+                head = HeadScorer.from_tensors(
+                    read_safetensors(read_verified_file(folder, m, HEAD_TENSORS_FILE)),
+                    config["category_vocabulary"])
             else:
-                head = HeadScorer(read_verified_file(folder, m, HEAD_FILE),
-                                  config["category_vocabulary"], threads)
+                head = HeadScorer.from_onnx(read_verified_file(folder, m, HEAD_FILE),
+                                            config["category_vocabulary"], threads)
         except ManifestError as exc:
             r.reason = exc.reason
             return r
@@ -294,7 +295,7 @@ class Router:
             return r
         r.manifest, r._encoder, r._head, r._config = m, enc, head, config
         r._folder = folder
-        r._static = isinstance(head, NumpyHead)
+        r._static = head.kind == "numpy"
         cpt = (config.get("prompt_tokens") or {}).get("chars_per_token")
         # a missing or non-positive value: NaN, whose ceil raises in `route`, so the rules
         # answer (as any query the model fails on)
@@ -303,16 +304,16 @@ class Router:
         r.candidates = tuple(config["candidates"])
         r.threshold = float(config["threshold"])
         r.rule = str(config.get("rule", "absolute"))
-        top = config.get("fallback_candidate", r.candidates[-1])
-        if r.rule not in RULES or top not in r.candidates:
+        name = config.get("fallback_candidate", r.candidates[-1])
+        if r.rule not in RULES or name not in r.candidates:
             r._head = None
             r.reason = "bad_config"
             r.fallback_candidate = r.fallback_candidate or r.candidates[-1]
             return r
-        r._top = r.candidates.index(top)
+        r._fallback = r.candidates.index(name)
         r.version = f"{m['version']}+{m['content_hash'].removeprefix('sha256:')[:12]}"
         if r.fallback_candidate is None:
-            r.fallback_candidate = top
+            r.fallback_candidate = name
         return r
 
     def check_golden_vectors(self, golden: dict) -> GoldenCheck:
@@ -369,7 +370,7 @@ class Router:
                 row = self._scores([text], [category], [prompt_tokens], emb[None, :])[0].tolist()
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
             return self.route_by_rules(text, category, prompt_tokens)
-        k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
+        k = choose_one(row, self.threshold, fallback=self._fallback, rule=self.rule)
         return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
                              self.threshold, self.version, variant=self._encoder.variant,
                              embedding=emb if keep_embedding else None)
@@ -399,7 +400,7 @@ class Router:
             row = head.proba_row(emb, head.code(category), t)
         else:
             row = head.proba(emb[None, :], [category], np.array([t]))[0].tolist()
-        k = choose_one(row, self.threshold, fallback=self._top, rule=self.rule)
+        k = choose_one(row, self.threshold, fallback=self._fallback, rule=self.rule)
         return RouteDecision(self.candidates[k], dict(zip(self.candidates, row, strict=True)),
                              self.threshold, self.version, variant="host")
 
@@ -507,7 +508,7 @@ class Router:
         except Exception:  # noqa: BLE001 - the model failed on this input: the rules answer
             return [self.route_by_rules(t, c, p) for t, c, p in zip(texts, categories, tokens,
                                                                      strict=True)]
-        chosen = choose_by_threshold(prob, self.threshold, fallback=self._top, rule=self.rule)
+        chosen = choose_by_threshold(prob, self.threshold, fallback=self._fallback, rule=self.rule)
         return [RouteDecision(self.candidates[int(k)],
                               {c: float(v) for c, v in zip(self.candidates, row, strict=True)},
                               self.threshold, self.version, variant=self.variant)
@@ -529,7 +530,7 @@ class Router:
         query the model fails on (`reason` model_error). Needs a loaded artifact."""
         rules = self._config.get("rules")
         if not isinstance(rules, dict) or "default_candidate" not in rules:  # no usable rules
-            cand = self.fallback_candidate or (self.candidates[self._top] if self.candidates
+            cand = self.fallback_candidate or (self.candidates[self._fallback] if self.candidates
                                                else None)
             if cand is None:
                 raise ValueError("no artifact rules and no fallback_candidate")

@@ -41,13 +41,17 @@ def routing_scores(prob: np.ndarray, rule: str = "absolute") -> np.ndarray:
 
 def choose_by_threshold(prob: np.ndarray, threshold: float | np.ndarray, *,
                         fallback: int = -1, rule: str = "absolute") -> np.ndarray:
+    # `fallback` is the one name of that column (its index) in training and serving (the
+    # summary's and RouterRun's `fallback`, the artifact's `fallback_candidate` by name; it
+    # was also `top`, `_top`, `fallback_index`): it names what the column is for, the route
+    # when nothing clears the threshold; the strongest on calibration is only its default.
     """Cheapest column whose routing score clears `threshold`, else `fallback` (default the
     last). prob (n, K) predicted success; threshold a scalar -> (n,) int64, or (T,) -> (T, n)."""
     q = routing_scores(prob, rule)
-    top = int(fallback) % q.shape[1]
+    fallback = int(fallback) % q.shape[1]
     t = np.asarray(threshold, np.float64)
     passes = q[None, :, :] >= t.reshape(-1, 1, 1)  # (T, n, K)
-    out = np.where(passes.any(axis=2), passes.argmax(axis=2), top).astype(np.int64)
+    out = np.where(passes.any(axis=2), passes.argmax(axis=2), fallback).astype(np.int64)
     return out[0] if t.ndim == 0 else out
 
 
