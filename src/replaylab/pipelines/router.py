@@ -52,6 +52,7 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
+from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.pipelines.router_fit import ChosenHead, choose_head, fit_head, seed_spread
 from replaylab.pipelines.router_run import RouterRun, golden_inputs
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
@@ -405,7 +406,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     outcomes: an outcomes-v1 frame (every candidate scored on every prompt);
     embed: texts -> (n, d) float32 L2-normalized embeddings (the encoder the
     runtime uses); head_scorer: how the runtime scores the head, `onnx` (MiniLM tier) or
-    `numpy` (static tier, `replaylab.runtime.router_head.NumpyHead`): every reported learned
+    `numpy` (static tier, `replaylab.runtime.router_head.HeadScorer` of kind numpy): every reported learned
     decision is made by it. Raises RouterDataError when the table cannot train a router.
     """
     say = progress or (lambda _msg: None)
@@ -556,7 +557,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
-                    deployed=deployed if hasattr(deployed, "served_") else None,
+                    deployed=deployed if isinstance(deployed, DeployedHead) else None,
                     golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
                                                 mte["category"], mte["prompt_tokens"]),
                     rules_equal=rules_eq,

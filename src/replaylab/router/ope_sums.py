@@ -12,7 +12,7 @@ passes all test rows as one block, the Dask run one block per partition
 Intervals: a session-cluster Poisson bootstrap (Hanley & MacGibbon 2006; Chamandy et
 al. 2012, "Estimating uncertainty for massive data streams"): replicate b weights
 session s by w[b, s] ~ Poisson(1), a function of (session id, b, seed) only
-(`compute.ops.poisson_weights`, the one session bootstrap), so any partitioning of the rows gives the same
+(`demand.dask_ops.poisson_weights`), so any partitioning of the rows gives the same
 replicates. Percentile intervals of the replicate ratios (`stats.percentile_interval`).
 It replaces the multinomial session resampling of `router.ope.ope_estimates` here
 (equally valid, asymptotically the same; a receipts run before this change reports
@@ -108,7 +108,7 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
                               ).max(axis=2)
     out["weights"] = w_raw
     if n_boot:
-        from replaylab.compute.ops import key_hash, poisson_weights
+        from replaylab.demand.dask_ops import key_hash, poisson_weights
 
         h = key_hash(t[Label.SESSION_ID].to_numpy(dtype=object))
         flat = ct.reshape(-1, n)
@@ -147,7 +147,7 @@ def clip_terms(w: np.ndarray, wt: np.ndarray, prob: np.ndarray, choice: np.ndarr
     unclipped weights (n,), wt the strongest constant policy's, prob (n, K) the reward
     model, uc (n, K) the cost model."""
     rows = np.arange(len(w))
-    q_a, q_pi, q_top = prob[rows, a], prob[rows, choice], prob[:, fallback]
+    q_a, q_pi, q_fb = prob[rows, a], prob[rows, choice], prob[:, fallback]
     out = []
     for clip in CLIPS:
         wc_ = w if clip is None else np.minimum(w, clip)
@@ -155,7 +155,7 @@ def clip_terms(w: np.ndarray, wt: np.ndarray, prob: np.ndarray, choice: np.ndarr
         dr_q = q_pi + wc_ * (r - q_a)
         out.append(np.stack([
             wc_, wc_ * r, dr_q, wc_ * c, uc[rows, choice] + wc_ * (c - uc[rows, a]),
-            wt_, wt_ * r, q_top + wt_ * (r - q_a),
+            wt_, wt_ * r, q_fb + wt_ * (r - q_a),
             (w - wc_) * r, ((w - wc_) * r) ** 2, (w - wc_) * (r - q_a),
             ((w - wc_) * (r - q_a)) ** 2, (wc_ * r) ** 2, dr_q ** 2]))
     return np.stack(out)
