@@ -52,7 +52,6 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
-from replaylab.pipelines.router_deployed import DeployedHead
 from replaylab.pipelines.router_fit import ChosenHead, choose_head, fit_head, seed_spread
 from replaylab.pipelines.router_run import RouterRun, golden_inputs
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
@@ -557,7 +556,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     summary = json_safe(summary)
     run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
                     rule=rule, fallback=int(chosen["learned"].fallback),
-                    deployed=deployed if isinstance(deployed, DeployedHead) else None,
+                    deployed=deployed if hasattr(deployed, "served_") else None,
                     golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
                                                 mte["category"], mte["prompt_tokens"]),
                     rules_equal=rules_eq,

@@ -12,7 +12,7 @@ passes all test rows as one block, the Dask run one block per partition
 Intervals: a session-cluster Poisson bootstrap (Hanley & MacGibbon 2006; Chamandy et
 al. 2012, "Estimating uncertainty for massive data streams"): replicate b weights
 session s by w[b, s] ~ Poisson(1), a function of (session id, b, seed) only
-(`demand.dask_ops.poisson_weights`), so any partitioning of the rows gives the same
+(`compute.ops.poisson_weights`, the one session bootstrap), so any partitioning of the rows gives the same
 replicates. Percentile intervals of the replicate ratios (`stats.percentile_interval`).
 It replaces the multinomial session resampling of `router.ope.ope_estimates` here
 (equally valid, asymptotically the same; a receipts run before this change reports
@@ -108,7 +108,7 @@ def ope_part(part: pd.DataFrame, k: int, unit_cost: np.ndarray, unit_session: np
                               ).max(axis=2)
     out["weights"] = w_raw
     if n_boot:
-        from replaylab.demand.dask_ops import key_hash, poisson_weights
+        from replaylab.compute.ops import key_hash, poisson_weights
 
         h = key_hash(t[Label.SESSION_ID].to_numpy(dtype=object))
         flat = ct.reshape(-1, n)
