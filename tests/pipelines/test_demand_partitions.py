@@ -443,3 +443,17 @@ def test_a_worker_lost_for_good_stops_the_run_in_one_line_without_a_summary(tmp_
     print(errors[0])
     assert "rerun" in errors[0] and "Traceback" not in stderr
     assert not (out / "summary.json").exists()
+
+
+def test_hpo_is_refused_under_compute_dask_before_a_cluster_starts(tmp_path):
+    """The search is not distributed: compute=dask with demand.hpo.trials > 0 is one
+    `error:` line, exit 2, before a cluster starts or a row is read, and no summary."""
+    from tests.helpers.entrypoints import train
+
+    run = train("pipeline=demand", "compute=dask", "demand.hpo.trials=2", "tracking=off",
+                run_dir=tmp_path / "r", check=False)
+    assert run.returncode == 2
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: demand.hpo.trials > 0 with compute=dask"), last
+    assert "compute=local" in last and not run.summary
+    assert not (tmp_path / "r" / "ledger.parquet").exists()
