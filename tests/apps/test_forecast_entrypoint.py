@@ -12,7 +12,7 @@ from replaylab.apps.schemas import register_schemas
 from replaylab.apps.verdicts import run_tags, summary_go, verdict_line
 from replaylab.config import from_mapping
 from replaylab.forecast import ForecastConfig
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import train
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 DECISIONS = ("GO", "NO-GO", "NOT ENOUGH EVIDENCE")
@@ -34,9 +34,9 @@ def test_the_bare_config_holds_the_default_backtest_and_a_daily_season():
 
 def test_bare_forecast_runs_tiny_and_ends_with_the_verdict_line(tmp_path):
     out = tmp_path / "run"
-    proc = run_training("pipeline=forecast", "tracking=off", f"hydra.run.dir={out}",
-                        "data.synthetic.n_sessions=5000", "data.synthetic.sessions_per_s=0.04",
-                        "forecast.forecasters=[seasonal_naive,moving_window,auto_ets]")
+    proc = train("pipeline=forecast", "tracking=off", "data.synthetic.n_sessions=5000",
+                 "data.synthetic.sessions_per_s=0.04",
+                 "forecast.forecasters=[seasonal_naive,moving_window,auto_ets]", run_dir=out)
     last = proc.stdout.strip().splitlines()[-1]
     s = json.loads((out / "summary.json").read_text())
     assert last == s["verdict"] == verdict_line(s)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import pytest
 
 from replaylab.sources.registry import SOURCES
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import train
 
 
 @pytest.mark.parametrize("name, path", [("azure_conv", None), ("servegen", "absent/m-large")])
 def test_import_without_its_file_is_one_line_and_exit_2(name, path, tmp_path):
     db = tmp_path / "mlflow.db"
-    proc = run_training("pipeline=import", f"source={name}", f"out={tmp_path / 'x.parquet'}",
-                        f"hydra.run.dir={tmp_path / 'run'}", f"tracking.uri=sqlite:///{db}",
-                        *([f"source.path={path}"] if path else []), check=False)
+    proc = train("pipeline=import", f"source={name}", f"out={tmp_path / 'x.parquet'}",
+                 f"tracking.uri=sqlite:///{db}", *([f"source.path={path}"] if path else []),
+                 run_dir=tmp_path / "run", check=False)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: source={name}")
