@@ -7,6 +7,9 @@
   and marks the lost run FAILED;
 - a misspelt `+group.key=` and an unknown registered model are one line, exit 2, and
   leave no MLflow run behind.
+
+The run killed mid-way is a real `python -m training` subprocess (its server is killed under
+it); the other entry-point runs are in process (tests/helpers/entrypoints.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, mlflow_server_process
+from tests.helpers.entrypoints import export, train
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,15 +42,10 @@ def error_lines(stderr: str) -> list[str]:
     return [ln for ln in stderr.splitlines() if ln.strip()]
 
 
-def python_m(*args: str, env: dict | None = None, timeout: float = 600):
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
-
-
 def test_a_server_down_at_start_is_one_line_and_exit_2_within_10_s(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     t0 = time.perf_counter()
-    proc = python_m("training", f"hydra.run.dir={tmp_path / 'run'}", f"tracking.uri={url}")
+    proc = train(f"tracking.uri={url}", run_dir=tmp_path / "run", check=False)
     took = time.perf_counter() - t0
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = error_lines(proc.stderr)
@@ -55,23 +54,23 @@ def test_a_server_down_at_start_is_one_line_and_exit_2_within_10_s(tmp_path):
     assert not (tmp_path / "run" / "summary.json").exists()  # nothing ran
 
 
-def test_mlflow_tracking_uri_is_honoured(tmp_path):
+def test_mlflow_tracking_uri_is_honoured(tmp_path, monkeypatch):
     """No tracking.uri given: the environment's store is used (no stray ./mlflow.db)."""
     url = f"http://127.0.0.1:{free_port()}"
-    proc = python_m("training", f"hydra.run.dir={tmp_path / 'run'}",
-                    env={"MLFLOW_TRACKING_URI": url})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+    proc = train(run_dir=tmp_path / "run", check=False)
     assert proc.returncode == 2 and url in proc.stderr, proc.stderr[-2000:]
     db = tmp_path / "store.db"
-    proc = python_m("training", f"hydra.run.dir={tmp_path / 'run2'}", "data.synthetic.n_sessions=150",
-                    env={"MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    proc = train("data.synthetic.n_sessions=150", run_dir=tmp_path / "run2", check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     s = json.loads((tmp_path / "run2" / "summary.json").read_text())
     assert s["mlflow"]["tracking_uri"] == f"sqlite:///{db}" and db.is_file()
 
 
 def test_a_misspelt_added_key_is_refused(tmp_path):
-    proc = python_m("training", "+data.ledgr=my.parquet", "tracking=off",
-                    f"hydra.run.dir={tmp_path / 'run'}")
+    proc = train("+data.ledgr=my.parquet", "tracking=off", run_dir=tmp_path / "run",
+                 check=False)
     assert proc.returncode == 2
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and "ledgr" in lines[0] and "ledger" in lines[0], lines
@@ -123,7 +122,7 @@ def test_a_server_killed_mid_run_loses_nothing(tmp_path):
     with mlflow_server_process(store, port=port):  # the server is back, same store
         args = shlex.split(m["recover"])
         assert args[:3] == ["python", "-m", "export"]
-        rec = python_m(*args[2:], f"hydra.run.dir={tmp_path / 'recover'}")
+        rec = export(*args[3:], run_dir=tmp_path / "recover")
         assert rec.returncode == 0, rec.stderr[-3000:]
         again = json.loads((tmp_path / "recover" / "summary.json").read_text())
         c = MlflowClient(tracking_uri=url)
@@ -153,8 +152,7 @@ def test_an_unknown_model_or_version_is_one_line_and_leaves_no_run(tmp_path):
                  ("promote", "name=replaylab-demand", "version=7", "alias=champion"),
                  ("fetch", "name=replaylab-demand", "alias=champion", f"out={tmp_path / 'x'}"),
                  ("promote", "name=replaylab-demand")):
-        proc = python_m("export", *args, f"tracking.uri={db}",
-                        f"hydra.run.dir={tmp_path / 'e'}")
+        proc = export(*args, f"tracking.uri={db}", run_dir=tmp_path / "e")
         assert proc.returncode == 2, (args, proc.stderr[-2000:])
         lines = error_lines(proc.stderr)
         assert len(lines) == 1 and lines[0].startswith("error: "), (args, lines)
