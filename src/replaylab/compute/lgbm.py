@@ -441,7 +441,7 @@ def _fit_pinned(ordered: _RanksInPartOrder, head_X: Any, head_y: Any,
 
 def fit_boosters(engine: Any, head: tuple[Any, Any], full: tuple[Any, Any],
                  tail: tuple[Any, Any] | None, n_tail: int, quantiles: Sequence[float],
-                 cfg: Any, seed: int, categorical: Sequence[str],
+                 cfg: Any, seed: int, categorical: Sequence[str], n_workers: int | None = None,
                  ) -> tuple[list[Any], list[int], list[Any], list[str], int]:
     """The quantile boosters on a `DaskEngine`'s cluster from (X, y) frames of the design
     matrix and model-scale target: head = train without the early-stopping tail, full =
@@ -449,8 +449,9 @@ def fit_boosters(engine: Any, head: tuple[Any, Any], full: tuple[Any, Any],
 
     LightGBM's ranks get no empty partition and bin as categorical only the features of
     `categorical` every rank can bin (`fit_layout`; the others train as numeric codes).
-    Trained on as many workers as the cluster has now (the model is a function of the
-    rows, their partitioning and that number); a lost worker is waited for (dask config
+    Trained on `n_workers` workers (default: as many as the cluster has now; a run passes
+    the count it started with: the model is a function of the rows, their partitioning
+    and that number); a lost worker is waited for (dask config
     `replaylab.lost-worker-wait`, default LOST_WORKER_WAIT_S s) and the fit redone once.
     Returns (boosters, best round counts, early-stopped boosters, the features binned as
     categorical, the train partitions left out for holding no row)."""
@@ -472,6 +473,6 @@ def fit_boosters(engine: Any, head: tuple[Any, Any], full: tuple[Any, Any],
     boosters, best, stopped = fit_quantile_boosters_dask(
         engine.client, *head, *full, *(tail or (None, None)), n_tail if tail else 0,
         quantiles, cfg, seed, categorical=binned,
-        n_workers=len(engine.client.scheduler_info()["workers"]),
+        n_workers=n_workers or len(engine.client.scheduler_info()["workers"]),
         wait_s=dask.config.get("replaylab.lost-worker-wait", LOST_WORKER_WAIT_S))
     return boosters, best, stopped, binned, empty

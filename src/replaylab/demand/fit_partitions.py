@@ -256,23 +256,25 @@ def _new_model(demand: DemandConfig, method: str) -> QuantileDemandModel:
                                censored_rounds=demand.censoring.rounds[-1])
 
 
-def fit_model(engine: Any, rows: Any, demand: DemandConfig, method: str) -> QuantileDemandModel:
+def fit_model(engine: Any, rows: Any, demand: DemandConfig, method: str,
+              n_workers: int | None = None) -> QuantileDemandModel:
     """`QuantileDemandModel` on `rows` (an engine frame of train rows, session-whole
     partitions; `model_rows`). LocalEngine: the model's own `fit` on the rows collected in
     partition order (the local estimator, bit for bit); DaskEngine: the boosters by
     lightgbm.dask on the partitions (`compute.lgbm.fit_boosters`; the fitted model is
-    local either way). A worker lost during the Dask fit is waited for and the fit redone
-    once, the same model, or `compute.lgbm.WorkersLost`."""
+    local either way), on `n_workers` workers (default: those live now; a run passes the
+    count it started with). A worker lost during the Dask fit is waited for and the fit
+    redone once, the same model, or `compute.lgbm.WorkersLost`."""
     if engine.kind != "dask":  # local LightGBM: no cluster to lay partitions out on
         frame = engine.collect(rows)
         y = frame[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64", na_value=np.nan)
         censored = (frame[CLASS_COLUMN] != LABEL).to_numpy()
         return _new_model(demand, method).fit(frame, y, censored=censored)
-    return _fit_model_on_cluster(engine, rows, demand, method)
+    return _fit_model_on_cluster(engine, rows, demand, method, n_workers)
 
 
-def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: str
-                          ) -> QuantileDemandModel:
+def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: str,
+                          n_workers: int | None) -> QuantileDemandModel:
     from replaylab.compute.lgbm import fit_boosters
 
     qs = check_quantiles(demand.quantiles)
@@ -320,7 +322,7 @@ def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: 
     # category at all, the segfault of issue 41)
     cats = model.lightgbm_categorical()
     boosters, best, stopped, binned, empty = fit_boosters(
-        engine, head, full, tail, n_tail, qs, cfg, demand.seed, cats)
+        engine, head, full, tail, n_tail, qs, cfg, demand.seed, cats, n_workers)
     model.categorical_as_codes_ = [c for c in cats if c not in binned]
     if model.categorical_as_codes_:
         logging.getLogger("replaylab").warning(

@@ -318,6 +318,9 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    # the workers the run starts with: the boosters train on as many (a lost one is
+    # waited for, `compute.lgbm`), so the model is a function of the rows and this number
+    workers = int(engine.facts().get("n_workers", 1))
     stage = engine.stages(STAGES, progress)
     with stage:
         with stage("read"):
@@ -347,7 +350,7 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
             method, censoring = _censoring_section(demand, facts["counts"])
             try:
                 model = fit_model(engine, model_rows(engine, lab, demand, method), demand,
-                                  method)
+                                  method, workers)
             except Exception as e:
                 from replaylab.compute.lgbm import WorkersLost
 
@@ -427,8 +430,7 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
             "lightgbm_categorical": model.lightgbm_categorical(),
             "categorical_as_codes": list(getattr(model, "categorical_as_codes_", [])),
             "train_partitions_without_rows": int(getattr(model, "empty_partitions_", 0)),
-            # the model is a function of the rows and of this number
-            "workers": int(engine.facts().get("n_workers", 1))},
+            "workers": workers},  # the model is a function of the rows and this number
         "censoring": censoring,
         "hpo": {"trials_run": 0, "note": "not run over engine partitions"},
         "calibration": {
