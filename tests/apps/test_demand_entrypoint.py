@@ -1,4 +1,5 @@
-"""Smoke test of `python -m training pipeline=demand`: the real Hydra app in a subprocess."""
+"""`python -m training pipeline=demand`, in process (tests/helpers/entrypoints.py); the
+re-export by `python -m export run_dir=` is the export entry point's subprocess smoke test."""
 
 from __future__ import annotations
 
@@ -13,14 +14,13 @@ import pytest
 from replaylab.runtime import DemandPredictor
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import export, train
 
 
 def test_demand_pipeline_writes_the_summary_keys(tmp_path):
     out = tmp_path / "run"
-    run_training("pipeline=demand", f"hydra.run.dir={out}", "tracking=off",
-                 "data.synthetic.n_sessions=800", "demand.model.n_estimators=100")
-    s = json.loads((out / "summary.json").read_text())
+    s = train("pipeline=demand", "tracking=off", "data.synthetic.n_sessions=800",
+              "demand.model.n_estimators=100", run_dir=out).summary
     assert s["pipeline"] == "demand"
     assert s["rows_valid"] + s["rows_quarantined"] == s["rows_read"] > 0
     assert "quarantine_by_reason" in s and s["ledger_fingerprint"] and s["projection"]["version"]
@@ -54,9 +54,7 @@ def test_demand_pipeline_writes_the_summary_keys(tmp_path):
     assert second.loaded and second.version.startswith("1.0.1+")
     row = {"prompt_tokens": 700, "max_tokens": 2000, "category": "code", "turn_index": 1}
     assert first.predict(row).hint_p90 == second.predict(row).hint_p90
-    bad = subprocess.run([sys.executable, "-m", "export", "tracking=off",
-                          f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
+    bad = export("tracking=off", run_dir=tmp_path / "bad")
     assert bad.returncode == 2 and "exactly one of run_dir" in bad.stderr
 
 
@@ -65,8 +63,8 @@ def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):
     frame["completion_tokens"] = pd.array([pd.NA] * len(frame), dtype="Int64")
     ledger = tmp_path / "no_usage.parquet"
     frame.to_parquet(ledger, index=False)
-    proc = run_training("pipeline=demand", f"data.ledger={ledger}", "tracking=off",
-                        f"hydra.run.dir={tmp_path / 'r'}", check=False)
+    proc = train("pipeline=demand", f"data.ledger={ledger}", "tracking=off",
+                 run_dir=tmp_path / "r", check=False)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "no usable labels" in last
@@ -74,12 +72,10 @@ def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_demand_compute_dask_entrypoint(tmp_path):
-    """compute=dask trains the boosters on a real 2-worker LocalCluster; calibration holds."""
-
-    out = tmp_path / "dask"
-    run_training("pipeline=demand", "compute=dask", f"hydra.run.dir={out}", "tracking=off",
-                 "data.synthetic.n_sessions=1500")
-    s = json.loads((out / "summary.json").read_text())
+def test_demand_compute_dask_entrypoint(dask_address, tmp_path):
+    """compute=dask trains the boosters on a real 2-worker LocalCluster (the session's);
+    calibration holds."""
+    s = train("pipeline=demand", "compute=dask", f"compute.address={dask_address}",
+              "tracking=off", "data.synthetic.n_sessions=1500", run_dir=tmp_path / "dask").summary
     assert s["compute"]["kind"] == "dask"
     assert 0.72 <= s["test"]["model"]["coverage"] <= 0.88

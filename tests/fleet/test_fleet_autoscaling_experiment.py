@@ -117,22 +117,22 @@ def test_verdict_rules_are_computed_from_the_numbers():
 
 
 def test_evaluation_entry_point_runs_the_simulator_experiment(tmp_path):
-    """`python -m evaluation experiment=autoscaling`, composed from conf/, on a short synthetic day."""
+    """`python -m evaluation experiment=autoscaling`, composed from conf/, on a short synthetic
+    day (in process, tests/helpers/entrypoints.py; the misspelt key: the CLI in a subprocess)."""
     import subprocess
     import sys
     from pathlib import Path
 
+    from tests.helpers.entrypoints import evaluate
+
     repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "evaluation", "experiment=autoscaling",
-           f"hydra.run.dir={out}", "tracking.enabled=false",
-           "experiment.trace.source=synthetic", "experiment.trace.day=1",
-           "experiment.trace.hours=0.5", "experiment.trace.scale=0.1", "experiment.seeds=[0]",
-           "experiment.workers=1", "experiment.sweep.reactive_targets=[0.4]",
-           "experiment.sweep.forecast_targets=[0.85]"]
-    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads((out / "summary.json").read_text())
+    args = ["experiment=autoscaling", "tracking.enabled=false",
+            "experiment.trace.source=synthetic", "experiment.trace.day=1",
+            "experiment.trace.hours=0.5", "experiment.trace.scale=0.1", "experiment.seeds=[0]",
+            "experiment.workers=1", "experiment.sweep.reactive_targets=[0.4]",
+            "experiment.sweep.forecast_targets=[0.85]"]
+    s = evaluate(*args, run_dir=out).summary
     assert s["pipeline"] == "fleet" and s["experiment"] == "autoscaling"
     assert set(s["scenarios"]) == {"steady", "burst", "mix_drift", "under_forecast"}
     for pols in s["scenarios"].values():
@@ -140,7 +140,8 @@ def test_evaluation_entry_point_runs_the_simulator_experiment(tmp_path):
         assert all(m["conserved"] for m in pols.values())
     assert s["verdicts"] and (out / "report.html").is_file()
     # a misspelt key fails at composition, with Hydra's message and exit code 2... or 1
-    bad = subprocess.run(cmd[:5] + ["experiment.pool.coldstart_s=1"], cwd=repo,
+    cmd = [sys.executable, "-m", "evaluation", args[0], f"hydra.run.dir={out}"]
+    bad = subprocess.run(cmd + ["experiment.pool.coldstart_s=1"], cwd=repo,
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "coldstart_s" in bad.stderr
 

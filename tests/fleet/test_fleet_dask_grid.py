@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
 from replaylab.compute import ComputeConfig, LocalEngine, engine
 from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import EngineGrid, LocalGrid
-from tests.conftest import REPO
 from tests.helpers.fleet import experiment_config
 
 # what differs between two runs of the same cells: wall time, where the figures went, and
@@ -132,17 +129,15 @@ def test_autoscaling_jobs_on_dask_equal_local(dask_engine, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_entry_point_overload_on_dask(tmp_path):
-    out = tmp_path / "run"
+def test_entry_point_overload_on_dask(dask_address, tmp_path):
+    """`python -m evaluation experiment=overload compute=dask`, in process on the session's
+    cluster (tests/helpers/entrypoints.py)."""
+    from tests.helpers.entrypoints import evaluate
+
     small = ["fleet.workload.duration_s=15", "fleet.workload.seeds=[0,1]",
              "experiment.load_factors=[1.0,2.0]"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "evaluation", "experiment=overload", "compute=dask",
-         "compute.n_workers=2", "tracking=off", f"hydra.run.dir={out}",
-         *small],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    s = json.loads((out / "summary.json").read_text())
+    s = evaluate("experiment=overload", "compute=dask", f"compute.address={dask_address}",
+                 "tracking=off", *small, run_dir=tmp_path / "run").summary
     assert s["pipeline"] == "fleet" and s["experiment"] == "overload"
     assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
     # the library's sections hold the numbers of the local loop on the same config (the

@@ -4,7 +4,6 @@ but absent is one `error:` line (what it is, where to download it) with exit cod
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import pytest
 from omegaconf import OmegaConf
 
 from replaylab.data import PUBLIC_FILES, shipped
-from tests.conftest import REPO
 from tests.helpers.fleet import TINY, composed_config, experiment_config
 
 SIX = ("energy", "stale_telemetry", "rollout", "overload", "hint_admission", "autoscaling")
@@ -138,9 +136,9 @@ def test_named_but_absent_public_files_are_one_line_each(tmp_path):
                  marks=pytest.mark.slow),
 ])
 def test_entry_point_named_but_absent_trace_is_one_line_and_exit_2(overrides, url, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "evaluation", *overrides, "tracking=off",
-                           f"hydra.run.dir={tmp_path / 'run'}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    from tests.helpers.entrypoints import evaluate
+
+    proc = evaluate(*overrides, "tracking=off", run_dir=tmp_path / "run", check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -13,8 +13,6 @@ served within 8 % of the capacity.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -25,7 +23,6 @@ from replaylab.fleet.experiments import run_fleet_experiment
 from replaylab.fleet.experiments.harness import build_pools, hint_policy_check, needs_hint
 from replaylab.fleet.experiments.overload import capacity_estimate
 from replaylab.fleet.sim.saturation import SOURCE, clear_memory_cache, saturated_capacity
-from tests.conftest import REPO
 from tests.helpers.fleet import experiment_config
 
 DEFAULT_POOL = {"h100": {"source": "mlenergy", "model": "meta-llama/Llama-3.1-8B-Instruct",
@@ -160,13 +157,13 @@ def test_overload_on_a_ledger_without_hints(tmp_path):
 
 @pytest.mark.slow
 def test_entry_point_refuses_admission_hint_alone_in_one_line(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "evaluation", "experiment=overload", "tracking=off",
-         f"hydra.run.dir={tmp_path / 'run'}",
-         "fleet.workload.hint_sigma=null", "fleet.workload.duration_s=5",
-         "fleet.workload.seeds=[0]", "~experiment.policies.least_loaded",
-         "~experiment.policies.round_robin", "~experiment.policies.admission_none"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
+    from tests.helpers.entrypoints import evaluate
+
+    proc = evaluate("experiment=overload", "tracking=off",
+                    "fleet.workload.hint_sigma=null", "fleet.workload.duration_s=5",
+                    "fleet.workload.seeds=[0]", "~experiment.policies.least_loaded",
+                    "~experiment.policies.round_robin", "~experiment.policies.admission_none",
+                    run_dir=tmp_path / "run", check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "admission_hint admits by hint_p90" in last

@@ -22,8 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -271,19 +269,18 @@ def test_a_bad_ledger_is_one_clear_error(tmp_path):
 @pytest.mark.slow
 def test_entry_point_energy_on_a_ledger_and_on_a_missing_one(ledgers, tmp_path):
     path, planted = ledgers["ragpulse.parquet"]
-    base = [sys.executable, "-m", "evaluation", "experiment=energy", "tracking=off",
-            *small("energy", planted["window_s"])]
+    from tests.helpers.entrypoints import evaluate
+
+    base = ["experiment=energy", "tracking=off", *small("energy", planted["window_s"])]
     out = tmp_path / "run"
-    proc = subprocess.run([*base, f"hydra.run.dir={out}", f"fleet.workload.ledger={path}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = evaluate(*base, f"fleet.workload.ledger={path}", run_dir=out, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    s = json.loads((out / "summary.json").read_text())
+    s = proc.summary
     check_policies(s)
     check_workload(s, path, planted, "energy")
     missing = tmp_path / "nope.jsonl"
-    proc = subprocess.run([*base, f"hydra.run.dir={tmp_path / 'bad'}",
-                           f"fleet.workload.ledger={missing}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = evaluate(*base, f"fleet.workload.ledger={missing}", run_dir=tmp_path / "bad",
+                    check=False)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(missing) in errors[0] and "Traceback" not in proc.stderr

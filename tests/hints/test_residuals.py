@@ -3,14 +3,12 @@
 The ledgers are built directly as ledger-v1 frames with hint columns, so every
 figure (coverage, censored and usage-absent counts, p90 exceedance, sizing
 multipliers, drift buckets, groups) has an answer computed by hand. Two tests
-run `python -m evaluation residuals` in a subprocess (marked slow).
+run `python -m evaluation residuals` in process (marked slow).
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -289,13 +287,10 @@ def test_figures_are_written(tmp_path):
 
 # ---------------------------------------------------------------- the entry point
 def _evaluate(tmp_path: Path, *overrides: str) -> dict:
-    out = tmp_path / "run"
-    proc = subprocess.run(
-        [sys.executable, "-m", "evaluation", "residuals", *overrides, "tracking=off",
-         f"hydra.run.dir={out}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads((out / "summary.json").read_text())
+    """`python -m evaluation residuals ...`, in process (tests/helpers/entrypoints.py)."""
+    from tests.helpers.entrypoints import evaluate
+
+    return evaluate("residuals", *overrides, "tracking=off", run_dir=tmp_path / "run").summary
 
 
 def _assert_figures(summary: dict, extra: frozenset = frozenset()) -> None:

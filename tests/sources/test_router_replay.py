@@ -29,7 +29,7 @@ from replaylab.sources.router_replay import (
     record_to_row,
 )
 from tests.conftest import REPO
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import train
 from tests.helpers.router_replay import (
     T0,
     as_read_from_postgres,
@@ -219,9 +219,8 @@ def test_a_folder_out_is_a_dataset_of_parts(fixture_file, tmp_path):
 
 
 def test_import_entrypoint_ends_with_the_readiness_line(fixture_file, tmp_path):
-    proc = run_training("pipeline=import", "source=router_replay",
-                        f"source.path={fixture_file}", f"out={tmp_path / 'rr.parquet'}",
-                        f"hydra.run.dir={tmp_path / 'run'}", "tracking=off")
+    proc = train("pipeline=import", "source=router_replay", f"source.path={fixture_file}",
+                 f"out={tmp_path / 'rr.parquet'}", "tracking=off", run_dir=tmp_path / "run")
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("import: 16 rows read, 13 valid, 3 quarantined; ready: demand: "
                            "usage on 90% of 10 completed rows; router from receipts: no "
@@ -234,9 +233,9 @@ def test_import_entrypoint_ends_with_the_readiness_line(fixture_file, tmp_path):
 def test_uri_is_refused_by_sources_that_read_files(tmp_path):
     trace = tmp_path / "conversation_trace.jsonl"
     trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 7, "hash_ids": [1]}\n')
-    proc = run_training("pipeline=import", "source=mooncake", f"source.path={trace}",
-                        "source.uri=postgresql://a@b/c", f"out={tmp_path / 'x.parquet'}",
-                        f"hydra.run.dir={tmp_path / 'run'}", "tracking=off", check=False)
+    proc = train("pipeline=import", "source=mooncake", f"source.path={trace}",
+                 "source.uri=postgresql://a@b/c", f"out={tmp_path / 'x.parquet'}",
+                 "tracking=off", run_dir=tmp_path / "run", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: source=mooncake takes no source.uri (only source.path and source.options)")
@@ -322,17 +321,16 @@ def test_demand_runs_on_an_imported_router_replay_ledger_and_router_says_what_is
     export = tmp_path / "export.jsonl"
     export.write_text("".join(json.dumps(r) + "\n" for r in synthetic_records(400, seed=3)))
     ledger = tmp_path / "rr.parquet"
-    run_training("pipeline=import", "source=router_replay", f"source.path={export}",
-                 f"out={ledger}", f"hydra.run.dir={tmp_path / 'import'}", "tracking=off")
-    run_training("pipeline=demand", f"data.ledger={ledger}", "tracking=off",
-                 "export.enabled=false", "demand.model.n_estimators=50",
-                 f"hydra.run.dir={tmp_path / 'demand'}")
+    train("pipeline=import", "source=router_replay", f"source.path={export}", f"out={ledger}",
+          "tracking=off", run_dir=tmp_path / "import")
+    train("pipeline=demand", f"data.ledger={ledger}", "tracking=off", "export.enabled=false",
+          "demand.model.n_estimators=50", run_dir=tmp_path / "demand")
     s = json.loads((tmp_path / "demand" / "summary.json").read_text())
     assert s["rows_read"] == s["rows_valid"] == 400
     assert s["labels"]["absent_usage"] > 0 and s["verdict"].startswith("demand: ")
-    proc = run_training("pipeline=router", f"data.ledger={ledger}", "tracking=off",
-                        "export.enabled=false", "router.encoder.tier=static",
-                        f"hydra.run.dir={tmp_path / 'router'}", check=False)
+    proc = train("pipeline=router", f"data.ledger={ledger}", "tracking=off",
+                 "export.enabled=false", "router.encoder.tier=static",
+                 run_dir=tmp_path / "router", check=False)
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and L.ROUTING_SOURCE in last
