@@ -1,11 +1,13 @@
-"""pipeline=router compute=dask over a receipts ledger dataset (pipelines/router_dask.py).
+"""pipeline=router compute=dask over a receipts ledger dataset: the one receipts pipeline
+(pipelines/router_receipts.py) on the Dask engine against the same on the local engine.
 
 A GSM8K receipts ledger (the logging policy's sessions with 8% explored, 25% of the
 openings replayed offline) written as a 4-file Parquet dataset; the real MiniLM ONNX
-encoder export; a real LocalCluster of 2 worker processes. The Dask run must equal the
-local run (same split, head, threshold, estimates, intervals, verdict), refuse what the
-local run refuses with the same line, and pass the exported artifact's served check at the
-entry point.
+encoder export; the session's LocalCluster of 2 worker processes (conftest
+`dask_address`). The Dask run (the dataset read per partition on the workers) must equal
+the local run (the whole ledger validated in memory, one partition): same split, head,
+threshold, estimates, intervals, verdict; refuse what the local run refuses with the same
+line; and pass the exported artifact's served check at the entry point.
 """
 
 from __future__ import annotations
@@ -64,15 +66,6 @@ def world(tmp_path_factory):
             "cache": cache, "folder": folder}
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as c:
-        yield c
-
-
 def spec_of(world):
     from replaylab.router.worker_encoder import EncoderSpec
     from replaylab.runtime.encoder import load_encoder
@@ -83,9 +76,9 @@ def spec_of(world):
 
 
 @pytest.fixture(scope="module")
-def both(world, client, tmp_path_factory):
+def both(world, dask_address, tmp_path_factory):
+    from replaylab.compute import ComputeConfig, engine
     from replaylab.contracts import validate_ledger
-    from replaylab.pipelines.router_dask import train_router_receipts_dask
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.embed_cache import cached_embed
 
@@ -96,8 +89,9 @@ def both(world, client, tmp_path_factory):
     local = train_router_receipts(validate_ledger(world["ledger"]), world["replays"], cfg,
                                   out_l, embed, enc.encoder_id)
     lines: list[str] = []
-    dask = train_router_receipts_dask(str(world["dataset"]), world["replays"], cfg, out_d, spec,
-                                      progress=lines.append)
+    with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        dask = train_router_receipts(eng.read_ledger(str(world["dataset"])), world["replays"],
+                                     cfg, out_d, spec, engine=eng, progress=lines.append)
     return local, dask, out_l, out_d, lines
 
 
@@ -112,7 +106,7 @@ def leaves(x, path=""):
         yield path, x
 
 
-SKIP = ("/timings_s", "/artifacts", "/replay_plan/path", "/dask")
+SKIP = ("/timings_s", "/artifacts", "/replay_plan/path", "/compute")
 
 
 def test_dask_summary_equals_local(both):
@@ -131,7 +125,9 @@ def test_dask_summary_equals_local(both):
         else:
             assert v == w, p
     assert len(a) > 200 and s_d["go"] == s_l["go"]
-    assert s_d["dask"]["driver_rows"]["train"] == s_l["labels"]["train"]["decisions"]
+    assert s_d["compute"]["kind"] == "dask" and s_l["compute"]["kind"] == "local"
+    assert s_d["compute"]["partitions"] == 4 and s_l["compute"]["partitions"] == 1
+    assert s_d["compute"]["driver_rows"] == s_l["compute"]["driver_rows"]
 
 
 def test_dask_files_equal_local(both):
@@ -139,7 +135,7 @@ def test_dask_files_equal_local(both):
     files; the label rows are the same decisions."""
     (s_l, _), (s_d, _), out_l, out_d, _ = both
     dl = pd.read_parquet(out_l / "router_decisions_test.parquet").sort_values("prompt_id")
-    dd = pd.read_parquet(out_d / "router_decisions_test").sort_values("prompt_id")
+    dd = pd.read_parquet(out_d / "router_decisions_test.parquet").sort_values("prompt_id")
     pd.testing.assert_frame_equal(dl.reset_index(drop=True), dd.reset_index(drop=True),
                                   check_dtype=False)
     cl, cd = (pd.read_parquet(o / "router_curves_test.parquet") for o in (out_l, out_d))
@@ -150,9 +146,11 @@ def test_dask_files_equal_local(both):
     pairs = [set(zip(p["prompt_id"], p["candidate"], strict=True)) for p in (pl, pdk)]
     assert pairs[0] == pairs[1]
     labels_l = pd.read_parquet(out_l / "router_labels.parquet")
-    labels_d = pd.read_parquet(out_d / "router_labels")
-    opening = labels_l[labels_l["label_source"] != "replay"]
-    assert sorted(opening["opening_request_id"]) == sorted(labels_d["opening_request_id"])
+    labels_d = pd.read_parquet(out_d / "router_labels.parquet")
+    for src in ("replay", "exploration"):
+        assert sorted(labels_l.loc[labels_l["label_source"] == src, "opening_request_id"]) \
+            == sorted(labels_d.loc[labels_d["label_source"] == src, "opening_request_id"])
+    assert len(labels_l) == len(labels_d)
 
 
 def test_dask_served_sample_and_stages(both):
@@ -162,15 +160,16 @@ def test_dask_served_sample_and_stages(both):
     got = dict(zip(run_d.test_sessions, run_d.test_choice, strict=True))
     want = dict(zip(run_l.test_sessions, run_l.test_choice, strict=True))
     assert got and all(want[s] == c for s, c in got.items())
+    assert len(got) == len(want)  # a small ledger: every test decision comes back
     starts = [x.split(":")[0] for x in lines if x.startswith("dask stage") and " done " not in x]
     ends = [x.split(" done ")[0] for x in lines if x.startswith("dask stage") and " done " in x]
     assert starts == ends == [f"dask stage {i}/7" for i in range(1, 8)]
 
 
-def test_dask_refuses_as_local(world, client, tmp_path):
-    """Too little exploration: the same ReceiptsError line in both modes."""
+def test_dask_refuses_as_local(world, dask_address, tmp_path):
+    """Too little exploration: the same ReceiptsError line on either engine."""
+    from replaylab.compute import ComputeConfig, engine
     from replaylab.contracts import validate_ledger
-    from replaylab.pipelines.router_dask import train_router_receipts_dask
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.receipts import ReceiptsError
 
@@ -179,18 +178,21 @@ def test_dask_refuses_as_local(world, client, tmp_path):
     with pytest.raises(ReceiptsError) as local:
         train_router_receipts(validate_ledger(world["ledger"]), None, cfg, tmp_path / "l",
                               lambda t: np.zeros((len(t), 384), np.float32), enc.encoder_id)
-    with pytest.raises(ReceiptsError) as dask:
-        train_router_receipts_dask(str(world["dataset"]), None, cfg, tmp_path / "d", spec)
+    with pytest.raises(ReceiptsError) as dask, \
+            engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+        train_router_receipts(eng.read_ledger(str(world["dataset"])), None, cfg, tmp_path / "d",
+                              spec, engine=eng)
     assert str(dask.value) == str(local.value) and "too little exploration" in str(dask.value)
 
 
-def test_entry_point_on_dask(world, tmp_path):
+def test_entry_point_on_dask(world, dask_address, tmp_path):
     """`python -m training pipeline=router compute=dask data.ledger=DIR`: exit 0, the exported
     artifact makes the judged decisions (served check), the summary says the cluster."""
     out = tmp_path / "run"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     res = subprocess.run(
         [sys.executable, "-m", "training", "pipeline=router", "compute=dask",
+         f"compute.address={dask_address}",
          f"data.ledger={world['dataset']}", f"data.replays={world['replay_file']}",
          f"router.encoder.cache_dir={world['cache']}", "router.encoder.int8=false",
          "router.head_select.enabled=false", "router.head.teachers=1",
@@ -201,6 +203,7 @@ def test_entry_point_on_dask(world, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["compute"]["kind"] == "dask" and s["compute"]["n_workers"] == 2
+    assert s["compute"]["address"] == dask_address
     assert s["served_check"]["agreement"] == 1.0 and s["served_check"]["n"] > 100
     assert s["replays"]["file"]["rows_read"] == len(world["replays"])
     assert Path(s["artifacts"]["router"], "manifest.json").is_file()

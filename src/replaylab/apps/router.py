@@ -96,44 +96,49 @@ def read_replays(cfg: DictConfig) -> tuple[Any, Any]:
 
 
 def router_from_receipts(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -> dict:
-    """pipeline=router data.ledger=FILE: train on the receipts, judge on the latest sessions,
-    export, and check the exported artifact's decisions (as the runtime loads it) are the
-    ones that were judged (pipelines/router_receipts.py; compute=dask over a ledger
-    dataset: pipelines/router_dask.py)."""
-    from replaylab.compute.ledger import read_ledger_dataset
-    from replaylab.contracts import write_quarantine
+    """pipeline=router data.ledger=FILE|DATASET: train on the receipts, judge on the latest
+    sessions, export, and check the exported artifact's decisions (as the runtime loads it)
+    are the ones that were judged (pipelines/router_receipts.py, on the engine `compute`
+    names: local, or the ledger on Dask workers). The encoder is prepared here once; each
+    process (this one, or a worker) loads it from the same verified folder, the embedding
+    cache folder shared."""
+    from replaylab.apps.inputs import compute_config, compute_engine
+    from replaylab.compute.ledger import ledger_paths, read_ledger_blocks
     from replaylab.pipelines.router_receipts import train_router_receipts
     from replaylab.router.receipts import ReceiptsError
+    from replaylab.router.worker_encoder import EncoderSpec
 
-    compute = cfg.get("compute")
-    if compute is not None and compute.kind not in ("local", "dask"):
-        raise ConfigError(f"compute.kind={compute.kind!r}; choose local or dask")
-    if compute is not None and compute.kind == "dask":
-        return router_from_receipts_dask(cfg, run_dir, rcfg, enc)
+    compute_config(cfg)  # a bad compute value: one line, before anything is read
     path = str(cfg.data.ledger)
-    checked = read_ledger_dataset(path)  # a file, or a dataset (a directory, a glob)
+    ledger_paths(path)  # a missing or empty dataset: one line, before any cluster starts
     replays, replay_file = read_replays(cfg)
-    texts = [t for t in checked.valid.get("prompt_text", []) if isinstance(t, str)][:500]
+    texts: list[str] = []
+    for block in read_ledger_blocks(path, rows_per_block=2_000):  # parity texts: one block
+        texts = [t for t in block.valid.get("prompt_text", []) if isinstance(t, str)][:500]
+        break
     folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
-    embed, cache = cached_embed(encoder, enc)
+    spec = EncoderSpec(tier=tier, folder=str(folder), encoder_id=encoder.encoder_id,
+                       dimension=int(encoder.dimension),
+                       variant=str(getattr(encoder, "variant", "fp32") or "fp32"),
+                       threads=int(enc.get("threads", 1)),
+                       cache_dir=str(embeddings_dir(enc)))
     try:
-        summary, run = train_router_receipts(
-            checked, replays, rcfg, run_dir, embed, encoder.encoder_id, progress=log.info,
-            head_scorer="numpy" if tier == "static" else "onnx")
+        with compute_engine(cfg) as eng:
+            summary, run = train_router_receipts(
+                eng.read_ledger(path), replays, rcfg, run_dir, spec, engine=eng,
+                head_scorer="numpy" if tier == "static" else "onnx", progress=log.info)
     except ReceiptsError as exc:
         raise ConfigError(str(exc)) from exc
-    q = write_quarantine(checked, run_dir / "quarantine" / "ledger.jsonl")
-    if q is not None:
-        summary["artifacts"]["quarantine"] = str(q)
     summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
-                          "variant": encoder.variant, "cache_hits": cache.hits,
-                          "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
+                          "variant": encoder.variant, "cache_hits": None, "cache_misses": None,
+                          "cache": "per process, one shared folder",
+                          **encoder_verdicts(folder, encoder)}
     return finish_receipts(cfg, run_dir, summary, run, folder, path, replay_file)
 
 
 def finish_receipts(cfg: DictConfig, run_dir: Path, summary: dict, run: Any, folder: Path,
                     path: str, replay_file: Any) -> dict:
-    """Both compute modes: inputs in the summary, the report and the artifact, and the
+    """Inputs in the summary, the report and the artifact, and the
     exported artifact's served check (agreement 1.0 or a RuntimeError: a bug)."""
     summary["data"] = {"ledger": path, "replays": None if replay_file is None
                        else str(cfg.data.replays)}
@@ -149,44 +154,6 @@ def finish_receipts(cfg: DictConfig, run_dir: Path, summary: dict, run: Any, fol
     for w in summary["ope"].get("warnings") or []:
         log.warning("router (receipts): %s", w)
     return summary
-
-
-def router_from_receipts_dask(cfg: DictConfig, run_dir: Path, rcfg: Any, enc: dict) -> dict:
-    """compute=dask: the receipts ledger dataset stays on the workers
-    (pipelines/router_dask.py); the encoder is prepared here once and loaded by each
-    worker from the same verified folder, the embedding cache folder shared."""
-    from replaylab.apps.inputs import compute_facts, dask_client
-    from replaylab.compute.ledger import ledger_paths, read_ledger_blocks
-    from replaylab.pipelines.router_dask import train_router_receipts_dask
-    from replaylab.router.receipts import ReceiptsError
-    from replaylab.router.worker_encoder import EncoderSpec
-
-    path = str(cfg.data.ledger)
-    ledger_paths(path)  # a missing or empty dataset: one line, before any cluster starts
-    replays, replay_file = read_replays(cfg)
-    texts: list[str] = []
-    for block in read_ledger_blocks(path, rows_per_block=2_000):  # parity texts: one block
-        texts = [t for t in block.valid.get("prompt_text", []) if isinstance(t, str)][:500]
-        break
-    folder, encoder, tier = prepare_encoder(enc, texts or PARITY_FALLBACK)
-    spec = EncoderSpec(tier=tier, folder=str(folder), encoder_id=encoder.encoder_id,
-                       dimension=int(encoder.dimension),
-                       variant=str(getattr(encoder, "variant", "fp32") or "fp32"),
-                       threads=int(enc.get("threads", 1)),
-                       cache_dir=str(embeddings_dir(enc)))
-    try:
-        with dask_client(cfg.compute) as client:
-            summary, run = train_router_receipts_dask(
-                path, replays, rcfg, run_dir, spec,
-                head_scorer="numpy" if tier == "static" else "onnx", progress=log.info)
-            summary["compute"] = compute_facts(cfg.compute, client)
-    except ReceiptsError as exc:
-        raise ConfigError(str(exc)) from exc
-    summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
-                          "variant": encoder.variant, "cache_hits": None, "cache_misses": None,
-                          "cache": "per worker process, one shared folder",
-                          **encoder_verdicts(folder, encoder)}
-    return finish_receipts(cfg, run_dir, summary, run, folder, path, replay_file)
 
 
 def served_check(folder: Path, run: Any, key: bytes | None = None, end_to_end: int = 200) -> dict:

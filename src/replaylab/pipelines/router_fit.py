@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.artifacts.router_head import served_head
+from replaylab.compute.ops import hash_uniform, key_hash
 from replaylab.router.head import HeadConfig, SuccessHead
 from replaylab.router.head_select import select_head
 from replaylab.router.inputs import TrainingRows, ips_weights
@@ -127,9 +128,7 @@ def fit_head(hc: HeadConfig, seed: int, E: dict, meta: dict, rows: dict, k: int,
 
 def session_uniform(session: np.ndarray | pd.Series, seed: int) -> np.ndarray:
     """(n,) uniform [0, 1) per session id, a function of (id, seed) only: the key of the
-    hashed samples (`train_sample`; the Dask path thresholds the same values)."""
-    from replaylab.demand.dask_ops import hash_uniform, key_hash
-
+    hashed samples (`train_sample`; the receipts pipeline thresholds the same values)."""
     if not len(session):
         return np.zeros(0)
     return hash_uniform(key_hash(np.asarray(session, dtype=object)), int(seed))
@@ -138,8 +137,9 @@ def session_uniform(session: np.ndarray | pd.Series, seed: int) -> np.ndarray:
 def train_sample(session: np.ndarray | pd.Series, cap: int | None, seed: int) -> np.ndarray:
     """(n,) bool: the train decisions the head's fits use. All of them when n <= cap (or no
     cap), else the `cap` sessions with the smallest `session_uniform`: a uniform sample
-    that does not depend on row order or partitioning, so the Dask path
-    (`pipelines.router_dask`) draws the same sessions (`dask_ops.kth_smallest_hash`)."""
+    that does not depend on row order or partitioning: the receipts pipeline keeps the rows
+    whose value is at most the cap-th smallest (`compute.ops.order_statistics`), on either
+    engine."""
     n = len(session)
     if cap is None or n <= cap:
         return np.ones(n, dtype=bool)

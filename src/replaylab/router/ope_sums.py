@@ -4,9 +4,9 @@ The receipts pipeline judges the served router on its test sessions (one opening
 decision per session) with IPS, SNIPS and DR of quality, call cost and session cost,
 the paired differences learned - logging, the logging policy's own values and a
 threshold sweep. Every one of them is a ratio of sums of per-row terms (`TERMS`), so
-`ope_part` computes a block of rows' sums and `add_ope` adds blocks: the local run
-passes all test rows as one block, the Dask run one block per partition
-(`pipelines.router_dask`), and `ope_from_sums` turns the totals into the summary's
+`ope_part` computes a block of rows' sums and `add_ope` adds blocks: the receipts
+pipeline (`pipelines.router_receipts`) passes one block per partition of the engine, and
+`ope_from_sums` turns the totals into the summary's
 `ope` section. Both modes therefore report the same numbers.
 
 Intervals: a session-cluster Poisson bootstrap (Hanley & MacGibbon 2006; Chamandy et

@@ -1,9 +1,10 @@
 """A production receipts ledger as the router's training and evaluation data.
 
-`receipts_table(checked, candidates, config, ...)` turns a validated ledger-v1
-file (the team's own receipts: sessions bound once, a bounded share explored
-with the propensity logged on the binding's first turn, escalations to a
-stronger candidate after a failed turn) into one row per OPENING decision:
+The functions here turn a validated ledger-v1 file (the team's own receipts: sessions
+bound once, a bounded share explored with the propensity logged on the binding's first
+turn, escalations to a stronger candidate after a failed turn) into one row per OPENING
+decision, a partition of whole sessions at a time (`opening_decisions`; the driver,
+`pipelines/router_receipts.py`, sums their counts over partitions on either engine):
 
 - one bandit row per binding (`exploration.bandit_rows`); a session's FIRST
   binding is its opening decision. Escalation bindings (`rebind_reason =
@@ -16,13 +17,14 @@ stronger candidate after a failed turn) into one row per OPENING decision:
 - the text of a decision is the opening turn's `prompt_text`, or its
   `prompt_embedding` when `embedding_model` is the configured encoder's id.
 
-Refusals (`ReceiptsError`, one line, exit 2 at the entry point): propensities
+Refusals (`ReceiptsError`, one line, exit 2 at the entry point; `check_ledger`,
+`exploration_facts`, `representation_refusal`, `split_ranks`): propensities
 outside (0, 1] (quarantined by the contract), a policy binding without a
 propensity, an explored share of sessions above `router.exploration.cap`, fewer
 than `min_explored_per_candidate` explored sessions of some candidate, fewer
 than two candidates, openings with neither usable text nor embedding.
 
-Time, not shuffling (`session_time_split`). Sessions are ordered by their
+Time, not shuffling (`split_ranks`, `assign_session_splits`). Sessions are ordered by their
 opening time; the latest `test_share` of them are the test period, the
 `calibration_share` before them calibration, the rest train. A split boundary
 is the opening time of its first session (sessions opening at the same
@@ -39,27 +41,18 @@ binding are counted and left out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
 
 from replaylab.config import fail_field
-from replaylab.contracts import LEDGER_SCHEMA, ValidationResult, has_values, validate_outcomes
-from replaylab.contracts.columns import QUARANTINE_DETAIL
+from replaylab.contracts import LEDGER_SCHEMA, validate_outcomes
 from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import RouterCostConfig
 from replaylab.router.exploration import bandit_rows
-from replaylab.router.receipts_counts import (
-    exploration_counts,
-    exploration_facts,
-    logging_rules_from_counts,
-    policy_counts,
-    rule_counts,
-)
 from replaylab.router.replay import Label, resolve_cost
 
 SPLITS = ("train", "calibration", "test")
@@ -123,30 +116,6 @@ class ReceiptsConfig:
                 fail_field(name, key, cap, "must be null or an integer >= 100")
 
 
-@dataclass
-class ReceiptsTable:
-    """The opening decisions of a receipts ledger, one row per session that has one.
-
-    decisions: Label.* columns (session_id, binding_id, candidate, reward, cost,
-        propensity, label_source, session_cost, ...) plus `action` (column in
-        `candidates`), `category`, `prompt_tokens`, `opening_ms`, `split`,
-        OPENING_REQUEST; texts: (n,) prompt text or None where an embedding is used;
-        embeddings: (n, d) float32 rows given by the ledger (NaN rows where text is used)
-        or None; report: every count (what was read, left out and why).
-    """
-
-    candidates: tuple[str, ...]
-    decisions: pd.DataFrame
-    texts: list[str | None]
-    embeddings: np.ndarray | None
-    report: dict = field(default_factory=dict)
-    boundaries: dict = field(default_factory=dict)
-
-    def split(self, name: str) -> np.ndarray:
-        """(n,) bool mask of the decisions in split `name`."""
-        return (self.decisions["split"] == name).to_numpy()
-
-
 def iso(ms: float | int | None) -> str | None:
     """Epoch milliseconds -> RFC 3339 UTC (None for None/NaN)."""
     if ms is None or (isinstance(ms, float) and not np.isfinite(ms)):
@@ -193,23 +162,15 @@ def split_boundaries(first_ms: int, t_cal: int, t_test: int, last_open_ms: int,
                     "within embargo_ms of the next split's start is embargoed"}
 
 
-def session_time_split(opening_ms: np.ndarray, last_ms: np.ndarray, session: np.ndarray,
-                       config: ReceiptsConfig) -> tuple[np.ndarray, dict]:
-    """(n,) split name per session (train / calibration / test / embargo), boundaries.
-
-    opening_ms, last_ms: (n,) first and last turn time of each session; session: ids
-    (ties of opening time are ordered by id, so the split is deterministic).
-    """
-    n = len(opening_ms)
-    order = np.lexsort((np.asarray(session, dtype=str), opening_ms))
-    k_cal, k_test = split_ranks(n, config)
-    sorted_open = np.asarray(opening_ms)[order]
-    t_cal, t_test = int(sorted_open[k_cal]), int(sorted_open[k_test])
-    split = assign_session_splits(opening_ms, last_ms, t_cal, t_test, int(config.embargo_ms))
-    bounds = split_boundaries(int(sorted_open[0]), t_cal, t_test, int(sorted_open[-1]),
-                              int(config.embargo_ms),
-                              {s: int((split == s).sum()) for s in (*SPLITS, EMBARGO)})
-    return split, bounds
+def session_times(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per session of `frame` (every turn of each of its sessions): session_id,
+    its opening turn's time `opening_ms` and its last turn's `last_ms`."""
+    openings = _openings(frame)
+    last = frame.groupby(L.SESSION_ID, sort=False)[L.TIMESTAMP].max()
+    return pd.DataFrame({
+        L.SESSION_ID: openings[L.SESSION_ID].to_numpy(),
+        "opening_ms": openings["opening_ms"].to_numpy(np.int64),
+        "last_ms": last.reindex(openings[L.SESSION_ID]).to_numpy(np.int64)})
 
 
 def _openings(frame: pd.DataFrame) -> pd.DataFrame:
@@ -300,54 +261,28 @@ def finish_decisions(dec: pd.DataFrame, split_of: pd.Series, candidates: tuple[s
     return dec
 
 
-def receipts_table(checked: ValidationResult, candidates: Sequence[str], config: ReceiptsConfig,
-                   *, cap: float, encoder_id: str, where: str = "data.ledger") -> ReceiptsTable:
-    """Validated receipts ledger -> the opening decisions, split by time (module docstring)."""
+def check_ledger(candidates: tuple[str, ...], bad_propensity: int, accounting: dict,
+                 routing_source_values: int, present: set[str], where: str = "data.ledger"
+                 ) -> None:
+    """The ledger's refusals, in order (module docstring), from what the partitions sum:
+    ReceiptsError for fewer than two distinct candidates, quarantined propensities outside
+    (0, 1] (`bad_propensity` rows), no valid row (`accounting`: the ledger's counts), no
+    `routing_source` value, a candidate never selected (`present`: the models seen)."""
     cands = tuple(str(c) for c in candidates)
     if len(cands) < 2 or len(set(cands)) != len(cands):
         raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
                             "distinct candidates (cheapest first)")
-    bad_prop = 0
-    if not checked.quarantine.empty and QUARANTINE_DETAIL in checked.quarantine:
-        bad_prop = int(checked.quarantine[QUARANTINE_DETAIL].astype(str)
-                       .str.contains(L.PROPENSITY, regex=False).sum())
-    if bad_prop:
-        raise ReceiptsError(f"{where}: {bad_prop} row(s) have a {L.PROPENSITY} outside (0, 1] "
-                            "(quarantined): off-policy estimates need the exact logged "
+    if bad_propensity:
+        raise ReceiptsError(f"{where}: {bad_propensity} row(s) have a {L.PROPENSITY} outside "
+                            "(0, 1] (quarantined): off-policy estimates need the exact logged "
                             "probability of every choice")
-    frame = checked.valid
-    if frame.empty:
-        raise ReceiptsError(f"{where}: no valid ledger-v1 rows ({checked.by_reason()})")
-    if not has_values(frame, L.ROUTING_SOURCE):
+    if not accounting["rows_valid"]:
+        raise ReceiptsError(f"{where}: no valid ledger-v1 rows "
+                            f"({accounting.get('quarantine_by_reason')})")
+    if not routing_source_values:
         raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: explored "
                             "sessions cannot be told from the logging policy's own choices")
-    check_candidates_present(cands, set(frame[L.SELECTED_MODEL].astype(str).unique()), where)
-    dec, sessions, counts = opening_decisions(frame, cands, where)
-    report: dict = {
-        "rows_read": checked.rows_read, "rows_valid": checked.rows_valid,
-        "rows_quarantined": checked.rows_quarantined,
-        "quarantine_by_reason": checked.by_reason(), **counts_report(counts)}
-    facts, errors = exploration_facts(exploration_counts(dec, cands), cands, float(cap),
-                                      int(config.min_explored_per_candidate), len(sessions))
-    report["exploration"] = facts
-    if errors:
-        raise ReceiptsError(f"{where}: {errors[0]}")
-    texts, emb = _representations(dec, encoder_id, where)
-    split_of, bounds = session_time_split(sessions["opening_ms"].to_numpy(np.int64),
-                                          sessions["last_ms"].to_numpy(np.int64),
-                                          sessions[L.SESSION_ID].to_numpy(), config)
-    dec = finish_decisions(dec, pd.Series(split_of, index=sessions[L.SESSION_ID].to_numpy()),
-                           cands)
-    keep = (dec["split"] != EMBARGO).to_numpy()
-    report["decisions"] = {s: int((dec["split"] == s).sum()) for s in (*SPLITS, EMBARGO)}
-    dec = dec[keep].reset_index(drop=True)
-    texts = [t for t, k in zip(texts, keep, strict=True) if k]
-    emb = None if emb is None else emb[keep]
-    report["representation"] = {"prompt_text": int(sum(t is not None for t in texts)),
-                                "prompt_embedding": int(sum(t is None for t in texts)),
-                                "encoder_id": encoder_id}
-    report["logging_policy"] = policy_counts(dec)
-    return ReceiptsTable(cands, dec, texts, emb, report, bounds)
+    check_candidates_present(cands, present, where)
 
 
 def check_candidates_present(candidates: tuple[str, ...], present: set[str], where: str) -> None:
@@ -392,31 +327,14 @@ def representation_refusal(counts: dict, encoder_id: str, where: str) -> str | N
     return None
 
 
-def _representations(dec: pd.DataFrame, encoder_id: str, where: str
-                     ) -> tuple[list[str | None], np.ndarray | None]:
-    """Text where the opening turn has it, else an embedding made by the configured encoder."""
-    refusal = representation_refusal(representation_counts(dec, encoder_id), encoder_id, where)
-    if refusal:
-        raise ReceiptsError(refusal)
-    text = dec[L.PROMPT_TEXT].to_numpy(dtype=object)
-    has_text = np.array([isinstance(t, str) for t in text])
-    vec = dec[L.PROMPT_EMBEDDING].to_numpy(dtype=object)
-    texts = [str(t) if h else None for t, h in zip(text, has_text, strict=True)]
-    use_vec = ~has_text
-    if not use_vec.any():
-        return texts, None
-    d = len(vec[use_vec][0])  # one width: representation_refusal
-    emb = np.full((len(dec), d), np.nan, dtype=np.float32)
-    emb[use_vec] = np.stack([np.asarray(v, dtype=np.float32) for v in vec[use_vec]])
-    return texts, emb
-
-
-def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
-                cost: RouterCostConfig | None = None) -> tuple[pd.DataFrame, dict]:
+def replay_rows(replays: pd.DataFrame | None, decisions: pd.DataFrame,
+                candidates: tuple[str, ...], cost: RouterCostConfig | None = None
+                ) -> tuple[pd.DataFrame, dict]:
     """Outcomes-v1 replays -> label rows of train / calibration openings (module docstring).
 
-    Returns (rows with Label.* columns, `row` = index into table.decisions, `action`,
-    label_source "replay", propensity NaN; the counts)."""
+    decisions: the opening decisions the replays may name (OPENING_REQUEST, split,
+    candidate, session_id). Returns (rows with Label.* columns, `row` = index into
+    decisions, `action`, label_source "replay", propensity NaN; the counts)."""
     cols = [Label.SESSION_ID, Label.CONTEXT_KEY, Label.CANDIDATE, Label.REWARD, Label.COST,
             Label.PROPENSITY, Label.LABEL_SOURCE, "row", "action", "split"]
     if replays is None:
@@ -426,7 +344,7 @@ def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
     report = {"given": True, "rows_read": checked.rows_read,
               "rows_quarantined": checked.rows_quarantined,
               "quarantine_by_reason": checked.by_reason()}
-    dec = table.decisions
+    dec = decisions
     key = pd.Series(np.arange(len(dec)), index=dec[OPENING_REQUEST].astype(str))
     pid = valid[O.PROMPT_ID].astype(str)
     known = pid.isin(key.index)
@@ -436,7 +354,7 @@ def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
     split = dec["split"].to_numpy()[row]
     in_fit = np.isin(split, ("train", "calibration"))
     report["test_prompts_left_out"] = int((~in_fit).sum())
-    cand_ok = valid[O.CANDIDATE].astype(str).isin(table.candidates).to_numpy()
+    cand_ok = valid[O.CANDIDATE].astype(str).isin(candidates).to_numpy()
     report["other_candidates_left_out"] = int((in_fit & ~cand_ok).sum())
     logged = dec[Label.CANDIDATE].astype(str).to_numpy()[row] == valid[O.CANDIDATE].astype(str)
     report["logged_candidate_left_out"] = int((in_fit & cand_ok & logged.to_numpy()).sum())
@@ -447,7 +365,7 @@ def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
     valid, row, split = valid[~dup], row[~dup], split[~dup]
     usd, how = resolve_cost(valid, cost or RouterCostConfig(), "data.replays", strict=False)
     report["cost_source"] = {str(k): int(v) for k, v in how.value_counts().items()}
-    lookup = {c: k for k, c in enumerate(table.candidates)}
+    lookup = {c: k for k, c in enumerate(candidates)}
     out = pd.DataFrame({
         Label.SESSION_ID: dec[Label.SESSION_ID].to_numpy()[row],
         Label.CONTEXT_KEY: valid[O.PROMPT_ID].astype(str).to_numpy(),
@@ -459,8 +377,3 @@ def replay_rows(replays: pd.DataFrame | None, table: ReceiptsTable,
     report["used"] = {s: int((split == s).sum()) for s in ("train", "calibration")}
     report["prompts_replayed"] = int(len(np.unique(row)))
     return out[cols], report
-
-
-def logging_rules(table: ReceiptsTable) -> dict:
-    """`logging_rules_from_counts` of the whole table."""
-    return logging_rules_from_counts(rule_counts(table.decisions), table.candidates)

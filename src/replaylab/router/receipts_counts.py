@@ -1,9 +1,8 @@
 """The receipts' additive counts: exploration support and the logging policy, per partition.
 
 Each count here is a plain dict or frame that sums over partitions of the opening
-decisions (`add_counts`, or a frame's group sums), so the local table
-(`replaylab.router.receipts.receipts_table`) and the Dask pipeline read the same
-figures: the exploration section and its refusals (`exploration_facts`), the logging
+decisions (`add_counts`, or a frame's group sums), so the receipts pipeline
+(`replaylab.pipelines.router_receipts`) reads the same figures on either engine: the exploration section and its refusals (`exploration_facts`), the logging
 policy's propensities (`policy_counts`) and its observed rules (`rule_counts`,
 `logging_rules_from_counts`).
 """

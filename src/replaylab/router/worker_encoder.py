@@ -1,6 +1,6 @@
 """The serving encoder as a picklable spec, loaded once per process (a Dask worker).
 
-The Dask router path (`pipelines.router_dask`) embeds each partition's opening prompts
+The receipts pipeline (`pipelines.router_receipts`) embeds each partition's opening prompts
 on the worker that holds it: `EncoderSpec.embed(texts)` loads the verified encoder
 export the driver prepared (`artifacts.encoder_cache.prepare_encoder`: the same folder, tier and
 variant), once per process, behind the shared content-hash cache
