@@ -131,8 +131,8 @@ def run_router(data: Path, out: Path, cache: Path, dask: bool, workers: int) -> 
             "test_sessions": s["ope"]["sessions"],
             "dr_quality": s["ope"]["dr"], "diff_quality": s["ope"]["diff"]["quality"],
             "diff_cost": s["ope"]["diff"]["cost"], "threshold": s["operating_point"]["threshold"],
-            "driver_rows": (s.get("dask") or {}).get("driver_rows"),
-            "driver_peak_rss_mb_after": (s.get("dask") or {}).get("driver_peak_rss_mb_after"),
+            "driver_rows": (s.get("compute") or {}).get("driver_rows"),
+            "partitions": (s.get("compute") or {}).get("partitions"),
             "served_check": s.get("served_check", {}).get("agreement")}
 
 
