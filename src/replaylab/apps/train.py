@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from replaylab.apps.demand_runs import export_run, save_run_state
-from replaylab.apps.inputs import compute_facts, dask_client, ledger_input, plain
+from replaylab.apps.inputs import ledger_input, plain
 from replaylab.apps.recording import active_run_id, nested_trial_logger
 from replaylab.config import ConfigError, from_mapping
 from replaylab.contracts.errors import InputError
