@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
 LIBRARY = SRC / "replaylab"
@@ -510,14 +508,11 @@ def is_dask_import(module: str, name: str | None) -> bool:
     return any(module == m or module.startswith(m + ".") or full == m for m in DASK_MODULES)
 
 
-@pytest.mark.xfail(strict=False, reason="until R lands: pipelines/router_dask.py")
 def test_no_dask_twin_is_left_in_pipelines():
     twins = sorted(str(p.relative_to(REPO)) for p in (LIBRARY / "pipelines").rglob("*_dask.py"))
     assert twins == [], f"Dask twins still in pipelines/: {twins}"
 
 
-@pytest.mark.xfail(strict=False, reason="until R lands: pipelines/router_dask.py imports "
-                   "dask, and demand/dask_ops.py (kept for router_dask and router_fit)")
 def test_only_the_engine_imports_dask():
     outside = [imp.where() for path in sorted(LIBRARY.rglob("*.py"))
                if not path.is_relative_to(ENGINE)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,23 +27,6 @@ def compute_engine(cfg: DictConfig):
     from replaylab.compute import engine
 
     return engine(compute_config(cfg))
-
-
-@contextmanager
-def dask_client(compute: DictConfig):
-    """A Dask client for compute=dask (`compute.engines.dask_client`): kept for the pipelines
-    not yet written against the engine; new code uses `compute_engine(cfg)`."""
-    from replaylab.compute.engines import dask_client as client_of
-
-    with client_of(from_mapping(ComputeConfig, plain(compute), "compute")) as client:
-        yield client
-
-
-def compute_facts(compute: DictConfig, client: Any) -> dict:
-    """What summary.json says of the cluster a run used (`DaskEngine.facts`)."""
-    from replaylab.compute import DaskEngine
-
-    return DaskEngine(from_mapping(ComputeConfig, plain(compute), "compute"), client).facts()
 
 
 def ledger_input(cfg: DictConfig):
