@@ -13,6 +13,10 @@ alias change; files altered in the artifact store are refused at fetch; the
 encoder is uploaded once and both versions reassemble and verify. Both compare
 reports and the MLflow UI model and version pages are opened in headless
 Chromium; screenshots go to tests/screenshots/.
+
+The session's one server (tests/conftest.py `mlflow_server`) under this file's own model
+names; demand v1 is the session's logged demand run (tests/apps/conftest.py); the other
+runs and every `python -m export` run in process (tests/helpers/entrypoints.py).
 """
 
 from __future__ import annotations
@@ -27,12 +31,14 @@ import pytest
 
 from replaylab.apps.provenance import hmac_key
 from replaylab.contracts.manifest import build_manifest, verify_manifest, write_manifest
-from tests.conftest import REPO, mlflow_server_process
-from tests.helpers.entrypoints import run_training
+from tests.apps.conftest import REGISTRY_DEMAND, REGISTRY_EXPERIMENT, REGISTRY_ROUTER
+from tests.conftest import REPO
+from tests.helpers import entrypoints
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ARTIFACTS = REPO / "tests" / "screenshots"
-DEMAND, ROUTER = "replaylab-demand", "replaylab-router"
+DEMAND, ROUTER = REGISTRY_DEMAND, REGISTRY_ROUTER
+NAMES = (f"export.registry.names.demand={DEMAND}", f"export.registry.names.router={ROUTER}")
 
 
 def ink(png: bytes) -> float:
@@ -47,19 +53,17 @@ def ink(png: bytes) -> float:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """One server per module (the tests share it)."""
-    tmp = tmp_path_factory.mktemp("mlflow")
-    with mlflow_server_process(tmp) as (url, _pid):
-        yield url, tmp / "artifacts"
+def server(mlflow_server):
+    """The session's server (tests/conftest.py); this file's model names are its own."""
+    return mlflow_server
 
 
-def export(url: str, *args: str, run_dir: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    proc = subprocess.run([sys.executable, "-m", "export", *args, f"tracking.uri={url}",
-                           "tracking.experiment=it-registry", f"hydra.run.dir={run_dir}"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
-    s = run_dir / "summary.json"
-    return proc, (json.loads(s.read_text()) if s.is_file() else {})
+def export(url: str, *args: str, run_dir: Path) -> tuple[entrypoints.EntryRun, dict]:
+    """`python -m export *args` on the server, in process: (the run, its summary)."""
+    run = entrypoints.export(*args, f"tracking.uri={url}",
+                             f"tracking.experiment={REGISTRY_EXPERIMENT}", *NAMES,
+                             run_dir=run_dir)
+    return run, run.summary
 
 
 def client(url: str):
@@ -102,22 +106,23 @@ def fake_router_run(folder: Path, go: bool, quality: float) -> Path:
 
 
 @pytest.fixture(scope="module")
-def registry(server, tmp_path_factory):
-    """Demand v1 (60 trees) and v2 (20 trees) on one ledger, v2 registered while v1 is the
-    champion (so scored against it); v3 on another ledger (800 sessions), not scored;
-    router v1 (go) and v2 (no-go)."""
+def registry(server, logged_demand_run, tmp_path_factory):
+    """Demand v1 (60 trees: the session's logged demand run) and v2 (20 trees) on one
+    ledger, v2 registered while v1 is the champion (so scored against it); v3 on another
+    ledger (800 sessions), not scored; router v1 (go) and v2 (no-go)."""
     url, store = server
     tmp = tmp_path_factory.mktemp("runs")
-    runs = {}
-    for v, sessions, trees, extra in ((1, 600, 60, ()), (2, 600, 20, ()),
+    runs = {"demand1": logged_demand_run}
+    # setup, not the gate: the champion v2 is registered against
+    client(url).set_registered_model_alias(DEMAND, "champion", "1")
+    for v, sessions, trees, extra in ((2, 600, 20, ()),
                                       (3, 800, 60, ("export.registry.rescore_alias=null",))):
         out = tmp / f"demand{v}"
-        run_training("pipeline=demand", f"hydra.run.dir={out}",
-                     f"data.synthetic.n_sessions={sessions}", f"demand.model.n_estimators={trees}",
-                     f"tracking.uri={url}", "tracking.experiment=it-registry", *extra)
-        runs[f"demand{v}"] = json.loads((out / "summary.json").read_text()) | {"dir": str(out)}
-        if v == 1:  # setup, not the gate: the champion v2 is registered against
-            client(url).set_registered_model_alias(DEMAND, "champion", "1")
+        runs[f"demand{v}"] = entrypoints.train(
+            "pipeline=demand", f"data.synthetic.n_sessions={sessions}",
+            f"demand.model.n_estimators={trees}", f"tracking.uri={url}",
+            f"tracking.experiment={REGISTRY_EXPERIMENT}", *NAMES, *extra,
+            run_dir=out).summary | {"dir": str(out)}
     for v, go in ((1, True), (2, False)):
         folder = fake_router_run(tmp / f"router{v}", go, 0.85 if go else 0.80)
         proc, s = export(url, "register", f"run_dir={folder}", run_dir=tmp / f"reg-router{v}")
@@ -411,7 +416,9 @@ def test_router_encoder_is_stored_once_and_both_versions_reassemble(registry):
     copies = [f for f in store.rglob("*") if f.is_file() and f.stat().st_size == ENCODER_BYTES]
     assert [f.name for f in copies] == [sha]  # one copy in the whole store, named by content
     assert not list(store.rglob("router_artifact/encoder/encoder.onnx"))
-    assert len(list(store.rglob("router_artifact/blobs.json"))) == 2
+    for v in (1, 2):  # (the session's store holds other files' runs: these two runs')
+        run_id = runs[f"router{v}"]["mlflow"]["run_id"]
+        assert len(list(store.rglob(f"{run_id}/artifacts/router_artifact/blobs.json"))) == 1
     assert c.get_model_version(ROUTER, "2").tags["replaylab.blobs"] == "uploaded 0, reused 1"
     for v in ("1", "2"):
         out = tmp / f"serve-router{v}" / "router"
@@ -449,10 +456,11 @@ def real_routers(server, tmp_path_factory):
     runs = {}
     for v, seed in ((1, 0), (2, 3)):
         out = tmp / f"router{v}"
-        run_training("pipeline=router", f"hydra.run.dir={out}", f"seed={seed}",
-                     f"export.registry.names.router={REAL}", f"tracking.uri={url}",
-                     "tracking.experiment=it-registry")
-        runs[v] = json.loads((out / "summary.json").read_text()) | {"dir": str(out)}
+        runs[v] = entrypoints.train("pipeline=router", f"seed={seed}",
+                                    f"export.registry.names.router={REAL}",
+                                    f"tracking.uri={url}",
+                                    f"tracking.experiment={REGISTRY_EXPERIMENT}",
+                                    run_dir=out).summary | {"dir": str(out)}
         if v == 1:
             client(url).set_registered_model_alias(REAL, "champion", "1")
     return url, store, runs, tmp
