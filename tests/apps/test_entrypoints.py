@@ -82,8 +82,8 @@ def test_compute_dask_gives_the_same_projection(default_run, dask_address, tmp_p
     s = train(f"data.ledger={ledger}", "tracking=off", "compute=dask",
               f"compute.address={dask_address}", run_dir=out_dask).summary
     assert s["compute"]["kind"] == "dask"
-    # compute=dask over a ledger file: the workers write features/ (Parquet parts)
-    assert s["artifacts"]["features"] == str(out_dask / "features")
+    # one project pipeline on both engines: the same features.parquet (parts on Dask)
+    assert s["artifacts"]["features"] == str(out_dask / "features.parquet")
     a = pd.read_parquet(out_local / "features.parquet").sort_values("request_id")
     b = pd.read_parquet(s["artifacts"]["features"]).sort_values("request_id")
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b[list(a.columns)].reset_index(drop=True))
