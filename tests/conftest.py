@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,26 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"{sum(per_file.values())} tests skipped: {FULL_FILES_REASON}: {shown}", yellow=True)
     return result
+
+
+@pytest.fixture(autouse=True)
+def mlflow_starts_clean():
+    """Each test starts as a new process would for MLflow: no run left open, and no
+    tracking or registry URI left set by an earlier test's in-process run
+    (`mlflow.set_tracking_uri` is process-global and beats MLFLOW_TRACKING_URI, so a later
+    test would talk to a server an earlier one killed). The environment is left as it was."""
+    yield
+    mlflow = sys.modules.get("mlflow")
+    if mlflow is None:
+        return
+    env = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    while mlflow.active_run() is not None:
+        mlflow.end_run("FAILED")
+    mlflow.set_tracking_uri(None)
+    mlflow.set_registry_uri(None)
+    for k, v in env.items():
+        if v is not None:
+            os.environ[k] = v
 
 
 @pytest.fixture(scope="session")

@@ -118,9 +118,9 @@ def in_process(entry: str, *overrides: str, run_dir: Path, check: bool = False) 
         root.removeHandler(handler)
         root.setLevel(level)
         HydraConfig.instance().cfg = previous
+        _end_mlflow_runs()
         os.environ.clear()  # MLflow's client settings the body sets stay with the run
         os.environ.update(env)
-        _end_mlflow_runs()
     path = run_dir / "summary.json"
     run = EntryRun(code, out.getvalue(), err.getvalue(), run_dir,
                    json.loads(path.read_text()) if path.is_file() else {})
@@ -131,12 +131,16 @@ def in_process(entry: str, *overrides: str, run_dir: Path, check: bool = False) 
 
 
 def _end_mlflow_runs() -> None:
-    """A body that raised leaves no MLflow run open for the next one (a new process would
-    start clean)."""
+    """A body leaves no MLflow run open and no tracking or registry URI set for the next
+    one (a new process would start clean)."""
     mlflow = sys.modules.get("mlflow")
     if mlflow is not None:
         while mlflow.active_run() is not None:
             mlflow.end_run("FAILED")
+        # the body's mlflow.set_tracking_uri is process-global (and a set experiment with
+        # it): a later test's MLFLOW_TRACKING_URI would otherwise lose to it
+        mlflow.set_tracking_uri(None)
+        mlflow.set_registry_uri(None)
 
 
 def train(*overrides: str, run_dir: Path, check: bool = True) -> EntryRun:
