@@ -32,12 +32,19 @@ _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 def pytest_configure(config):
     """Artifacts are signed by default with a per-project key file created on first use
     (`replaylab.apps.provenance.hmac_key`): the tests, and the entry points they start,
-    use one key file in a temporary folder of this session, never the user's own."""
+    use one key file in a temporary folder of this session, never the user's own.
+
+    Under pytest-xdist this runs first in the controller, whose environment the workers
+    inherit: every worker signs with the one key. The file is written here, before any
+    worker starts, so no two processes race to create it (a reader could see it empty)."""
+    import secrets
     import tempfile
 
     if not os.environ.get("REPLAYLAB_HMAC_KEY_FILE"):
-        os.environ["REPLAYLAB_HMAC_KEY_FILE"] = str(
-            Path(tempfile.mkdtemp(prefix="replaylab-test-key-")) / "signing.key")
+        key = Path(tempfile.mkdtemp(prefix="replaylab-test-key-")) / "signing.key"
+        key.write_text(secrets.token_hex(32) + "\n")
+        key.chmod(0o600)
+        os.environ["REPLAYLAB_HMAC_KEY_FILE"] = str(key)
 
 
 @pytest.fixture(scope="session")
