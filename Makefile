@@ -67,8 +67,11 @@ run: setup
 # ../shared/data when that folder is beside the checkout (a value in the environment wins);
 # without it they skip, counted at the end of the run.
 SHARED_DATA := $(or $(REPLAYLAB_SHARED_DATA),$(wildcard $(abspath ../shared/data)))
+# The suite on both cores (pytest-xdist): one test file runs whole on one worker, the longest
+# files first (tests/conftest.py, docs/howto/testing.md); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup chromium postgresql golang
-	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q --durations=25
+	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-fast: setup chromium postgresql golang
 	$(if $(SHARED_DATA),REPLAYLAB_SHARED_DATA=$(SHARED_DATA)) $(PY) -m pytest -q -m "not slow"

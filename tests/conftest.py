@@ -45,6 +45,10 @@ def pytest_configure(config):
         key.write_text(secrets.token_hex(32) + "\n")
         key.chmod(0o600)
         os.environ["REPLAYLAB_HMAC_KEY_FILE"] = str(key)
+    if _distributed(config):
+        # our order (longest files first, below), not xdist's (most tests first)
+        config.option.loadscopereorder = False
+        config.pluginmanager.register(LongestFilesFirst(config), "replaylab-files-order")
 
 
 @pytest.fixture(scope="session")
@@ -247,3 +251,70 @@ def mlflow_server_process(tmp: Path, port: int | None = None):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+# --- pytest-xdist: what runs where (docs/howto/testing.md) ----------------------------------
+# `make test` runs `pytest -n 2 --dist loadfile`: a work unit (what one worker runs, start to
+# end) is a whole test file, so a module-scoped fixture is computed once, on one worker, and
+# the tests of a file never run beside each other. (Not `loadgroup`: xdist 3.8 names a
+# group by rewriting `item._nodeid`, which pytest 9.2 no longer reads, so `xdist_group` marks
+# are silently ignored.) Files are sent longest first, so the last minutes of a run hold many
+# short files instead of one long one: the seconds each file took in the last distributed
+# run of this checkout (pytest's cache, .pytest_cache), else ~60 s per `slow` test and ~1 s
+# per other test (a fresh clone). Session fixtures are per worker.
+FILE_SECONDS_CACHE = "replaylab/xdist_file_seconds"
+
+
+def _distributed(config) -> bool:
+    """True in a worker or the controller of an `-n N` (N >= 1) run with --dist loadfile."""
+    if hasattr(config, "workerinput"):  # xdist sets a worker's own dist option to "no"
+        return config.workerinput.get("replaylab_loadfile", False)
+    return (config.getoption("dist", default="no") == "loadfile"
+            and bool(getattr(config.option, "numprocesses", 0)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist (controller): tells each worker the run is distributed by file."""
+    node.workerinput["replaylab_loadfile"] = _distributed(node.config)
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+class LongestFilesFirst:
+    """Runs last among the collection hooks (after pytest's fixture-scope ordering): the
+    files in descending expected seconds, each file's tests in pytest's order; the
+    controller records each file's seconds for the next run."""
+
+    def __init__(self, config):
+        self.config = config
+        self.seconds: dict[str, float] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        known = config.cache.get(FILE_SECONDS_CACHE, {}) if config.cache else {}
+        files: dict[str, list] = {}
+        for item in items:
+            files.setdefault(_file_of(item.nodeid), []).append(item)
+
+        def expected_s(name: str) -> float:
+            if name in known:
+                return float(known[name])
+            return sum(60.0 if i.get_closest_marker("slow") else 1.0 for i in files[name])
+
+        ordered = sorted(files, key=expected_s, reverse=True)  # stable: ties keep file order
+        items[:] = [i for name in ordered for i in files[name]]
+
+    def pytest_runtest_logreport(self, report):
+        """The controller sees every phase's report from the workers."""
+        name = _file_of(report.nodeid)
+        self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if hasattr(self.config, "workerinput") or not self.seconds or self.config.cache is None:
+            return
+        known = self.config.cache.get(FILE_SECONDS_CACHE, {})
+        known.update({name: round(s, 1) for name, s in self.seconds.items()})
+        self.config.cache.set(FILE_SECONDS_CACHE, known)
