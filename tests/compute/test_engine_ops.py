@@ -68,6 +68,31 @@ def test_map_each_collect_agree_between_engines(dask_engine, parts):
     pd.testing.assert_frame_equal(c0, c1)  # row order = partition order, both ways
 
 
+def _join_part(part: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """Each row's `z` from the other frame's partition (same sessions there, or KeyError)."""
+    z = other.drop_duplicates("session_id").set_index("session_id")["z"]
+    return part.assign(z=z.loc[part["session_id"]].to_numpy())
+
+
+def test_map_aligned_pairs_partition_i_with_partition_i_and_each_sum_sums(dask_engine):
+    df = frame()
+    other = df[["session_id"]].drop_duplicates().assign(
+        z=lambda d: d["session_id"].str[1:].astype(int))
+    want = df.assign(z=df["session_id"].str[1:].astype(int))
+    for eng in engines(dask_engine):
+        a = eng.shuffle_by(eng.from_pandas(df, npartitions=3), "session_id")
+        b = eng.shuffle_by(eng.from_pandas(other, npartitions=3), "session_id")
+        joined = eng.map_aligned(_join_part, a, b, meta=want.iloc[:0])
+        got = eng.collect(joined).sort_values(["session_id", "t"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(
+            got, want.sort_values(["session_id", "t"]).reset_index(drop=True))
+        assert eng.each_sum(len, joined) == len(df)
+        assert eng.each_sum(lambda p, k: k * int(p["z"].sum()), joined, 2) == 2 * int(
+            want["z"].sum())
+        with pytest.raises(ValueError, match="3 partitions against 2"):
+            eng.map_aligned(_join_part, a, eng.from_pandas(other, npartitions=2))
+
+
 def test_shuffle_by_puts_every_session_in_one_partition(dask_engine):
     df = frame()
     for eng in engines(dask_engine):

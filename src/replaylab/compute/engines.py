@@ -100,6 +100,9 @@ class Engine(Protocol):
     def map(self, fn: Callable, frame: Frame, *args: Any, meta: Any = None,
             **kw: Any) -> Frame: ...
     def each(self, fn: Callable, frame: Frame, *args: Any, **kw: Any) -> list: ...
+    def each_sum(self, fn: Callable, frame: Frame, *args: Any) -> Any: ...
+    def map_aligned(self, fn: Callable, frame: Frame, other: Frame, *args: Any,
+                    meta: Any = None) -> Frame: ...
     def collect(self, frame: Frame, columns: list[str] | None = None) -> pd.DataFrame: ...
     def persist(self, frame: Frame) -> Frame: ...
     def shuffle_by(self, frame: Frame, column: str) -> Frame: ...
@@ -164,6 +167,18 @@ class LocalEngine:
 
     def each(self, fn: Callable, frame: list, *args: Any, **kw: Any) -> list:
         return [fn(part, *args, **kw) for part in frame]
+
+    def each_sum(self, fn: Callable, frame: list, *args: Any) -> Any:
+        """fn(partition, *args) per partition, summed here."""
+        return sum(self.each(fn, frame, *args))
+
+    def map_aligned(self, fn: Callable, frame: list[pd.DataFrame], other: list[pd.DataFrame],
+                    *args: Any, meta: Any = None) -> list:
+        """fn(part, other_part, *args) over two frames partitioned alike (part i with
+        part i: the same shuffle by the same key and partition count)."""
+        if len(frame) != len(other):
+            raise ValueError(f"map_aligned: {len(frame)} partitions against {len(other)}")
+        return [fn(p, o, *args) for p, o in zip(frame, other, strict=True)]
 
     def collect(self, frame: list, columns: list[str] | None = None) -> pd.DataFrame:
         parts = [p if columns is None else p[list(columns)] for p in frame]
@@ -268,6 +283,20 @@ class DaskEngine:
 
         parts = [dask.delayed(fn)(p, *args, **kw) for p in frame.to_delayed()]
         return list(dask.compute(*parts))
+
+    def each_sum(self, fn: Callable, frame: Any, *args: Any) -> Any:
+        """fn(partition, *args) per partition on the workers, summed on the driver."""
+        return sum(self.each(fn, frame, *args))
+
+    def map_aligned(self, fn: Callable, frame: Any, other: Any, *args: Any,
+                    meta: Any = None) -> Any:
+        """fn(part, other_part, *args) over two collections partitioned alike: a
+        collection argument of `map_partitions` is aligned by position when
+        align_dataframes=False (no repartitioning by divisions)."""
+        if frame.npartitions != other.npartitions:
+            raise ValueError(f"map_aligned: {frame.npartitions} partitions against "
+                             f"{other.npartitions}")
+        return self.map(fn, frame, other, *args, meta=meta, align_dataframes=False)
 
     def collect(self, frame: Any, columns: list[str] | None = None) -> pd.DataFrame:
         sub = frame if columns is None else frame[list(columns)]

@@ -197,7 +197,64 @@ class TaskBar:
         self.bar.close()
 
 
-class DaskStages:
+class LocalStages:
+    """The stages of one pipeline run in this process: `stage i/N: <what it does>` as each
+    starts, `stage i/N done in S s: <name>` when it ends; `timings[name]` holds S.
+    `DaskStages` is the same with a task bar and lost workers turned into `StageFailed`
+    (its hooks: `begin`, `end`, `translate`); an engine hands out either."""
+
+    label = "stage"
+
+    def __init__(self, stages: Mapping[str, str],
+                 progress: Callable[[str], None] | None = None) -> None:
+        self.stages = dict(stages)
+        self.progress = progress or logging.getLogger("replaylab").info
+        self.timings: dict[str, float] = {}
+
+    def number(self, name: str) -> str:
+        return f"{list(self.stages).index(name) + 1}/{len(self.stages)}"
+
+    def __enter__(self) -> LocalStages:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def begin(self, name: str) -> Any:
+        """What a stage holds while it runs (nothing here); handed back to `end`."""
+        return None
+
+    def end(self, held: Any) -> None:
+        return None
+
+    def translate(self, name: str, exc: Exception) -> BaseException | None:
+        """The error a failed stage raises instead of `exc` (None: `exc` itself)."""
+        return None
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if name not in self.stages:
+            raise KeyError(f"unknown stage {name!r}; stages: {list(self.stages)}")
+        number = self.number(name)
+        self.progress(f"{self.label} {number}: {self.stages[name]}")
+        held = self.begin(name)
+        t0 = time.perf_counter()
+        try:
+            yield
+        except StageFailed:
+            raise
+        except Exception as e:
+            failed = self.translate(name, e)
+            if failed is not None:
+                raise failed from e
+            raise
+        finally:
+            self.end(held)
+        self.timings[name] = time.perf_counter() - t0
+        self.progress(f"{self.label} {number} done in {self.timings[name]:.1f} s: {name}")
+
+
+class DaskStages(LocalStages):
     """The stages of one pipeline run on Dask (see the module docstring).
 
     stages: {name: what it does}, in run order (numbered 1..N by that order).
@@ -206,18 +263,15 @@ class DaskStages:
     bar: draw the task bar (default: when stderr is a TTY).
     """
 
+    label = "dask stage"
+
     def __init__(self, stages: Mapping[str, str], progress: Callable[[str], None] | None = None,
                  *, client: Any = None, bar: bool | None = None) -> None:
-        self.stages = dict(stages)
-        self.progress = progress or logging.getLogger("replaylab").info
+        super().__init__(stages, progress)
         self.client = client
         self.bar = sys.stderr.isatty() if bar is None else bool(bar)
-        self.timings: dict[str, float] = {}
         self.plugin = False
         self.exits_before: dict[int, tuple[str, int | None]] = {}
-
-    def number(self, name: str) -> str:
-        return f"{list(self.stages).index(name) + 1}/{len(self.stages)}"
 
     def __enter__(self) -> DaskStages:
         return self
@@ -303,61 +357,18 @@ class DaskStages:
             self.bar = False
             return None
 
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        if name not in self.stages:
-            raise KeyError(f"unknown stage {name!r}; stages: {list(self.stages)}")
-        number = self.number(name)
-        self.progress(f"dask stage {number}: {self.stages[name]}")
+    def begin(self, name: str) -> TaskBar | None:
+        """The worker exits seen so far (a failure names only new ones) and the task bar."""
         client = self.get_client()
         self.exits_before = worker_exits(client) if client is not None else {}
-        bar = self.start_bar(name)
-        t0 = time.perf_counter()
-        try:
-            yield
-        except StageFailed:
-            raise
-        except Exception as e:
-            if is_lost_worker(e):
-                raise self.failure(name, e) from e
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
-        self.timings[name] = time.perf_counter() - t0
-        self.progress(f"dask stage {number} done in {self.timings[name]:.1f} s: {name}")
+        return self.start_bar(name)
 
+    def end(self, held: TaskBar | None) -> None:
+        if held is not None:
+            held.close()
 
-class LocalStages:
-    """The stages of one pipeline run in this process: `stage i/N: <what it does>` as each
-    starts, `stage i/N done in S s: <name>` when it ends; `timings[name]` holds S. The
-    same interface as `DaskStages` (an engine hands out either)."""
-
-    def __init__(self, stages: Mapping[str, str],
-                 progress: Callable[[str], None] | None = None) -> None:
-        self.stages = dict(stages)
-        self.progress = progress or logging.getLogger("replaylab").info
-        self.timings: dict[str, float] = {}
-
-    def number(self, name: str) -> str:
-        return f"{list(self.stages).index(name) + 1}/{len(self.stages)}"
-
-    def __enter__(self) -> LocalStages:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        if name not in self.stages:
-            raise KeyError(f"unknown stage {name!r}; stages: {list(self.stages)}")
-        number = self.number(name)
-        self.progress(f"stage {number}: {self.stages[name]}")
-        t0 = time.perf_counter()
-        yield
-        self.timings[name] = time.perf_counter() - t0
-        self.progress(f"stage {number} done in {self.timings[name]:.1f} s: {name}")
+    def translate(self, name: str, exc: Exception) -> BaseException | None:
+        return self.failure(name, exc) if is_lost_worker(exc) else None
 
 
 __all__ = ["DaskStages", "LocalStages", "StageFailed", "describe_exit", "is_lost_worker", "one_line",

@@ -58,11 +58,6 @@ TAIL = "label_es_tail"  # the early-stopping tail's rows (label_ prefix: never a
 OUT = "out"  # a frame's one column of values (output tokens, EWMA ratios)
 
 
-def each_sum(engine: Any, fn: Any, frame: Any, *args: Any) -> Any:
-    """fn(partition, *args) per partition, summed on the driver."""
-    return sum(engine.each(fn, frame, *args))
-
-
 def rows_where(part: pd.DataFrame, split: str | None, classes: tuple[str, ...] | None
                ) -> pd.DataFrame:
     """The rows of one partition in `split` (None: any) whose label class is in `classes`
@@ -146,7 +141,7 @@ def _max_out(part: pd.DataFrame) -> float:
 
 
 def _quantiles(engine: Any, frame: Any, qs: Any) -> tuple[np.ndarray, int]:
-    n = each_sum(engine, len, frame)
+    n = engine.each_sum(len, frame)
     return np.asarray(exact_quantiles(engine, frame, OUT, list(qs)), dtype="float64"), int(n)
 
 
@@ -189,7 +184,7 @@ def fit_baselines(engine: Any, train: Any, demand: DemandConfig) -> dict[str, An
                                             list(qs), int(ewma.min_bucket_size)))
     ewma.fallback_ = fallback
     ratios = engine.persist(engine.map(_ratios, train, meta=_ratios(engine.meta(train))))
-    n_hist = int(each_sum(engine, len, ratios))
+    n_hist = int(engine.each_sum(len, ratios))
     ewma.n_history_ = n_hist
     ewma.ratio_quantiles_ = (_quantiles(engine, ratios, qs)[0]
                              if n_hist >= int(ewma.min_history_rows) else None)
@@ -287,9 +282,9 @@ def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: 
     cats = [c for c in names if is_categorical_feature(meta[c])]
     vocab = _union(engine.each(_vocabulary, rows, cats)) if cats else {}
     model.categories_ = {c: vocab.get(c, []) for c in cats}
-    n = int(each_sum(engine, len, rows))
-    model.censored_rows_ = 0 if method == NONE else int(each_sum(
-        engine, lambda p: int((p[CLASS_COLUMN] != LABEL).sum()), rows))
+    n = int(engine.each_sum(len, rows))
+    model.censored_rows_ = 0 if method == NONE else int(engine.each_sum(
+        lambda p: int((p[CLASS_COLUMN] != LABEL).sum()), rows))
     frac = float(cfg.early_stopping_fraction)
     n_tail = 0
     tail_cut = None
@@ -299,7 +294,7 @@ def _fit_model_on_cluster(engine: Any, rows: Any, demand: DemandConfig, method: 
     rows = engine.persist(engine.map(_mark_tail, rows, tail_cut,
                                      meta=meta.assign(**{TAIL: pd.Series([], dtype=bool)})))
     if tail_cut is not None:
-        n_tail = int(each_sum(engine, lambda p: int(p[TAIL].sum()), rows))
+        n_tail = int(engine.each_sum(lambda p: int(p[TAIL].sum()), rows))
         if n_tail < 20 or n - n_tail < 20:  # the local rule: too small to stop on
             n_tail = 0
     meta_x = model.design(meta)
@@ -396,7 +391,7 @@ def calibrate(engine: Any, calib: Any, predictors: dict, demand: DemandConfig,
     (score, cell) frame and its facts."""
     meta = _calib_part(engine.meta(calib), predictors, demand)
     scored = engine.persist(engine.map(_calib_part, calib, predictors, demand, meta=meta))
-    n = int(each_sum(engine, len, scored))
+    n = int(engine.each_sum(len, scored))
     qs = demand.quantiles
     pin = np.sum(engine.each(_pin_sums, scored, len(qs)), axis=0)
     keep = ["cell", *[f"score:{k}" for k in predictors]]

@@ -148,21 +148,6 @@ LEDGER_LABEL_COLUMNS = (L.SESSION_ID, L.REQUEST_ID, L.FINISH_REASON, L.LIFECYCLE
                         L.ENDED_AT, L.DURATION_MS)  # the end: when serving gets the actual
 
 
-# ------------------------------------------------------------------ engine helpers
-
-
-def map_aligned(engine: Any, fn: Callable, frame: Any, other: Any, *args: Any,
-                meta: Any = None) -> Any:
-    """fn(part, other_part, *args) over two frames partitioned alike (partition i with
-    partition i). A generic op the engine does not offer yet (its home: `Engine.map` with
-    a Frame argument, the lead's to move): the one place this module knows what a Frame
-    is (a dask collection, whose map aligns a collection argument by position; a local
-    list of pandas parts)."""
-    if engine.kind == "dask":
-        return engine.map(fn, frame, other, *args, meta=meta, align_dataframes=False)
-    return [fn(p, o, *args) for p, o in zip(frame, other, strict=True)]
-
-
 # ------------------------------------------------------------------ labels
 
 
@@ -196,7 +181,7 @@ def attach_labels(engine: Any, features: Any, valid: Any, failed_is_censored: bo
                                          meta=engine.meta(valid)[cols]), L.SESSION_ID)
     meta = engine.meta(features).assign(**{CLASS_COLUMN: pd.Series([], dtype=object),
                                                END_MS: pd.Series([], dtype="float64")})
-    return map_aligned(engine, _label_part, features, small, failed_is_censored, meta=meta)
+    return engine.map_aligned(_label_part, features, small, failed_is_censored, meta=meta)
 
 
 def _facts_part(part: pd.DataFrame, group_columns: tuple[str, ...]) -> dict:
