@@ -201,6 +201,9 @@ class RouterEvalConfig:
     quality_target: cost_ratio_at_95 looks for quality >= target x strong-only quality.
     strong, weak: the PGR anchors; null: strong = best mean score, weak = cheapest.
     max_weight: clip importance weights at this value (null: no clipping, unbiased).
+    attribution: receipts mode's gain attribution (own decisions / exploration / replays,
+        pipelines/router_attribution.py): auto (on when the run has replays or explored
+        sessions; one refit of the served head per point) or off (nothing computed or written).
     """
 
     n_boot: int = 500
@@ -211,9 +214,12 @@ class RouterEvalConfig:
     weak: str | None = None
     max_weight: float | None = None
     seed: int = 0
+    attribution: str = "auto"
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        if self.attribution not in ("auto", "off"):
+            _fail(name, "attribution", self.attribution, "must be one of ('auto', 'off')")
         _int_at_least(name, "n_boot", self.n_boot, 0)
         _int_at_least(name, "n_thresholds", self.n_thresholds, 2)
         _int_at_least(name, "seed", self.seed, 0)
