@@ -64,7 +64,9 @@ from replaylab.compute import LedgerFrame, LocalEngine
 from replaylab.compute.ops import exact_quantiles, order_statistics
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import ValidationResult
+from replaylab.contracts.columns import Outcomes as O
 from replaylab.jsonsafe import json_safe
+from replaylab.pipelines.router_attribution import AttributionSkipped, attribute
 from replaylab.pipelines.router_fit import (
     FitData,
     FittedRouter,
@@ -137,6 +139,8 @@ STAGES = {"read": "read and validate per partition, the quarantine written besid
           "embed": "opening prompts embedded per partition (one encoder per process)",
           "fit": "the head fitted on the driver on bounded hashed samples of train and calibration",
           "judge": "test decisions and OPE as partition sums (session Poisson bootstrap)",
+          "attribute": "the gain split into own decisions / exploration / replays (refits of "
+                       "the served head, judged as partition sums)",
           "write": "test decisions and labels written per partition; the replay plan"}
 SERVED_SAMPLE = 2_000  # test decisions brought back for the exported artifact's check
 # what the head's fits read of a decision (router_fit: decision_meta and the fit rows)
@@ -427,6 +431,12 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                            test_share=float(rc.test_share))
             curve = sweep_curve(total, thresholds)
 
+        with stages("attribute"):  # the gain's sources (pipelines/router_attribution.py)
+            attribution, replay_value = _attribution(
+                eng, emb, meta_s, fitted, replays, rep_fit, cfg, unit_session, enc.dimension,
+                -ope["diff"]["cost"]["estimate"] if cfg.objective.kind != "budget"
+                else ope["diff"]["quality"]["estimate"], say)
+
         with stages("write"):  # 7. files
             curve.to_parquet(out_dir / "router_curves_test.parquet", index=False)
             point["curve"].assign(policy="learned").to_parquet(
@@ -472,6 +482,11 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
         rules=rules, fitted=fitted, n_train_all=n_avail["train"], n_labels=n_labels, ope=ope,
         verdict=verdict, spread=spread, unit_cost=unit_cost, plan_rows=len(plan),
         artifacts=artifacts, timings=stages.timings)
+    summary["replay_plan"]["expected_gain"] = plan_gain_facts(plan, rule)
+    if attribution is not None:
+        summary["attribution"] = attribution
+    if replay_value is not None:
+        summary["replays"]["value"] = replay_value
     summary["compute"] = {
         **eng.facts(), "partitions": int(eng.npartitions(valid)), "stages": STAGES,
         "driver_rows": {"train": n_labels["train"], "calibration": n_labels["calibration"],
@@ -498,6 +513,53 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                       test_meta=meta_t, test_texts=texts_s,
                       test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy())
     return summary, run
+
+
+def plan_gain_facts(plan: pd.DataFrame, rule: str) -> dict:
+    """The plan's expected gain (`router.replay_plan.expected_gain`, routing-score units):
+    its total, the mean per planned (prompt, candidate) row and per planned prompt."""
+    g = pd.to_numeric(plan["expected_gain"], errors="coerce").to_numpy(float) if len(plan) \
+        else np.zeros(0)
+    n_prompts = int(plan["prompt_id"].nunique()) if len(plan) else 0
+    total = float(np.nansum(g))
+    return {"total": total, "mean_per_row": total / len(g) if len(g) else 0.0,
+            "mean_per_prompt": total / n_prompts if n_prompts else 0.0, "prompts": n_prompts,
+            "unit": f"routing score ({rule} rule) x decisions: the expected value of the "
+                    "revealed outcome to the routing decision under the served head's belief",
+            "rows_without_gain": int((~np.isfinite(g)).sum())}
+
+
+def _attribution(eng: Any, emb: Any, meta_s: pd.DataFrame, fitted: FittedRouter,
+                 replays: pd.DataFrame | None, rep_fit: pd.DataFrame, cfg: RouterPipelineConfig,
+                 unit_session: np.ndarray, d: int, gate_gain: float,
+                 say: Callable[[str], None]) -> tuple[dict | None, dict | None]:
+    """`router_attribution.attribute` with the test split judged on the engine (the served
+    graph of each refitted head scored per partition, `ope_part` summed); (None, None) when
+    `router.evaluation.attribution` is off; a failed check: {"status": "skipped", ...}."""
+    if cfg.evaluation.attribution == "off":
+        return None, None
+    rc, k, rule = cfg.receipts, len(fitted.candidates), fitted.rule
+
+    def judge_test(dep: Any, threshold: float, fallback: int) -> dict:
+        sc = eng.map(score_part, emb, _portable(dep), threshold, fallback, rule, k, d,
+                     ("test",), meta=meta_s)
+        return _ope_total(eng, sc, k, fitted.unit_cost, unit_session, int(rc.n_boot),
+                          cfg.seed, None, fallback, rule)
+
+    source = None
+    if replays is not None and "source" in replays.columns and len(rep_fit):
+        by_pair = replays.assign(_k=replays[O.PROMPT_ID].astype(str) + "\x1f"
+                                 + replays[O.CANDIDATE].astype(str)
+                                 ).drop_duplicates("_k").set_index("_k")["source"]
+        source = by_pair.reindex(rep_fit[Label.CONTEXT_KEY].astype(str) + "\x1f"
+                                 + rep_fit[Label.CANDIDATE].astype(str)).reset_index(drop=True)
+    try:
+        attribution, value = attribute(fitted, judge_test, unit_session, int(rc.n_boot),
+                                       float(rc.level), cfg.seed, source, gate_gain, say)
+    except AttributionSkipped as e:
+        say(f"attribution skipped: {e}")
+        return {"status": "skipped", "reason": str(e)}, None
+    return {"status": "done", **attribution}, value
 
 
 def _quarantine(engine: Any, ledger: LedgerFrame) -> Any:

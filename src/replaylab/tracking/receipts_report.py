@@ -97,6 +97,51 @@ def _ope_rows(ope: dict) -> list[list[str]]:
     return [[f"<td class='l'>{a}</td>", f"<td class='l'>{escape(b)}</td>", c] for a, b, c in rows]
 
 
+def attribution_section(summary: dict) -> str:
+    """"Where the gain came from": the three heads (own decisions, + exploration, +
+    replays), the increments with their paired intervals and readings, what each replay
+    group added (`summary.attribution`, `summary.replays.value`)."""
+    a = summary.get("attribution")
+    if not isinstance(a, dict):
+        return section("Where the gain came from",
+                       "<p class='src'>Not computed (router.evaluation.attribution=off).</p>")
+    if a.get("status") != "done":
+        return section("Where the gain came from",
+                       f"<p class='src'>Skipped: {escape(a.get('reason', ''))}</p>")
+    unit = (a.get("gain") or {}).get("unit", "")
+    pts = a.get("points") or {}
+    rows = []
+    for name, p in pts.items():
+        rows.append([f"<td class='l'>{escape(name)}</td>",
+                     f"<td class='l'>{escape(p.get('what', ''))}"
+                     + (f" <i>({escape(p['note'])})</i>" if p.get("note") else "") + "</td>",
+                     _f((p.get("calibration") or {}).get("gain")),
+                     _f((p.get("test") or {}).get("gain")),
+                     _ci((p.get("test") or {}).get("quality_vs_logging"))])
+    inc_rows = []
+    for name, inc in (a.get("increments") or {}).items():
+        inc_rows.append([f"<td class='l'>{escape(name.replace('_', ' '))}</td>",
+                         _ci(inc.get("calibration"), 3) + f" {escape(inc['calibration']['reading'])}",
+                         _ci(inc.get("test"), 3) + f" {escape(inc['test']['reading'])}"])
+    value = (summary.get("replays") or {}).get("value") or {}
+    grp_rows = [[f"<td class='l'>{escape(g)}</td>", str(v.get("replays")),
+                 _ci(v.get("calibration"), 3) + f" {escape(v['calibration']['reading'])}",
+                 _ci(v.get("test"), 3) + f" {escape(v['test']['reading'])}"]
+                for g, v in (value.get("groups") or {}).items()]
+    return section(
+        "Where the gain came from",
+        f"<p class='src'>{escape((a.get('gain') or {}).get('what', ''))}; unit: "
+        f"{escape(unit)}. {escape(a.get('how', ''))}; {a.get('refits')} refits. "
+        f"Intervals: {escape(a.get('interval', ''))}.</p>",
+        table(["head", "trained on", "gain, calibration", "gain, test",
+               "quality − logging, test [95% CI]"], rows),
+        table(["increment", "calibration [95% CI]", "test [95% CI]"], inc_rows),
+        (f"<p class='src'>What each replay group added (by {escape(value.get('by', ''))}; "
+         "logged decisions + the group's replays against logged decisions alone):</p>"
+         + table(["group", "replays", "calibration [95% CI]", "test [95% CI]"], grp_rows))
+        if grp_rows else "")
+
+
 def write_receipts_report(summary: dict, out_dir: Path) -> Path:
     """Write out_dir/router_report.html (figure embedded); return the path."""
     out_dir = Path(out_dir)
@@ -148,10 +193,12 @@ def write_receipts_report(summary: dict, out_dir: Path) -> Path:
                                 "served operating point and the logging policy, 95% intervals.")),
         section("Operating point (chosen on calibration)", facts_table(op)),
         head_selection_section(summary),
+        attribution_section(summary),
         section("Replay plan", facts_table(summary.get("replay_plan") or {})),
         section("Receipts and replays", facts_table({k: v for k, v in rec.items()
                                                      if k != "exploration"}),
-                facts_table(summary.get("replays") or {})),
+                facts_table({k: v for k, v in (summary.get("replays") or {}).items()
+                             if k != "value"})),
         section("Data and versions", facts_table({k: summary[k] for k in (
             "data", "encoder", "head", "timings_s", "artifacts") if k in summary})),
         "<details><summary>Full summary.json</summary><pre>"
