@@ -45,6 +45,11 @@ def pytest_configure(config):
         key.write_text(secrets.token_hex(32) + "\n")
         key.chmod(0o600)
         os.environ["REPLAYLAB_HMAC_KEY_FILE"] = str(key)
+    # OpenMP threads (LightGBM's, torch's) sleep instead of spinning while they wait, in
+    # every worker and every entry point a test starts: with two workers on two cores a
+    # spinning pool holds a core the other worker needs (the walkthrough saw a 2-minute
+    # demand run take over 15 on a busy machine). Only the waiting changes, not results.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if _distributed(config):
         # our order (longest files first, below), not xdist's (most tests first)
         config.option.loadscopereorder = False

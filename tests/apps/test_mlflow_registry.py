@@ -456,7 +456,12 @@ def real_routers(server, tmp_path_factory):
     runs = {}
     for v, seed in ((1, 0), (2, 3)):
         out = tmp / f"router{v}"
+        # the real encoder and data; one head per run, not the default's selection among
+        # 4, 5 teachers and 3 seeds (the test is about registration and re-scoring)
         runs[v] = entrypoints.train("pipeline=router", f"seed={seed}",
+                                    "router.head_select.enabled=false", "router.head.teachers=1",
+                                    "router.spread_seeds=1", "router.go.n_boot=200",
+                                    "router.evaluation.n_boot=200",
                                     f"export.registry.names.router={REAL}",
                                     f"tracking.uri={url}",
                                     f"tracking.experiment={REGISTRY_EXPERIMENT}",
