@@ -125,6 +125,9 @@ def test_dask_summary_equals_local(both):
         else:
             assert v == w, p
     assert len(a) > 200 and s_d["go"] == s_l["go"]
+    # the gain's attribution (own decisions / exploration / replays) is among the leaves
+    assert s_l["attribution"]["status"] == s_d["attribution"]["status"] == "done"
+    assert any(p.startswith("/attribution/increments/replays") for p in a)
     assert s_d["compute"]["kind"] == "dask" and s_l["compute"]["kind"] == "local"
     assert s_d["compute"]["partitions"] == 4 and s_l["compute"]["partitions"] == 1
     assert s_d["compute"]["driver_rows"] == s_l["compute"]["driver_rows"]
@@ -163,7 +166,7 @@ def test_dask_served_sample_and_stages(both):
     assert len(got) == len(want)  # a small ledger: every test decision comes back
     starts = [x.split(":")[0] for x in lines if x.startswith("dask stage") and " done " not in x]
     ends = [x.split(" done ")[0] for x in lines if x.startswith("dask stage") and " done " in x]
-    assert starts == ends == [f"dask stage {i}/7" for i in range(1, 8)]
+    assert starts == ends == [f"dask stage {i}/8" for i in range(1, 9)]
 
 
 def test_dask_refuses_as_local(world, dask_address, tmp_path):
