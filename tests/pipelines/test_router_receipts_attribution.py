@@ -165,6 +165,26 @@ def test_attribution_off_writes_nothing_and_changes_nothing(world, signal, tmp_p
         RouterEvalConfig(attribution="sometimes")
 
 
+def test_an_attribution_that_cannot_be_made_is_skipped_not_fatal(world, signal, tmp_path,
+                                                                  monkeypatch):
+    """A refit that fails: the run finishes with the same router and verdict, the summary
+    says the attribution was skipped and why, and no replay value is claimed."""
+    import replaylab.pipelines.router_attribution as attribution
+
+    def broken(*args, **kwargs):
+        raise ValueError("no usable rows")
+
+    monkeypatch.setattr(attribution, "fit_head", broken)
+    led, rep, _ = world
+    s, _ = train_router_receipts(validate_ledger(led), rep, config(), tmp_path, tfidf, ENCODER)
+    assert s["attribution"]["status"] == "skipped"
+    assert "could not be refitted: ValueError: no usable rows" in s["attribution"]["reason"]
+    assert "value" not in s["replays"]
+    on, _ = signal
+    assert s["operating_point"]["threshold"] == on["operating_point"]["threshold"]
+    assert s["verdict"] == on["verdict"]
+
+
 def test_replay_groups_by_source_column(world, tmp_path):
     """A `source` column in data.replays scores each source: harness-a replays half of the
     replayed prompts truly, harness-b the other half with the cheap outcomes shuffled among

@@ -225,11 +225,15 @@ def attribute(fitted: FittedRouter, judge_test: Callable[[Any, float, int], dict
             say(f"attribution: the {name} head (one fit)")
             refits[0] += 1
             rows = dataclasses.replace(fitted, data=data).rows_for(fitted.config.max_weight)
-            _, dep = fit_head(fitted.config, seed, data.E, data.meta, rows, k,
-                              fitted.head_scorer)
-            point, fb, _ = operating_point(dep, fitted.data, fitted.candidates,
-                                           fitted.unit_cost, fitted.rule, fitted.n_thresholds,
-                                           fitted.objective)
+            try:  # a refit that cannot be made explains nothing: reported, never fatal
+                _, dep = fit_head(fitted.config, seed, data.E, data.meta, rows, k,
+                                  fitted.head_scorer)
+                point, fb, _ = operating_point(dep, fitted.data, fitted.candidates,
+                                               fitted.unit_cost, fitted.rule,
+                                               fitted.n_thresholds, fitted.objective)
+            except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:
+                raise AttributionSkipped(f"the {name} head could not be refitted: "
+                                         f"{type(e).__name__}: {e}") from e
             thr = float(point["threshold"])
         n = {s: int(len(d)) for s, d in data.decisions.items()}
         n["replays"] = int(len(data.replays))
