@@ -27,7 +27,7 @@ from replaylab.contracts.ledger import read_ledger
 from replaylab.projection import ProjectionConfig, SplitConfig
 from replaylab.projection.requests import requests
 from replaylab.runtime import DemandPredictor
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import train
 
 pytestmark = pytest.mark.slow  # two tiny training runs (~40 s on 2 cores)
 GROUPS = ("selected_model", "category", "slo_class")
@@ -39,8 +39,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     out = {}
     for name, sessions in (("a", 600), ("b", 800)):
         out[name] = tmp / name
-        run_training("pipeline=demand", f"hydra.run.dir={out[name]}", "tracking=off",
-                     f"data.synthetic.n_sessions={sessions}", "demand.model.n_estimators=40")
+        train("pipeline=demand", "tracking=off", f"data.synthetic.n_sessions={sessions}",
+              "demand.model.n_estimators=40", run_dir=out[name])
     return out
 
 

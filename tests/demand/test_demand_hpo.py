@@ -9,7 +9,7 @@ import pytest
 
 from replaylab.demand.config import QuantileModelConfig
 from replaylab.demand.hpo import HPOConfig, search_hyperparameters
-from tests.helpers.entrypoints import run_training
+from tests.helpers.entrypoints import train
 
 
 def test_search_resumes_its_study_and_reports_every_trial(tmp_path):
@@ -43,9 +43,9 @@ def test_bad_hpo_config_names_the_field():
 @pytest.mark.slow
 def test_trials_are_nested_mlflow_runs(tmp_path):
     out = tmp_path / "run"
-    run_training("pipeline=demand", f"hydra.run.dir={out}", "data.synthetic.n_sessions=800",
-                 f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "demand.hpo.trials=3",
-                 "demand.model.n_estimators=60")
+    train("pipeline=demand", "data.synthetic.n_sessions=800",
+          f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", "demand.hpo.trials=3",
+          "demand.model.n_estimators=60", run_dir=out)
     s = json.loads((out / "summary.json").read_text())
     assert s["hpo"]["trials_run"] == 3 and (out / "optuna.db").is_file()
     from mlflow.tracking import MlflowClient
