@@ -672,6 +672,7 @@ def test_cli_router_runs_outcomes_without_token_columns(outcome_tables, tmp_path
                    f"hydra.run.dir={tmp_path / 'run'}", timeout=500))
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["outcomes"]["cost_source"] == {c: {"measured": PROMPTS} for c in cands.split(",")}
+    assert s["compute"] == {"kind": "local"}  # an outcome table trains in this process
 
 
 @pytest.mark.slow

@@ -471,6 +471,18 @@ def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):
     assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "cap" in proc.stderr
 
 
+def test_an_outcome_table_refuses_compute_dask_in_one_line(tmp_path):
+    """An outcome table has no partitions (one prompts x candidates matrix, trained in this
+    process): compute=dask there is refused before anything is read, not silently ignored."""
+    from tests.helpers.entrypoints import in_process
+
+    run = in_process("training", "pipeline=router", "tracking=off", "compute=dask",
+                     run_dir=tmp_path)
+    assert run.returncode == 2 and not (tmp_path / "summary.json").exists()
+    line = run.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: compute.kind=dask") and "data.ledger" in line
+
+
 def test_the_gated_threshold_is_the_shipped_one(gsm8k_run):
     """One operating point: router.json serves the threshold the go/no-go judged, and the
     gate's learned test cost is the reported learned router's (the same decisions)."""

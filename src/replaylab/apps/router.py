@@ -39,6 +39,15 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.data.get("replays"):
         raise ConfigError("data.replays is read with data.ledger (a receipts ledger): "
                           "without a ledger, pass the replays as data.outcomes")
+    from replaylab.apps.inputs import compute_config
+    from replaylab.compute import LocalEngine
+
+    if compute_config(cfg).kind != "local":
+        # an outcome table has no partitions: it is one matrix of prompts x candidates,
+        # trained in this process; running it elsewhere would be a silent no-op
+        raise ConfigError(f"compute.kind={compute_config(cfg).kind}: an outcome table "
+                          "(data.outcomes) trains in this process; compute=dask runs a "
+                          "receipts ledger's partitions (data.ledger=FILE|DATASET)")
     outcomes, origin = load_outcomes(cfg)
     from replaylab.router.replay import outcome_matrix
 
@@ -50,6 +59,7 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info,
                                 head_scorer="numpy" if tier == "static" else "onnx")
     summary["data"] = {"outcomes": origin}
+    summary["compute"] = LocalEngine().facts()
     summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}
