@@ -228,7 +228,7 @@ def test_report_says_where_the_gain_came_from(signal, tmp_path):
     html = write_receipts_report(s, tmp_path).read_text()
     assert "Where the gain came from" in html and "exploration" in html
     inc = s["attribution"]["increments"]["replays"]["test"]
-    assert f"{inc['estimate']:.3f}" in html or f"{inc['estimate']:.3g}" in html
+    assert f"{inc['estimate']:.6f}" in html or f"{inc['estimate']:.6g}" in html
     off = write_receipts_report({k: v for k, v in s.items() if k != "attribution"},
                                 tmp_path / "off").read_text()
     assert "Not computed (router.evaluation.attribution=off)" in off

@@ -115,18 +115,18 @@ def attribution_section(summary: dict) -> str:
         rows.append([f"<td class='l'>{escape(name)}</td>",
                      f"<td class='l'>{escape(p.get('what', ''))}"
                      + (f" <i>({escape(p['note'])})</i>" if p.get("note") else "") + "</td>",
-                     _f((p.get("calibration") or {}).get("gain")),
-                     _f((p.get("test") or {}).get("gain")),
+                     _f((p.get("calibration") or {}).get("gain"), 6),
+                     _f((p.get("test") or {}).get("gain"), 6),
                      _ci((p.get("test") or {}).get("quality_vs_logging"))])
     inc_rows = []
     for name, inc in (a.get("increments") or {}).items():
         inc_rows.append([f"<td class='l'>{escape(name.replace('_', ' '))}</td>",
-                         _ci(inc.get("calibration"), 3) + f" {escape(inc['calibration']['reading'])}",
-                         _ci(inc.get("test"), 3) + f" {escape(inc['test']['reading'])}"])
+                         _ci(inc.get("calibration"), 6) + f" {escape(inc['calibration']['reading'])}",
+                         _ci(inc.get("test"), 6) + f" {escape(inc['test']['reading'])}"])
     value = (summary.get("replays") or {}).get("value") or {}
     grp_rows = [[f"<td class='l'>{escape(g)}</td>", str(v.get("replays")),
-                 _ci(v.get("calibration"), 3) + f" {escape(v['calibration']['reading'])}",
-                 _ci(v.get("test"), 3) + f" {escape(v['test']['reading'])}"]
+                 _ci(v.get("calibration"), 6) + f" {escape(v['calibration']['reading'])}",
+                 _ci(v.get("test"), 6) + f" {escape(v['test']['reading'])}"]
                 for g, v in (value.get("groups") or {}).items()]
     return section(
         "Where the gain came from",
