@@ -25,7 +25,10 @@ def router_receipts_config(**over) -> object:
             "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},
             "head": {"max_epochs": 20, "num_threads": 1, "teachers": 1},
             "receipts": {"n_boot": 200, "min_explored_per_candidate": 5}, "spread_seeds": 1,
-            "replay_plan": {"budget": 50}}
+            "replay_plan": {"budget": 50},
+            # the gain's attribution refits the head twice more: on only where a test is
+            # about it (tests/pipelines/test_router_receipts_attribution.py, the Dask parity)
+            "evaluation": {"attribution": "off"}}
     base.update(over)
     return router_config(base)
 

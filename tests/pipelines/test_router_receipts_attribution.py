@@ -70,6 +70,7 @@ def synthetic_world(seed: int = 0, signal: bool = True
 
 
 def config(**over):
+    over.setdefault("evaluation", {"attribution": "auto"})
     return router_receipts_config(head_select={"enabled": False}, **over)
 
 
