@@ -362,6 +362,14 @@ def test_entry_point_on_receipt_files(files, tmp_path):
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["served_check"]["agreement"] == 1.0 and s["served_check"]["loaded"]
     assert "router (receipts): " + s["go_reason"] in res.stderr + res.stdout
+    from replaylab.apps.router import attribution_line
+
+    line = attribution_line(s["attribution"])  # on by default: done, or why it was skipped
+    assert line and "router (receipts): " + line in res.stderr + res.stdout
+    if s["attribution"]["status"] == "done":
+        inc = s["attribution"]["increments"]
+        assert f"{inc['replays']['test']['estimate']:+.6f}" in line
+    assert attribution_line(None) is None  # attribution=off: no line
     assert (tmp_path / "run" / "router_report.html").is_file()
     manifest = json.loads((tmp_path / "run" / "artifacts" / "router" / "manifest.json").read_text())
     assert manifest["training"]["go"] == s["go"]  # what serving and the registry get

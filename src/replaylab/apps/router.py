@@ -161,9 +161,32 @@ def finish_receipts(cfg: DictConfig, run_dir: Path, summary: dict, run: Any, fol
         raise RuntimeError("the exported router does not make the test decisions that were "
                            f"judged: {summary['served_check']}")
     log.info("router (receipts): %s", summary["go_reason"])
+    line = attribution_line(summary.get("attribution"))
+    if line:
+        log.info("router (receipts): %s", line)
     for w in summary["ope"].get("warnings") or []:
         log.warning("router (receipts): %s", w)
     return summary
+
+
+def attribution_line(attribution: dict | None) -> str | None:
+    """The console's line of `summary["attribution"]` (pipelines/router_attribution.py):
+    the test split's increments of exploration and replays with their intervals and
+    readings, or why the attribution was skipped; None when it was off."""
+    if not attribution:
+        return None
+    if attribution.get("status") != "done":
+        return f"gain attribution skipped: {attribution.get('reason')}"
+
+    def one(x: dict) -> str:
+        lo, hi = x["ci"]
+        return f"{x['estimate']:+.6f} [{lo:+.6f}, {hi:+.6f}] ({x['reading']})"
+
+    inc = attribution["increments"]
+    unit = attribution["gain"]["unit"]
+    return (f"where the gain came from (test, DR, {unit}): exploration "
+            f"{one(inc['exploration']['test'])}; replays {one(inc['replays']['test'])}; "
+            f"served total {attribution['total']['test']:+.6f}")
 
 
 def served_check(folder: Path, run: Any, key: bytes | None = None, end_to_end: int = 200) -> dict:
