@@ -131,17 +131,21 @@ def mlflow_starts_clean():
 
 
 @pytest.fixture(scope="session")
-def dask_address():
-    """The scheduler address of ONE LocalCluster for the whole test session (2 worker
-    processes x 1 thread, no dashboard), started on first use and stopped at the end:
-    pass it as `compute.address=...` / `ComputeConfig(address=...)`. Sharing it saves
-    ~5 s per cluster start on 2 cores. A test that kills or restarts workers must start
-    its own cluster (`tests/helpers/dask.dask_processes`), never this one."""
-    from distributed import LocalCluster
+def dask_address(tmp_path_factory):
+    """The scheduler address of ONE cluster for the whole test session (per xdist worker):
+    a `dask scheduler` and 2 `dask worker` processes x 1 thread, no dashboard, started on
+    first use and stopped at the end: pass it as `compute.address=...` /
+    `ComputeConfig(address=...)`. Sharing it saves ~5 s per cluster start on 2 cores. The
+    scheduler runs in its own process, as on a real cluster: a LocalCluster's scheduler
+    runs in the test process, where dask-expr's graph deserialisation raced the client's
+    garbage collection once in a full run (KeyError 'taskshuffle-...' from
+    `_expr._reconstruct`'s weak instance cache, read as lost dependencies). A test that
+    kills or restarts workers must start its own cluster
+    (`tests/helpers/dask.dask_processes`), never this one."""
+    from tests.helpers.dask import dask_processes
 
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
-        yield cluster.scheduler_address
+    with dask_processes(tmp_path_factory.mktemp("session-dask")) as (address, _):
+        yield address
 
 
 @pytest.fixture(scope="session")

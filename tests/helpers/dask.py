@@ -11,7 +11,12 @@ import sys
 import time
 from pathlib import Path
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+# the repository root on the processes' path: a test module's own functions (pickled by
+# reference, `tests.<pkg>.<module>.<fn>`) import there as in the test process
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1",
+       "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH"))
+                                     if p)}
 
 
 @contextlib.contextmanager
