@@ -42,10 +42,11 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.apps.inputs import compute_config
     from replaylab.compute import LocalEngine
 
-    if compute_config(cfg).kind != "local":
+    kind = compute_config(cfg).kind
+    if kind != "local":
         # an outcome table has no partitions: it is one matrix of prompts x candidates,
         # trained in this process; running it elsewhere would be a silent no-op
-        raise ConfigError(f"compute.kind={compute_config(cfg).kind}: an outcome table "
+        raise ConfigError(f"compute.kind={kind}: an outcome table "
                           "(data.outcomes) trains in this process; compute=dask runs a "
                           "receipts ledger's partitions (data.ledger=FILE|DATASET)")
     outcomes, origin = load_outcomes(cfg)

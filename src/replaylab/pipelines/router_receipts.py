@@ -416,12 +416,16 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                                           seq["cost"].to_numpy(float),
                                           seq["opening_ms"].to_numpy(), cfg.sequential)
 
+            def test_totals(dep: Any, threshold: float, fallback_j: int) -> dict:
+                """OPE sums of another head (a refit) scored on the test partitions."""
+                sc_j = eng.map(score_part, emb, _portable(dep), float(threshold), fallback_j,
+                               rule, k, enc.dimension, ("test",), meta=meta_s)
+                return _ope_total(eng, sc_j, k, unit_cost, unit_session, n_boot, cfg.seed,
+                                  None, fallback_j, rule)
+
             def spread_at(seed: int) -> dict:
                 dep_j, point_j, fallback_j = fitted.refit(seed)
-                sc_j = eng.map(score_part, emb, _portable(dep_j), float(point_j["threshold"]),
-                               fallback_j, rule, k, enc.dimension, ("test",), meta=meta_s)
-                ope_j = ope_from_sums(_ope_total(eng, sc_j, k, unit_cost, unit_session, n_boot,
-                                                 cfg.seed, None, fallback_j, rule),
+                ope_j = ope_from_sums(test_totals(dep_j, point_j["threshold"], fallback_j),
                                       cands, n_test, level, tag, fraction)
                 return spread_row(seed, point_j, ope_j, cfg.objective)
 
@@ -433,7 +437,7 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
 
         with stages("attribute"):  # the gain's sources (pipelines/router_attribution.py)
             attribution, replay_value = _attribution(
-                eng, emb, meta_s, fitted, replays, rep_fit, cfg, unit_session, enc.dimension,
+                test_totals, fitted, replays, rep_fit, cfg, unit_session,
                 -ope["diff"]["cost"]["estimate"] if cfg.objective.kind != "budget"
                 else ope["diff"]["quality"]["estimate"], say)
 
@@ -529,22 +533,17 @@ def plan_gain_facts(plan: pd.DataFrame, rule: str) -> dict:
             "rows_without_gain": int((~np.isfinite(g)).sum())}
 
 
-def _attribution(eng: Any, emb: Any, meta_s: pd.DataFrame, fitted: FittedRouter,
+def _attribution(judge_test: Callable[[Any, float, int], dict], fitted: FittedRouter,
                  replays: pd.DataFrame | None, rep_fit: pd.DataFrame, cfg: RouterPipelineConfig,
-                 unit_session: np.ndarray, d: int, gate_gain: float,
+                 unit_session: np.ndarray, gate_gain: float,
                  say: Callable[[str], None]) -> tuple[dict | None, dict | None]:
-    """`router_attribution.attribute` with the test split judged on the engine (the served
-    graph of each refitted head scored per partition, `ope_part` summed); (None, None) when
-    `router.evaluation.attribution` is off; a failed check: {"status": "skipped", ...}."""
+    """`router_attribution.attribute` with the test split judged on the engine by
+    `judge_test` (the judge stage's own test scoring of a refitted head, the seed spread's
+    too); (None, None) when `router.evaluation.attribution` is off; a failed check:
+    {"status": "skipped", ...}."""
     if cfg.evaluation.attribution == "off":
         return None, None
-    rc, k, rule = cfg.receipts, len(fitted.candidates), fitted.rule
-
-    def judge_test(dep: Any, threshold: float, fallback: int) -> dict:
-        sc = eng.map(score_part, emb, _portable(dep), threshold, fallback, rule, k, d,
-                     ("test",), meta=meta_s)
-        return _ope_total(eng, sc, k, fitted.unit_cost, unit_session, int(rc.n_boot),
-                          cfg.seed, None, fallback, rule)
+    rc = cfg.receipts
 
     source = None
     if replays is not None and "source" in replays.columns and len(rep_fit):
