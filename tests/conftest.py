@@ -89,27 +89,6 @@ def pytest_terminal_summary(terminalreporter):
     return result
 
 
-# One test that runs this long is stalled (the longest, the MLflow walkthrough, takes ~3 min
-# on 2 cores). pytest's own `faulthandler_timeout` (pyproject.toml, 1500 s) prints every
-# thread's stack to the real stderr but lets the test run on; this ends the run a minute
-# later, so a hang reads as a failure with its stack instead of a CI run that times out.
-# By hand because pytest-timeout is not in the lock.
-STALLED_TEST_S = 1560
-
-
-@pytest.fixture(autouse=True)
-def stalled_test_watchdog():
-    import threading
-
-    # a timer thread, not faulthandler.dump_traceback_later: pytest's faulthandler_timeout
-    # holds the process's one faulthandler timer
-    timer = threading.Timer(STALLED_TEST_S, os._exit, args=(3,))
-    timer.daemon = True
-    timer.start()
-    yield
-    timer.cancel()
-
-
 @pytest.fixture(autouse=True)
 def mlflow_starts_clean():
     """Each test starts as a new process would for MLflow: no run left open, and no
