@@ -173,8 +173,10 @@ class RouterReplayConfig:
 
     share: fraction of distinct logged opening prompts replayed.
     selection: which prompts: `random` (a seeded draw), `planned` (the top of the replay
-        plan, router/replay.py `plan_prompts`) or `auto` (both; the one whose head is
-        cheaper on the calibration split at the served quality, chosen per run).
+        plan, router/replay.py `plan_prompts`), `planned_gain` (the same plan ranked by
+        the expected gain, `replay_plan.expected_gain`; tried in issue 46, never chosen by
+        `auto`) or `auto` (random and planned; the one whose head is cheaper on the
+        calibration split at the served quality, chosen per run).
     """
 
     share: float = 0.10
@@ -186,8 +188,9 @@ class RouterReplayConfig:
         if not 0.0 <= float(self.share) <= 1.0:
             _fail(name, "share", self.share, "must be in [0, 1]")
         _int_at_least(name, "seed", self.seed, 0)
-        if self.selection not in ("random", "planned", "auto"):
-            _fail(name, "selection", self.selection, "must be random, planned or auto")
+        if self.selection not in ("random", "planned", "planned_gain", "auto"):
+            _fail(name, "selection", self.selection,
+                  "must be random, planned, planned_gain or auto")
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,12 @@ from replaylab.config import ConfigError
 from replaylab.contracts import OUTCOMES_SCHEMA, SOURCE_ATTR, ContractError, validate_outcomes
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.config import RouterCostConfig, RouterReplayConfig
-from replaylab.router.replay_plan import coverage_strata, pair_priority, plan_prompts
+from replaylab.router.replay_plan import (
+    coverage_strata,
+    expected_gain,
+    pair_priority,
+    plan_prompts,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -258,27 +263,43 @@ def random_prompts(prompts: np.ndarray, share: float, seed: int) -> np.ndarray:
     return np.sort(rng.choice(prompts, size=n_pick, replace=False)) if n_pick else prompts[:0]
 
 
+# The planned selections and the criterion each ranks a (prompt, candidate) pair by:
+# `planned` the plan's priority p (1 - p) exp(-|q - t| / 0.1) (`replay_plan.pair_priority`),
+# `planned_gain` the expected gain of the replay to the routing decision
+# (`replay_plan.expected_gain`, the value of perfect information on that one score).
+PLANNED_CRITERIA = {"planned": "priority", "planned_gain": "expected_gain"}
+
+
 def planned_prompts(labels: pd.DataFrame, matrix: OutcomeMatrix, prob: np.ndarray,
                     threshold: float, rule: str, share: float, seed: int,
-                    embedding: np.ndarray | None = None) -> tuple[np.ndarray, dict]:
+                    embedding: np.ndarray | None = None,
+                    criterion: str = "priority") -> tuple[np.ndarray, dict]:
     """The top of the replay plan: round(share x m) of the m logged opening prompts.
 
     prob: (n_prompts, K) P(success) of a head fitted on the receipts alone (no replay),
-    rows as `matrix`; threshold, rule: its routing threshold. A prompt's value is the sum of
-    `replay_plan.pair_priority` over the candidates the receipts did not observe for it;
-    the share is spread over categories x embedding cells (`coverage_strata`; embedding
-    None: categories only) and spent on the highest values in each. Reads the receipts
-    (`labels`), `prob` and the prompts' categories, never `matrix`'s outcomes. Returns
-    the picked prompt ids (ranked) and a report."""
+    rows as `matrix`; threshold, rule: its routing threshold. A prompt's value is the sum,
+    over the candidates the receipts did not observe for it, of the criterion:
+    `replay_plan.pair_priority` ("priority") or `replay_plan.expected_gain`
+    ("expected_gain"); the share is spread over categories x embedding cells
+    (`coverage_strata`; embedding None: categories only) and spent on the highest values
+    in each. Reads the receipts (`labels`), `prob` and the prompts' categories, never
+    `matrix`'s outcomes. Returns the picked prompt ids (ranked) and a report."""
     prompts, rows, seen = logged_openings(labels, matrix)
-    pair, _gap = pair_priority(np.asarray(prob, float)[rows], threshold, rule)
+    p = np.asarray(prob, float)[rows]
+    if criterion == "priority":
+        pair = pair_priority(p, threshold, rule)[0]
+    elif criterion == "expected_gain":
+        pair = expected_gain(p, threshold, rule)
+    else:
+        raise ValueError(f"planned_prompts: criterion {criterion!r}: must be priority or "
+                         "expected_gain")
     value = np.where(seen, 0.0, pair).sum(axis=1)
     task = matrix.meta[O.TASK].to_numpy(dtype=object)[rows]
     strata = (coverage_strata(np.asarray(embedding)[rows], task, seed) if embedding is not None
               else pd.factorize(pd.Series(task).fillna(""))[0])
     n_pick = int(round(share * len(prompts)))
     pick = plan_prompts(value, n_pick, strata, seed)
-    report = {"strata": int(len(np.unique(strata))),
+    report = {"criterion": criterion, "strata": int(len(np.unique(strata))),
               "plan_value_picked": float(value[pick].sum()),
               "plan_value_all": float(value.sum()),
               "mean_value_picked": float(value[pick].mean()) if len(pick) else 0.0,
@@ -343,7 +364,8 @@ def choose_replays(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterRe
 
     random: `random_prompts`; planned: `planned_prompts` on `plan()` = (P(success) of the
     round-0 head, fitted on the receipts alone, over `matrix`'s rows; its threshold; its
-    rule); auto: both, and the one whose `judge(replay rows)` (a head fitted with them,
+    rule); planned_gain: the same ranked by the expected gain (`PLANNED_CRITERIA`); auto:
+    random and planned, and the one whose `judge(replay rows)` (a head fitted with them,
     its cost ratio on the calibration split, lower is better) is lower; a tie keeps random.
     The report (the run summary's `replay`) says which selection ran and why."""
     sel = config.selection
@@ -355,11 +377,12 @@ def choose_replays(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterRe
         return out, {**report, **out.attrs["replay_report"]}
     prob, threshold, rule = plan()
     picked, plan_report = planned_prompts(bandit, matrix, prob, threshold, rule, config.share,
-                                          config.seed, embedding)
+                                          config.seed, embedding,
+                                          PLANNED_CRITERIA.get(sel, "priority"))
     planned = replay_labels(bandit, matrix, config, picked=picked)
     report["plan"] = {**plan_report, "round0_threshold": float(threshold), "rule": rule}
-    if sel == "planned":
-        report.update(chosen="planned", why="router.replay.selection=planned")
+    if sel in PLANNED_CRITERIA:
+        report.update(chosen=sel, why=f"router.replay.selection={sel}")
         return planned, {**report, **planned.attrs["replay_report"]}
     random = replay_labels(bandit, matrix, config)
     crit = {"random": float(judge(random)), "planned": float(judge(planned))}
