@@ -18,6 +18,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -103,10 +104,12 @@ def test_the_walkthrough_runs_as_written_against_a_real_server(tmp_path):
         env.pop("REPLAYLAB_HMAC_KEY", None)
         log = []
         for cmd, code in steps:
+            t0 = time.monotonic()
             proc = subprocess.run(argv(cmd), cwd=work, env=env, capture_output=True, text=True,
                                   timeout=1800)
             last = (proc.stdout + proc.stderr).strip().splitlines()[-1:] or [""]
-            log.append(f"exit {proc.returncode} (page: {code}): {cmd}\n    {last[0][:300]}")
+            log.append(f"exit {proc.returncode} (page: {code}) in {time.monotonic() - t0:.1f} s: "
+                       f"{cmd}\n    {last[0][:300]}")
             (tmp_path / "walkthrough.log").write_text("\n".join(log) + "\n")  # as it goes
             assert proc.returncode == code, "\n".join(log) + "\n" + proc.stderr[-3000:]
 

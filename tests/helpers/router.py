@@ -20,6 +20,16 @@ CHEAP, STRONG = "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-4-1106-preview"
 ENCODER = "tfidf-svd-48"
 
 
+# `python -m training pipeline=router` overrides for a run whose test is about something
+# else than choosing the head, the replay selection or the seed spread: the configured head
+# fitted once, one teacher, one seed, uniform replays. Each of those defaults refits the
+# head (docs/design/router.md steps 4-6): the head selection alone fits 4 heads, two of them
+# distilled from 5 teachers; they have their own tests (tests/router/test_router_head_select.py,
+# tests/router/test_replay_selection.py, the spread in tests/pipelines/test_router_pipeline.py).
+ONE_HEAD = ("router.head_select.enabled=false", "router.head.teachers=1",
+            "router.spread_seeds=1", "router.replay.selection=random")
+
+
 def router_receipts_config(**over) -> object:
     base = {"candidates": [CHEAP, STRONG],
             "cost": {"call_cost_usd": {CHEAP: 0.00012, STRONG: 0.01235}},

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tests.conftest import REPO
+from tests.helpers.router import ONE_HEAD
 
 CRATE = REPO / "scorers" / "rust"
 
@@ -82,7 +83,8 @@ def train_static_router(run: Path) -> Path:
     the static encoder comes from the repo cache, exported there once when absent)."""
     cmd = [sys.executable, "-m", "training", "pipeline=router", "tracking=off",
            "router.encoder.tier=static", "router.head.max_epochs=5", "router.go.n_boot=100",
-           "router.evaluation.n_boot=20", "router.lgbm_estimators=10", f"hydra.run.dir={run}"]
+           "router.evaluation.n_boot=20", "router.lgbm_estimators=10", *ONE_HEAD,
+           f"hydra.run.dir={run}"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]

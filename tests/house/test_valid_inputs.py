@@ -65,6 +65,7 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.sources.registry import import_source
 from replaylab.sources.synthetic import SyntheticLedgerConfig, generate_synthetic_ledger
 from tests.conftest import REPO, TEST_DATA
+from tests.helpers.router import ONE_HEAD
 
 INPUT_ERRORS = input_errors()
 
@@ -656,7 +657,7 @@ def test_cli_router_missing_required_column_names_file_and_column(outcome_tables
 # does) and reused while it verifies; int8 is not under test here.
 ROUTER_CLI = ("router.encoder.int8=false", "router.head.max_epochs=5",
               "router.lgbm_estimators=10", "router.go.n_boot=100", "router.evaluation.n_boot=100",
-              "router.go.curve_fractions=[1.0]")
+              "router.go.curve_fractions=[1.0]", *ONE_HEAD)
 
 
 @pytest.mark.slow

@@ -36,7 +36,8 @@ def _script():
 def loop(tmp_path_factory):
     out = tmp_path_factory.mktemp("loop")
     doc = _script().run_loop(out, seed=0, rate=RATE, spp=2, n1=3000, tier="static",
-                             overrides=["router.head.teachers=1", "router.spread_seeds=1",
+                             overrides=["router.head_select.enabled=false",
+                                        "router.head.teachers=1", "router.spread_seeds=1",
                                         "router.head.num_threads=1", "router.receipts.n_boot=300",
                                         "router.head.max_epochs=30",
                                         # 99% intervals: the coverage checks below hold on

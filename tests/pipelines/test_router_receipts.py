@@ -41,6 +41,7 @@ from tests.conftest import REPO
 from tests.helpers.router import (
     CHEAP,
     ENCODER,
+    ONE_HEAD,
     STRONG,
     receipts_world,
     router_receipts_config,
@@ -354,7 +355,7 @@ def test_entry_point_on_receipt_files(files, tmp_path):
     cmd = [sys.executable, "-m", "training", "pipeline=router", f"data.ledger={led_path}",
            f"data.replays={rep_path}", "router.encoder.tier=static",
            f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}",
-           "router.head.max_epochs=10", "router.head.teachers=1", "router.receipts.n_boot=200",
+           "router.head.max_epochs=10", *ONE_HEAD, "router.receipts.n_boot=200",
            f"hydra.run.dir={tmp_path / 'run'}"]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"})

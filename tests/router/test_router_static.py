@@ -21,6 +21,7 @@ from replaylab.runtime.encoder import EncoderArtifactError
 from replaylab.runtime.routing import choose_by_threshold, choose_one
 from replaylab.runtime.static_encoder import CharmapTokenizer, read_safetensors
 from tests.helpers.entrypoints import train
+from tests.helpers.router import ONE_HEAD
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -319,7 +320,7 @@ def _train(*overrides: str) -> subprocess.CompletedProcess:
 def static_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("static")
     proc = _train("router.encoder.tier=static", f"router.encoder.cache_dir={root / 'cache'}",
-                  f"hydra.run.dir={root / 'run'}", "router.head.max_epochs=20")
+                  f"hydra.run.dir={root / 'run'}", "router.head.max_epochs=20", *ONE_HEAD)
     assert proc.returncode == 0, proc.stderr[-3000:]
     from replaylab.apps.verdicts import verdict_line
 
