@@ -34,6 +34,7 @@ from replaylab.contracts.manifest import build_manifest, verify_manifest, write_
 from tests.apps.conftest import REGISTRY_DEMAND, REGISTRY_EXPERIMENT, REGISTRY_ROUTER
 from tests.conftest import REPO
 from tests.helpers import entrypoints
+from tests.helpers.router import ONE_HEAD
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 ARTIFACTS = REPO / "tests" / "screenshots"
@@ -457,10 +458,10 @@ def real_routers(server, tmp_path_factory):
     for v, seed in ((1, 0), (2, 3)):
         out = tmp / f"router{v}"
         # the real encoder and data; one head per run, not the default's selection among
-        # 4, 5 teachers and 3 seeds (the test is about registration and re-scoring)
-        runs[v] = entrypoints.train("pipeline=router", f"seed={seed}",
-                                    "router.head_select.enabled=false", "router.head.teachers=1",
-                                    "router.spread_seeds=1", "router.go.n_boot=200",
+        # 4, 5 teachers, 3 seeds and two replay selections (the test is about registration
+        # and re-scoring)
+        runs[v] = entrypoints.train("pipeline=router", f"seed={seed}", *ONE_HEAD,
+                                    "router.go.n_boot=200",
                                     "router.evaluation.n_boot=200",
                                     f"export.registry.names.router={REAL}",
                                     f"tracking.uri={url}",

@@ -200,6 +200,7 @@ def test_entry_point_on_dask(world, dask_address, tmp_path):
          f"router.encoder.cache_dir={world['cache']}", "router.encoder.int8=false",
          "router.head_select.enabled=false", "router.head.teachers=1",
          "router.head.max_epochs=20", "router.spread_seeds=1", "router.receipts.n_boot=200",
+         "router.evaluation.attribution=off",  # the parity above compares it; not about it here
          "router.receipts.min_explored_per_candidate=5", "tracking=off",
          f"hydra.run.dir={out}"], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=900)
