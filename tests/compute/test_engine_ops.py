@@ -120,6 +120,18 @@ def test_order_statistics_and_quantiles_equal_numpy(dask_engine, parts):
         ops.order_statistics(LocalEngine(), [df], "x", [len(finite)])
 
 
+def test_kth_smallest_is_the_sorted_value_and_inf_past_the_count(dask_engine):
+    """The cap of a hashed sample: the k-th smallest key keeps k rows; k >= n keeps all."""
+    df = frame()
+    finite = np.sort(df["x"].to_numpy()[np.isfinite(df["x"].to_numpy())])
+    n = len(finite)
+    for eng in engines(dask_engine):
+        f = eng.from_pandas(df, npartitions=3)
+        assert [ops.kth_smallest(eng, f, "x", n, k) for k in (1, 40, n - 1)] == \
+            [float(finite[0]), float(finite[39]), float(finite[n - 2])]
+        assert ops.kth_smallest(eng, f, "x", n, n) == float("inf")
+
+
 def test_weighted_refinement_finds_the_first_key_reaching_each_threshold(dask_engine):
     df = frame()
     t, w = df["t"].to_numpy(), np.arange(len(df)) % 5 + 1

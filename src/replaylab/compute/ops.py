@@ -201,6 +201,14 @@ def order_statistics(engine: Any, frame: Any, column: str, ranks: Sequence[int],
     return [float(from_keys(found[int(r)])) for r in ranks]
 
 
+def kth_smallest(engine: Any, frame: Any, column: str, n: int, k: int) -> float:
+    """The k-th smallest of the n finite values of `column` (1-based k; +inf when k >= n:
+    a cap at or above the count keeps every row)."""
+    if k >= n:
+        return float("inf")
+    return order_statistics(engine, frame, column, [k - 1])[0]
+
+
 def linear_quantiles(n: int, qs: Sequence[float], order_stat: Callable[[int], float]
                      ) -> np.ndarray:
     """numpy.quantile(x, qs) (method "linear") from x's order statistics, numpy's arithmetic."""

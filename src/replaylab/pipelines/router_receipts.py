@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 
 from replaylab.compute import LedgerFrame, LocalEngine
-from replaylab.compute.ops import exact_quantiles, order_statistics
+from replaylab.compute.ops import exact_quantiles, kth_smallest, order_statistics
 from replaylab.contracts import Ledger as L
 from replaylab.contracts import ValidationResult
 from replaylab.contracts.columns import Outcomes as O
@@ -362,7 +362,7 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                 emb = eng.persist(eng.map(embed_part, kept, enc, meta=meta_e))
 
         with stages("fit"):  # 4. the fits on the driver
-            sums = _sum(eng.each(cost_sums_part, emb, k))
+            sums = eng.each_sum(cost_sums_part, emb, k)
             rep, rep_report, matched = _replays(eng, replays, kept, cands, cfg)
             if len(rep):
                 sums = sums + replay_cost_sums(rep, k)
@@ -378,7 +378,7 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                 if cap is not None and n_avail[s] > cap:
                     u = eng.persist(eng.map(with_u, rows, salt,
                                             meta=meta_e[[*FIT_COLUMNS, *cols]].assign(u=0.0)))
-                    thr = _kth_smallest(eng, u, "u", n_avail[s], int(cap))
+                    thr = kth_smallest(eng, u, "u", n_avail[s], int(cap))
                     rows = eng.map(below, u, "u", thr, meta=meta_e[[*FIT_COLUMNS, *cols]])
                 frames[s], E_fit[s] = gather_fit_rows(eng, rows, cols)
             n_tr = len(frames["train"])
@@ -462,7 +462,7 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
             if n_test_rows > SERVED_SAMPLE:
                 test_rows = eng.persist(eng.map(with_u, test_rows, cfg.seed + 2,
                                                 meta=meta_e.assign(u=0.0)))
-                thr = _kth_smallest(eng, test_rows, "u", n_avail_test, SERVED_SAMPLE)
+                thr = kth_smallest(eng, test_rows, "u", n_avail_test, SERVED_SAMPLE)
                 test_rows = eng.map(below, test_rows, "u", thr, meta=meta_e)
             sample = _by_session(eng.each(rows_of, test_rows, ("test",)))
 
@@ -569,13 +569,6 @@ def _quarantine(engine: Any, ledger: LedgerFrame) -> Any:
     return ledger.dataset.quarantine
 
 
-def _sum(parts: list) -> Any:
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    return total
-
-
 def _ope_total(engine: Any, scored: Any, k: int, unit_cost: np.ndarray,
                unit_session: np.ndarray, n_boot: int, seed: int,
                thresholds: np.ndarray | None, fallback: int, rule: str) -> dict:
@@ -616,13 +609,6 @@ def _merge_plans(plans: list[pd.DataFrame], budget: int) -> pd.DataFrame:
                             kind="stable").head(budget).reset_index(drop=True)
     allp["rank"] = np.arange(1, len(allp) + 1)
     return allp
-
-
-def _kth_smallest(engine: Any, frame: Any, column: str, n: int, k: int) -> float:
-    """The k-th smallest value of `column` (all of them: +inf when k >= n)."""
-    if k >= n:
-        return float("inf")
-    return order_statistics(engine, frame, column, [k - 1])[0]
 
 
 def _by_session(frames: list[pd.DataFrame]) -> pd.DataFrame:
