@@ -350,11 +350,17 @@ def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRul
         head, ch = fitted(training_labels(bandit))
         return head.predict_proba(Etr, mtr), float(ch.threshold), policy.rule
 
+    def replan(replay: pd.DataFrame) -> tuple[np.ndarray, float, str]:
+        # planned_halves: the round-0 head (same config, same seed) refitted on the receipts
+        # plus the first half's replays, and its threshold recomputed the same way
+        head, ch = fitted(training_labels(bandit, replay))
+        return head.predict_proba(Etr, mtr), float(ch.threshold), policy.rule
+
     def judge(replay: pd.DataFrame) -> float:
         ch = fitted(training_labels(bandit, replay))[1]
         return ch.cost / ch.curve.strong_cost if ch.curve.strong_cost > 0 else ch.cost
 
-    return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr)
+    return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr, replan=replan)
 
 
 def _rows_for(labels: pd.DataFrame, tr: OutcomeMatrix, ca: OutcomeMatrix

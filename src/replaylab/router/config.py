@@ -175,8 +175,11 @@ class RouterReplayConfig:
     selection: which prompts: `random` (a seeded draw), `planned` (the top of the replay
         plan, router/replay.py `plan_prompts`), `planned_gain` (the same plan ranked by
         the expected gain, `replay_plan.expected_gain`; tried in issue 46, never chosen by
-        `auto`) or `auto` (random and planned; the one whose head is cheaper on the
-        calibration split at the served quality, chosen per run).
+        `auto`), `planned_halves` (`planned` at share/2, the round-0 head refitted on the
+        receipts plus those replays, then `planned` again for the other share/2 among the
+        prompts not yet replayed; tried in issue 46, never chosen by `auto`) or `auto`
+        (random and planned; the one whose head is cheaper on the calibration split at the
+        served quality, chosen per run).
     """
 
     share: float = 0.10
@@ -188,9 +191,9 @@ class RouterReplayConfig:
         if not 0.0 <= float(self.share) <= 1.0:
             _fail(name, "share", self.share, "must be in [0, 1]")
         _int_at_least(name, "seed", self.seed, 0)
-        if self.selection not in ("random", "planned", "planned_gain", "auto"):
+        if self.selection not in ("random", "planned", "planned_gain", "planned_halves", "auto"):
             _fail(name, "selection", self.selection,
-                  "must be random, planned, planned_gain or auto")
+                  "must be random, planned, planned_gain, planned_halves or auto")
 
 
 @dataclass(frozen=True)

@@ -273,7 +273,8 @@ PLANNED_CRITERIA = {"planned": "priority", "planned_gain": "expected_gain"}
 def planned_prompts(labels: pd.DataFrame, matrix: OutcomeMatrix, prob: np.ndarray,
                     threshold: float, rule: str, share: float, seed: int,
                     embedding: np.ndarray | None = None,
-                    criterion: str = "priority") -> tuple[np.ndarray, dict]:
+                    criterion: str = "priority", *, exclude: np.ndarray | None = None,
+                    n_pick: int | None = None) -> tuple[np.ndarray, dict]:
     """The top of the replay plan: round(share x m) of the m logged opening prompts.
 
     prob: (n_prompts, K) P(success) of a head fitted on the receipts alone (no replay),
@@ -282,8 +283,10 @@ def planned_prompts(labels: pd.DataFrame, matrix: OutcomeMatrix, prob: np.ndarra
     `replay_plan.pair_priority` ("priority") or `replay_plan.expected_gain`
     ("expected_gain"); the share is spread over categories x embedding cells
     (`coverage_strata`; embedding None: categories only) and spent on the highest values
-    in each. Reads the receipts (`labels`), `prob` and the prompts' categories, never
-    `matrix`'s outcomes. Returns the picked prompt ids (ranked) and a report."""
+    in each. exclude: prompt ids already replayed, never picked again (the strata stay
+    those of all m prompts); n_pick: how many to pick (None: round(share x m)). Reads the
+    receipts (`labels`), `prob` and the prompts' categories, never `matrix`'s outcomes.
+    Returns the picked prompt ids (ranked) and a report."""
     prompts, rows, seen = logged_openings(labels, matrix)
     p = np.asarray(prob, float)[rows]
     if criterion == "priority":
@@ -297,13 +300,15 @@ def planned_prompts(labels: pd.DataFrame, matrix: OutcomeMatrix, prob: np.ndarra
     task = matrix.meta[O.TASK].to_numpy(dtype=object)[rows]
     strata = (coverage_strata(np.asarray(embedding)[rows], task, seed) if embedding is not None
               else pd.factorize(pd.Series(task).fillna(""))[0])
-    n_pick = int(round(share * len(prompts)))
-    pick = plan_prompts(value, n_pick, strata, seed)
+    n_pick = int(round(share * len(prompts))) if n_pick is None else int(n_pick)
+    open_ = (np.flatnonzero(~np.isin(prompts, np.asarray(exclude).astype(str)))
+             if exclude is not None else np.arange(len(prompts)))
+    pick = open_[plan_prompts(value[open_], n_pick, strata[open_], seed)]
     report = {"criterion": criterion, "strata": int(len(np.unique(strata))),
-              "plan_value_picked": float(value[pick].sum()),
-              "plan_value_all": float(value.sum()),
+              "picked": int(len(pick)), "plan_value_picked": float(value[pick].sum()),
+              "plan_value_all": float(value[open_].sum()),
               "mean_value_picked": float(value[pick].mean()) if len(pick) else 0.0,
-              "mean_value_all": float(value.mean()) if len(value) else 0.0}
+              "mean_value_all": float(value[open_].mean()) if len(open_) else 0.0}
     return prompts[pick], report
 
 
@@ -356,17 +361,52 @@ def replay_labels(labels: pd.DataFrame, matrix: OutcomeMatrix,
     return out
 
 
+def planned_halves(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterReplayConfig,
+                   plan: Callable[[], tuple[np.ndarray, float, str]],
+                   replan: Callable[[pd.DataFrame], tuple[np.ndarray, float, str]],
+                   embedding: np.ndarray | None = None) -> tuple[pd.DataFrame, dict]:
+    """`router.replay.selection=planned_halves`: a replay plan refreshed once, half way.
+
+    First half: `planned_prompts` at share/2 on `plan()` (the round-0 head on the receipts
+    alone), i.e. exactly what `planned` picks at share/2. Those prompts are replayed, and
+    `replan(first half's replay rows)` refits the same head on the receipts plus them and
+    gives its P(success), threshold and rule. Second half: `planned_prompts` again, same
+    criterion and strata, for the remaining round(share x m) - first among the prompts not
+    yet replayed. Each half reads only what the team holds at that moment (the receipts,
+    then the first half's revealed outcomes), never an outcome before its replay. Returns
+    both halves' replay rows and a report of each half's size and plan value."""
+    prompts = logged_openings(bandit, matrix)[0]
+    total = int(round(config.share * len(prompts)))
+    halves = []
+    prob, threshold, rule = plan()
+    first, rep1 = planned_prompts(bandit, matrix, prob, threshold, rule, config.share / 2,
+                                  config.seed, embedding)
+    halves.append({**rep1, "threshold": float(threshold), "rule": rule})
+    replay1 = replay_labels(bandit, matrix, config, picked=first)
+    prob, threshold, rule = replan(replay1)
+    second, rep2 = planned_prompts(bandit, matrix, prob, threshold, rule, config.share,
+                                   config.seed, embedding, exclude=first,
+                                   n_pick=total - len(first))
+    halves.append({**rep2, "threshold": float(threshold), "rule": rule})
+    out = replay_labels(bandit, matrix, config, picked=np.concatenate([first, second]))
+    return out, {"halves": halves, "first_half": first.tolist(), "second_half": second.tolist()}
+
+
 def choose_replays(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterReplayConfig,
                    plan: Callable[[], tuple[np.ndarray, float, str]],
                    judge: Callable[[pd.DataFrame], float],
-                   embedding: np.ndarray | None = None) -> tuple[pd.DataFrame, dict]:
+                   embedding: np.ndarray | None = None,
+                   replan: Callable[[pd.DataFrame], tuple[np.ndarray, float, str]] | None = None,
+                   ) -> tuple[pd.DataFrame, dict]:
     """The replay rows of `config.selection` and what was chosen and why.
 
     random: `random_prompts`; planned: `planned_prompts` on `plan()` = (P(success) of the
     round-0 head, fitted on the receipts alone, over `matrix`'s rows; its threshold; its
-    rule); planned_gain: the same ranked by the expected gain (`PLANNED_CRITERIA`); auto:
-    random and planned, and the one whose `judge(replay rows)` (a head fitted with them,
-    its cost ratio on the calibration split, lower is better) is lower; a tie keeps random.
+    rule); planned_gain: the same ranked by the expected gain (`PLANNED_CRITERIA`);
+    planned_halves: `planned_halves`, with `replan(replay rows)` = the same head refitted
+    on the receipts plus those replays (required then); auto: random and planned, and the
+    one whose `judge(replay rows)` (a head fitted with them, its cost ratio on the
+    calibration split, lower is better) is lower; a tie keeps random.
     The report (the run summary's `replay`) says which selection ran and why."""
     sel = config.selection
     report: dict = {"selection": sel, "share": float(config.share)}
@@ -374,6 +414,19 @@ def choose_replays(bandit: pd.DataFrame, matrix: OutcomeMatrix, config: RouterRe
         out = replay_labels(bandit, matrix, config)
         report.update(chosen="random", why="router.replay.selection=random" if sel == "random"
                       else "share 0: nothing to plan")
+        return out, {**report, **out.attrs["replay_report"]}
+    if sel == "planned_halves":
+        if replan is None:
+            raise ValueError("choose_replays: selection planned_halves needs replan (the "
+                             "round-0 head refitted on the receipts plus the first half)")
+        out, halves = planned_halves(bandit, matrix, config, plan, replan, embedding)
+        h1, h2 = halves["halves"]
+        report.update(chosen=sel, halves=halves["halves"],
+                      plan={**h1, "round0_threshold": h1["threshold"]},
+                      why=(f"router.replay.selection={sel}: first half {h1['picked']} prompts "
+                           f"(plan value {h1['plan_value_picked']:.3f}), second half "
+                           f"{h2['picked']} (plan value {h2['plan_value_picked']:.3f} after "
+                           "the refit)"))
         return out, {**report, **out.attrs["replay_report"]}
     prob, threshold, rule = plan()
     picked, plan_report = planned_prompts(bandit, matrix, prob, threshold, rule, config.share,
