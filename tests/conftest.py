@@ -282,7 +282,8 @@ class LongestFilesFirst:
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config, items):
-        known = config.cache.get(FILE_SECONDS_CACHE, {}) if config.cache else {}
+        cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+        known = cache.get(FILE_SECONDS_CACHE, {}) if cache is not None else {}
         files: dict[str, list] = {}
         for item in items:
             files.setdefault(_file_of(item.nodeid), []).append(item)
@@ -301,7 +302,8 @@ class LongestFilesFirst:
         self.seconds[name] = self.seconds.get(name, 0.0) + report.duration
 
     def pytest_sessionfinish(self, session, exitstatus):
-        if hasattr(self.config, "workerinput") or not self.seconds or self.config.cache is None:
+        if hasattr(self.config, "workerinput") or not self.seconds \
+                or getattr(self.config, "cache", None) is None:
             return
         known = self.config.cache.get(FILE_SECONDS_CACHE, {})
         known.update({name: round(s, 1) for name, s in self.seconds.items()})

@@ -21,13 +21,16 @@ ENCODER = "tfidf-svd-48"
 
 
 # `python -m training pipeline=router` overrides for a run whose test is about something
-# else than choosing the head, the replay selection or the seed spread: the configured head
-# fitted once, one teacher, one seed, uniform replays. Each of those defaults refits the
-# head (docs/design/router.md steps 4-6): the head selection alone fits 4 heads, two of them
-# distilled from 5 teachers; they have their own tests (tests/router/test_router_head_select.py,
-# tests/router/test_replay_selection.py, the spread in tests/pipelines/test_router_pipeline.py).
+# else than choosing the head, the replay selection, the seed spread or the learning curve:
+# the configured head fitted once, one teacher, one seed, uniform replays, the curve's full
+# point only. Each of those defaults refits the head (docs/design/router.md steps 4-6): the
+# head selection alone fits 4 heads, two of them distilled from 5 teachers, and the curve
+# refits at 25% and 50% of the labels; they have their own tests
+# (tests/router/test_router_head_select.py, tests/router/test_replay_selection.py, the
+# spread and the curve in tests/pipelines/test_router_pipeline.py).
 ONE_HEAD = ("router.head_select.enabled=false", "router.head.teachers=1",
-            "router.spread_seeds=1", "router.replay.selection=random")
+            "router.spread_seeds=1", "router.replay.selection=random",
+            "router.go.curve_fractions=[1.0]")
 
 
 def router_receipts_config(**over) -> object:

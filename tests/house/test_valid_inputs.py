@@ -657,7 +657,7 @@ def test_cli_router_missing_required_column_names_file_and_column(outcome_tables
 # does) and reused while it verifies; int8 is not under test here.
 ROUTER_CLI = ("router.encoder.int8=false", "router.head.max_epochs=5",
               "router.lgbm_estimators=10", "router.go.n_boot=100", "router.evaluation.n_boot=100",
-              "router.go.curve_fractions=[1.0]", *ONE_HEAD)
+              *ONE_HEAD)
 
 
 @pytest.mark.slow

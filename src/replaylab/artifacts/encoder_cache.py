@@ -44,19 +44,39 @@ def encoder_folder(enc: Mapping, parity_texts: list[str]) -> Path:
     from replaylab.runtime.encoder import load_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-minilm"
-    try:
-        if load_encoder(folder, variant="fp32").golden_status != "passed":
-            raise ValueError("an export from before golden vectors: export again")
-        tried = json.loads((folder / "manifest.json").read_text())["training"]["parity"][
-            "variants"]
-        if not bool(enc.get("int8", True)) or tried.get("int8", {}).get("scheme") == INT8_SCHEME:
-            return folder  # int8 not asked for, or tried with today's scheme
-    except (ManifestError, OSError, KeyError, ValueError):
-        pass
-    log.info("exporting MiniLM to ONNX into %s (once; reused while it verifies)", folder)
-    export_encoder(load_minilm(), folder, parity_texts=parity_texts[:200],
-                   int8=bool(enc.get("int8", True)), overwrite=True)
+
+    def reusable() -> bool:
+        try:
+            if load_encoder(folder, variant="fp32").golden_status != "passed":
+                return False  # an export from before golden vectors: export again
+            tried = json.loads((folder / "manifest.json").read_text())["training"]["parity"][
+                "variants"]
+        except (ManifestError, OSError, KeyError, ValueError):
+            return False
+        # int8 not asked for, or tried with today's scheme
+        return not bool(enc.get("int8", True)) or \
+            tried.get("int8", {}).get("scheme") == INT8_SCHEME
+
+    with export_lock(folder):
+        if reusable():
+            return folder
+        log.info("exporting MiniLM to ONNX into %s (once; reused while it verifies)", folder)
+        export_encoder(load_minilm(), folder, parity_texts=parity_texts[:200],
+                       int8=bool(enc.get("int8", True)), overwrite=True)
     return folder
+
+
+def export_lock(folder: Path) -> Any:
+    """An exclusive lock on `folder`'s export, held while a process checks and (re)makes it
+    (`<folder>.lock` beside it): two runs sharing a cache (two training jobs, two test
+    workers) export once, the second waiting for the first and reusing its export, instead
+    of both spending the export's minute of CPU. The export itself is atomic either way.
+    filelock (a dependency of huggingface_hub and torch, locked in requirements.lock): an
+    OS file lock released when its holder exits, even when it is killed."""
+    from filelock import FileLock
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(folder.with_name(folder.name + ".lock")))
 
 
 TIERS = ("minilm", "static")
@@ -79,14 +99,16 @@ def static_encoder_folder(enc: Mapping, parity_texts: list[str]) -> Path:
     from replaylab.runtime.static_encoder import load_static_encoder
 
     folder = Path(enc["cache_dir"]) / "encoder-static"
-    try:
-        if load_static_encoder(folder).golden_status == "passed":
-            return folder
-    except (ManifestError, OSError, ValueError):
-        pass
-    log.info("distilling MiniLM with model2vec into %s (once; reused while it verifies)", folder)
-    export_static_encoder(distill_minilm(), folder, parity_texts=parity_texts[:500],
-                          overwrite=True)
+    with export_lock(folder):
+        try:
+            if load_static_encoder(folder).golden_status == "passed":
+                return folder
+        except (ManifestError, OSError, ValueError):
+            pass
+        log.info("distilling MiniLM with model2vec into %s (once; reused while it verifies)",
+                 folder)
+        export_static_encoder(distill_minilm(), folder, parity_texts=parity_texts[:500],
+                              overwrite=True)
     return folder
 
 
