@@ -72,10 +72,20 @@ def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_demand_compute_dask_entrypoint(dask_address, tmp_path):
-    """compute=dask trains the boosters on a real 2-worker LocalCluster (the session's);
-    calibration holds."""
-    s = train("pipeline=demand", "compute=dask", f"compute.address={dask_address}",
-              "tracking=off", "data.synthetic.n_sessions=1500", run_dir=tmp_path / "dask").summary
+def test_demand_compute_dask_entrypoint(tmp_path):
+    """compute=dask trains the boosters on a real scheduler and 2 workers of its own;
+    calibration holds.
+
+    Not the session's cluster: run in this process, the entry point's client sat beside the
+    session's own `dask_client` on the session's scheduler, and twice in five full `-n 2`
+    runs (2026-12-07) lightgbm.dask's partition futures were cancelled for "lost
+    dependencies" with no worker lost; never when the run is a process of its own, as a
+    user's `python -m training` is. The cause is not established (docs/howto/testing.md)."""
+    from tests.helpers.dask import dask_processes
+
+    with dask_processes(tmp_path) as (address, _):
+        s = train("pipeline=demand", "compute=dask", f"compute.address={address}",
+                  "tracking=off", "data.synthetic.n_sessions=1500",
+                  run_dir=tmp_path / "dask").summary
     assert s["compute"]["kind"] == "dask"
     assert 0.72 <= s["test"]["model"]["coverage"] <= 0.88

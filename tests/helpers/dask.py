@@ -27,9 +27,12 @@ def dask_processes(tmp: Path, n_workers: int = 2):
 
     dask_bin = str(Path(sys.executable).parent / "dask")
     sched_file = tmp / "scheduler.json"
+    # each process's log beside the scheduler file (`tmp`): what a failure is read from
+    logs = [open(tmp / name, "ab") for name in  # noqa: SIM115 - closed in finally
+            ("scheduler.log", *(f"worker-{i}.log" for i in range(n_workers)))]
     procs = [subprocess.Popen([dask_bin, "scheduler", "--host", "127.0.0.1", "--port", "0",
                                "--no-dashboard", "--scheduler-file", str(sched_file)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=logs[0], env=ENV,
                               start_new_session=True)]
     try:
         deadline = time.time() + 60
@@ -38,8 +41,8 @@ def dask_processes(tmp: Path, n_workers: int = 2):
         address = json.loads(sched_file.read_text())["address"]
         workers = [subprocess.Popen([dask_bin, "worker", address, "--nworkers", "1",
                                      "--nthreads", "1", "--no-dashboard"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                    env=ENV, start_new_session=True) for _ in range(n_workers)]
+                                    stdout=subprocess.DEVNULL, stderr=logs[1 + i],
+                                    env=ENV, start_new_session=True) for i in range(n_workers)]
         procs += workers
         with Client(address) as c:
             c.wait_for_workers(n_workers, timeout=60)
@@ -55,3 +58,5 @@ def dask_processes(tmp: Path, n_workers: int = 2):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
+        for f in logs:
+            f.close()
