@@ -87,6 +87,30 @@ PRICE = np.array([1.0, 4.0, 20.0])  # USD per million tokens, cheapest first
 
 
 
+def replay_world(n: int = 400, seed: int = 0) -> tuple:
+    """(outcome matrix, embeddings) for the replay-selection tests: n prompts in 6
+    clusters of 12-d unit embeddings; candidates "cheap" (success 0.1..0.9 by cluster,
+    0.001 USD) and "strong" (0.95, 0.02 USD); tasks alternate math / chat."""
+    from replaylab.contracts.columns import Outcomes as O
+    from replaylab.router.replay import outcome_matrix
+
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(6, 12))
+    cluster = rng.integers(0, 6, n)
+    emb = centers[cluster] + rng.normal(scale=0.3, size=(n, 12))
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    p_cheap = np.linspace(0.1, 0.9, 6)[cluster]
+    rows = []
+    for i in range(n):
+        for cand, p, cost in (("cheap", p_cheap[i], 0.001), ("strong", 0.95, 0.02)):
+            ok = bool(rng.random() < p)
+            rows.append({O.VERSION: "1", O.PROMPT_ID: f"p{i:04d}", O.PROMPT_TEXT: f"prompt {i}",
+                         O.TASK: ("math", "chat")[i % 2], O.CANDIDATE: cand, O.SCORE: float(ok),
+                         O.SUCCESS: ok, O.COST: cost, O.CURRENCY: "USD"})
+    return (outcome_matrix(pd.DataFrame(rows), candidates=["cheap", "strong"]),
+            emb.astype(np.float32))
+
+
 def clustered(n: int = 2000, d: int = 32, seed: int = 0) -> dict:
     """Embeddings (n, d) in 8 clusters, meta, full-information score / cost (n, K)."""
     rng = np.random.default_rng(seed)

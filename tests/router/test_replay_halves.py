@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from replaylab.contracts.columns import Outcomes as O
 from replaylab.router.baselines import KnnRouter
 from replaylab.router.config import RouterExplorationConfig, RouterReplayConfig
 from replaylab.router.exploration import bandit_rows, simulate_receipts
@@ -25,34 +24,18 @@ from replaylab.router.replay import (
     OutcomeMatrix,
     choose_replays,
     logged_openings,
-    outcome_matrix,
     planned_halves,
     planned_prompts,
     training_labels,
 )
 from replaylab.router.rules import ScenarioRules
+from tests.helpers.router import replay_world as world  # candidates CANDS
 
 CANDS = ("cheap", "strong")
 RULE = "margin"
 THRESHOLD = 0.1
 SHARE = 0.25
 
-
-def world(n: int = 400, seed: int = 0) -> tuple[OutcomeMatrix, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(6, 12))
-    cluster = rng.integers(0, 6, n)
-    emb = centers[cluster] + rng.normal(scale=0.3, size=(n, 12))
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    p_cheap = np.linspace(0.1, 0.9, 6)[cluster]
-    rows = []
-    for i in range(n):
-        for cand, p, cost in (("cheap", p_cheap[i], 0.001), ("strong", 0.95, 0.02)):
-            ok = bool(rng.random() < p)
-            rows.append({O.VERSION: "1", O.PROMPT_ID: f"p{i:04d}", O.PROMPT_TEXT: f"prompt {i}",
-                         O.TASK: ("math", "chat")[i % 2], O.CANDIDATE: cand, O.SCORE: float(ok),
-                         O.SUCCESS: ok, O.COST: cost, O.CURRENCY: "USD"})
-    return outcome_matrix(pd.DataFrame(rows), candidates=list(CANDS)), emb.astype(np.float32)
 
 
 def knn_prob(labels: pd.DataFrame, m: OutcomeMatrix, emb: np.ndarray) -> np.ndarray:

@@ -22,7 +22,6 @@ from replaylab.router.replay import (
     OutcomeMatrix,
     choose_replays,
     logged_openings,
-    outcome_matrix,
     planned_prompts,
     random_prompts,
     replay_labels,
@@ -36,27 +35,11 @@ from replaylab.router.replay_plan import (
 )
 from replaylab.router.rules import ScenarioRules
 from replaylab.runtime.routing import routing_scores
+from tests.helpers.router import replay_world as world  # candidates CANDS
 
 CANDS = ("cheap", "strong")
 RULE = "margin"
 
-
-def world(n: int = 400, seed: int = 0) -> tuple[OutcomeMatrix, np.ndarray]:
-    """(matrix, embeddings): 6 clusters, cheap success 0.1..0.9 by cluster, strong 0.95."""
-    rng = np.random.default_rng(seed)
-    centers = rng.normal(size=(6, 12))
-    cluster = rng.integers(0, 6, n)
-    emb = centers[cluster] + rng.normal(scale=0.3, size=(n, 12))
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    p_cheap = np.linspace(0.1, 0.9, 6)[cluster]
-    rows = []
-    for i in range(n):
-        for cand, p, cost in (("cheap", p_cheap[i], 0.001), ("strong", 0.95, 0.02)):
-            ok = bool(rng.random() < p)
-            rows.append({O.VERSION: "1", O.PROMPT_ID: f"p{i:04d}", O.PROMPT_TEXT: f"prompt {i}",
-                         O.TASK: ("math", "chat")[i % 2], O.CANDIDATE: cand, O.SCORE: float(ok),
-                         O.SUCCESS: ok, O.COST: cost, O.CURRENCY: "USD"})
-    return outcome_matrix(pd.DataFrame(rows), candidates=list(CANDS)), emb.astype(np.float32)
 
 
 def receipts(m: OutcomeMatrix, seed: int = 0) -> pd.DataFrame:
