@@ -72,20 +72,17 @@ def test_demand_pipeline_without_labels_is_one_line_error(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.integration
-def test_demand_compute_dask_entrypoint(tmp_path):
-    """compute=dask trains the boosters on a real scheduler and 2 workers of its own;
-    calibration holds.
+def test_demand_compute_dask_entrypoint(dask_address, dask_client, tmp_path):
+    """compute=dask trains the boosters on a real 2-worker cluster (the session's);
+    calibration holds. Run in this process while the session's `dask_client` is current:
+    the run's client is made current for its length (`compute.engines.dask_client`; before
+    that the run's persists went through the session's client and lightgbm.dask's fit was
+    cancelled for "lost dependencies", twice in five full runs and in CI)."""
+    from distributed import default_client
 
-    Not the session's cluster: run in this process, the entry point's client sat beside the
-    session's own `dask_client` on the session's scheduler, and twice in five full `-n 2`
-    runs (2026-12-07) lightgbm.dask's partition futures were cancelled for "lost
-    dependencies" with no worker lost; never when the run is a process of its own, as a
-    user's `python -m training` is. The cause is not established (docs/howto/testing.md)."""
-    from tests.helpers.dask import dask_processes
-
-    with dask_processes(tmp_path) as (address, _):
-        s = train("pipeline=demand", "compute=dask", f"compute.address={address}",
-                  "tracking=off", "data.synthetic.n_sessions=1500",
-                  run_dir=tmp_path / "dask").summary
+    s = train("pipeline=demand", "compute=dask", f"compute.address={dask_address}",
+              "tracking=off", "data.synthetic.n_sessions=1500",
+              run_dir=tmp_path / "dask").summary
+    assert default_client() is dask_client
     assert s["compute"]["kind"] == "dask"
     assert 0.72 <= s["test"]["model"]["coverage"] <= 0.88

@@ -232,3 +232,22 @@ def test_submit_all_runs_one_task_per_item_in_order(dask_engine):
     facts = dask_engine.facts()
     assert facts["kind"] == "dask" and facts["n_workers"] == 2
     assert LocalEngine().facts() == {"kind": "local"}
+
+
+def test_a_client_current_in_the_callers_process_does_not_take_the_engines_work(dask_address):
+    """The engine's client is current for the run: with another client already current (a
+    notebook's, the test session's `with Client(...)`), the run's persists land on the
+    engine's scheduler, where lightgbm.dask submits (else: "lost dependencies", CI of stop
+    52), and the caller's client is current again after."""
+    from distributed import Client, LocalCluster, default_client, futures_of, wait
+
+    with LocalCluster(n_workers=1, processes=False, dashboard_address=None) as other, \
+            Client(other) as caller:
+        with engine(ComputeConfig(kind="dask", address=dask_address)) as eng:
+            f = eng.persist(eng.from_pandas(frame(300), npartitions=2))
+            owners = {fut.client.scheduler.address for fut in futures_of(f)}
+            assert owners == {eng.client.scheduler.address} != {caller.scheduler.address}
+            wait(futures_of(f))
+            held = {k for keys in eng.client.has_what().values() for k in keys}
+            assert {fut.key for fut in futures_of(f)} <= held
+        assert default_client() is caller

@@ -375,18 +375,22 @@ def log_dashboard(client: Any) -> None:
 @contextmanager
 def dask_client(cfg: ComputeConfig) -> Iterator[Any]:
     """A Dask client: the scheduler at cfg.address, or a LocalCluster of processes (its
-    dashboard on a free loopback port when bokeh is installed); logs the dashboard link."""
+    dashboard on a free loopback port when bokeh is installed); logs the dashboard link.
+
+    The client is the current one for the length of the run (`with Client(...)` sets it;
+    also the default for threads): the engine's collections persist and compute through
+    the current client, and a client the caller's process had made current (a notebook's,
+    a test session's `with Client(...)`) would otherwise get the run's persists while
+    lightgbm.dask submits on this one; the scheduler then cancels the fit for "lost
+    dependencies" (keys it never held)."""
     from dask.distributed import Client, LocalCluster
 
     if cfg.address:
-        client = Client(cfg.address)
-        log.info("dask: scheduler %s, %d workers", cfg.address,
-                 len(client.scheduler_info().get("workers", {})))
-        log_dashboard(client)
-        try:
+        with Client(cfg.address) as client:
+            log.info("dask: scheduler %s, %d workers", cfg.address,
+                     len(client.scheduler_info().get("workers", {})))
+            log_dashboard(client)
             yield client
-        finally:
-            client.close()
         return
     address = dashboard_address()
     with LocalCluster(n_workers=cfg.n_workers, threads_per_worker=cfg.threads_per_worker,
