@@ -445,15 +445,48 @@ def test_a_worker_lost_for_good_stops_the_run_in_one_line_without_a_summary(tmp_
     assert not (out / "summary.json").exists()
 
 
-def test_hpo_is_refused_under_compute_dask_before_a_cluster_starts(tmp_path):
-    """The search is not distributed: compute=dask with demand.hpo.trials > 0 is one
-    `error:` line, exit 2, before a cluster starts or a row is read, and no summary."""
-    from tests.helpers.entrypoints import train
+@pytest.mark.slow
+@pytest.mark.integration
+def test_hpo_runs_on_either_engine_and_searches_as_the_in_memory_run(tmp_path, dask_address,
+                                                                     dask_client):
+    """demand.hpo on engine partitions: on a LocalEngine every trial is the in-memory run's
+    trial (the same local estimator on the same rows), so the same search, best parameters
+    and final model; on Dask each trial is fitted by lightgbm.dask on the cluster and the
+    best parameters are the ones the final model trains with."""
+    import dask
 
-    run = train("pipeline=demand", "compute=dask", "demand.hpo.trials=2", "tracking=off",
-                run_dir=tmp_path / "r", check=False)
-    assert run.returncode == 2
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: demand.hpo.trials > 0 with compute=dask"), last
-    assert "compute=local" in last and not run.summary
-    assert not (tmp_path / "r" / "ledger.parquet").exists()
+    from replaylab.demand.hpo import HPOConfig
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
+
+    frame = generate_synthetic_ledger(
+        SyntheticLedgerConfig(n_sessions=700, sessions_per_s=0.25), seed=11)
+    path = write_table(frame, tmp_path / "ledger.parquet")
+    cfg = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=60),
+                       censoring=CensoringConfig(method="none"), min_group_size=100)
+    projection, split = ProjectionConfig(), SplitConfig(embargo_ms=300_000)
+    mem, mem_run = train_demand(load_ledger(LedgerInput(path=str(path))), projection, split,
+                                cfg, tmp_path / "mem", hpo=HPOConfig(trials=3, seed=1))
+    seen: list[tuple] = []
+    parts, parts_run = train_demand_partitions(
+        LocalEngine(), str(path), cfg, projection, split, tmp_path / "parts",
+        hpo=HPOConfig(trials=3, seed=1), on_trial=lambda n, p, v: seen.append((n, p, v)))
+    assert [n for n, _, _ in seen] == [0, 1, 2]
+    for key in ("trials_run", "best_params", "best_trial", "first_trial_value",
+                "best_value_validation_mean_pinball"):
+        assert parts["hpo"][key] == mem["hpo"][key], key
+    assert parts["hpo"]["best_value_validation_mean_pinball"] == min(v for *_, v in seen)
+    assert parts["demand_config"] == mem["demand_config"]
+    assert [b.model_to_string() for b in parts_run.model.boosters_] == \
+        [b.model_to_string() for b in mem_run.model.boosters_]
+    assert "hpo" in parts["timings_s"]
+
+    with dask.config.set({"dataframe.convert-string": False}):
+        dist, dist_run = train_demand_partitions(
+            dask_engine(dask_address, dask_client), str(path), cfg, projection, split,
+            tmp_path / "dask", hpo=HPOConfig(trials=2, seed=1), n_boot=20)
+    assert dist["hpo"]["trials_run"] == 2 and dist["hpo"]["trials_in_study"] == 2
+    assert np.isfinite(dist["hpo"]["best_value_validation_mean_pinball"])
+    best = dist["hpo"]["best_params"]
+    assert {k: dist["demand_config"]["model"][k] for k in best} == best
+    assert dist_run.model.config_.learning_rate == best["learning_rate"]
+    assert dist["model"]["trained_with"].startswith("lightgbm.dask")

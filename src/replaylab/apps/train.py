@@ -40,9 +40,9 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     compute=local: every stage in this process on the ledger in memory
     (`pipelines.demand.train_demand`, HPO and every censoring variant included);
     compute=dask: every stage over the ledger's partitions on the cluster
-    (`pipelines.demand_partitions.train_demand_partitions`): a `data.ledger` dataset is
-    read by the workers and never reaches the driver, the synthetic ledger is
-    partitioned from memory."""
+    (`pipelines.demand_partitions.train_demand_partitions`, HPO included, each trial
+    fitted on the cluster): a `data.ledger` dataset is read by the workers and never
+    reaches the driver, the synthetic ledger is partitioned from memory."""
     from replaylab.apps.inputs import compute_config, compute_engine
     from replaylab.demand import DemandConfig
     from replaylab.demand.hpo import HPOConfig
@@ -50,17 +50,13 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.pipelines.project import load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
-    compute = compute_config(cfg)
+    compute_config(cfg)  # a bad compute section is one line before anything is read
     inp = ledger_input(cfg)
     projection = from_mapping(ProjectionConfig, plain(cfg.projection), "projection")
     split = from_mapping(SplitConfig, plain(cfg.split), "split")
     demand_values = plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
-    if compute.kind == "dask" and int(hpo.trials) > 0:
-        raise ConfigError("demand.hpo.trials > 0 with compute=dask: the search is not "
-                          "distributed yet; run it with compute=local on a sample and pass the "
-                          "chosen demand.model.* values")
     with compute_engine(cfg) as engine:
         if engine.kind == "dask":
             from replaylab.pipelines.demand_partitions import train_demand_partitions
@@ -70,7 +66,7 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
             summary, run = train_demand_partitions(
                 engine, source, demand_cfg, projection, split, run_dir,
                 injected_defects=loaded.injected_defects if loaded else None,
-                progress=log.info)
+                hpo=hpo, on_trial=nested_trial_logger(cfg), progress=log.info)
         else:
             summary, run = train_demand(load_ledger(inp), projection, split, demand_cfg,
                                         run_dir, hpo=hpo, on_trial=nested_trial_logger(cfg),

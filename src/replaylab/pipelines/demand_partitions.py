@@ -78,15 +78,20 @@ Differences from the in-memory run, by construction: on Dask the boosters
 (LightGBM's distributed bins and per-worker quantile leaf averaging, `compute.lgbm`), so
 the model's predictions, its interval and every figure of the model differ a little;
 the baselines' fitted state and figures do not (exact), nor any interval's bootstrap
-(one hashed Poisson bootstrap on both engines). Not partitioned (yet): HPO, the
-`pinball` censoring variant and `auto`'s choice among variants (the run trains `none`,
-or `realized` when configured, and says so), the HTML report (which recomputes from a
-uniform sample of rows).
+(one hashed Poisson bootstrap on both engines). HPO (`hpo`: an Optuna search before the
+model stage's final fit) runs on either engine: each trial is `fit_model` on the engine,
+scored by its validation tail's mean pinball (`_validation_pinball`). Not partitioned
+(yet): the `pinball` censoring variant and `auto`'s choice among variants (the run trains
+`none`, or `realized` when configured, and says so), the HTML report (which recomputes
+from a uniform sample of rows).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -110,6 +115,7 @@ from replaylab.demand.fit_partitions import (
     select,
 )
 from replaylab.demand.gate import N_BOOT
+from replaylab.demand.hpo import HPOConfig, OnTrial, search_hyperparameters
 from replaylab.demand.labels import (
     ABSENT_USAGE,
     CLASS_COLUMN,
@@ -284,6 +290,7 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
                             blocksize: int | str | None = None, n_boot: int = N_BOOT,
                             calibration_max: int = CALIBRATION_COLLECT_MAX,
                             injected_defects: dict | None = None,
+                            hpo: HPOConfig | None = None, on_trial: OnTrial | None = None,
                             progress: Callable[[str], None] | None = None) -> tuple[dict, Any]:
     """`pipelines.demand.train_demand` over the partitions of `engine` (module docstring).
 
@@ -292,6 +299,11 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
     predictions_test/ (Parquet, per partition) and served_test.parquet under out_dir and
     returns (summary with `train_demand`'s keys, `DemandRun`). Raises DemandDataError
     when nothing can be trained (`labels.check_trainable`'s rules).
+
+    hpo: an Optuna search over the model's hyperparameters before the final fit
+    (`demand.hpo.search_hyperparameters`), each trial fitted on the engine and scored on
+    the validation tail of train, as the in-memory run does (`on_trial(number, params,
+    value)` per finished trial; the entry point logs each as a nested MLflow run).
 
     progress(text): the stage lines (`Engine.stages`, `STAGES`; default the `replaylab`
     logger), with a task bar on a TTY under Dask. A worker lost mid-run: Dask recomputes
@@ -333,7 +345,18 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
 
         with stage("model"):
             method, censoring = _censoring_section(demand, facts["counts"])
+            hpo_facts, hpo_s = None, None
             try:
+                if hpo is not None and hpo.trials > 0:
+                    t0 = time.perf_counter()
+                    train_rows = engine.persist(model_rows(engine, lab, demand, NONE))
+                    best, hpo_facts = search_hyperparameters(
+                        lambda model_cfg: _validation_pinball(engine, train_rows, demand,
+                                                              model_cfg, workers),
+                        demand.model, hpo, study_suffix=version, on_trial=on_trial)
+                    demand = dataclasses.replace(demand, model=best)
+                    del train_rows
+                    hpo_s = time.perf_counter() - t0
                 model = fit_model(engine, model_rows(engine, lab, demand, method), demand,
                                   method, workers)
             except Exception as e:
@@ -374,7 +397,9 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
             sample = engine.collect(hashed_sample(engine, test, frac, demand.seed + GOLDEN_SALT,
                                                   key=L.REQUEST_ID))
     took = stage.timings
-    timings = {"projection": took["read"] + took["project"], "model_fit": took["model"],
+    timings = {"projection": took["read"] + took["project"],
+               **({"hpo": hpo_s} if hpo_s is not None else {}),
+               "model_fit": took["model"] - (hpo_s or 0.0),
                "baselines_and_calibration": took["calibrate"], "evaluation": took["evaluate"]}
     sample = sample.sort_values(L.REQUEST_ID).reset_index(drop=True)
     cap_s = request_cap(sample) if demand.clip_to_cap else None
@@ -417,7 +442,7 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
             "train_partitions_without_rows": int(getattr(model, "empty_partitions_", 0)),
             "workers": workers},  # the model is a function of the rows and this number
         "censoring": censoring,
-        "hpo": {"trials_run": 0, "note": "not run over engine partitions"},
+        "hpo": hpo_facts or {"trials_run": 0},
         "calibration": {
             "rows": cal_how["rows"], "level": demand.interval, "scale": demand.scale,
             "group_columns": list(demand.group_columns),
@@ -458,6 +483,16 @@ def _write_report(pred_dir: Path, summary: dict, out_dir: Path, seed: int) -> tu
     sample = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     sample = sample.sort_values(L.TIMESTAMP, kind="stable").reset_index(drop=True)
     return write_demand_report(sample, summary, out_dir), len(sample)
+
+
+def _validation_pinball(engine: Any, rows: Any, demand: DemandConfig, model_cfg: Any,
+                        workers: int) -> float:
+    """An HPO trial: the label-rows model fitted on the engine with `model_cfg` (early
+    stopping on the time-ordered tail of train); its mean pinball on that tail."""
+    model = fit_model(engine, rows, dataclasses.replace(demand, model=model_cfg), NONE,
+                      workers)
+    val = model.validation_pinball_
+    return float(np.mean(list(val.values()))) if val else math.nan
 
 
 def _censoring_section(demand: DemandConfig, counts: dict) -> tuple[str, dict]:
