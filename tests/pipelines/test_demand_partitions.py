@@ -490,3 +490,57 @@ def test_hpo_runs_on_either_engine_and_searches_as_the_in_memory_run(tmp_path, d
     assert {k: dist["demand_config"]["model"][k] for k in best} == best
     assert dist_run.model.config_.learning_rate == best["learning_rate"]
     assert dist["model"]["trained_with"].startswith("lightgbm.dask")
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_censoring_auto_chooses_on_either_engine_as_the_in_memory_run(tmp_path, dask_address,
+                                                                      dask_client):
+    """censoring.method=auto over engine partitions: on a LocalEngine every variant (none,
+    realized, pinball at each round count), its calibration and test figures as partition
+    sums equal the in-memory run's (to summation order), so the same choice, reason and
+    boosters; on Dask the candidates are none and realized (the pinball stage trains in
+    one process) and the pick is select_censoring's on the Dask figures."""
+    import dask
+
+    from replaylab.demand.censoring import select_censoring
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
+
+    frame = generate_synthetic_ledger(
+        SyntheticLedgerConfig(n_sessions=4000, sessions_per_s=0.25), seed=5)
+    path = write_table(frame, tmp_path / "ledger.parquet")
+    cens = CensoringConfig(method="auto", min_rows=5)
+    cfg = DemandConfig(model=QuantileModelConfig(num_threads=1, n_estimators=60),
+                       censoring=cens, min_group_size=100)
+    projection, split = ProjectionConfig(), SplitConfig(embargo_ms=300_000)
+    mem, mem_run = train_demand(load_ledger(LedgerInput(path=str(path))), projection, split,
+                                cfg, tmp_path / "mem")
+    parts, parts_run = train_demand_partitions(LocalEngine(), str(path), cfg, projection,
+                                               split, tmp_path / "parts", n_boot=20)
+    a, b = mem["censoring"], parts["censoring"]
+    assert a["candidate"] != "none"  # a real choice among the variants on this ledger
+    assert {k: v for k, v in a.items() if k != "candidates"} == \
+        {k: v for k, v in b.items() if k != "candidates"}
+    assert list(b["candidates"]) == ["none", "realized", "pinball@10", "pinball@30",
+                                     "pinball@100"] == list(a["candidates"])
+    for name, by_split in a["candidates"].items():
+        for where, figs in by_split.items():
+            got = b["candidates"][name][where]
+            assert set(got) == set(figs), (name, where)
+            for k, v in figs.items():
+                assert got[k] == pytest.approx(v, rel=1e-12), (name, where, k)
+    assert [q.model_to_string() for q in parts_run.model.boosters_] == \
+        [q.model_to_string() for q in mem_run.model.boosters_]
+
+    with dask.config.set({"dataframe.convert-string": False}):
+        dist, dist_run = train_demand_partitions(
+            dask_engine(dask_address, dask_client), str(path), cfg, projection, split,
+            tmp_path / "dask", n_boot=20)
+    d = dist["censoring"]
+    assert list(d["candidates"]) == ["none", "realized"]
+    assert "pinball not a candidate under compute=dask" in d["reason"]
+    want, _ = select_censoring({k: v["calibration"] for k, v in d["candidates"].items()},
+                               cens.min_rows, cens.max_pinball_increase, cens.min_capped_gain)
+    assert d["candidate"] == d["method"] == want == dist_run.model.censoring
+    assert d["candidates"]["none"]["calibration"]["capped_n"] == \
+        a["candidates"]["none"]["calibration"]["capped_n"]

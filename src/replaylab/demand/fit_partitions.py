@@ -36,7 +36,7 @@ from replaylab.demand.baselines import (
     bucket_keys,
     make_baselines,
 )
-from replaylab.demand.censoring import NONE
+from replaylab.demand.censoring import NONE, PINBALL, REALIZED, VARIANTS, select_censoring
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, cell_keys, cqr_scores
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
@@ -393,7 +393,8 @@ def calibrate(engine: Any, calib: Any, predictors: dict, demand: DemandConfig,
     scored = engine.persist(engine.map(_calib_part, calib, predictors, demand, meta=meta))
     n = int(engine.each_sum(len, scored))
     qs = demand.quantiles
-    pin = np.sum(engine.each(_pin_sums, scored, len(qs)), axis=0)
+    pin = np.sum(engine.each(_pin_sums, scored, len(qs)), axis=0) if MODEL in predictors \
+        else None  # the model's calibration pinball (censoring variants: no MODEL key)
     keep = ["cell", *[f"score:{k}" for k in predictors]]
     if n <= collect_max:
         got = engine.collect(scored, keep)
@@ -410,5 +411,163 @@ def calibrate(engine: Any, calib: Any, predictors: dict, demand: DemandConfig,
     cal = {name: GroupConformal(demand.interval, demand.group_columns, demand.min_group_size,
                                 demand.scale).fit_scores(got[f"score:{name}"].to_numpy(), cells)
            for name in predictors}
-    how["pinball"] = {quantile_key(q): float(pin[j] / n) for j, q in enumerate(qs)}
+    if pin is not None:
+        how["pinball"] = {quantile_key(q): float(pin[j] / n) for j, q in enumerate(qs)}
     return cal, got, how
+
+
+# ------------------------------------------------------------------ censoring variants
+
+
+def _with_label_total(part: pd.DataFrame, classes: tuple[str, ...]) -> pd.DataFrame:
+    """The rows of `classes` with an observed total (label rows, or censored ones)."""
+    keep = part[CLASS_COLUMN].isin(list(classes)).to_numpy() & \
+        part[P.LABEL_TOTAL_DEMAND].notna().to_numpy()
+    return part[keep]
+
+
+def _variant_sums(part: pd.DataFrame, models: dict, calibrators: dict, demand: DemandConfig,
+                  t_mid: float | None) -> dict:
+    """Per variant, the sums of `variant_figures` over one partition's label rows (pinball
+    per level, covered, width; by half around t_mid) and censored rows (hi >= observed,
+    pinball of what they consumed)."""
+    qs = np.asarray(demand.quantiles, dtype="float64")
+    label = (part[CLASS_COLUMN] == LABEL).to_numpy()
+    y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64")
+    t = part[L.TIMESTAMP].to_numpy(dtype="int64")
+    later = (t > t_mid) if t_mid is not None else np.zeros(len(part), dtype=bool)
+    cap = request_cap(part) if demand.clip_to_cap else None
+    out = {}
+    for name, model in models.items():
+        if not len(part):
+            out[name] = {"n": 0, "pin": np.zeros(len(qs)), "covered": 0.0, "width": 0.0,
+                         "halves_n": np.zeros(2), "halves_pin": np.zeros(2),
+                         "capped_n": 0, "capped_hi": 0, "all_pin": np.zeros(len(qs))}
+            continue
+        q, *band = base_band(model, part)
+        lo, hi = calibrators[name].predict_interval(part, *band, cap)
+        d = y[:, None] - q
+        pin = np.maximum(qs[None, :] * d, (qs[None, :] - 1.0) * d)  # (n, levels)
+        row_mean = pin.mean(axis=1)
+        halves = [label & ~later, label & later]
+        out[name] = {
+            "n": int(label.sum()), "pin": pin[label].sum(axis=0),
+            "covered": float(((y >= lo) & (y <= hi))[label].sum()),
+            "width": float((hi - lo)[label].sum()),
+            "halves_n": np.asarray([h.sum() for h in halves], dtype="float64"),
+            "halves_pin": np.asarray([row_mean[h].sum() for h in halves]),
+            "capped_n": int((~label).sum()), "capped_hi": int((hi >= y)[~label].sum()),
+            "all_pin": pin.sum(axis=0)}
+    return out
+
+
+def variant_figures(engine: Any, rows: Any, models: dict, calibrators: dict,
+                    demand: DemandConfig) -> dict[str, dict]:
+    """Each censoring variant's figures on `rows` (one split's label and censored rows with
+    an observed total), as partition sums: the in-memory `censoring_figures`' keys. Label
+    rows: n, mean pinball, coverage, mean width, the mean pinball of the earlier and the
+    later half by dispatch time (around the exact median of the label rows' timestamps).
+    Censored rows: capped_n, the share with hi >= observed, and the mean pinball of what
+    every row consumed (label and censored)."""
+    labels = engine.map(rows_where, rows, None, (LABEL,),
+                        meta=rows_where(engine.meta(rows), None, (LABEL,)))
+    try:
+        t_mid = exact_quantiles(engine, labels, L.TIMESTAMP, [0.5])[0]
+    except ValueError:  # no label row: no halves
+        t_mid = None
+    parts = engine.each(_variant_sums, rows, models, calibrators, demand, t_mid)
+    out = {}
+    for name in models:
+        s = {k: sum(p[name][k] for p in parts) for k in parts[0][name]} if parts else {}
+        n = int(s.get("n", 0))
+        fig: dict[str, Any] = {"n": n}
+        if n:
+            hn, hp = s["halves_n"], s["halves_pin"]
+            fig.update(mean_pinball=float(np.mean(s["pin"] / n)),
+                       halves_mean_pinball=[float(hp[0] / hn[0]), float(hp[1] / hn[1])]
+                       if hn[0] and hn[1] else None,
+                       coverage=float(s["covered"] / n), mean_width=float(s["width"] / n))
+        capped = int(s.get("capped_n", 0))
+        fig.update(capped_n=capped, capped_hi_ge_obs=None, consumption_mean_pinball=None)
+        if capped:
+            fig["capped_hi_ge_obs"] = float(s["capped_hi"] / capped)
+            fig["consumption_mean_pinball"] = float(np.mean(s["all_pin"] / (n + capped)))
+        out[name] = fig
+    return out
+
+
+def choose_censoring(engine: Any, lab: Any, demand: DemandConfig, counts: dict,
+                     n_workers: int | None = None,
+                     calibration_max: int = 5_000_000) -> tuple[QuantileDemandModel, dict]:
+    """The model to keep and the summary's `censoring` section, on either engine.
+
+    lab: the labelled projection (every split, `CLASS_COLUMN`); counts: {(split, class):
+    rows}. Fewer censored train rows than `censoring.min_rows`: the label rows alone.
+    A configured variant is fitted as configured. `auto` fits every variant (the
+    pinball stage's first r trees are the r-round model, one candidate per
+    `censoring.rounds`), calibrates each on the calibration label rows and picks on the
+    calibration split (`censoring.select_censoring`); each one's test figures are
+    reported, never used; with fewer censored calibration rows than `censoring.min_rows`
+    nothing can be judged and none is fitted. The `pinball` variant's censored stage trains
+    in this process (`QuantileDemandModel.fit`): on a DaskEngine it is not a candidate, and
+    configured it falls back to the label rows alone; the section says so."""
+    cfg = demand.censoring
+    classes = tuple(cfg.classes)
+    n_train = sum(v for (s, c), v in counts.items() if s == "train" and c in classes)
+    n_cal = sum(v for (s, c), v in counts.items() if s == "calibration" and c in classes)
+    section: dict[str, Any] = {"configured": cfg.method, "classes": list(classes),
+                               "train_censored_rows": int(n_train),
+                               "calibration_censored_rows": int(n_cal)}
+
+    def fit(method: str) -> QuantileDemandModel:
+        return fit_model(engine, model_rows(engine, lab, demand, method), demand, method,
+                         n_workers)
+
+    local = engine.kind != "dask"
+    if n_train < cfg.min_rows:
+        section.update(method=NONE, candidate=NONE, reason=f"{n_train} censored train rows < "
+                       f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
+        return fit(NONE), section
+    if cfg.method != "auto":
+        if cfg.method == PINBALL and not local:
+            section.update(method=NONE, candidate=NONE,
+                           reason="censoring.method=pinball is not distributed (its censored "
+                                  "pinball stage trains in one process): compute=dask trained "
+                                  "on the label rows alone")
+            return fit(NONE), section
+        section.update(method=cfg.method, candidate=cfg.method, reason="configured")
+        if cfg.method == PINBALL:
+            section["pinball_rounds"] = cfg.rounds[-1]
+        return fit(cfg.method), section
+    if n_cal < cfg.min_rows:  # select_censoring's first rule, known before any fit
+        section.update(method=NONE, candidate=NONE, reason=(
+            f"{n_cal} censored calibration rows < censoring.min_rows={cfg.min_rows}: too few "
+            "to judge a variant (none fitted)"))
+        return fit(NONE), section
+    models: dict[str, QuantileDemandModel] = {}
+    for method in (VARIANTS if local else (NONE, REALIZED)):
+        model = fit(method)
+        # the pinball stage's trees are appended: its first r trees are the r-round model
+        models.update({f"{PINBALL}@{r}": model.with_censored_rounds(r) for r in cfg.rounds}
+                      if method == PINBALL else {method: model})
+    calib_labels = select(engine, lab, "calibration", (LABEL,))
+    calibrators = calibrate(engine, calib_labels, models, demand, calibration_max)[0]
+    figures = {split: variant_figures(
+        engine, engine.map(_with_label_total, lab_split, (LABEL, *classes),
+                           meta=engine.meta(lab_split)), models, calibrators, demand)
+        for split, lab_split in (("calibration", select(engine, lab, "calibration", None)),
+                                 ("test", select(engine, lab, "test", None)))}
+    candidates = {name: {"calibration": figures["calibration"][name],
+                         "test_report_only": figures["test"][name]} for name in models}
+    chosen, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},
+                                      cfg.min_rows, cfg.max_pinball_increase,
+                                      cfg.min_capped_gain)
+    if not local:
+        reason += ("; pinball not a candidate under compute=dask (its censored stage trains "
+                   "in one process)")
+    model = models[chosen]
+    section.update(method=model.censoring, candidate=chosen, reason=reason,
+                   candidates=candidates)
+    if model.censoring == PINBALL:
+        section["pinball_rounds"] = model.censored_rounds_
+    return model, section

@@ -80,10 +80,12 @@ the model's predictions, its interval and every figure of the model differ a lit
 the baselines' fitted state and figures do not (exact), nor any interval's bootstrap
 (one hashed Poisson bootstrap on both engines). HPO (`hpo`: an Optuna search before the
 model stage's final fit) runs on either engine: each trial is `fit_model` on the engine,
-scored by its validation tail's mean pinball (`_validation_pinball`). Not partitioned
-(yet): the `pinball` censoring variant and `auto`'s choice among variants (the run trains
-`none`, or `realized` when configured, and says so), the HTML report (which recomputes
-from a uniform sample of rows).
+scored by its validation tail's mean pinball (`_validation_pinball`). The censoring
+variant (`demand.fit_partitions.choose_censoring`: `auto` fits every variant and picks on
+the calibration split's partition sums) runs on either engine, except the `pinball`
+variant's censored stage, which trains in one process: under Dask `auto` chooses between
+`none` and `realized` and says so. The HTML report recomputes from a uniform sample of
+rows.
 """
 
 from __future__ import annotations
@@ -104,11 +106,12 @@ from replaylab.compute.ops import hashed_sample, key_hash, sample_rows
 from replaylab.contracts import Ledger as L
 from replaylab.contracts.columns import KEY_COLUMNS
 from replaylab.demand.baselines import bucket_keys
-from replaylab.demand.censoring import NONE, REALIZED
+from replaylab.demand.censoring import NONE
 from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal
 from replaylab.demand.fit_partitions import (
     calibrate,
+    choose_censoring,
     fit_baselines,
     fit_model,
     model_rows,
@@ -344,7 +347,6 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
                                     meta=engine.meta(features)), out_dir / "features")
 
         with stage("model"):
-            method, censoring = _censoring_section(demand, facts["counts"])
             hpo_facts, hpo_s = None, None
             try:
                 if hpo is not None and hpo.trials > 0:
@@ -357,8 +359,8 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
                     demand = dataclasses.replace(demand, model=best)
                     del train_rows
                     hpo_s = time.perf_counter() - t0
-                model = fit_model(engine, model_rows(engine, lab, demand, method), demand,
-                                  method, workers)
+                model, censoring = choose_censoring(engine, lab, demand, facts["counts"],
+                                                    workers, calibration_max)
             except Exception as e:
                 from replaylab.compute.lgbm import WorkersLost
 
@@ -493,28 +495,6 @@ def _validation_pinball(engine: Any, rows: Any, demand: DemandConfig, model_cfg:
                       workers)
     val = model.validation_pinball_
     return float(np.mean(list(val.values()))) if val else math.nan
-
-
-def _censoring_section(demand: DemandConfig, counts: dict) -> tuple[str, dict]:
-    """The variant trained under compute=dask and the summary's `censoring` section."""
-    cfg = demand.censoring
-    n_train = sum(v for (s, c), v in counts.items() if s == "train" and c in cfg.classes)
-    n_cal = sum(v for (s, c), v in counts.items() if s == "calibration" and c in cfg.classes)
-    section: dict[str, Any] = {"configured": cfg.method, "classes": list(cfg.classes),
-                               "train_censored_rows": int(n_train),
-                               "calibration_censored_rows": int(n_cal)}
-    if n_train < cfg.min_rows:
-        section.update(method=NONE, candidate=NONE, reason=f"{n_train} censored train rows < "
-                       f"censoring.min_rows={cfg.min_rows}: trained on the label rows alone")
-        return NONE, section
-    if cfg.method in (NONE, REALIZED):
-        section.update(method=cfg.method, candidate=cfg.method, reason="configured")
-        return cfg.method, section
-    section.update(method=NONE, candidate=NONE,
-                   reason=f"censoring.method={cfg.method} is not distributed (its censored "
-                          "pinball stage trains locally): compute=dask trained on the label "
-                          "rows alone")
-    return NONE, section
 
 
 __all__ = ["CALIBRATION_COLLECT_MAX", "attach_labels", "check_trainable_counts",
