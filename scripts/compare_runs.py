@@ -1,16 +1,20 @@
 """Compare two `make run` output folders: summaries key by key, manifests file by file.
 
     python scripts/compare_runs.py BEFORE AFTER      # e.g. outputs/make-run of two commits
+    python scripts/compare_runs.py BEFORE AFTER --rtol 1e-9   # floats to a relative tolerance
 
 A refactor that moves code and changes no behaviour leaves every summary leaf equal
 (timings, run paths and export timestamps aside) and every exported file with the same
-sha256. Prints each difference and exits 1 if there is one, 0 otherwise.
+sha256. Prints each difference and exits 1 if there is one, 0 otherwise. --rtol: two
+floats within that relative tolerance count as equal (a refactor that sums the same terms
+in another order moves the last bits; the default 0 is exact).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Iterator
@@ -56,14 +60,22 @@ def relative(value: Any, root: Path) -> Any:
     return CHECKOUT.sub(r"\1<checkout>\2", value, count=1)
 
 
-def compare_json(before: Path, after: Path, label: str) -> list[str]:
+def same(x: Any, y: Any, rtol: float = 0.0) -> bool:
+    """Equal leaves; two floats also when within rtol of each other (relative)."""
+    if x == y:
+        return True
+    return (rtol > 0 and isinstance(x, float) and isinstance(y, float)
+            and math.isclose(x, y, rel_tol=rtol, abs_tol=0.0))
+
+
+def compare_json(before: Path, after: Path, label: str, rtol: float = 0.0) -> list[str]:
     a = {k: relative(v, before.parent.resolve())
          for k, v in leaves(json.loads(before.read_text()))}
     b = {k: relative(v, after.parent.resolve()) for k, v in leaves(json.loads(after.read_text()))}
     out = [f"{label}{k}: only before" for k in sorted(a.keys() - b.keys()) if not volatile(k)]
     out += [f"{label}{k}: only after" for k in sorted(b.keys() - a.keys()) if not volatile(k)]
     out += [f"{label}{k}: {a[k]!r} != {b[k]!r}" for k in sorted(a.keys() & b.keys())
-            if not volatile(k) and a[k] != b[k]]
+            if not volatile(k) and not same(a[k], b[k], rtol)]
     return out
 
 
@@ -81,7 +93,7 @@ def manifest_files(root: Path) -> dict[str, dict[str, str]]:
     return found
 
 
-def compare(before: Path, after: Path) -> tuple[list[str], dict[str, int]]:
+def compare(before: Path, after: Path, rtol: float = 0.0) -> tuple[list[str], dict[str, int]]:
     problems: list[str] = []
     counts = {"summary_leaves": 0, "manifests": 0, "files": 0}
     for kind in KINDS:
@@ -89,7 +101,7 @@ def compare(before: Path, after: Path) -> tuple[list[str], dict[str, int]]:
         if not b_sum.is_file() or not a_sum.is_file():
             problems.append(f"{kind}: summary.json missing in {'before' if not b_sum.is_file() else 'after'}")
             continue
-        problems += compare_json(b_sum, a_sum, f"{kind}/summary.json")
+        problems += compare_json(b_sum, a_sum, f"{kind}/summary.json", rtol)
         counts["summary_leaves"] += sum(1 for k, _ in leaves(json.loads(b_sum.read_text()))
                                         if not volatile(k))
         b_man, a_man = manifest_files(before / kind), manifest_files(after / kind)
@@ -110,12 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("before", type=Path)
     parser.add_argument("after", type=Path)
+    parser.add_argument("--rtol", type=float, default=0.0,
+                        help="floats within this relative tolerance are equal (default 0: exact)")
     args = parser.parse_args(argv)
-    problems, counts = compare(args.before, args.after)
+    problems, counts = compare(args.before, args.after, args.rtol)
     for line in problems:
         print(line)
     print(f"{len(problems)} differences; compared {counts['summary_leaves']} summary leaves, "
-          f"{counts['manifests']} manifests, {counts['files']} files")
+          f"{counts['manifests']} manifests, {counts['files']} files"
+          + (f" (floats to rtol {args.rtol:g})" if args.rtol else ""))
     return 1 if problems else 0
 
 

@@ -237,8 +237,10 @@ def _loaded(frame: pd.DataFrame) -> LoadedLedger:
 @pytest.fixture(scope="module")
 def auto_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("censoring")
+    # seed 2: 28 censored calibration rows (>= censoring.min_rows), so the variants are
+    # fitted and judged (with fewer, none is fitted: `fit_partitions.choose_censoring`)
     loaded = load_ledger(LedgerInput(
-        synthetic=SyntheticLedgerConfig(n_sessions=2500, sessions_per_s=0.25), seed=0))
+        synthetic=SyntheticLedgerConfig(n_sessions=2500, sessions_per_s=0.25), seed=2))
     return train_demand(loaded, ProjectionConfig(), SPLIT, DemandConfig(), out)
 
 
@@ -319,3 +321,21 @@ def test_inject_caps_cuts_at_the_cap_and_keeps_a_valid_ledger():
     assert len(true) == cut.sum() and all(t >= 64 for t in true.values())
     with pytest.raises(ValueError, match="caps"):
         inject_caps(ledger, caps=(0,))
+
+
+@pytest.mark.slow
+def test_auto_fits_no_variant_when_too_few_censored_calibration_rows_can_judge_one(tmp_path):
+    """26 censored train rows (enough to fit a variant) but 2 in calibration (< min_rows):
+    select_censoring could only answer none, so no variant is fitted and the section says
+    why, with the label-rows model trained."""
+    frame = generate_synthetic_ledger(
+        SyntheticLedgerConfig(n_sessions=1500, sessions_per_s=0.25), seed=5)
+    summary, run = train_demand(LoadedLedger(validate_ledger(frame, source="test"),
+                                             origin="test"), ProjectionConfig(), SPLIT,
+                                DemandConfig(), tmp_path)
+    c = summary["censoring"]
+    assert c["train_censored_rows"] >= 20 > c["calibration_censored_rows"]
+    assert c["method"] == c["candidate"] == NONE and "candidates" not in c
+    assert c["reason"] == (f"{c['calibration_censored_rows']} censored calibration rows < "
+                           "censoring.min_rows=20: too few to judge a variant (none fitted)")
+    assert run.model.censoring == NONE and run.model.censored_rows_ == 0

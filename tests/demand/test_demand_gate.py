@@ -142,11 +142,18 @@ def test_report_without_a_gate_says_so(tmp_path):
 def test_groups_in_train_but_absent_from_test_are_listed_and_reported(tmp_path):
     import pandas as pd
 
-    from replaylab.pipelines.demand import groups_absent_from_test
+    from replaylab.demand.baselines import bucket_keys
+    from replaylab.pipelines.demand_figures import groups_absent
 
+    def values(frame, cols):  # what the project stage keeps per group column
+        keys = bucket_keys(frame, cols)
+        return {by: set(map(str, keys[by])) for by in cols}
+
+    cols = ["category", "selected_model", "missing_col"]
     train = pd.DataFrame({"category": ["chat", "code", "math", None],
                           "selected_model": ["a", "a", "b", "b"]})
     test = pd.DataFrame({"category": ["chat", "chat"], "selected_model": ["a", "b"]})
-    got = groups_absent_from_test(train, test, ["category", "selected_model", "missing_col"])
+    got = groups_absent(values(train, cols), values(test, cols), cols)
     assert got == {"category": ["<none>", "code", "math"]}
-    assert groups_absent_from_test(test, train, ["category"]) == {}
+    assert groups_absent(values(test, ["category"]), values(train, ["category"]),
+                         ["category"]) == {}

@@ -61,3 +61,19 @@ def test_a_changed_figure_or_file_is_reported(tmp_path):
                for p in problems)
     assert len(problems) == 6  # three of each kind
     assert compare.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 1
+
+
+def test_rtol_forgives_summation_order_and_nothing_else(tmp_path):
+    """--rtol: floats a few ulps apart (the same terms summed in another order) are equal;
+    a figure that moved, an integer or a string that changed are still differences."""
+    compare = _script()
+    after = copy.deepcopy(SUMMARY)
+    after["test"]["coverage"] = 0.807 * (1 + 3e-15)
+    a, b = _run(tmp_path / "a", SUMMARY, FILES), _run(tmp_path / "b", after, FILES)
+    assert len(compare.compare(a, b)[0]) == 2  # exact by default: one per kind
+    assert compare.compare(a, b, rtol=1e-9)[0] == []
+    assert compare.main([str(a), str(b), "--rtol", "1e-9"]) == 0
+    after["test"]["coverage"] = 0.8071
+    after["test"]["n"][0] = 1396
+    c = _run(tmp_path / "c", after, FILES)
+    assert len(compare.compare(a, c, rtol=1e-9)[0]) == 4

@@ -97,7 +97,7 @@ def _read_run(r, path: Path) -> Any:
     from replaylab.demand.config import DemandConfig
     from replaylab.demand.conformal import GroupConformal
     from replaylab.demand.model import QuantileDemandModel
-    from replaylab.pipelines.demand import DemandRun
+    from replaylab.pipelines.demand_outputs import DemandRun
 
     doc = r.get_json("run.json")
     names = doc["baselines"]

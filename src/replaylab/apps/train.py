@@ -35,19 +35,17 @@ def project(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 def demand(cfg: DictConfig, run_dir: Path) -> dict:
-    """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores.
-
-    compute=local: every stage in this process on the ledger in memory
-    (`pipelines.demand.train_demand`, HPO and every censoring variant included);
-    compute=dask: every stage over the ledger's partitions on the cluster
-    (`pipelines.demand_partitions.train_demand_partitions`, HPO included, each trial
-    fitted on the cluster): a `data.ledger` dataset is read by the workers and never
-    reaches the driver, the synthetic ledger is partitioned from memory."""
+    """pipeline=demand: baselines, quantile LightGBM, conformal calibration, test scores, by
+    the one pipeline over the engine's partitions
+    (`pipelines.demand_partitions.train_demand_partitions`, HPO and the censoring choice
+    included): compute=local in this process, compute=dask on the cluster, where a
+    `data.ledger` dataset is read by the workers and never reaches the driver; the synthetic
+    ledger is partitioned from memory (and written beside the run: data.write_ledger)."""
     from replaylab.apps.inputs import compute_config, compute_engine
     from replaylab.demand import DemandConfig
     from replaylab.demand.hpo import HPOConfig
-    from replaylab.pipelines.demand import train_demand
-    from replaylab.pipelines.project import load_ledger
+    from replaylab.pipelines.demand_partitions import train_demand_partitions
+    from replaylab.pipelines.project import ledger_artifact, load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
     compute_config(cfg)  # a bad compute section is one line before anything is read
@@ -58,20 +56,16 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
     with compute_engine(cfg) as engine:
-        if engine.kind == "dask":
-            from replaylab.pipelines.demand_partitions import train_demand_partitions
-
-            loaded = None if inp.path else load_ledger(inp)
-            source = str(inp.path) if inp.path else engine.from_validated(loaded.result)
-            summary, run = train_demand_partitions(
-                engine, source, demand_cfg, projection, split, run_dir,
-                injected_defects=loaded.injected_defects if loaded else None,
-                hpo=hpo, on_trial=nested_trial_logger(cfg), progress=log.info)
-        else:
-            summary, run = train_demand(load_ledger(inp), projection, split, demand_cfg,
-                                        run_dir, hpo=hpo, on_trial=nested_trial_logger(cfg),
-                                        write_ledger=bool(cfg.data.write_ledger))
+        loaded = None if inp.path else load_ledger(inp)
+        source = str(inp.path) if inp.path else engine.from_validated(loaded.result)
+        summary, run = train_demand_partitions(
+            engine, source, demand_cfg, projection, split, run_dir,
+            injected_defects=loaded.injected_defects if loaded else None,
+            hpo=hpo, on_trial=nested_trial_logger(cfg), progress=log.info)
         summary["compute"] = engine.facts()
+    ledger = ledger_artifact(loaded, run_dir, bool(cfg.data.write_ledger)) if loaded else \
+        {"ledger": str(inp.path)}
+    summary["artifacts"] = {**ledger, **summary["artifacts"]}
     return _save_and_export(cfg, run, summary, run_dir)
 
 

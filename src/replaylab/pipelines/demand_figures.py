@@ -14,7 +14,7 @@ engines); `eval_sum` adds partitions;
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from replaylab.demand.served import (
     served_band,
     served_section,
 )
-from replaylab.pipelines.demand import intervals_text, predictions_frame
+from replaylab.pipelines.demand_outputs import intervals_text, predictions_frame, write_served
 
 
 def _predict_all(part: pd.DataFrame, predictors: dict, calibrators: dict,
@@ -142,8 +142,6 @@ def served_replay(rows: pd.DataFrame, calibrator, demand: DemandConfig, n_boot: 
     order by the local function (`demand.served.served_band`): its `test.served` section,
     the coverage interval from the same Poisson(1) session weights as every other figure;
     writes OUT/served_test.parquet (request_id and the served interval)."""
-    from replaylab.pipelines.demand import write_served
-
     rows = rows.sort_values(["t", L.REQUEST_ID], kind="stable").reset_index(drop=True)
     band = served_band(rows["t"].to_numpy(), rows["end"].to_numpy(), rows["cell"].to_numpy(),
                        calibrator.corrections_, calibrator.global_correction_,
@@ -178,6 +176,19 @@ def eval_sum(parts: list[dict]) -> dict:
         for field in ("groups", "censored", "reliability"):
             for k, v in p[field].items():
                 out[field][k] = v if k not in out[field] else out[field][k] + v
+    return out
+
+
+def groups_absent(train_groups: dict[str, set[str]], tested: dict[str, set[str]],
+                  group_columns: Sequence[str]) -> dict[str, list[str]]:
+    """Per group column, the values the model trained on (train label rows) that no labelled
+    test row has: their coverage and pinball are not measured by this run (the report
+    lists them)."""
+    out = {}
+    for by in group_columns:
+        gone = sorted(set(train_groups.get(by, set())) - set(tested.get(by, set())))
+        if gone:
+            out[by] = gone
     return out
 
 
@@ -237,8 +248,7 @@ def test_section(agg: dict, names: list[str], demand: DemandConfig, n_boot: int,
                            "mean_pinball": float(np.mean(list(pin.values()))),
                            "best_baseline": bb, "best_baseline_mean_pinball": base[bb]})
     tested = {by: {v for (b, v) in agg["groups"] if b == by} for by in demand.group_columns}
-    absent = {by: sorted(train_groups.get(by, set()) - tested[by])
-              for by in demand.group_columns if train_groups.get(by, set()) - tested[by]}
+    absent = groups_absent(train_groups, tested, demand.group_columns)
     cens = agg["censored"]
     c_n = int(sum(v[0] for v in cens.values()))
     censored = {"n": c_n, "hi_at_least_observed":

@@ -1,10 +1,10 @@
-"""`pipeline=demand` over engine partitions: the demand pipeline written once against
-`compute.Engine`, the ledger never on the driver under `compute=dask`.
+"""`pipeline=demand`: THE demand pipeline, written once against `compute.Engine`; the
+ledger never on the driver under `compute=dask`, in this process under `compute=local`
+(`pipelines.demand.train_demand` runs it on a `LocalEngine` over a ledger in memory).
 
-`train_demand_partitions` runs `pipelines.demand.train_demand`'s stages over the
-partitions of a ledger (`Engine.read_ledger` of a dataset, or `Engine.from_validated`
-of one in memory) on either engine; the driver receives counts, fitted parameters and
-sums:
+`train_demand_partitions` runs the stages over the partitions of a ledger
+(`Engine.read_ledger` of a dataset, or `Engine.from_validated` of one in memory) on
+either engine; the driver receives counts, fitted parameters and sums:
 
 1. read, validate and quarantine per partition; fingerprint, project and split by
    the one projection recipe on the engine (`projection.project_on`: sessions whole in
@@ -64,9 +64,11 @@ summary, the report) and the label counts; the predictors fitted on engine frame
 `replaylab.demand.fit_partitions`; the test figures as partition sums (steps 6 and 7)
 are `pipelines.demand_figures`.
 
-Measured against the in-memory local run on the same rows (bench/bench_demand_dask.py, a
+Dask against the in-memory local run on the same rows (bench/bench_demand_dask.py, a
 synthetic ledger of 1,094,273 rows in 16 Parquet parts, 2 worker processes x 1
-thread, 2026-12-06, before the move onto the engine): accounting, splits, labels and
+thread, 2026-12-06, before the move onto the engine; the in-memory run was then a
+separate driver, since 2026-12-07 this pipeline on a LocalEngine, whose figures equal
+the old driver's to 1e-13 relative on `make run`'s ledger): accounting, splits, labels and
 time windows equal; every baseline's fitted state equal (global quantiles and bucket
 tables bit for bit) and its test figures equal to 1e-13 (summation order); the model's
 test mean pinball -3.0e-6 relative (28.09434 vs 28.09443), per level within 7.3e-5
@@ -74,7 +76,7 @@ relative, coverage -0.0037 (0.8018 vs 0.8056), mean width -0.09%; per-row model
 quantiles differ by a median 1e-4 and a 99th percentile 2.5% relative. The tolerances
 the tests hold the model to: mean pinball 5% relative, coverage 0.04 absolute.
 
-Differences from the in-memory run, by construction: on Dask the boosters
+Differences between the engines, by construction: on Dask the boosters
 (LightGBM's distributed bins and per-worker quantile leaf averaging, `compute.lgbm`), so
 the model's predictions, its interval and every figure of the model differ a little;
 the baselines' fitted state and figures do not (exact), nor any interval's bootstrap
@@ -132,13 +134,14 @@ from replaylab.demand.metrics import quantile_key
 from replaylab.demand.model import MODEL, request_cap
 from replaylab.demand.served import END_MS, ledger_end_ms
 from replaylab.jsonsafe import json_safe
-from replaylab.pipelines.demand import DemandRun, select_golden_rows
 from replaylab.pipelines.demand_figures import (
     eval_part,
     eval_sum,
     served_replay,
     test_section,
 )
+from replaylab.pipelines.demand_outputs import DemandRun, select_golden_rows
+from replaylab.pipelines.project import write_features
 from replaylab.projection import ProjectionConfig, SplitConfig, feature_columns, project_on
 from replaylab.tracking.demand_report import write_demand_report
 
@@ -295,12 +298,14 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
                             injected_defects: dict | None = None,
                             hpo: HPOConfig | None = None, on_trial: OnTrial | None = None,
                             progress: Callable[[str], None] | None = None) -> tuple[dict, Any]:
-    """`pipelines.demand.train_demand` over the partitions of `engine` (module docstring).
+    """The demand pipeline over the partitions of `engine` (module docstring).
 
     source: a ledger dataset spec (file, directory, glob, hive: `Engine.read_ledger`) or a
     `compute.LedgerFrame` already read. Writes quarantine/, features/ and
     predictions_test/ (Parquet, per partition) and served_test.parquet under out_dir and
-    returns (summary with `train_demand`'s keys, `DemandRun`). Raises DemandDataError
+    returns (summary, `DemandRun`); one partition of test rows (a LocalEngine): the
+    predictions in predictions_test.parquet and the features in features.parquet, as
+    `artifacts.rescore_demand.run_test_rows` reads them. Raises DemandDataError
     when nothing can be trained (`labels.check_trainable`'s rules).
 
     hpo: an Optuna search over the model's hyperparameters before the final fit
@@ -343,8 +348,8 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
             sessions = sum(splits["sessions"].values())
             check_trainable_counts(facts["counts"], sessions, demand.min_train_rows,
                                    demand.min_calibration_rows, where)
-            engine.write(engine.map(_without, lab, [CLASS_COLUMN, END_MS],
-                                    meta=engine.meta(features)), out_dir / "features")
+            features_path = write_features(engine, engine.map(
+                _without, lab, [CLASS_COLUMN, END_MS], meta=engine.meta(features)), out_dir)
 
         with stage("model"):
             hpo_facts, hpo_s = None, None
@@ -390,6 +395,8 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
                 old.unlink()
             agg = eval_sum(engine.each(eval_part, test, predictors, calibrators, reliability,
                                        demand, n_boot, str(pred_dir), _part_name))
+            pred_path = _one_file_if_one_partition(pred_dir, engine.npartitions(test),
+                                                   out_dir / "predictions_test.parquet")
             test_rows = splits["rows"].get("test", 0)
             served = served_replay(agg.pop("served_rows"), calibrators[MODEL], demand, n_boot,
                                    out_dir)
@@ -455,15 +462,15 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
         "gate": section.pop("gate"),
         "test": section,
         "artifacts": {**({"quarantine": quarantine} if quarantine else {}),
-                      "features": str(out_dir / "features"),
-                      "predictions_test": str(pred_dir),
+                      "features": features_path,
+                      "predictions_test": str(pred_path),
                       "served_test": str(out_dir / "served_test.parquet")},
         "partitions": int(ds.npartitions),
         "timings_s": {k: round(v, 3) for k, v in timings.items()},
     }
     summary = json_safe(summary)
     with stage, stage("report"):
-        report, report_rows = _write_report(pred_dir, summary, out_dir, demand.seed)
+        report, report_rows = _write_report(pred_path, summary, out_dir, demand.seed)
     summary["reports"] = {"html": str(report),
                           "rows": f"figures from a uniform sample of {report_rows:,} of "
                                   f"{int(test_rows):,} test predictions (hash of request_id); "
@@ -475,13 +482,29 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
     return summary, run
 
 
-def _write_report(pred_dir: Path, summary: dict, out_dir: Path, seed: int) -> tuple[Path, int]:
+def _one_file_if_one_partition(pred_dir: Path, npartitions: int, one: Path) -> Path:
+    """The test predictions where readers expect them: `one` (predictions_test.parquet) when
+    the test rows were one partition (moved from pred_dir), else pred_dir, a Parquet file per
+    partition; the other form, a previous run's in the same folder, is removed."""
+    files = sorted(pred_dir.glob("part-*.parquet"))
+    if npartitions == 1 and len(files) == 1:
+        files[0].replace(one)
+        pred_dir.rmdir()
+        return one
+    one.unlink(missing_ok=True)
+    return pred_dir
+
+
+def _write_report(pred_path: Path, summary: dict, out_dir: Path, seed: int
+                  ) -> tuple[Path, int]:
     """`write_demand_report` from the summary and a bounded uniform sample of the written
-    predictions (at most REPORT_ROWS rows, by a hash of request_id), read file by file."""
+    predictions (at most REPORT_ROWS rows, by a hash of request_id), read file by file
+    (pred_path: one file, or a folder of them)."""
     n = int(summary["test"]["rows"])
     frac = min(1.0, REPORT_ROWS / max(n, 1))
+    files = sorted(pred_path.glob("part-*.parquet")) if pred_path.is_dir() else [pred_path]
     parts = [sample_rows(pd.read_parquet(f), frac, seed + GOLDEN_SALT, L.REQUEST_ID)
-             for f in sorted(pred_dir.glob("part-*.parquet"))]
+             for f in files]
     sample = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
     sample = sample.sort_values(L.TIMESTAMP, kind="stable").reset_index(drop=True)
     return write_demand_report(sample, summary, out_dir), len(sample)

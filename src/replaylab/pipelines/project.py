@@ -88,12 +88,28 @@ def write_run_inputs(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) ->
     q = write_quarantine(loaded.result, out_dir / "quarantine" / "ledger.jsonl")
     if q is not None:
         artifacts["quarantine"] = str(q)
+    return {**artifacts, **ledger_artifact(loaded, out_dir, write_ledger)}
+
+
+def ledger_artifact(loaded: LoadedLedger, out_dir: Path, write_ledger: bool) -> dict[str, str]:
+    """{"ledger": where the run's ledger is}: the synthetic ledger written beside the run's
+    outputs (write_ledger), or the file it was read from; {} for an unwritten synthetic."""
     if write_ledger and loaded.raw is not None:
         loaded.raw.to_parquet(out_dir / "ledger.parquet", index=False)
-        artifacts["ledger"] = str(out_dir / "ledger.parquet")
-    elif loaded.origin != "synthetic":
-        artifacts["ledger"] = loaded.origin
-    return artifacts
+        return {"ledger": str(out_dir / "ledger.parquet")}
+    return {} if loaded.origin == "synthetic" else {"ledger": loaded.origin}
+
+
+def write_features(engine: Any, features: Any, out_dir: Path) -> str:
+    """A run's projected rows where its readers expect them: `features.parquet` when the
+    frame is one partition, else `features/` with a Parquet file per partition (written by
+    the workers under Dask); the path."""
+    if engine.npartitions(features) == 1:
+        path = out_dir / "features.parquet"
+        engine.collect(features).to_parquet(path, index=False)
+        return str(path)
+    engine.write(features, out_dir / "features")
+    return str(out_dir / "features")
 
 
 STAGES = {"read": "read and validate the ledger, the quarantine written",
@@ -195,13 +211,7 @@ def project_ledger(source: LoadedLedger | str, projection: ProjectionConfig,
         projected = project_on(eng, ledger.valid, projection, split, step=stage)
         features, facts = projected.features, projected.splits
         with stage("write"):
-            if eng.npartitions(features) == 1:
-                path = out_dir / "features.parquet"
-                eng.collect(features).to_parquet(path, index=False)
-                artifacts["features"] = str(path)
-            else:
-                eng.write(features, out_dir / "features")
-                artifacts["features"] = str(out_dir / "features")
+            artifacts["features"] = write_features(eng, features, out_dir)
         with stage("aggregates"):
             profile = _profile(eng.each(profile_parts, ledger.valid),
                                sess := eng.each(session_parts, features))
