@@ -29,7 +29,7 @@ runtime replay test holds the two equal on the test split's rows.
 
 Cost: one Python step per test row plus a heap push and pop: measured 8 us a row on the
 shared 2-core host (200,000 rows, one cell, in 1.6 s at load 6), so about 8 s per million
-test rows; the run records it as `timings_s.served_replay`. Why not MAPIE: its online method
+test rows, inside the run's `timings_s.evaluation`. Why not MAPIE: its online method
 (`MapieTimeSeriesRegressor.adapt_conformal_inference`) is a different tracker from the
 one serving runs; judging serving means replaying serving's own code.
 """
