@@ -445,14 +445,22 @@ def test_a_worker_lost_for_good_stops_the_run_in_one_line_without_a_summary(tmp_
     assert not (out / "summary.json").exists()
 
 
+def _three_partitions(frame: pd.DataFrame) -> object:
+    """The ledger validated in memory as three partitions of a LocalEngine."""
+    from replaylab.contracts import validate_ledger
+
+    return LocalEngine().from_validated(validate_ledger(frame, source="test"), npartitions=3)
+
+
 @pytest.mark.slow
 @pytest.mark.integration
 def test_hpo_runs_on_either_engine_and_searches_as_the_in_memory_run(tmp_path, dask_address,
                                                                      dask_client):
-    """demand.hpo on engine partitions: on a LocalEngine every trial is the in-memory run's
-    trial (the same local estimator on the same rows), so the same search, best parameters
-    and final model; on Dask each trial is fitted by lightgbm.dask on the cluster and the
-    best parameters are the ones the final model trains with."""
+    """demand.hpo on engine partitions: the in-memory front door (`train_demand`, one
+    partition) and a LocalEngine over the same rows in three partitions run the same trials
+    (the same local estimator on the same rows), so the same search, best parameters and
+    final model; on Dask each trial is fitted by lightgbm.dask on the cluster and the best
+    parameters are the ones the final model trains with."""
     import dask
 
     from replaylab.demand.hpo import HPOConfig
@@ -468,7 +476,7 @@ def test_hpo_runs_on_either_engine_and_searches_as_the_in_memory_run(tmp_path, d
                                 cfg, tmp_path / "mem", hpo=HPOConfig(trials=3, seed=1))
     seen: list[tuple] = []
     parts, parts_run = train_demand_partitions(
-        LocalEngine(), str(path), cfg, projection, split, tmp_path / "parts",
+        LocalEngine(), _three_partitions(frame), cfg, projection, split, tmp_path / "parts",
         hpo=HPOConfig(trials=3, seed=1), on_trial=lambda n, p, v: seen.append((n, p, v)))
     assert [n for n, _, _ in seen] == [0, 1, 2]
     for key in ("trials_run", "best_params", "best_trial", "first_trial_value",
@@ -496,11 +504,12 @@ def test_hpo_runs_on_either_engine_and_searches_as_the_in_memory_run(tmp_path, d
 @pytest.mark.integration
 def test_censoring_auto_chooses_on_either_engine_as_the_in_memory_run(tmp_path, dask_address,
                                                                       dask_client):
-    """censoring.method=auto over engine partitions: on a LocalEngine every variant (none,
-    realized, pinball at each round count), its calibration and test figures as partition
-    sums equal the in-memory run's (to summation order), so the same choice, reason and
-    boosters; on Dask the candidates are none and realized (the pinball stage trains in
-    one process) and the pick is select_censoring's on the Dask figures."""
+    """censoring.method=auto over engine partitions: on a LocalEngine over the rows in three
+    partitions every variant (none, realized, pinball at each round count), its
+    calibration and test figures as partition sums equal the in-memory front door's (one
+    partition; to summation order), so the same choice, reason and boosters; on Dask the
+    candidates are none and realized (the pinball stage trains in one process) and the
+    pick is select_censoring's on the Dask figures."""
     import dask
 
     from replaylab.demand.censoring import select_censoring
@@ -515,8 +524,9 @@ def test_censoring_auto_chooses_on_either_engine_as_the_in_memory_run(tmp_path, 
     projection, split = ProjectionConfig(), SplitConfig(embargo_ms=300_000)
     mem, mem_run = train_demand(load_ledger(LedgerInput(path=str(path))), projection, split,
                                 cfg, tmp_path / "mem")
-    parts, parts_run = train_demand_partitions(LocalEngine(), str(path), cfg, projection,
-                                               split, tmp_path / "parts", n_boot=20)
+    parts, parts_run = train_demand_partitions(LocalEngine(), _three_partitions(frame), cfg,
+                                               projection, split, tmp_path / "parts",
+                                               n_boot=20)
     a, b = mem["censoring"], parts["censoring"]
     assert a["candidate"] != "none"  # a real choice among the variants on this ledger
     assert {k: v for k, v in a.items() if k != "candidates"} == \

@@ -44,8 +44,9 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     from replaylab.apps.inputs import compute_config, compute_engine
     from replaylab.demand import DemandConfig
     from replaylab.demand.hpo import HPOConfig
+    from replaylab.pipelines.demand import train_demand
     from replaylab.pipelines.demand_partitions import train_demand_partitions
-    from replaylab.pipelines.project import ledger_artifact, load_ledger
+    from replaylab.pipelines.project import load_ledger
     from replaylab.projection import ProjectionConfig, SplitConfig
 
     compute_config(cfg)  # a bad compute section is one line before anything is read
@@ -55,17 +56,17 @@ def demand(cfg: DictConfig, run_dir: Path) -> dict:
     demand_values = plain(cfg.demand)
     hpo = from_mapping(HPOConfig, demand_values.pop("hpo", None), "demand.hpo")
     demand_cfg = from_mapping(DemandConfig, demand_values, "demand")
+    opts = {"hpo": hpo, "on_trial": nested_trial_logger(cfg), "progress": log.info}
     with compute_engine(cfg) as engine:
-        loaded = None if inp.path else load_ledger(inp)
-        source = str(inp.path) if inp.path else engine.from_validated(loaded.result)
-        summary, run = train_demand_partitions(
-            engine, source, demand_cfg, projection, split, run_dir,
-            injected_defects=loaded.injected_defects if loaded else None,
-            hpo=hpo, on_trial=nested_trial_logger(cfg), progress=log.info)
+        if inp.path:  # read by the engine (by the workers under Dask)
+            summary, run = train_demand_partitions(engine, str(inp.path), demand_cfg,
+                                                   projection, split, run_dir, **opts)
+            summary["artifacts"] = {"ledger": str(inp.path), **summary["artifacts"]}
+        else:  # the synthetic ledger, partitioned from memory
+            summary, run = train_demand(load_ledger(inp), projection, split, demand_cfg,
+                                        run_dir, write_ledger=bool(cfg.data.write_ledger),
+                                        engine=engine, **opts)
         summary["compute"] = engine.facts()
-    ledger = ledger_artifact(loaded, run_dir, bool(cfg.data.write_ledger)) if loaded else \
-        {"ledger": str(inp.path)}
-    summary["artifacts"] = {**ledger, **summary["artifacts"]}
     return _save_and_export(cfg, run, summary, run_dir)
 
 

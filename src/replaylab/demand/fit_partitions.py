@@ -41,7 +41,7 @@ from replaylab.demand.config import DemandConfig
 from replaylab.demand.conformal import GroupConformal, cell_keys, cqr_scores
 from replaylab.demand.inputs import check_quantiles, output_labels, prompt_tokens
 from replaylab.demand.labels import CLASS_COLUMN, LABEL
-from replaylab.demand.metrics import quantile_key
+from replaylab.demand.metrics import quantile_key, row_pinball
 from replaylab.demand.model import (
     MODEL,
     QuantileDemandModel,
@@ -237,7 +237,13 @@ def model_rows(engine: Any, lab: Any, demand: DemandConfig, method: str) -> Any:
     """Train rows the booster fits: label rows, plus censored-class rows for `realized`."""
     if method == NONE:
         return select(engine, lab, "train", (LABEL,))
-    rows = select(engine, lab, "train", (LABEL, *demand.censoring.classes))
+    return observed_rows(engine, lab, "train", demand)
+
+
+def observed_rows(engine: Any, lab: Any, split: str, demand: DemandConfig) -> Any:
+    """The label rows of `split` and its rows of the censored classes training may use,
+    those with an observed total (a lower bound for the censored ones)."""
+    rows = select(engine, lab, split, (LABEL, *demand.censoring.classes))
     return engine.map(_with_total, rows, meta=engine.meta(rows))
 
 
@@ -419,19 +425,12 @@ def calibrate(engine: Any, calib: Any, predictors: dict, demand: DemandConfig,
 # ------------------------------------------------------------------ censoring variants
 
 
-def _with_label_total(part: pd.DataFrame, classes: tuple[str, ...]) -> pd.DataFrame:
-    """The rows of `classes` with an observed total (label rows, or censored ones)."""
-    keep = part[CLASS_COLUMN].isin(list(classes)).to_numpy() & \
-        part[P.LABEL_TOTAL_DEMAND].notna().to_numpy()
-    return part[keep]
-
-
 def _variant_sums(part: pd.DataFrame, models: dict, calibrators: dict, demand: DemandConfig,
                   t_mid: float | None) -> dict:
     """Per variant, the sums of `variant_figures` over one partition's label rows (pinball
     per level, covered, width; by half around t_mid) and censored rows (hi >= observed,
     pinball of what they consumed)."""
-    qs = np.asarray(demand.quantiles, dtype="float64")
+    k = len(demand.quantiles)
     label = (part[CLASS_COLUMN] == LABEL).to_numpy()
     y = part[P.LABEL_TOTAL_DEMAND].to_numpy(dtype="float64")
     t = part[L.TIMESTAMP].to_numpy(dtype="int64")
@@ -440,14 +439,13 @@ def _variant_sums(part: pd.DataFrame, models: dict, calibrators: dict, demand: D
     out = {}
     for name, model in models.items():
         if not len(part):
-            out[name] = {"n": 0, "pin": np.zeros(len(qs)), "covered": 0.0, "width": 0.0,
+            out[name] = {"n": 0, "pin": np.zeros(k), "covered": 0.0, "width": 0.0,
                          "halves_n": np.zeros(2), "halves_pin": np.zeros(2),
-                         "capped_n": 0, "capped_hi": 0, "all_pin": np.zeros(len(qs))}
+                         "capped_n": 0, "capped_hi": 0, "all_pin": np.zeros(k)}
             continue
         q, *band = base_band(model, part)
         lo, hi = calibrators[name].predict_interval(part, *band, cap)
-        d = y[:, None] - q
-        pin = np.maximum(qs[None, :] * d, (qs[None, :] - 1.0) * d)  # (n, levels)
+        pin = row_pinball(y, q, demand.quantiles)  # (n, levels)
         row_mean = pin.mean(axis=1)
         halves = [label & ~later, label & later]
         out[name] = {
@@ -464,15 +462,14 @@ def _variant_sums(part: pd.DataFrame, models: dict, calibrators: dict, demand: D
 def variant_figures(engine: Any, rows: Any, models: dict, calibrators: dict,
                     demand: DemandConfig) -> dict[str, dict]:
     """Each censoring variant's figures on `rows` (one split's label and censored rows with
-    an observed total), as partition sums: the in-memory `censoring_figures`' keys. Label
+    an observed total), as partition sums, what `censoring.select_censoring` reads. Label
     rows: n, mean pinball, coverage, mean width, the mean pinball of the earlier and the
     later half by dispatch time (around the exact median of the label rows' timestamps).
     Censored rows: capped_n, the share with hi >= observed, and the mean pinball of what
     every row consumed (label and censored)."""
-    labels = engine.map(rows_where, rows, None, (LABEL,),
-                        meta=rows_where(engine.meta(rows), None, (LABEL,)))
     try:
-        t_mid = exact_quantiles(engine, labels, L.TIMESTAMP, [0.5])[0]
+        t_mid = exact_quantiles(engine, select(engine, rows, None, (LABEL,)), L.TIMESTAMP,
+                                [0.5])[0]
     except ValueError:  # no label row: no halves
         t_mid = None
     parts = engine.each(_variant_sums, rows, models, calibrators, demand, t_mid)
@@ -552,11 +549,9 @@ def choose_censoring(engine: Any, lab: Any, demand: DemandConfig, counts: dict,
                       if method == PINBALL else {method: model})
     calib_labels = select(engine, lab, "calibration", (LABEL,))
     calibrators = calibrate(engine, calib_labels, models, demand, calibration_max)[0]
-    figures = {split: variant_figures(
-        engine, engine.map(_with_label_total, lab_split, (LABEL, *classes),
-                           meta=engine.meta(lab_split)), models, calibrators, demand)
-        for split, lab_split in (("calibration", select(engine, lab, "calibration", None)),
-                                 ("test", select(engine, lab, "test", None)))}
+    figures = {split: variant_figures(engine, observed_rows(engine, lab, split, demand),
+                                      models, calibrators, demand)
+               for split in ("calibration", "test")}
     candidates = {name: {"calibration": figures["calibration"][name],
                          "test_report_only": figures["test"][name]} for name in models}
     chosen, reason = select_censoring({k: v["calibration"] for k, v in candidates.items()},

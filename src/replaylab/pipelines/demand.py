@@ -14,7 +14,9 @@ calibration split by default): `replaylab.demand.censoring`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from replaylab.compute import LocalEngine
 from replaylab.demand.config import DemandConfig
@@ -28,18 +30,20 @@ from replaylab.projection import ProjectionConfig, SplitConfig
 def train_demand(loaded: LoadedLedger, projection: ProjectionConfig, split: SplitConfig,
                  demand: DemandConfig, out_dir: Path, *, hpo: HPOConfig | None = None,
                  on_trial: OnTrial | None = None, write_ledger: bool = False,
+                 engine: Any = None, progress: Callable[[str], None] | None = None,
                  ) -> tuple[dict, DemandRun]:
-    """THE demand pipeline (`train_demand_partitions`) on a `LocalEngine` over `loaded`'s
-    valid rows (one partition); returns (summary, `DemandRun`). hpo/on_trial: the Optuna
-    search before the final fit; write_ledger: the synthetic ledger written beside the
-    run (`summary.artifacts.ledger`). Raises DemandDataError when the ledger cannot train a
-    model (no usable labels, a single session, everything censored, too few calibration
-    rows)."""
-    engine = LocalEngine()
+    """THE demand pipeline (`train_demand_partitions`) over `loaded`'s valid rows, on
+    `engine` (default a `LocalEngine`: one partition); returns (summary, `DemandRun`).
+    hpo/on_trial: the Optuna search before the final fit; write_ledger: the synthetic
+    ledger written beside the run (`summary.artifacts.ledger`); progress: the stage lines.
+    Raises DemandDataError when the ledger cannot train a model (no usable labels, a single
+    session, everything censored, too few calibration rows)."""
+    engine = engine or LocalEngine()
     out_dir = Path(out_dir)
     summary, run = train_demand_partitions(
         engine, engine.from_validated(loaded.result), demand, projection, split, out_dir,
-        injected_defects=loaded.injected_defects, hpo=hpo, on_trial=on_trial)
+        injected_defects=loaded.injected_defects, hpo=hpo, on_trial=on_trial,
+        progress=progress)
     summary["artifacts"] = {**ledger_artifact(loaded, out_dir, write_ledger),
                             **summary["artifacts"]}
     return summary, run

@@ -310,8 +310,8 @@ def train_demand_partitions(engine: Any, source: Any, demand: DemandConfig,
 
     hpo: an Optuna search over the model's hyperparameters before the final fit
     (`demand.hpo.search_hyperparameters`), each trial fitted on the engine and scored on
-    the validation tail of train, as the in-memory run does (`on_trial(number, params,
-    value)` per finished trial; the entry point logs each as a nested MLflow run).
+    the validation tail of train (`on_trial(number, params, value)` per finished trial;
+    the entry point logs each as a nested MLflow run).
 
     progress(text): the stage lines (`Engine.stages`, `STAGES`; default the `replaylab`
     logger), with a task bar on a TTY under Dask. A worker lost mid-run: Dask recomputes
@@ -513,9 +513,11 @@ def _write_report(pred_path: Path, summary: dict, out_dir: Path, seed: int
 def _validation_pinball(engine: Any, rows: Any, demand: DemandConfig, model_cfg: Any,
                         workers: int) -> float:
     """An HPO trial: the label-rows model fitted on the engine with `model_cfg` (early
-    stopping on the time-ordered tail of train); its mean pinball on that tail."""
-    model = fit_model(engine, rows, dataclasses.replace(demand, model=model_cfg), NONE,
-                      workers)
+    stopping on the time-ordered tail of train); its mean pinball on that tail. The score
+    is the early-stopped boosters', so the trial skips the refit on all of train (the
+    chosen parameters' final fit makes it)."""
+    trial = dataclasses.replace(model_cfg, refit_full_train=False)
+    model = fit_model(engine, rows, dataclasses.replace(demand, model=trial), NONE, workers)
     val = model.validation_pinball_
     return float(np.mean(list(val.values()))) if val else math.nan
 

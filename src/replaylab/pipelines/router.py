@@ -346,13 +346,9 @@ def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRul
         head = _fit_head(Etr, mtr, _rows(labels, tr, cfg.head.max_weight), k, c1, cal_rows)
         return head, select_threshold(head.predict_proba(Eca, mca), ca.score, ca.cost, policy)
 
-    def plan() -> tuple[np.ndarray, float, str]:
-        head, ch = fitted(training_labels(bandit))
-        return head.predict_proba(Etr, mtr), float(ch.threshold), policy.rule
-
-    def replan(replay: pd.DataFrame) -> tuple[np.ndarray, float, str]:
-        # planned_halves: the round-0 head (same config, same seed) refitted on the receipts
-        # plus the first half's replays, and its threshold recomputed the same way
+    def plan(replay: pd.DataFrame | None = None) -> tuple[np.ndarray, float, str]:
+        # the round-0 head on the receipts alone; planned_halves' replan: the same head (same
+        # config, same seed) refitted on the receipts plus the first half's replays
         head, ch = fitted(training_labels(bandit, replay))
         return head.predict_proba(Etr, mtr), float(ch.threshold), policy.rule
 
@@ -360,7 +356,7 @@ def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRul
         ch = fitted(training_labels(bandit, replay))[1]
         return ch.cost / ch.curve.strong_cost if ch.curve.strong_cost > 0 else ch.cost
 
-    return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr, replan=replan)
+    return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr, replan=plan)
 
 
 def _rows_for(labels: pd.DataFrame, tr: OutcomeMatrix, ca: OutcomeMatrix
