@@ -254,15 +254,16 @@ def test_outcomes_choice_is_the_calibration_argmin_and_is_served(outcomes_run):
     sel = s["head_selection"]
     assert sel["enabled"] and sel["chosen_on"] == "calibration"
     # the criterion is the served objective's (router.objective, default incumbent): the
-    # cost ratio of the threshold it chooses on calibration
-    assert sel["criterion"].startswith("cost ratio") and "objective incumbent" in sel["criterion"]
+    # cost per opening call of the threshold it chooses on calibration, read with DR on the
+    # fully replayed calibration split (the one head choice, router_fit.choose_head)
+    assert sel["criterion"].startswith("DR cost per opening call")
+    assert "objective incumbent" in sel["criterion"] and "(rules)" in sel["criterion"]
     chosen = _chosen(sel)
     assert _key(chosen) == _key(_argmin(sel))
-    goal = s["test"]["learned"]["threshold"]["goal"]  # "quality >= X" on calibration
-    target = float(goal.split(">=")[1])
+    target = s["test"]["learned"]["threshold"]["target_quality"]  # on calibration
     for r in sel["candidates"]:
-        assert r["met"] and r["criterion"] == pytest.approx(r["cost_ratio"])
-        assert r["quality"] >= target - 1e-9
+        assert r["met"] and r["criterion"] == pytest.approx(r["dr_cost"])
+        assert r["dr_quality"] >= target - 1e-9 and r["target_quality"] == target
     assert s["test"]["learned"]["threshold"]["threshold"] == chosen["threshold"] == run.threshold
     assert run.config.head.max_weight == chosen["max_weight"]
     assert run.head.config == run.config.head

@@ -39,16 +39,9 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.data.get("replays"):
         raise ConfigError("data.replays is read with data.ledger (a receipts ledger): "
                           "without a ledger, pass the replays as data.outcomes")
-    from replaylab.apps.inputs import compute_config
-    from replaylab.compute import LocalEngine
+    from replaylab.apps.inputs import compute_config, compute_engine
 
-    kind = compute_config(cfg).kind
-    if kind != "local":
-        # an outcome table has no partitions: it is one matrix of prompts x candidates,
-        # trained in this process; running it elsewhere would be a silent no-op
-        raise ConfigError(f"compute.kind={kind}: an outcome table "
-                          "(data.outcomes) trains in this process; compute=dask runs a "
-                          "receipts ledger's partitions (data.ledger=FILE|DATASET)")
+    compute_config(cfg)  # a bad compute value: one line, before anything is read
     outcomes, origin = load_outcomes(cfg)
     from replaylab.router.replay import outcome_matrix
 
@@ -57,10 +50,12 @@ def router(cfg: DictConfig, run_dir: Path) -> dict:
     texts = outcomes["prompt_text"].dropna().astype(str).drop_duplicates().tolist()
     folder, encoder, tier = prepare_encoder(enc, texts)
     embed, cache = cached_embed(encoder, enc)
-    summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info,
-                                head_scorer="numpy" if tier == "static" else "onnx")
+    with compute_engine(cfg) as eng:  # where the receipts pipeline's partitions run
+        summary, run = train_router(outcomes, rcfg, run_dir, embed, progress=log.info,
+                                    head_scorer="numpy" if tier == "static" else "onnx",
+                                    engine=eng, encoder_id=encoder.encoder_id)
+        summary["compute"] = eng.facts()
     summary["data"] = {"outcomes": origin}
-    summary["compute"] = LocalEngine().facts()
     summary["encoder"] = {"tier": tier, "folder": str(folder), "encoder_id": encoder.encoder_id,
                           "variant": encoder.variant, "cache_hits": cache.hits,
                           "cache_misses": cache.misses, **encoder_verdicts(folder, encoder)}

@@ -1,83 +1,83 @@
-"""The router pipeline: outcomes in; exploration labels, learned router, baselines, OPE, go/no-go out.
+"""The router from a full-information outcome table: receipts simulated, the receipts pipeline run, the truth added.
 
 `train_router(outcomes, cfg, out_dir, embed)`:
 
-1. the outcomes-v1 table becomes a full-information matrix (prompts x
-   candidates: quality, cost); prompts are split train / calibration / test
-   (seeded, by prompt; each prompt opens one session);
-2. TRAIN is what production would have logged: the scenario rules (fitted on
-   train, said so in the summary) bind each session once, a bounded share of
-   sessions binds to another candidate at random (`simulate_receipts`), only
-   the bound candidate's outcome is visible; a configured share of logged
-   opening prompts is replayed offline against the other candidates;
-3. prompt text goes through `embed` (the ONNX MiniLM encoder at run time too)
-   and nowhere else: label tables hold ids, embeddings, labels and metadata;
-4. the MLP head learns each candidate's success from the IPS-weighted logged
-   decisions plus the replay labels (its clip, teachers and width chosen on the
-   calibration split, `router.head_select`); kNN and LightGBM on the same rows;
-5. CALIBRATION is replayed in full (offline replay of every candidate): Platt
-   calibration of the head and the threshold of each scoring router;
-6. TEST is scored against the full table (`truth`), and also re-logged by the
-   rules with exploration so the off-policy estimates (IPS, SNIPS, DR) of the
-   learned policy can be checked against that truth;
-   The rules are reported twice: `rules`, fitted on train's full outcome table,
-   and `rules_equal`, fitted only on the train prompts the learned router sees
-   every candidate's outcome for (logged decision + offline replay);
-7. the verdict (GO / NO-GO / NOT ENOUGH EVIDENCE, `router.gate`) on `router.objective`,
-   the same objective the served threshold was chosen for on calibration (the incumbent
-   is `go.baseline`: rules or rules_equal): by default the served router must save cost
-   on test with a paired, prompt-bootstrap interval excluding zero and lose no more than
-   `objective.margin` quality, with exploration within its cap; a learning curve refits
-   on shares of the explored sessions.
+1. the outcomes-v1 table becomes a full-information matrix (prompts x candidates:
+   quality, cost); prompts are split train / calibration / test (seeded, by prompt);
+2. what production would have logged (`log_receipts`): the scenario rules (fitted on
+   train, said so in the summary) bind each session once, a bounded share of sessions
+   binds to another candidate at random (`simulate_receipts`), split after split in time;
+   only the bound candidate's outcome reaches the ledger. The offline replays
+   (`replay_table`): the train openings `router.replay.selection` picks (`_replays`), and
+   every calibration opening against every other candidate;
+3. the receipts pipeline (`pipelines/router_receipts.py`, on the compute engine) trains on
+   that ledger and those replays, as it would on a team's own files: the head from the
+   IPS-weighted train decisions plus the train replays, its clip, teachers and width and
+   its threshold chosen on CALIBRATION for `router.objective` against `go.baseline`
+   (`router_fit.CalibrationView`: the split is fully replayed, so DR reads its observed
+   values), its OPE of the test sessions the rules logged; prompt text goes through `embed`
+   once (`_lookup_encoder`);
+4. what only full information adds: the served decisions, kNN and LightGBM (fitted on the
+   same rows, thresholds chosen the same way), the rules (`rules`, on train's full table,
+   and `rules_equal`, on the train prompts the learned router sees every candidate's
+   outcome for), random, cheap/strong-only and the oracle, all scored on the test truth
+   with intervals and curves; the receipts run's OPE beside the truth of the same
+   decisions (`_ope_beside_truth`); the seed spread on the truth;
+5. the verdict (GO / NO-GO / NOT ENOUGH EVIDENCE, `router.gate.outcomes_gate`) on
+   `router.objective` at the served threshold on the test truth, with paired
+   prompt-bootstrap intervals against `go.baseline`; a learning curve refits on shares of
+   the explored sessions. The receipts gate's verdict on the same test sessions sits in
+   `ope.ope_verdict`: what receipts alone would have said.
 
 The curves' statistics (the rules' curve, paired cost_ratio gaps) are
-`pipelines/router_curves.py`. The rest is one unit: `train_router` and the steps only it
-runs (labels from simulated receipts, the head and baselines fitted on them, OPE against
-the full table, the gate whose learning curve refits the head), sharing its splits.
+`pipelines/router_curves.py`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from replaylab.contracts import SOURCE_ATTR
+from replaylab.contracts import SOURCE_ATTR, validate_ledger
+from replaylab.contracts.columns import Ledger as L
 from replaylab.contracts.columns import Outcomes as O
 from replaylab.contracts.errors import InputError
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
-from replaylab.pipelines.router_fit import ChosenHead, choose_head, fit_head, seed_spread
+from replaylab.pipelines.router_fit import (
+    CalibrationView,
+    FitData,
+    FittedRouter,
+    operating_point,
+    seed_spread,
+)
+from replaylab.pipelines.router_receipts import FunctionEncoder, train_router_receipts
 from replaylab.pipelines.router_run import RouterRun, golden_inputs
 from replaylab.router.baselines import KnnRouter, LgbmRouter, OracleRouter, RandomRouter
-from replaylab.router.exploration import bandit_rows, simulate_receipts
-from replaylab.router.gate import objective_criteria, ope_gate, outcomes_gate
+from replaylab.router.exploration import (
+    ReceiptsSimulation,
+    bandit_rows,
+    deployment_ledger,
+    policy_truth,
+    replay_outcomes,
+    simulate_receipts,
+)
+from replaylab.router.gate import objective_criteria, outcomes_gate
 from replaylab.router.head import SuccessHead
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
-from replaylab.router.metrics import (
-    anchors,
-    policy_summary,
-)
+from replaylab.router.metrics import anchors, cost_quality_curve, policy_summary
 from replaylab.router.objective import served_policy
-from replaylab.router.ope import (
-    feasible_interval,
-    logged_decisions,
-    ope_estimates,
-    policy_matrix,
-    policy_value,
-    support_check,
-)
-from replaylab.router.ope_sums import ope_from_sums, ope_part, scored_rows
 from replaylab.router.pipeline_config import RouterPipelineConfig
-from replaylab.router.policy import (
-    routing_scores,
-    select_threshold,
-)
+from replaylab.router.policy import routing_scores, select_threshold
+from replaylab.router.receipts import ReceiptsError
 from replaylab.router.replay import (
     Label,
     OutcomeMatrix,
@@ -86,7 +86,7 @@ from replaylab.router.replay import (
     training_labels,
 )
 from replaylab.router.rules import ScenarioRules
-from replaylab.runtime.routing import decision_margin
+from replaylab.runtime.routing import choose_by_threshold, decision_margin
 
 SPLITS = ("train", "calibration", "test")
 SCORED = ("learned", "knn", "lgbm")  # routers with a threshold on predicted success
@@ -198,72 +198,6 @@ def _fit_rules_equal(cfg: RouterPipelineConfig, rows: TrainingRows, tr: OutcomeM
     return rules, eq, {**info, **rules.describe()}
 
 
-def _ope(test: OutcomeMatrix, rules: ScenarioRules, cfg: RouterPipelineConfig,
-         choice: np.ndarray, prob: np.ndarray, unit_cost: np.ndarray | None = None,
-         fallback: int = -1) -> dict:
-    """OPE of the learned policy on re-logged test sessions, beside the truth; with
-    `unit_cost` (the train calls' mean cost per candidate, the DR cost model) also the OPE
-    evidence the receipts gate reads (`ope_sums.ope_evidence`) and the verdict an OPE gate
-    on these re-logged sessions would give (`ope_verdict`): a check of the receipts-mode
-    gate against the full-information one (the incumbent here is the rules, which logged
-    these sessions)."""
-    exp = dataclasses.replace(cfg.exploration, seed=cfg.exploration.seed + 1)
-    sim = simulate_receipts(test, rules, exp)
-    bandit = bandit_rows(sim.ledger)
-    b = logged_decisions(bandit, test.candidates)
-    row_of = pd.Series(np.arange(test.n_prompts), index=test.prompt_ids.astype(str))
-    rows = row_of.reindex(pd.Series(b.context_key).astype(str)).to_numpy()
-    if np.isnan(rows.astype(float)).any():
-        raise RouterDataError("OPE: a logged context does not map to a test prompt")
-    rows = rows.astype(np.int64)
-    k = len(test.candidates)
-    est = ope_estimates(b, policy_matrix(choice[rows], k), q_hat=prob[rows],
-                        config=cfg.evaluation)
-    tag = cfg.evaluation.level_tag
-    # quality is in [0, 1] (outcomes-v1): so is every policy's value, and its interval
-    out = {name: feasible_interval(est, name, 0.0, 1.0, tag) for name in ("ips", "snips", "dr")}
-    out["truth"] = policy_value(test.score[rows], policy_matrix(choice[rows], k))
-    out["logging_policy_truth"] = float(test.score[rows, b.action].mean())
-    out.update({k2: est[k2] for k2 in ("n", "sessions", "ess", "mean_weight", "support")
-                if k2 in est})
-    out["covers_truth"] = {n: out[n]["ci"][0] <= out["truth"] <= out[n]["ci"][1]
-                           for n in ("ips", "snips", "dr")}
-    out["warnings"] = support_check(est)
-    if unit_cost is not None:
-        out.update(_ope_evidence(cfg, test, bandit, b, rows, choice, prob, unit_cost, fallback))
-    return out
-
-
-def _ope_evidence(cfg: RouterPipelineConfig, test: OutcomeMatrix, bandit: pd.DataFrame,
-                  b: Any, rows: np.ndarray, choice: np.ndarray, prob: np.ndarray,
-                  unit_cost: np.ndarray, fallback: int) -> dict:
-    """The receipts gate's OPE evidence and verdict on the re-logged test sessions (the
-    same sums, `ope_sums.ope_part`, as a receipts run)."""
-    cost = logged_decisions(bandit, test.candidates, reward=Label.COST).reward
-    dec = bandit[bandit[Label.POLICY_DECISION].astype(bool)
-                 & (bandit[Label.LABEL_SOURCE] != "replay")]
-    k = len(test.candidates)
-    frame = pd.DataFrame({"action": b.action, Label.REWARD: b.reward, Label.COST: cost,
-                          Label.PROPENSITY: b.propensity,
-                          Label.SESSION_ID: b.session.astype(str),
-                          Label.SESSION_COST: np.nan,
-                          Label.LABEL_SOURCE: dec[Label.LABEL_SOURCE].to_numpy()})
-    ev = cfg.evaluation
-    scored = scored_rows(frame, prob[rows], choice[rows])
-    total = ope_part(scored, k, unit_cost, unit_cost, ev.n_boot, ev.seed, None, None,
-                     fallback % k, cfg.policy.rule)
-    o = cfg.objective
-    fraction = o.fraction_of_strong if o.kind == "quality_floor" else None
-    ope = ope_from_sums(total, test.candidates, b.n, ev.level, ev.level_tag, fraction)
-    verdict = ope_gate(ope, o, float(cfg.go.sessions_per_day), incumbent="rules (logging)",
-                       test_share=float(cfg.split[2]))
-    return {"evidence": ope["evidence"],
-            "ope_verdict": {"verdict": verdict["verdict"], "reason": verdict["go_reason"],
-                            "what": "the receipts-mode gate (router/gate.py ope_gate) on "
-                                    "these re-logged test sessions, against the rules that "
-                                    "logged them: what a gate from receipts alone would say"}}
-
-
 # How far a decision must sit from the threshold to survive another machine's kernels:
 # fp32 embeddings differ by float rounding (P(success) by ~1e-6), int8 ones by its kernels
 # (P(success) by up to ~1e-2, docs/results/int8-cpus.md). Reported as shares of test decisions.
@@ -288,36 +222,6 @@ def _stability(decisions: pd.DataFrame) -> dict:
     margin = decisions["margin"].to_numpy(float)
     return {f"{v}_near_threshold_share": float((margin <= m).mean()) if len(margin) else None
             for v, m in STABILITY_MARGINS.items()} | {"margins": dict(STABILITY_MARGINS)}
-
-
-def _choose_head(cfg: RouterPipelineConfig, labels: pd.DataFrame, tr: OutcomeMatrix,
-                 fit: dict, ca: OutcomeMatrix, k: int, head_scorer: str,
-                 say: Callable[[str], None]) -> tuple[RouterPipelineConfig, ChosenHead]:
-    """The head's clip, teachers and width chosen on CALIBRATION (`router_fit.choose_head`,
-    the receipts mode's choice): the criterion is the figure the threshold is picked with
-    (`select_threshold` on the full calibration replay). fit: {"E", "meta"} of train and
-    calibration. Returns (cfg with the chosen head, the choice)."""
-    budget = cfg.policy.cost_budget
-    name = ("cost ratio (cost of the threshold the objective chooses on calibration / "
-            f"strong-only cost; {cfg.objective.label(cfg.go.baseline)})" if budget is None else
-            f"-quality at the best threshold within cost {budget:g}")
-    Eca, mca = fit["E"]["calibration"], fit["meta"]["calibration"]
-
-    def replay_point(dep: Any) -> tuple[bool, float, dict, Any]:
-        ch = select_threshold(dep.predict_proba(Eca, mca), ca.score, ca.cost, cfg.policy)
-        strong = ch.curve.strong_cost
-        ratio = ch.cost / strong if strong > 0 else float("nan")
-        crit = (ratio if strong > 0 else ch.cost) if budget is None else -ch.quality
-        figures = {"cost_ratio": ratio, "quality": ch.quality,
-                   "quality_vs_strong": (ch.quality / ch.curve.strong_quality
-                                         if ch.curve.strong_quality > 0 else None),
-                   "cost": ch.cost, "strong_share": ch.strong_share,
-                   "threshold": ch.threshold}
-        return ch.met, crit, figures, ch
-
-    chosen = choose_head(cfg, fit["E"], fit["meta"], _rows_for(labels, tr, ca), k,
-                         head_scorer, replay_point, name, say)
-    return dataclasses.replace(cfg, head=chosen.config), chosen
 
 
 def _fit_head(E: np.ndarray, meta: dict, rows: TrainingRows, k: int, cfg: RouterPipelineConfig,
@@ -359,11 +263,112 @@ def _replays(cfg: RouterPipelineConfig, bandit: pd.DataFrame, rules: ScenarioRul
     return choose_replays(bandit, tr, cfg.replay, plan, judge, embedding=Etr, replan=plan)
 
 
-def _rows_for(labels: pd.DataFrame, tr: OutcomeMatrix, ca: OutcomeMatrix
-              ) -> Callable[[float | None], dict]:
-    """max_weight -> the head's {"train", "calibration"} rows: the logged decisions and
-    replays of train at that clip, every (prompt, candidate) of the calibration replay."""
-    return lambda clip: {"train": _rows(labels, tr, clip), "calibration": _full_rows(ca)}
+# the receipts of each split are simulated with their own exploration seed (train: the
+# configured one; test: + 1, as the re-logged test sessions always were; calibration: + 2)
+LOG_SEED_OFFSET = {"train": 0, "calibration": 2, "test": 1}
+
+
+@dataclass(frozen=True)
+class Served:
+    """An operating point as it is served: threshold, fallback column and rule (the runtime's
+    `choose_by_threshold`), with what calibration said of it (`router_fit.operating_point`)."""
+
+    threshold: float
+    fallback: int
+    rule: str
+    point: dict
+
+    @classmethod
+    def of(cls, point: dict, fallback: int, rule: str) -> Served:
+        return cls(float(point["threshold"]), int(fallback), rule, point)
+
+    def choose(self, prob: np.ndarray) -> np.ndarray:
+        return choose_by_threshold(prob, self.threshold, fallback=self.fallback, rule=self.rule)
+
+    @property
+    def goal(self) -> str:
+        """What calibration chose it for: the quality floor or the budget, then the objective."""
+        p = self.point
+        if p.get("target_quality") is not None:
+            return f"quality >= {p['target_quality']:.6g} ({p.get('objective')})"
+        return f"best quality with cost <= {p.get('cost_budget')} ({p.get('objective')})"
+
+    def summary(self) -> dict:
+        keep = ("threshold", "met", "target_quality", "cost_budget", "dr_quality", "dr_cost",
+                "incumbent", "incumbent_quality", "objective")
+        return {key: self.point[key] for key in keep if key in self.point} | {
+            "fallback": int(self.fallback), "rule": self.rule}
+
+
+def log_receipts(m: OutcomeMatrix, split: np.ndarray, rules: ScenarioRules,
+                 config: Any, texts: dict[str, str]
+                 ) -> tuple[dict[str, ReceiptsSimulation], pd.DataFrame]:
+    """What production would have logged, split after split in time: the rules bind each
+    session once with the configured exploration (`simulate_receipts`, seeds
+    `LOG_SEED_OFFSET`), each split's sessions opening after the previous split's last turn,
+    so the receipts pipeline's time split (no embargo needed) is the seeded prompt split.
+    Returns the simulations per split and the ledger as a deployment writes it
+    (`deployment_ledger`: prompt text on opening turns, no benchmark ids)."""
+    sims, frames, start = {}, [], int(config.start_ms)
+    for s in SPLITS:
+        sim = simulate_receipts(m.take(split == s), rules, dataclasses.replace(
+            config, seed=int(config.seed) + LOG_SEED_OFFSET[s], start_ms=start))
+        sims[s] = sim
+        frames.append(deployment_ledger(sim, texts))
+        start = int(pd.to_numeric(sim.ledger[L.TIMESTAMP]).max()) + 1_000
+    return sims, pd.concat(frames, ignore_index=True)
+
+
+def replay_table(replay: pd.DataFrame, train: ReceiptsSimulation, ca_sim: ReceiptsSimulation,
+                 ca: OutcomeMatrix, texts: dict[str, str], seed: int) -> pd.DataFrame:
+    """The offline replays as outcomes-v1 rows keyed by the logged opening's request id (the
+    receipts-mode join): the train replays `router.replay.selection` chose, and every other
+    candidate of every calibration opening (the calibration split is replayed in full)."""
+    first = train.ledger[train.ledger[L.TURN_INDEX] == 0]
+    opening = pd.Series(first[L.REQUEST_ID].astype(str).to_numpy(),
+                        index=first[L.SESSION_ID].astype(str).to_numpy())
+    task = train.ledger.drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)[O.TASK]
+    pid = replay[Label.PROMPT_ID].astype(str)
+    rows = pd.DataFrame({
+        O.VERSION: "1", O.PROMPT_ID: opening.reindex(replay[Label.SESSION_ID].astype(str)).to_numpy(),
+        O.PROMPT_TEXT: pid.map(texts).fillna("").to_numpy(),
+        O.TASK: pid.map(task).astype(str).to_numpy(),
+        O.CANDIDATE: replay[Label.CANDIDATE].astype(str).to_numpy(),
+        O.SCORE: replay[Label.REWARD].to_numpy(float),
+        O.SUCCESS: replay[Label.REWARD].to_numpy(float) >= 0.5,
+        O.COST: replay[Label.COST].to_numpy(float)})
+    full = replay_outcomes(ca_sim, ca, texts, share=1.0, seed=seed)
+    return pd.concat([rows, full], ignore_index=True)
+
+
+def _lookup_encoder(texts: list[str], E: np.ndarray, embed: Callable[[list[str]], np.ndarray],
+                    encoder_id: str) -> FunctionEncoder:
+    """The run's embeddings as the receipts pipeline's encoder: a text embedded once is
+    looked up (the same vector the encoder gave), any other text embedded by `embed`."""
+    at = {t: i for i, t in enumerate(texts)}
+
+    def fn(batch: list[str]) -> np.ndarray:
+        idx = np.array([at.get(t, -1) for t in batch], dtype=np.int64)
+        out = np.zeros((len(batch), E.shape[1]), dtype=np.float32)
+        out[idx >= 0] = E[idx[idx >= 0]]
+        miss = np.flatnonzero(idx < 0)
+        if len(miss):
+            out[miss] = np.asarray(embed([batch[i] for i in miss]), dtype=np.float32)
+        return out
+
+    return FunctionEncoder(fn, encoder_id, dimension=int(E.shape[1]))
+
+
+def _subset(data: FitData, keep: np.ndarray) -> FitData:
+    """FitData with only the train decisions `keep` (bool, aligned) and their replays."""
+    tr = data.decisions["train"]
+    sub = tr[keep]
+    rep = data.replays
+    if len(rep):
+        rep = rep[(rep["split"] != "train") | rep["row"].isin(sub.index)]
+    return FitData({"train": sub, "calibration": data.decisions["calibration"]},
+                   {"train": data.E["train"][keep], "calibration": data.E["calibration"]},
+                   rep.reset_index(drop=True))
 
 
 SPREAD_KEYS = ("quality", "cost", "cost_ratio_at_95", "apgr")
@@ -371,108 +376,113 @@ SPREAD_WHAT = ("the chosen head refitted with each seed on the same rows and spl
                "threshold chosen again on calibration; the same test prompts")
 
 
-def _spread(cfg: RouterPipelineConfig, headline: dict, fit: dict, rows: dict,
-            ca: OutcomeMatrix, test: tuple, k: int, head_scorer: str,
-            say: Callable[[str], None]) -> dict:
-    """The learned router's test figures over head seeds (`router_fit.seed_spread`): the
-    chosen head refitted with seeds seed + 1 .. seed + spread_seeds - 1 on the same rows
-    and split, its threshold chosen again on calibration, scored on the same test prompts
-    (`router.spread_seeds`)."""
-    Ete, mte, te = test
-    ev = dataclasses.replace(cfg.evaluation, n_boot=0)
-
-    def row_of(seed: int) -> dict:
-        _, dep = fit_head(cfg.head, seed, fit["E"], fit["meta"], rows, k, head_scorer)
-        ch = select_threshold(dep.predict_proba(fit["E"]["calibration"],
-                                                fit["meta"]["calibration"]),
-                              ca.score, ca.cost, cfg.policy)
-        prob = dep.predict_proba(Ete, mte)
-        s = policy_summary(te, ch.choose(prob), routing_scores(prob, cfg.policy.rule), ev)
-        return {"seed": seed, **{key: s[key] for key in SPREAD_KEYS},
-                "threshold": float(ch.threshold)}
-
-    first = {"seed": cfg.seed, **{key: headline[key] for key in SPREAD_KEYS},
-             "threshold": headline["threshold"]["threshold"]}
-    return seed_spread(first, cfg.seed, cfg.spread_seeds, row_of,
-                       {key: (lambda r, key=key: r[key]) for key in SPREAD_KEYS}, SPREAD_WHAT,
-                       say)
-
-
 def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Path,
                  embed: Callable[[list[str]], np.ndarray],
                  progress: Callable[[str], None] | None = None,
-                 head_scorer: str = "onnx") -> tuple[dict, RouterRun]:
-    """Train, calibrate, test and gate the router; write tables; return the summary and run.
+                 head_scorer: str = "onnx", engine: Any = None,
+                 encoder_id: str = "outcomes") -> tuple[dict, RouterRun]:
+    """Train, calibrate, test and gate the router from a full-information table (module
+    docstring); write tables; return the summary and run.
 
-    outcomes: an outcomes-v1 frame (every candidate scored on every prompt);
-    embed: texts -> (n, d) float32 L2-normalized embeddings (the encoder the
-    runtime uses); head_scorer: how the runtime scores the head, `onnx` (MiniLM tier) or
-    `numpy` (static tier, `replaylab.runtime.router_head.HeadScorer` of kind numpy): every reported learned
-    decision is made by it. Raises RouterDataError when the table cannot train a router.
+    outcomes: an outcomes-v1 frame (every candidate scored on every prompt); embed: texts
+    -> (n, d) float32 L2-normalized embeddings (the encoder the runtime uses); head_scorer:
+    how the runtime scores the head, `onnx` (MiniLM tier) or `numpy` (static tier): every
+    reported learned decision is made by it; engine: the compute engine the receipts
+    pipeline runs on (default LocalEngine); encoder_id: the encoder's id. Raises
+    RouterDataError when the table cannot train a router.
     """
     say = progress or (lambda _msg: None)
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
+    where = outcomes.attrs.get(SOURCE_ATTR) or "outcomes"
     if m.n_prompts < 50:
-        where = outcomes.attrs.get(SOURCE_ATTR) or "outcomes"
         raise RouterDataError(f"{where}: {m.n_prompts} prompts scored by every candidate "
                               f"{list(m.candidates)}: need >= 50")
     say(f"embedding {m.n_prompts} prompts")
-    E = np.asarray(embed(_texts(outcomes, m.prompt_ids)), dtype=np.float32)
+    texts = _texts(outcomes, m.prompt_ids)
+    E = np.asarray(embed(texts), dtype=np.float32)
     timings["embed"] = time.perf_counter() - t0
     split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
     tr, ca, te = (m.take(split == s) for s in SPLITS)
     Etr, Eca, Ete = (E[split == s] for s in SPLITS)
     mtr, mca, mte = prompt_meta(tr), prompt_meta(ca), prompt_meta(te)
     k = len(m.candidates)
+    text_of = dict(zip(m.prompt_ids.astype(str), texts, strict=True))
 
+    # 1. what production would have logged; the replays the team would have run
     t0 = time.perf_counter()
     rules = ScenarioRules(cfg.rules).fit(tr)
-    sim = simulate_receipts(tr, rules, cfg.exploration)
-    bandit = bandit_rows(sim.ledger)
+    sims, ledger = log_receipts(m, split, rules, cfg.exploration, text_of)
+    bandit = bandit_rows(sims["train"].ledger)
     replay, replay_choice = _replays(cfg, bandit, rules, (Etr, mtr, tr), (Eca, mca, ca), k)
     say(f"replay selection: {replay_choice['chosen']} ({replay_choice['why']})")
     labels = training_labels(bandit, replay)
-    rows = _rows(labels, tr, cfg.head.max_weight)  # the baselines' rows: the configured clip
+    rows = _rows(labels, tr, cfg.head.max_weight)
     rules_eq, tr_eq, rules_eq_info = _fit_rules_equal(cfg, rows, tr)
-    if cfg.go.baseline == "rules_equal" and rules_eq is None:
+    baseline = cfg.go.baseline
+    if baseline == "rules_equal" and rules_eq is None:
         raise RouterDataError(f"go.baseline=rules_equal: {rules_eq_info['note']} "
                               f"(replay.share={cfg.replay.share:g})")
-    # the objective's operating point: the incumbent (go.baseline's rules) on calibration
-    incumbent = rules_eq if cfg.go.baseline == "rules_equal" else rules
+    incumbent = rules_eq if baseline == "rules_equal" else rules
     incumbent_q_cal = float(ca.score[np.arange(ca.n_prompts), incumbent.predict_index(ca)].mean())
-    cfg = dataclasses.replace(cfg, policy=served_policy(cfg.objective, cfg.policy,
-                                                        incumbent_q_cal))
+    replays = replay_table(replay, sims["train"], sims["calibration"], ca, text_of,
+                           cfg.replay.seed)
     timings["labels"] = time.perf_counter() - t0
 
-    say("training the head and the baselines")
+    # 2. the receipts pipeline on them (the split is the seeded one: shares of sessions)
+    n_s = {s: int(sims[s].stats["sessions"]) for s in SPLITS}
+    total = sum(n_s.values())
+    rcfg = dataclasses.replace(
+        cfg, spread_seeds=1,
+        evaluation=dataclasses.replace(cfg.evaluation, attribution="off"),
+        receipts=dataclasses.replace(cfg.receipts, calibration_share=n_s["calibration"] / total,
+                                     test_share=n_s["test"] / total, embargo_ms=0))
+    view = CalibrationView(incumbent=(baseline, incumbent_q_cal), observed=True)
     t0 = time.perf_counter()
-    fit = {"E": {"train": Etr, "calibration": Eca}, "meta": {"train": mtr, "calibration": mca}}
-    cfg, picked = _choose_head(cfg, labels, tr, fit, ca, k, head_scorer, say)
-    head, deployed, selection = picked.head, picked.deployed, picked.selection
-    timings["head"] = time.perf_counter() - t0
-    scorers: dict[str, Any] = {
-        "learned": deployed,
-        "knn": KnnRouter(n_neighbors=cfg.knn_neighbors).fit(Etr, mtr, rows, k),
-        "lgbm": LgbmRouter(n_estimators=cfg.lgbm_estimators).fit(Etr, mtr, rows, k),
-    }
-    prob_ca = {n: s.predict_proba(Eca, mca) for n, s in scorers.items()}
-    prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
-    chosen = {n: select_threshold(prob_ca[n], ca.score, ca.cost, cfg.policy) for n in SCORED}
-    choice = {n: chosen[n].choose(prob_te[n]) for n in SCORED}
-    fallback = chosen["learned"].fallback  # the strongest on the calibration replay
+    try:
+        receipts, rrun = train_router_receipts(
+            validate_ledger(ledger, source="simulated receipts"), replays, rcfg,
+            out_dir / "receipts", _lookup_encoder(texts, E, embed, encoder_id),
+            progress=say, head_scorer=head_scorer, engine=engine, view=view,
+            waive_support=True)
+    except ReceiptsError as e:
+        raise RouterDataError(f"{where}: the receipts simulated from the table cannot train "
+                              f"a router: {e}") from e
+    timings["receipts"] = time.perf_counter() - t0
+    fitted = rrun.fitted
+    served = Served.of(fitted.point, fitted.fallback, fitted.rule)
+    rule, fallback = served.rule, served.fallback
+    cfg = dataclasses.replace(cfg, head=fitted.config,
+                              policy=served_policy(cfg.objective, cfg.policy, incumbent_q_cal))
 
-    rules_te = rules.predict_index(te)
+    # 3. what only full information adds: every router on the test truth
+    t0 = time.perf_counter()
+    say("full information: baselines and every router on the test truth")
+    data = fitted.data
+    fit_rows = fitted.rows_for(rcfg.head.max_weight)["train"]
+    scorers: dict[str, Any] = {
+        "learned": fitted.deployed,
+        "knn": KnnRouter(n_neighbors=cfg.knn_neighbors).fit(
+            data.E["train"], data.meta["train"], fit_rows, k),
+        "lgbm": LgbmRouter(n_estimators=cfg.lgbm_estimators).fit(
+            data.E["train"], data.meta["train"], fit_rows, k),
+    }
+    points = {"learned": served}
+    for n in ("knn", "lgbm"):
+        pt, fb, _ = operating_point(scorers[n], data, m.candidates, fitted.unit_cost, rule,
+                                    cfg.evaluation.n_thresholds, cfg.objective, view)
+        points[n] = Served.of(pt, fb, rule)
+    prob_te = {n: s.predict_proba(Ete, mte) for n, s in scorers.items()}
+    choice = {n: points[n].choose(prob_te[n]) for n in SCORED}
     rng = np.random.default_rng(cfg.seed)
     random = RandomRouter.matching(choice["learned"], k, seed=cfg.seed, strong=fallback)
     oracle = OracleRouter(cfg.policy.success_cutoff)
-    choice.update({"rules": rules_te, "random": random.choose(Ete),
+    choice.update({"rules": rules.predict_index(te), "random": random.choose(Ete),
                    "cheap_only": np.zeros(te.n_prompts, np.int64),
                    "strong_only": np.full(te.n_prompts, fallback, np.int64),
                    "oracle": oracle.choose(te.score, fallback=fallback)})
-    rule = cfg.policy.rule
     curves = {**{n: routing_scores(p, rule) for n, p in prob_te.items()},
               "rules": routing_scores(rules_scores(rules, tr, te), rule),
               "random": rng.random((te.n_prompts, k)),
@@ -490,31 +500,23 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
                                   s.get(f"{key}-hi-{ev.level_tag}")]
                             for key in ("quality", "cost")}
     for n in SCORED:
-        test[n]["threshold"] = chosen[n].summary()
-    weak_, strong_ = anchors(te, ev, allow_same=True)
+        test[n]["threshold"] = points[n].summary()
+    weak, strong = anchors(te, ev, allow_same=True)
     gaps, gap_reps = cr95_gaps(te, curves, [("learned", "rules"), ("learned", "rules_equal")],
                                ev)
-    baseline = cfg.go.baseline
-    base_rules = rules_eq if baseline == "rules_equal" else rules
+    timings["truth"] = time.perf_counter() - t0
+
     t0 = time.perf_counter()
-    spread = _spread(cfg, test["learned"], fit, _rows_for(labels, tr, ca)(cfg.head.max_weight),
-                     ca, (Ete, mte, te), k, head_scorer, say)
+    spread = _spread(cfg, fitted, test["learned"], (Ete, mte, te), say)
     timings["spread"] = time.perf_counter() - t0
-
-    say("off-policy evaluation and the go/no-go gate")
+    say("the go/no-go gate on the test truth, and its learning curve")
     t0 = time.perf_counter()
-    ope = _ope(te, rules, cfg, choice["learned"], prob_te["learned"],
-               unit_cost=tr.cost.mean(axis=0), fallback=fallback)
-    timings["ope"] = time.perf_counter() - t0
-    gate, curve = _gate(cfg, base_rules, (prob_ca["learned"], prob_te["learned"]), fit,
-                        (tr, labels), ca, (Ete, mte, te), choice[baseline], sim.stats,
-                        head_scorer, served=chosen["learned"])
-    timings["learning_curve"] = gate.pop("_seconds")
-
-    from replaylab.router.metrics import cost_quality_curve
+    ope = _ope_beside_truth(receipts, rrun, sims["test"], te, choice["learned"])
+    gate, curve = _gate(cfg, fitted, view, served, te, (Ete, mte), choice[baseline],
+                        float(sims["train"].stats["exploration_share"]))
+    timings["gate"] = time.perf_counter() - t0
 
     curve_rows, note = [], None
-    weak, strong = weak_, strong_
     if weak == strong:  # e.g. RouterArena: the cheapest candidate is also the best on average
         note = (f"{te.candidates[weak]} is both the cheapest and the best on average: there "
                 "is no cost/quality trade-off to sweep, curve metrics are undefined")
@@ -528,46 +530,175 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
         columns=["threshold", "strong_share", "quality", "cost", "policy"])).to_parquet(
         curves_path, index=False)
     decisions_path = out_dir / "router_decisions_test.parquet"
-    decisions = _decisions(te, prob_te["learned"], chosen["learned"], rule)
+    decisions = _decisions(te, prob_te["learned"], served, rule)
     decisions.to_parquet(decisions_path, index=False)  # ids, scores, decisions: no text
     labels_path = out_dir / "router_labels.parquet"
     labels.to_parquet(labels_path, index=False)  # ids, labels, metadata: no text
 
+    st = sims["train"].stats
     summary = {
-        "pipeline": "router", "candidates": list(m.candidates), "prompts": int(m.n_prompts),
-        "outcomes": m.report,
+        "pipeline": "router", "mode": "outcomes", "candidates": list(m.candidates),
+        "prompts": int(m.n_prompts), "outcomes": m.report,
         "splits": {s: int((split == s).sum()) for s in SPLITS},
         "exploration": {"rate": float(cfg.exploration.rate),
                         "cap": float(cfg.exploration.cap),
-                        "sessions": int(sim.stats["sessions"]),
-                        "explored_sessions": int(sim.stats["exploration_sessions"]),
-                        **{k2: v for k2, v in sim.stats.items()
+                        "sessions": int(st["sessions"]),
+                        "explored_sessions": int(st["exploration_sessions"]),
+                        **{k2: v for k2, v in st.items()
                            if k2 not in ("sessions", "exploration_sessions")}},
         "labels": labels[Label.LABEL_SOURCE].value_counts().to_dict(),
         "replay": replay_choice,
         "rules": rules.describe(), "rules_equal": rules_eq_info, "go_baseline": baseline,
-        "head": deployed.report(), "head_selection": selection, "spread": spread,
-        "test": test, "test_gaps": gaps, "test_note": note, "ope": ope, **gate, "learning_curve": curve,
+        "head": fitted.deployed.report(), "head_selection": fitted.selection,
+        "spread": spread, "test": test, "test_gaps": gaps, "test_note": note, "ope": ope,
+        **gate, "learning_curve": curve,
+        "receipts": {"what": "the receipts pipeline (pipelines/router_receipts.py) on the "
+                             "receipts simulated from the table and its replays: it fitted "
+                             "the served head and chose its threshold on calibration",
+                     "summary": str(out_dir / "receipts" / "summary.json"),
+                     "splits": receipts["splits"], "replays": receipts["replays"],
+                     "operating_point": receipts["operating_point"],
+                     "labels": receipts["labels"], "verdict": receipts["verdict"],
+                     "go_reason": receipts.get("go_reason")},
         "artifacts": {"curves": str(curves_path), "labels": str(labels_path),
-                      "test_decisions": str(decisions_path)},
+                      "test_decisions": str(decisions_path),
+                      "receipts": str(out_dir / "receipts")},
         "decision_stability": _stability(decisions),
         "timings_s": {k2: round(v, 3) for k2, v in timings.items()},
     }
-    summary["served_threshold"] = float(chosen["learned"].threshold)
+    (out_dir / "receipts" / "summary.json").write_text(json.dumps(json_safe(receipts), indent=1))
+    summary["served_threshold"] = float(served.threshold)
     summary["headline"] = served_headline(test, baseline, gate)
     summary = json_safe(summary)
-    run = RouterRun(cfg, m.candidates, head, float(chosen["learned"].threshold), rules, summary,
-                    rule=rule, fallback=int(chosen["learned"].fallback),
-                    deployed=deployed if hasattr(deployed, "served_") else None,
+    run = RouterRun(cfg, m.candidates, fitted.head, float(served.threshold), rules, summary,
+                    rule=rule, fallback=int(fallback),
+                    deployed=fitted.deployed if hasattr(fitted.deployed, "served_") else None,
                     golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
                                                 mte["category"], mte["prompt_tokens"]),
-                    rules_equal=rules_eq,
-                    gap_replicates=gap_reps,
+                    rules_equal=rules_eq, gap_replicates=gap_reps,
                     fit_prompts={s_: prompt_hashes(_texts(outcomes, x.prompt_ids))
                                  for s_, x in (("train", tr), ("calibration", ca))})
     return summary, run
 
 
+def _spread(cfg: RouterPipelineConfig, fitted: FittedRouter, headline: dict, test: tuple,
+            say: Callable[[str], None]) -> dict:
+    """The learned router's test figures over head seeds (`router_fit.seed_spread`): the
+    chosen head refitted with seeds seed + 1 .. seed + spread_seeds - 1 on the same rows
+    and split (`FittedRouter.refit`: its threshold chosen again on calibration), scored on
+    the same test prompts (`router.spread_seeds`)."""
+    Ete, mte, te = test
+    ev = dataclasses.replace(cfg.evaluation, n_boot=0)
+
+    def row_of(seed: int) -> dict:
+        dep, point, fb = fitted.refit(seed)
+        prob = dep.predict_proba(Ete, mte)
+        s = policy_summary(te, Served.of(point, fb, fitted.rule).choose(prob),
+                           routing_scores(prob, fitted.rule), ev)
+        return {"seed": seed, **{key: s[key] for key in SPREAD_KEYS},
+                "threshold": float(point["threshold"])}
+
+    first = {"seed": cfg.seed, **{key: headline[key] for key in SPREAD_KEYS},
+             "threshold": headline["threshold"]["threshold"]}
+    return seed_spread(first, cfg.seed, cfg.spread_seeds, row_of,
+                       {key: (lambda r, key=key: r[key]) for key in SPREAD_KEYS}, SPREAD_WHAT,
+                       say)
+
+
+def _ope_beside_truth(receipts: dict, rrun: Any, sim: ReceiptsSimulation, te: OutcomeMatrix,
+                      choice: np.ndarray) -> dict:
+    """The receipts run's OPE of its test sessions (the rules with exploration logged them)
+    beside the truth of the same decisions (`policy_truth`), and whether each interval
+    covers it; the receipts gate's verdict as `ope_verdict` (what receipts alone say)."""
+    ope = dict(receipts["ope"])
+    row = sim.truth.prompt_row
+    truth = policy_truth(sim, te, sim.truth.session_id, choice[row])
+    # the learned policy's and the logging policy's true opening quality, and all figures
+    ope["truth"], ope["logging_policy_truth"] = truth["quality"], truth["logging_quality"]
+    ope["truth_figures"] = truth
+    pairs = {"dr": ("dr", "quality"), "ips": ("ips", "quality"), "snips": ("snips", "quality"),
+             "cost": ("cost", "cost")}
+
+    def covers(est: dict | None, v: float) -> bool | None:
+        ci = (est or {}).get("ci") or [None, None]
+        if ci[0] is None or ci[1] is None or not np.isfinite(v):
+            return None
+        tol = 1e-12 * max(1.0, abs(v))
+        return bool(ci[0] - tol <= v <= ci[1] + tol)
+
+    ope["covers_truth"] = {n: covers(ope.get(key), truth[fig]) for n, (key, fig) in pairs.items()}
+    ope["covers_truth"]["diff_quality"] = covers(ope.get("diff", {}).get("quality"),
+                                                 truth["diff_quality"])
+    ope["covers_truth"]["diff_cost"] = covers(ope.get("diff", {}).get("cost"), truth["diff_cost"])
+    at = pd.Series(np.arange(len(sim.truth.session_id)), index=sim.truth.session_id.astype(str))
+    pos = at.reindex(np.asarray(rrun.test_sessions, dtype=str)).to_numpy()
+    ok = np.isfinite(pos.astype(float))
+    agree = (np.asarray(rrun.test_choice)[ok] == choice[row[pos[ok].astype(np.int64)]])
+    ope["served_agreement"] = {"sessions": int(ok.sum()),
+                               "share": float(agree.mean()) if ok.any() else None,
+                               "what": "the receipts run's test decisions (its served sample) "
+                                       "equal to the ones judged on the truth"}
+    ope["ope_verdict"] = {"verdict": receipts["verdict"], "reason": receipts.get("go_reason"),
+                          "what": "the receipts-mode gate (router/gate.py ope_gate) on these "
+                                  "test sessions, against the logging policy (the rules with "
+                                  "exploration): what a gate from receipts alone would say"}
+    return ope
+
+
+def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView,
+          served: Served, te: OutcomeMatrix, test_inputs: tuple, base_te: np.ndarray,
+          explored_share: float) -> tuple[dict, list[dict]]:
+    """The verdict at the served threshold (`router.gate.outcomes_gate`), and the learning
+    curve over explored sessions.
+
+    The learned router is judged at exactly the operating point router.json ships
+    (`served`: the receipts pipeline's choice on the fully replayed calibration split for
+    `router.objective` against `go.baseline`), on the objective's own criteria
+    (`router.gate.objective_criteria`) on the test truth. Each learning-curve point refits
+    the chosen head on the train decisions without the explored sessions left out, its
+    threshold chosen again on calibration, as it would be served. base_te: the incumbent's
+    (`go.baseline`) test choices."""
+    Ete, mte = test_inputs
+    g = cfg.go
+
+    def compare(s: Served, prob_test: np.ndarray) -> dict:
+        ch = s.choose(prob_test)
+        crit, fig = objective_criteria(cfg.objective, g.baseline, g.n_boot, te, ch, base_te,
+                                       int(s.fallback), cfg.seed)
+        return {"threshold": float(s.threshold), "operating_point": s.goal,
+                "objective_met_on_calibration": bool(s.point.get("met")),
+                "learned_calibration_quality": float(s.point.get("dr_quality", np.nan)),
+                **fig,
+                "rules_cost": float(te.cost[np.arange(te.n_prompts), base_te].mean()),
+                "learned_cost": float(te.cost[np.arange(te.n_prompts), ch].mean()),
+                "_criteria": crit}
+
+    main = compare(served, fitted.deployed.predict_proba(Ete, mte))
+    train = fitted.data.decisions["train"]
+    explored = (train[Label.LABEL_SOURCE] == "exploration").to_numpy()
+    sessions = np.sort(train.loc[explored, Label.SESSION_ID].astype(str).unique())
+    perm = np.random.default_rng(cfg.seed).permutation(sessions)
+    curve = []
+    for f in g.curve_fractions:
+        keep = set(perm[: int(round(f * len(perm)))])
+        h = main
+        if f != 1.0:
+            use = ~explored | train[Label.SESSION_ID].astype(str).isin(keep).to_numpy()
+            dep, point, fb = dataclasses.replace(fitted, data=_subset(fitted.data, use)
+                                                 ).refit(cfg.seed)
+            h = compare(Served.of(point, fb, fitted.rule), dep.predict_proba(Ete, mte))
+        n = len(keep)
+        curve.append({"fraction": f, "explored_sessions": n,
+                      "days_of_live_exploration": n / (float(cfg.exploration.rate)
+                                                       * g.sessions_per_day),
+                      "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
+                      "significant": bool(all(c.passed() for c in h["_criteria"]))})
+    inc = view.incumbent or ("logging policy", float("nan"))
+    gate = outcomes_gate(cfg.objective, g.baseline, main, main.pop("_criteria"), te.n_prompts,
+                         g.sessions_per_day, explored_share, float(cfg.exploration.cap),
+                         float(cfg.split[2]), served.rule, curve,
+                         {"rules_calibration_quality": inc[1]})
+    return gate, curve
 def served_headline(test: dict, baseline: str, gate: dict) -> dict:
     """The headline: the SERVED point's test figures (what router.json ships), beside the
     incumbent's; cost_ratio_at_95 stays a labelled curve figure, a point nobody serves."""
@@ -588,67 +719,3 @@ def served_headline(test: dict, baseline: str, gate: dict) -> dict:
                               "what": "curve figure: the cheapest point of each test cost/quality "
                                       "curve at 95% of strong-only quality, not a served point"}}
 
-
-def _gate(cfg: RouterPipelineConfig, rules: ScenarioRules, learned: tuple[np.ndarray, np.ndarray],
-          fit: dict, train: tuple, ca: OutcomeMatrix, test: tuple, rules_te: np.ndarray,
-          stats: dict, head_scorer: str = "onnx", served: Any = None) -> tuple[dict, list[dict]]:
-    """The verdict at the served threshold (`router.gate.outcomes_gate`), and the learning
-    curve over explored sessions.
-
-    The learned router is judged at exactly the operating point router.json ships:
-    `served` (the `select_threshold` choice on calibration for `router.objective`), its
-    test decisions `served.choose`, on the objective's own criteria
-    (`router.gate.objective_criteria`). Each learning-curve refit is judged at its own
-    `select_threshold` choice, as it would be served. rules: the incumbent (`go.baseline`:
-    the full-information rules or rules_equal), rules_te its test choices; learned: the
-    fitted head's (calibration, test) success probabilities; fit: {"E", "meta"} of train
-    and calibration.
-    """
-    t_start = time.perf_counter()
-    tr, labels = train
-    Ete, mte, te = test
-    Eca, mca = fit["E"]["calibration"], fit["meta"]["calibration"]
-    g = cfg.go
-    k = len(tr.candidates)
-    rules_q_cal = float(ca.score[np.arange(ca.n_prompts), rules.predict_index(ca)].mean())
-
-    def compare(prob_cal: np.ndarray, prob_test: np.ndarray, point: Any = None) -> dict:
-        point = point or select_threshold(prob_cal, ca.score, ca.cost, cfg.policy)
-        ch = point.choose(prob_test)
-        crit, fig = objective_criteria(cfg.objective, g.baseline, g.n_boot, te, ch, rules_te,
-                                       int(point.fallback), cfg.seed)
-        return {"threshold": float(point.threshold), "operating_point": point.goal,
-                "objective_met_on_calibration": bool(point.met),
-                "learned_calibration_quality": float(point.quality), **fig,
-                "rules_cost": float(te.cost[np.arange(te.n_prompts), rules_te].mean()),
-                "learned_cost": float(te.cost[np.arange(te.n_prompts), ch].mean()),
-                "_criteria": crit}
-
-    main = compare(*learned, point=served)
-    explored = labels[labels[Label.LABEL_SOURCE] == "exploration"]
-    sessions = np.sort(explored[Label.SESSION_ID].unique())
-    curve = []
-    rng = np.random.default_rng(cfg.seed)
-    perm = rng.permutation(sessions)
-    rows_for = _rows_for(labels, tr, ca)
-    for f in g.curve_fractions:
-        keep = set(perm[: int(round(f * len(perm)))])
-        sub = labels[(labels[Label.LABEL_SOURCE] != "exploration")
-                     | labels[Label.SESSION_ID].isin(keep)]
-        h = main if f == 1.0 else None
-        if h is None:
-            rows = dict(rows_for(cfg.head.max_weight), train=_rows(sub, tr, cfg.head.max_weight))
-            _, fitted = fit_head(cfg.head, cfg.seed, fit["E"], fit["meta"], rows, k, head_scorer)
-            h = compare(fitted.predict_proba(Eca, mca), fitted.predict_proba(Ete, mte))
-        n = len(keep)
-        curve.append({"fraction": f, "explored_sessions": n,
-                      "days_of_live_exploration": n / (float(cfg.exploration.rate)
-                                                       * g.sessions_per_day),
-                      "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
-                      "significant": bool(all(c.passed() for c in h["_criteria"]))})
-    gate = outcomes_gate(cfg.objective, g.baseline, main, main.pop("_criteria"), te.n_prompts,
-                         g.sessions_per_day, float(stats["exploration_share"]),
-                         float(cfg.exploration.cap), float(cfg.split[2]),
-                         cfg.policy.rule, curve, {"rules_calibration_quality": rules_q_cal})
-    gate["_seconds"] = time.perf_counter() - t_start
-    return gate, curve

@@ -230,7 +230,8 @@ def attribute(fitted: FittedRouter, judge_test: Callable[[Any, float, int], dict
                                   fitted.head_scorer)
                 point, fb, _ = operating_point(dep, fitted.data, fitted.candidates,
                                                fitted.unit_cost, fitted.rule,
-                                               fitted.n_thresholds, fitted.objective)
+                                               fitted.n_thresholds, fitted.objective,
+                                               fitted.view)
             except (ValueError, RuntimeError, FloatingPointError, np.linalg.LinAlgError) as e:
                 raise AttributionSkipped(f"the {name} head could not be refitted: "
                                          f"{type(e).__name__}: {e}") from e

@@ -75,18 +75,19 @@ def _strongest(b: LoggedDecisions, q: np.ndarray, cost: np.ndarray) -> int:
 
 
 def choose_threshold(prob: np.ndarray, b_q: LoggedDecisions, b_c: LoggedDecisions,
-                     q_cost: np.ndarray, target: float | None, rule: str, fallback: int,
-                     n_thresholds: int, budget: float | None = None) -> dict:
+                     q_quality: np.ndarray, q_cost: np.ndarray, target: float | None, rule: str,
+                     fallback: int, n_thresholds: int, budget: float | None = None) -> dict:
     """The cheapest threshold whose DR quality on these logged rows reaches `target`, or
     (`budget` set, `target` None) the best DR quality whose DR cost is within `budget`.
 
-    prob: (n, K) the served head on the rows; b_q, b_c: the same rows' logged quality and
-    cost; q_cost: (n, K) the cost model. Ties go to the higher quality (the lower cost
+    prob: (n, K) the served head on the rows (its routing scores); b_q, b_c: the same rows'
+    logged quality and cost; q_quality, q_cost: (n, K) the DR reward and cost models
+    (`observed_values`). Ties go to the higher quality (the lower cost
     under a budget); when no point qualifies, the point of best DR quality (the cheapest
     under a budget), `met` False."""
     t = default_thresholds(routing_scores(prob, rule), n_thresholds)
     choice = np.stack([choose_by_threshold(prob, float(x), fallback=fallback, rule=rule) for x in t])
-    quality = point_values(b_q, choice, prob)["dr"]
+    quality = point_values(b_q, choice, q_quality)["dr"]
     cost = point_values(b_c, choice, q_cost)["dr"]
     if budget is None:
         ok = quality >= float(target) - 1e-12
@@ -165,6 +166,19 @@ class FitData:
         return {s: decision_meta(d) for s, d in self.decisions.items()}
 
 
+@dataclass(frozen=True)
+class CalibrationView:
+    """How the operating point reads CALIBRATION (`operating_point`). incumbent: (name,
+    calibration quality) of the policy the objective's threshold is set against; None:
+    the logging policy, its mean logged reward (receipts mode). observed: the calibration
+    openings are fully replayed (the outcomes mode), so DR's models are the observed values
+    (`observed_values`); False: the head's P(success) and the unit costs (a user's partial
+    calibration replays train the Platt calibration only)."""
+
+    incumbent: tuple[str, float] | None = None
+    observed: bool = False
+
+
 @dataclass
 class FittedRouter:
     """The chosen head, its served graph and operating point (chosen on calibration)."""
@@ -182,6 +196,7 @@ class FittedRouter:
     n_thresholds: int
     head_scorer: str
     objective: ObjectiveConfig = dataclasses.field(default_factory=ObjectiveConfig)
+    view: CalibrationView = dataclasses.field(default_factory=CalibrationView)
 
     def rows_for(self, max_weight: float | None) -> dict:
         local = {s: pd.Series(np.arange(len(d)), index=d.index)
@@ -197,30 +212,76 @@ class FittedRouter:
                           self.rows_for(self.config.max_weight), len(self.candidates),
                           self.head_scorer)
         point, fallback, _ = operating_point(dep, self.data, self.candidates, self.unit_cost,
-                                        self.rule, self.n_thresholds, self.objective)
+                                             self.rule, self.n_thresholds, self.objective,
+                                             self.view)
         return dep, point, fallback
+
+
+def observed_values(data: FitData, split: str, prob: np.ndarray, unit_cost: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """(n, K) reward and cost models of a split's decisions for DR: the head's P(success)
+    and the per-candidate unit cost, replaced by what was observed where it was: each
+    replayed (opening, candidate) pair's outcome and cost, and, on an opening whose every
+    candidate was observed (its logged decision plus replays of all the others), the
+    logged call's too. DR then equals the observed value on a fully replayed opening (what
+    a full-information calibration split gives) and stays unbiased elsewhere: a replayed
+    outcome is a function of the prompt, not of the logging draw, and the logged action's
+    model is the head's unless every candidate is known."""
+    d = data.decisions[split]
+    q = np.array(prob, dtype=float, copy=True)
+    c = np.repeat(np.asarray(unit_cost, float)[None, :], len(d), axis=0)
+    rep = data.replays
+    rep = rep[rep["split"] == split] if len(rep) else rep
+    if not len(rep) or not len(d):
+        return q, c
+    at = pd.Series(np.arange(len(d)), index=d.index).reindex(rep["row"]).to_numpy(np.int64)
+    a = rep["action"].to_numpy(np.int64)
+    q[at, a] = rep[Label.REWARD].to_numpy(float)
+    rc = rep[Label.COST].to_numpy(float)
+    ok = np.isfinite(rc)
+    c[at[ok], a[ok]] = rc[ok]
+    k = q.shape[1]
+    seen = np.zeros(q.shape, dtype=bool)
+    seen[at, a] = True
+    logged = d["action"].to_numpy(np.int64)
+    seen[np.arange(len(d)), logged] = True
+    full = np.flatnonzero(seen.sum(axis=1) == k)
+    q[full, logged[full]] = pd.to_numeric(d[Label.REWARD], errors="coerce").to_numpy(float)[full]
+    lc = pd.to_numeric(d[Label.COST], errors="coerce").to_numpy(float)[full]
+    ok = np.isfinite(lc)
+    c[full[ok], logged[full][ok]] = lc[ok]
+    return q, c
 
 
 def operating_point(dep: Any, data: FitData, cands: tuple[str, ...], unit_cost: np.ndarray,
                     rule: str, n_thresholds: int,
-                    objective: ObjectiveConfig | None = None) -> tuple[dict, int, np.ndarray]:
-    """The served head's threshold on CALIBRATION for `router.objective` (`choose_threshold`;
-    the incumbent is the logging policy, its calibration quality the mean logged reward;
-    strong-only is the DR value of the strongest constant policy), its fallback column
-    and its calibration probabilities."""
+                    objective: ObjectiveConfig | None = None,
+                    view: CalibrationView | None = None) -> tuple[dict, int, np.ndarray]:
+    """The served head's threshold on CALIBRATION for `router.objective` (`choose_threshold`,
+    DR read as `view` says: the incumbent is the logging policy, its calibration quality
+    the mean logged reward, unless the view names another, e.g. the outcomes mode's rules,
+    known on its fully replayed calibration split; strong-only is the DR value of the
+    strongest constant policy), its fallback column and its calibration probabilities."""
     objective = objective or ObjectiveConfig()
+    view = view or CalibrationView()
     ca_d = data.decisions["calibration"]
     prob_ca = dep.predict_proba(data.E["calibration"], decision_meta(ca_d))
+    if view.observed:
+        q_model, c_model = observed_values(data, "calibration", prob_ca, unit_cost)
+    else:
+        q_model, c_model = prob_ca, np.repeat(unit_cost[None, :], len(ca_d), axis=0)
     b_q, b_c = _logged(ca_d, cands, Label.REWARD), _logged(ca_d, cands, Label.COST)
-    fallback = _strongest(b_q, prob_ca, unit_cost)
-    logging_q = float(b_q.reward.mean())  # the logging policy's own calibration quality
-    strong_q = float(point_values(b_q, np.full((1, b_q.n), fallback), prob_ca)["dr"][0])
-    target = objective.quality_floor(logging_q, strong_q)
-    point = choose_threshold(prob_ca, b_q, b_c, np.repeat(unit_cost[None, :], b_q.n, axis=0),
-                             target, rule, fallback, n_thresholds,
+    fallback = _strongest(b_q, q_model, unit_cost)
+    name, incumbent_q = view.incumbent or ("logging policy", float(b_q.reward.mean()))
+    strong_q = float(point_values(b_q, np.full((1, b_q.n), fallback), q_model)["dr"][0])
+    target = objective.quality_floor(incumbent_q, strong_q)
+    point = choose_threshold(prob_ca, b_q, b_c, q_model, c_model, target, rule, fallback,
+                             n_thresholds,
                              budget=objective.cost_per_call if target is None else None)
-    point["logging_quality"], point["strong_only_dr_quality"] = logging_q, strong_q
-    point["objective"] = objective.label("logging policy")
+    point["logging_quality"] = float(b_q.reward.mean())
+    point["incumbent"], point["incumbent_quality"] = name, incumbent_q
+    point["strong_only_dr_quality"] = strong_q
+    point["objective"] = objective.label(name)
     return point, fallback, prob_ca
 
 
@@ -266,17 +327,21 @@ def choose_head(cfg: RouterPipelineConfig, E: dict, meta: dict,
 
 def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
                candidates: tuple[str, ...], head_scorer: str,
-               say: Callable[[str], None]) -> FittedRouter:
-    """The receipts mode's head (`choose_head`) on `data` (train and calibration only), its
-    served graph and DR operating point: the criterion is the DR cost per opening call
-    there (module doc of router/head_select.py)."""
+               say: Callable[[str], None],
+               view: CalibrationView | None = None) -> FittedRouter:
+    """The head (`choose_head`) on `data` (train and calibration only), its served graph
+    and DR operating point: the criterion is the DR cost per opening call there (module
+    doc of router/head_select.py). view: how calibration is read (`operating_point`;
+    None: the receipts mode's, against the logging policy)."""
+    view = view or CalibrationView()
     holder = FittedRouter(None, None, cfg.head, {}, 0, {}, data, candidates, unit_cost,  # type: ignore[arg-type]
                           cfg.policy.rule, cfg.evaluation.n_thresholds, head_scorer,
-                          cfg.objective)
+                          cfg.objective, view)
+    name = view.incumbent[0] if view.incumbent else "logging policy"
 
     def dr_point(dep: Any) -> tuple[bool, float, dict, Any]:
         pt, tp, pc = operating_point(dep, data, candidates, unit_cost, cfg.policy.rule,
-                                     cfg.evaluation.n_thresholds, cfg.objective)
+                                     cfg.evaluation.n_thresholds, cfg.objective, view)
         figures = {"dr_cost": pt["dr_cost"], "dr_quality": pt["dr_quality"],
                    "target_quality": pt["target_quality"], "threshold": pt["threshold"]}
         by_cost = pt["met"] and cfg.objective.kind != "budget"
@@ -285,7 +350,7 @@ def fit_router(data: FitData, cfg: RouterPipelineConfig, unit_cost: np.ndarray,
     chosen = choose_head(
         cfg, data.E, data.meta, holder.rows_for, len(candidates), head_scorer, dr_point,
         ("-DR quality" if cfg.objective.kind == "budget" else "DR cost per opening call")
-        + f" at the calibration operating point of the {cfg.objective.label('logging policy')}"
+        + f" at the calibration operating point of the {cfg.objective.label(name)}"
         " (a head that cannot reach it ranks last)", say)
     holder.head, holder.deployed, holder.config = chosen.head, chosen.deployed, chosen.config
     holder.point, holder.fallback = chosen.point

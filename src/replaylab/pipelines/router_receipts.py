@@ -68,6 +68,7 @@ from replaylab.contracts.columns import Outcomes as O
 from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_attribution import AttributionSkipped, attribute
 from replaylab.pipelines.router_fit import (
+    CalibrationView,
     FitData,
     FittedRouter,
     fit_router,
@@ -236,7 +237,7 @@ def receipts_summary(*, cands: tuple[str, ...], report: dict, rep_report: dict,
         "operating_point": {k2: v for k2, v in point.items() if k2 != "curve"}
         | {"rule": fitted.rule, "fallback_candidate": cands[fitted.fallback],
            "chosen_on": "calibration sessions (DR): "
-                        + cfg.objective.label("logging policy")},
+                        + cfg.objective.label(point.get("incumbent", "logging policy"))},
         "ope": ope, **verdict, "spread": spread,
         "test": {"learned": {"quality": ope["dr"]["estimate"], "cost": ope["cost"]["estimate"]},
                  "logging": {"quality": ope["logging"]["quality"]["estimate"],
@@ -256,7 +257,8 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                           cfg: RouterPipelineConfig, out_dir: Path, encoder: Any,
                           encoder_id: str | None = None,
                           progress: Callable[[str], None] | None = None,
-                          head_scorer: str = "onnx", engine: Any = None
+                          head_scorer: str = "onnx", engine: Any = None,
+                          view: CalibrationView | None = None, waive_support: bool = False
                           ) -> tuple[dict, ReceiptsRun]:
     """Train on a receipts ledger, judge on its latest sessions, gate (module docstring).
 
@@ -264,7 +266,13 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
     LocalEngine); replays: an outcomes-v1 frame or None; encoder: the serving encoder as an
     `EncoderSpec` (what a Dask worker loads), or an embedding function texts -> (n, d)
     float32 with its `encoder_id` (a ledger's `prompt_embedding` is used only when its
-    `embedding_model` is that id); engine: a `compute` engine (default: LocalEngine).
+    `embedding_model` is that id); engine: a `compute` engine (default: LocalEngine);
+    view: how the operating point reads calibration (`router_fit.CalibrationView`; None:
+    against the logging policy, as the test gate judges); waive_support: a candidate the
+    ledger never selected, or too little exploration, is reported
+    (`receipts.exploration.waived`) instead of refused: for a caller that judges the router
+    on something else (the outcomes mode's full-information test), whose OPE then says how
+    little support it has.
     Raises ReceiptsError when the ledger cannot be used. Writes the datasets (a folder of
     Parquet files, one per partition) router_decisions_test.parquet and
     router_labels.parquet (with replays.parquet, the replay label rows), router_curves_test.parquet,
@@ -287,8 +295,12 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                 if acc["rows_quarantined"] else 0
             valid = ledger.valid
             facts = eng.each(ledger_facts, valid) if acc["rows_valid"] else []
+            present = set().union(*[f["models"] for f in facts])
+            waived = [f"router.candidates {[c for c in cands if c not in present]} never "
+                      f"appear in {L.SELECTED_MODEL}"] if waive_support and not set(cands) <= present \
+                else []
             check_ledger(cands, bad_prop, acc, sum(f["routing_source"] for f in facts),
-                         set().union(*[f["models"] for f in facts]), where)
+                         present | set(cands) if waive_support else present, where)
             q_path = ledger.write_quarantine(out_dir / "quarantine")
 
         with stages("decisions"):  # 2. sessions whole after one shuffle
@@ -315,6 +327,12 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                  "randomized_by_candidate": {}, **expl}, cands, float(cfg.exploration.cap),
                 int(rc.min_explored_per_candidate), n_sessions)
             report["exploration"] = facts_x
+            if waive_support:
+                waived += [e for e in errors if e.startswith("too little exploration")]
+                errors = [e for e in errors if not e.startswith("too little exploration")]
+                if waived:
+                    facts_x["waived"] = waived
+                    say(f"support refusals waived: {'; '.join(waived)}")
             if errors:
                 raise ReceiptsError(f"{where}: {errors[0]}")
             refusal = representation_refusal(rep_c, enc.encoder_id, where)
@@ -386,7 +404,7 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
             frames["calibration"].index = pd.RangeIndex(n_tr, n_tr + len(frames["calibration"]))
             rep_fit = _replays_for_fit(rep, matched, frames)
             fitted = fit_router(FitData(frames, E_fit, rep_fit), cfg, unit_cost, cands,
-                                head_scorer, say)
+                                head_scorer, say, view)
             point, fallback, rule = fitted.point, fitted.fallback, fitted.rule
 
         with stages("judge"):  # 5-6. test decisions and OPE as partition sums; the gate
@@ -515,7 +533,8 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                                                   meta_t["prompt_tokens"]),
                       rules_equal=None, test_choice=choice_s, test_embeddings=E_s,
                       test_meta=meta_t, test_texts=texts_s,
-                      test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy())
+                      test_sessions=sample[Label.SESSION_ID].astype(str).to_numpy(),
+                      fitted=fitted)
     return summary, run
 
 

@@ -55,13 +55,16 @@ class ReceiptsRun(RouterRun):
 
     test_choice: (n,) served column per test decision; test_embeddings (n, d), test_meta,
     test_texts: the inputs those decisions were made from (texts None where the ledger
-    gave an embedding); test_sessions: (n,) their session ids."""
+    gave an embedding); test_sessions: (n,) their session ids; fitted: the fit."""
 
     test_choice: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     test_embeddings: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.float32))
     test_meta: dict = field(default_factory=dict)
     test_texts: list = field(default_factory=list)
     test_sessions: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    # the fit (`router_fit.FittedRouter`: its rows, refits and operating point), for what a
+    # caller adds on top (the outcomes mode's full-information figures); never exported
+    fitted: Any = None
 
 
 def golden_inputs(texts: Sequence[str | None], category: Sequence[Any],

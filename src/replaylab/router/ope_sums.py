@@ -177,10 +177,11 @@ def estimator_dict(num: str, den: str, sums: np.ndarray, reps: np.ndarray, level
                    tag: str, key: str) -> dict:
     """{key, key-lo-tag, key-hi-tag} of the ratio num/den with its percentile interval."""
     i, j = TERMS.index(num), TERMS.index(den)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # no support: nan, said as such
         rep = reps[:, i] / reps[:, j]
+        value = float(sums[i] / sums[j])
     lo, hi = percentile_interval(rep, level) if len(rep) else (float("nan"), float("nan"))
-    return {key: float(sums[i] / sums[j]), f"{key}-lo-{tag}": lo, f"{key}-hi-{tag}": hi}
+    return {key: value, f"{key}-lo-{tag}": lo, f"{key}-hi-{tag}": hi}
 
 
 def assemble_test_ope(est: dict, cost: dict, session: dict | None, diff: dict, logging: dict,
