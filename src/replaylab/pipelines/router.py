@@ -297,7 +297,7 @@ class Served:
         keep = ("threshold", "met", "target_quality", "cost_budget", "dr_quality", "dr_cost",
                 "incumbent", "incumbent_quality", "objective")
         return {key: self.point[key] for key in keep if key in self.point} | {
-            "fallback": int(self.fallback), "rule": self.rule}
+            "fallback": int(self.fallback), "rule": self.rule, "goal": self.goal}
 
 
 def log_receipts(m: OutcomeMatrix, split: np.ndarray, rules: ScenarioRules,
