@@ -19,7 +19,8 @@ import pytest
 from replaylab.artifacts.router_export import export_router
 from replaylab.config import ConfigError
 from replaylab.contracts import validate_ledger
-from replaylab.pipelines.router import RouterDataError, prompt_meta, seeded_split, train_router
+from replaylab.pipelines.router import RouterDataError, seeded_split, train_router
+from replaylab.pipelines.router import test_prompts as split_test_prompts
 from replaylab.router.exploration import simulate_receipts
 from replaylab.runtime import Router
 from replaylab.sources.routellm import import_routellm_gsm8k
@@ -457,11 +458,17 @@ print(json.dumps([r.loaded, d.candidate, d.fallback]))
 
 
 def test_meta_carries_task_and_length(outcomes):
-    from replaylab.router.replay import outcome_matrix
+    """The head's metadata is what the simulated ledger logged: the task as category, and
+    the prompt's length (RouteLLM has no token counts: estimated from the text) as the
+    opening call's prompt_tokens."""
+    from replaylab.router.replay import Label, outcome_matrix
 
-    m = outcome_matrix(outcomes, router_pipeline_config().cost, candidates=[CHEAP, STRONG])
-    meta = prompt_meta(m)
+    cfg = router_pipeline_config()
+    te, _, meta = split_test_prompts(outcomes, cfg)
     assert set(meta["category"]) == {"gsm8k"} and (meta["prompt_tokens"] > 0).all()
+    m = outcome_matrix(outcomes, cfg.cost, candidates=[CHEAP, STRONG])
+    length = pd.Series(m.meta[Label.PROMPT_LENGTH].to_numpy(float), index=m.prompt_ids)
+    assert np.array_equal(meta["prompt_tokens"], length.reindex(te.prompt_ids).round().to_numpy())
 
 
 def test_python_m_training_router_rejects_a_rate_above_the_cap(tmp_path):

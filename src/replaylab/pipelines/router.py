@@ -119,17 +119,16 @@ def seeded_split(n: int, shares: Sequence[float], seed: int) -> np.ndarray:
 def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
                  ) -> tuple[OutcomeMatrix, list[str], dict[str, np.ndarray]]:
     """The test split `train_router` scores (the same matrix and seeded split): its full
-    outcome matrix, prompt texts and metadata (category, prompt tokens), for scoring
-    another router artifact on the same prompts (`replaylab.artifacts.rescore_router`)."""
+    outcome matrix, prompt texts and metadata as the run's head read them (`logged_meta`
+    of the same simulated test receipts), for scoring another router artifact on the same
+    prompts (`replaylab.artifacts.rescore_router`)."""
     m = outcome_matrix(outcomes, cfg.cost, candidates=cfg.candidates)
-    te = m.take(seeded_split(m.n_prompts, cfg.split, cfg.seed) == "test")
-    return te, _texts(outcomes, te.prompt_ids), prompt_meta(te)
-
-
-def prompt_meta(m: OutcomeMatrix) -> dict[str, np.ndarray]:
-    """The head's metadata of each prompt of `m`: its category and prompt tokens."""
-    return {"category": m.meta[O.TASK].astype(str).to_numpy(),
-            "prompt_tokens": m.meta[Label.PROMPT_LENGTH].to_numpy(float)}
+    split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
+    te = m.take(split == "test")
+    rules = ScenarioRules(cfg.rules).fit(m.take(split == "train"))
+    sim = with_prompt_length(simulate_receipts(te, rules, dataclasses.replace(
+        cfg.exploration, seed=int(cfg.exploration.seed) + LOG_SEED_OFFSET["test"])), te)
+    return te, _texts(outcomes, te.prompt_ids), logged_meta(sim, te)
 
 
 def _rows(labels: pd.DataFrame, m: OutcomeMatrix, max_weight: float | None) -> TrainingRows:
@@ -308,11 +307,13 @@ def log_receipts(m: OutcomeMatrix, split: np.ndarray, rules: ScenarioRules,
     `LOG_SEED_OFFSET`), each split's sessions opening after the previous split's last turn,
     so the receipts pipeline's time split (no embargo needed) is the seeded prompt split.
     Returns the simulations per split and the ledger as a deployment writes it
-    (`deployment_ledger`: prompt text on opening turns, no benchmark ids)."""
+    (`deployment_ledger`: prompt text on opening turns, no benchmark ids; `prompt_tokens`
+    as `with_prompt_length` fills it)."""
     sims, frames, start = {}, [], int(config.start_ms)
     for s in SPLITS:
-        sim = simulate_receipts(m.take(split == s), rules, dataclasses.replace(
-            config, seed=int(config.seed) + LOG_SEED_OFFSET[s], start_ms=start))
+        part = m.take(split == s)
+        sim = with_prompt_length(simulate_receipts(part, rules, dataclasses.replace(
+            config, seed=int(config.seed) + LOG_SEED_OFFSET[s], start_ms=start)), part)
         sims[s] = sim
         frames.append(deployment_ledger(sim, texts))
         start = int(pd.to_numeric(sim.ledger[L.TIMESTAMP]).max()) + 1_000
@@ -339,6 +340,36 @@ def replay_table(replay: pd.DataFrame, train: ReceiptsSimulation, ca_sim: Receip
         O.COST: replay[Label.COST].to_numpy(float)})
     full = replay_outcomes(ca_sim, ca, texts, share=1.0, seed=seed)
     return pd.concat([rows, full], ignore_index=True)
+
+
+def with_prompt_length(sim: ReceiptsSimulation, m: OutcomeMatrix) -> ReceiptsSimulation:
+    """The simulated ledger with `prompt_tokens` filled where the table has none (RouteLLM,
+    LLMRouter) by the prompt's length the matrix estimates from its text
+    (`Label.PROMPT_LENGTH`): a deployment logs every call's prompt tokens, a benchmark
+    table may not, and the head reads the logged value."""
+    led = sim.ledger
+    length = pd.Series(m.meta[Label.PROMPT_LENGTH].to_numpy(float), index=m.prompt_ids)
+    fill = length.reindex(led[O.PROMPT_ID]).round().to_numpy()
+    tokens = led[L.PROMPT_TOKENS]
+    missing = tokens.isna().to_numpy() & np.isfinite(fill)
+    if not missing.any():
+        return sim
+    tokens = tokens.copy()
+    tokens[missing] = fill[missing].astype(np.int64)
+    return dataclasses.replace(sim, ledger=led.assign(**{L.PROMPT_TOKENS: tokens}))
+
+
+def logged_meta(sim: ReceiptsSimulation, m: OutcomeMatrix) -> dict[str, np.ndarray]:
+    """The head's metadata of each prompt of `m` as its logged opening turn carries it
+    (what the receipts pipeline reads, `receipts.finish_decisions`): the category (the
+    task) and the opening call's prompt tokens (NaN where the table has none); a prompt
+    opening several sessions: its first."""
+    led = sim.ledger
+    first = led[led[L.TURN_INDEX] == 0].drop_duplicates(O.PROMPT_ID).set_index(O.PROMPT_ID)
+    first = first.reindex(m.prompt_ids)
+    return {"category": first[O.TASK].astype(str).to_numpy(dtype=object),
+            "prompt_tokens": pd.to_numeric(first[L.PROMPT_TOKENS], errors="coerce"
+                                           ).to_numpy(float)}
 
 
 def _lookup_encoder(texts: list[str], E: np.ndarray, embed: Callable[[list[str]], np.ndarray],
@@ -407,7 +438,6 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
     tr, ca, te = (m.take(split == s) for s in SPLITS)
     Etr, Eca, Ete = (E[split == s] for s in SPLITS)
-    mtr, mca, mte = prompt_meta(tr), prompt_meta(ca), prompt_meta(te)
     k = len(m.candidates)
     text_of = dict(zip(m.prompt_ids.astype(str), texts, strict=True))
 
@@ -415,6 +445,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     t0 = time.perf_counter()
     rules = ScenarioRules(cfg.rules).fit(tr)
     sims, ledger = log_receipts(m, split, rules, cfg.exploration, text_of)
+    # the head's inputs are what the ledger logged (the receipts pipeline reads them there)
+    mtr, mca, mte = (logged_meta(sims[s_], x) for s_, x in zip(SPLITS, (tr, ca, te), strict=True))
     bandit = bandit_rows(sims["train"].ledger)
     replay, replay_choice = _replays(cfg, bandit, rules, (Etr, mtr, tr), (Eca, mca, ca), k)
     say(f"replay selection: {replay_choice['chosen']} ({replay_choice['why']})")
