@@ -76,6 +76,27 @@ def test_summary_has_the_documented_keys(gsm8k_run):
     assert [c["fraction"] for c in s["learning_curve"]] == [0.25, 0.5, 1.0]
 
 
+def test_the_receipts_pipeline_judged_the_decisions_the_truth_judges(gsm8k_run):
+    """The outcomes mode runs the receipts pipeline on receipts simulated from the table:
+    its time split is the seeded prompt split (no session embargoed), its calibration
+    openings are all replayed, its test decisions are the ones scored on the truth
+    (agreement 1.0 over every test session), and its threshold is the served one."""
+    s, run, out, _ = gsm8k_run
+    r = json.loads((out / "receipts" / "summary.json").read_text())
+    assert r["mode"] == "receipts" and r["compute"]["kind"] == "local"
+    assert {k: r["receipts"]["decisions"][k] for k in s["splits"]} == s["splits"]
+    assert r["receipts"]["decisions"]["embargo"] == 0
+    n_cal, k = s["splits"]["calibration"], len(s["candidates"])
+    assert r["replays"]["used"]["calibration"] == n_cal * (k - 1)
+    assert r["replays"]["used"]["train"] == s["replay"]["replayed_prompts"] * (k - 1)
+    agree = s["ope"]["served_agreement"]
+    assert agree["share"] == 1.0 and agree["sessions"] == s["splits"]["test"]
+    assert r["operating_point"]["threshold"] == run.threshold == s["served_threshold"]
+    assert r["operating_point"]["incumbent"] == "rules"
+    assert s["ope"]["truth_figures"]["sessions"] == s["splits"]["test"]
+    assert s["ope"]["truth"] == pytest.approx(s["test"]["learned"]["quality"], rel=1e-12)
+
+
 def test_seed_to_seed_spread_beside_the_headline(outcomes, gsm8k_run, tmp_path):
     """router.spread_seeds: the learned router's test figures over head seeds, the first
     being the headline itself; other seeds give other heads (a spread, not a copy)."""

@@ -102,3 +102,72 @@ def test_outcomes_gate_on_a_full_information_table(cheaper):
     assert "served threshold 0.5 (margin rule" in d["served"]
     over = outcomes_gate(obj, "rules", point, crit, n, 1000.0, 0.2, 0.1, 0.2, "margin", curve)
     assert over["verdict"] == NO_GO and "above the cap" in over["go_reasons"][0]
+
+
+def _calibration_data(n: int = 60, k: int = 3, replay_every: int = 1, seed: int = 3):
+    """FitData with `n` calibration decisions over k candidates (random logged action,
+    propensity, reward, cost) and a full outcome table; every `replay_every`-th opening is
+    replayed against every candidate it did not log (1: all of them)."""
+    import pandas as pd
+
+    from replaylab.pipelines.router_fit import FitData
+    from replaylab.router.receipts import OPENING_REQUEST
+    from replaylab.router.replay import Label
+
+    rng = np.random.default_rng(seed)
+    table, cost = rng.random((n, k)), rng.random((n, k)) / 100
+    action = rng.integers(0, k, n)
+    d = pd.DataFrame({Label.SESSION_ID: [f"s{i}" for i in range(n)],
+                      OPENING_REQUEST: [f"s{i}/t0" for i in range(n)],
+                      "action": action, Label.REWARD: table[np.arange(n), action],
+                      Label.COST: cost[np.arange(n), action],
+                      Label.PROPENSITY: rng.uniform(0.05, 0.95, n),
+                      "category": "c", "prompt_tokens": 10.0},
+                     index=pd.RangeIndex(100, 100 + n))
+    reps = [{"row": 100 + i, "action": a, Label.REWARD: table[i, a], Label.COST: cost[i, a],
+             "split": "calibration"}
+            for i in range(0, n, replay_every) for a in range(k) if a != action[i]]
+    data = FitData({"train": d.iloc[:0], "calibration": d}, {"calibration": np.zeros((n, 2))},
+                   pd.DataFrame(reps))
+    return data, table, cost, action
+
+
+def test_a_fully_replayed_calibration_split_is_read_at_its_observed_values():
+    """`observed_values` on a calibration split replayed in full: the DR models are the
+    observed table, so DR of any policy is its full-information value, whatever the
+    head's probabilities and the propensities."""
+    from replaylab.pipelines.router_fit import observed_values
+    from replaylab.router.ope import LoggedDecisions, point_values
+    from replaylab.router.replay import Label
+
+    data, table, cost, _ = _calibration_data()
+    n, k = table.shape
+    prob = np.random.default_rng(0).random((n, k))
+    q, c = observed_values(data, "calibration", prob, np.full(k, 0.5))
+    assert np.array_equal(q, table) and np.allclose(c, cost)
+    policies = np.random.default_rng(1).integers(0, k, (5, n))
+    d = data.decisions["calibration"]
+    logged = LoggedDecisions(("a", "b", "c"), d["action"].to_numpy(np.int64),
+                             d[Label.REWARD].to_numpy(float), d[Label.PROPENSITY].to_numpy(float),
+                             np.arange(n), d.index.to_numpy())
+    dr = point_values(logged, policies, q)["dr"]
+    assert np.allclose(dr, table[np.arange(n)[None, :], policies].mean(axis=1), atol=1e-12)
+
+
+def test_partial_replays_keep_the_heads_model_for_the_logged_call():
+    """An opening replayed for some candidates only: the replayed ones read their observed
+    outcome, the logged call keeps the head's probability (DR stays unbiased: the model of
+    the logged action must not depend on its own draw), unreplayed openings are the head's."""
+    from replaylab.pipelines.router_fit import observed_values
+
+    data, table, _, action = _calibration_data(replay_every=2)
+    n, k = table.shape
+    rep = data.replays
+    keep = ~((rep["row"] == 100) & (rep["action"] == rep["action"][rep["row"] == 100].min()))
+    data.replays = rep[keep].reset_index(drop=True)  # opening 0 now lacks one candidate
+    prob = np.full((n, k), 0.25)
+    q, _ = observed_values(data, "calibration", prob, np.full(k, 0.5))
+    assert q[0, action[0]] == 0.25  # opening 0 is not fully observed
+    assert np.all(q[1::2] == 0.25)  # never replayed
+    for i in range(2, n, 2):  # fully replayed: the table, the logged call included
+        assert np.array_equal(q[i], table[i])
