@@ -442,7 +442,7 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
            f"{' / '.join(_f(splits.get(k), 'int') for k in ('train', 'calibration', 'test'))});"
            f" candidates, cheapest first: {escape(', '.join(map(str, cands)) or '—')}")
     ess = (f"ESS {_f(ope.get('ess'), 'd')} of {_f(ope.get('sessions', ope.get('n')), 'int')} "
-           f"re-logged test sessions, mean weight {_f(ope.get('mean_weight'))}, support "
+           f"logged test sessions, mean weight {_f(ope.get('mean_weight'))}, support "
            f"{_f(ope.get('support'))}")
     lc_rows = [[_f(c.get("fraction")), _f(c.get("explored_sessions"), "int"),
                 _f(c.get("days_of_live_exploration"), "d"), _mci(c.get("cost_saving"), "+usd"),
@@ -465,8 +465,9 @@ def write_router_report(summary: dict, out_dir: Path) -> Path:
                                 "point with 95% session-bootstrap intervals; dashed: 95% of "
                                 "strong-only quality.")),
         section("Off-policy evaluation", "<p class='src'>The learned policy's value estimated "
-                f"from test sessions re-logged by the rules with exploration, beside its true "
-                f"value on the full table; {escape(ess)}.</p>", _ope_table(ope) if ope else "",
+                "by the receipts pipeline from the test sessions the rules logged with "
+                "exploration (its own run: summary.json <code>receipts</code>), beside the "
+                f"same decisions' true value on the full table; {escape(ess)}.</p>", _ope_table(ope) if ope else "",
                 embedded_figure(figs.get("ope"), "Figure 2. IPS, SNIPS and DR estimates with "
                                 f"95% intervals; solid line: the truth; {escape(ess)}.")),
         ope_evidence_section(ope) + (
