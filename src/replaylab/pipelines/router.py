@@ -54,7 +54,6 @@ from replaylab.jsonsafe import json_safe
 from replaylab.pipelines.router_curves import cr95_gaps, rules_scores
 from replaylab.pipelines.router_fit import (
     CalibrationView,
-    FitData,
     FittedRouter,
     operating_point,
     seed_spread,
@@ -390,18 +389,6 @@ def _lookup_encoder(texts: list[str], E: np.ndarray, embed: Callable[[list[str]]
     return FunctionEncoder(fn, encoder_id, dimension=int(E.shape[1]))
 
 
-def _subset(data: FitData, keep: np.ndarray) -> FitData:
-    """FitData with only the train decisions `keep` (bool, aligned) and their replays."""
-    tr = data.decisions["train"]
-    sub = tr[keep]
-    rep = data.replays
-    if len(rep):
-        rep = rep[(rep["split"] != "train") | rep["row"].isin(sub.index)]
-    return FitData({"train": sub, "calibration": data.decisions["calibration"]},
-                   {"train": data.E["train"][keep], "calibration": data.E["calibration"]},
-                   rep.reset_index(drop=True))
-
-
 SPREAD_KEYS = ("quality", "cost", "cost_ratio_at_95", "apgr")
 SPREAD_WHAT = ("the chosen head refitted with each seed on the same rows and split; "
                "threshold chosen again on calibration; the same test prompts")
@@ -716,7 +703,7 @@ def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView
         h = main
         if f != 1.0:
             use = ~explored | train[Label.SESSION_ID].astype(str).isin(keep).to_numpy()
-            dep, point, fb = dataclasses.replace(fitted, data=_subset(fitted.data, use)
+            dep, point, fb = dataclasses.replace(fitted, data=fitted.data.with_train(use)
                                                  ).refit(cfg.seed)
             h = compare(Served.of(point, fb, fitted.rule), dep.predict_proba(Ete, mte))
         n = len(keep)

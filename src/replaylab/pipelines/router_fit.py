@@ -165,6 +165,17 @@ class FitData:
     def meta(self) -> dict[str, dict[str, np.ndarray]]:
         return {s: decision_meta(d) for s, d in self.decisions.items()}
 
+    def with_train(self, keep: np.ndarray) -> FitData:
+        """Only the train decisions `keep` (bool, row-aligned) and the replays of their
+        openings; calibration as it is (the outcomes mode's learning curve)."""
+        tr = self.decisions["train"]
+        sub = tr[keep]
+        rep = self.replays
+        if len(rep):
+            rep = rep[(rep["split"] != "train") | rep["row"].isin(sub.index)]
+        return FitData({**self.decisions, "train": sub},
+                       {**self.E, "train": self.E["train"][keep]}, rep.reset_index(drop=True))
+
 
 @dataclass(frozen=True)
 class CalibrationView:
