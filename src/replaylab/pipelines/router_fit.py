@@ -2,12 +2,12 @@
 
 One head choice (`choose_head`): every candidate head of `router.head_select` fitted on
 train (`fit_head`: fitted, calibrated on calibration, served as its graph `served_head`),
-ranked by the mode's operating point on CALIBRATION. The outcomes mode
-(`pipelines/router.py`) reads the point on the full calibration replay
-(`router.policy.select_threshold`); the receipts mode (steps 2-3 of
-`pipelines/router_receipts.py`) reads it with DR on the logged calibration decisions
+ranked by its operating point on CALIBRATION (`fit_router`, called by the receipts
+pipeline, which the outcomes mode runs too): DR on the logged calibration decisions
 (`operating_point`, `choose_threshold`: by default the cheapest whose DR quality reaches
-the logging policy's own minus the margin). One seed spread (`seed_spread`): the chosen
+the incumbent's minus the margin), read as a `CalibrationView` says (receipts mode: the
+head's model, against the logging policy; outcomes mode: a fully replayed split at its
+observed values, against `go.baseline`'s rules). One seed spread (`seed_spread`): the chosen
 head refitted with other seeds, each mode's headline figures over them. The receipts
 cost model from additive sums of the train calls (`decision_cost_sums`,
 `replay_cost_sums`, `unit_costs`) and the seeded hashed session samples that bound the

@@ -7,18 +7,16 @@ router at cost-at-95%-quality 0.724 (NO-GO) where the clip 20 gave 0.536 (GO). S
 defaults are now candidates, and each run chooses among them on its OWN calibration split
 (`router.head_select`, YAML `conf/router/default.yaml`), never on its test split:
 
-- outcomes mode (`pipelines.router.train_router`): each candidate head is fitted on the
-  train rows (its own clip), Platt-calibrated on calibration and scored as served; the
-  criterion is the calibration figure the pipeline picks its threshold with
-  (`policy.select_threshold` with the policy `router.objective` derives): the cost of
-  the threshold the objective chooses, over strong-only cost (kind budget: the best
-  quality within the budget);
-- receipts mode (`pipelines.router_receipts.train_router_receipts`): the criterion is the
-  DR cost per opening call at the calibration operating point of `router.objective`
-  (by default the cheapest threshold whose DR quality reaches the logging policy's
-  calibration quality minus the margin; kind budget: -DR quality); a candidate whose
-  curve cannot reach that quality ranks after every one that can (among those: the
-  higher DR quality first).
+- both modes (`pipelines.router_fit.fit_router`, in the receipts pipeline, which the
+  outcomes mode `pipelines.router.train_router` runs on receipts simulated from its
+  table): each candidate head is fitted on the train rows (its own clip),
+  Platt-calibrated on calibration and scored as served; the criterion is the DR cost per
+  opening call at the calibration operating point of `router.objective` (by default the
+  cheapest threshold whose DR quality reaches the incumbent's calibration quality minus
+  the margin: the logging policy's in receipts mode, the `go.baseline` rules' on the
+  outcomes mode's fully replayed calibration split, where DR reads the observed values;
+  kind budget: -DR quality); a candidate whose curve cannot reach that quality ranks
+  after every one that can (among those: the higher DR quality first).
 
 Lower is better; ties (to 1e-12) go to the cheaper head (fewer teachers, then fewer
 hidden weights), then to the configured value, then to the smaller clip.
