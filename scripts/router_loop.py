@@ -58,7 +58,7 @@ from replaylab.router.exploration import (
     serve_sessions,
     simulate_receipts,
 )
-from replaylab.router.ope import logged_decisions, ope_estimates, policy_matrix
+from replaylab.router.ope import covers, logged_decisions, ope_estimates, policy_matrix
 from replaylab.router.replay import Label, outcome_matrix
 from replaylab.router.replay_plan import pair_priority, plan_prompts
 from replaylab.router.rules import ScenarioRules
@@ -92,12 +92,6 @@ def judged(summary: dict, sim, matrix, run_dir: Path) -> dict:
     truth = policy_truth(sim, matrix, dec["session_id"].to_numpy(),
                          dec["candidate"].map(col).to_numpy(np.int64))
     ope = summary["ope"]
-
-    def covers(d: dict, v: float) -> bool:
-        # a degenerate interval (every replicate equal, e.g. all sessions routed to one
-        # candidate of fixed cost) and its truth differ by float rounding only
-        tol = 1e-12 * max(1.0, abs(v))
-        return bool(d["ci"][0] - tol <= v <= d["ci"][1] + tol)
 
     return {"go": summary["go"], "go_reason": summary["go_reason"], "splits": summary["splits"],
             "ope": {k: ope[k] for k in ("ips", "snips", "dr", "cost", "diff", "logging", "ess",

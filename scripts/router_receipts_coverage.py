@@ -48,6 +48,7 @@ from replaylab.router.exploration import (  # noqa: E402
     replay_outcomes,
     simulate_receipts,
 )
+from replaylab.router.ope import covers  # noqa: E402
 from replaylab.router.pipeline_config import router_config  # noqa: E402
 from replaylab.router.public_sets import SETS, public_outcome_sets  # noqa: E402
 from replaylab.router.replay import outcome_matrix  # noqa: E402
@@ -69,12 +70,6 @@ def one_run(outcomes, vals: dict, seed: int, rate: float, spp: int, embed, encod
                                    head_scorer=scorer)
     truth = policy_truth(sim, m, run.test_sessions, run.test_choice)
     ope = s["ope"]
-
-    def covers(d: dict, v: float) -> bool:
-        # a degenerate interval (every replicate equal, e.g. all sessions routed to one
-        # candidate of fixed cost) and its truth differ by float rounding only
-        tol = 1e-12 * max(1.0, abs(v))
-        return bool(d["ci"][0] - tol <= v <= d["ci"][1] + tol)
 
     margin = float(cfg.objective.margin)  # the default objective: incumbent
     truly_ok = truth["diff_quality"] >= -margin and truth["diff_cost"] < 0

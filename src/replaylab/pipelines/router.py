@@ -74,6 +74,7 @@ from replaylab.router.head import SuccessHead
 from replaylab.router.inputs import TrainingRows, ips_weights, prompt_hash
 from replaylab.router.metrics import anchors, cost_quality_curve, policy_summary
 from replaylab.router.objective import served_policy
+from replaylab.router.ope import covers
 from replaylab.router.pipeline_config import RouterPipelineConfig
 from replaylab.router.policy import routing_scores, select_threshold
 from replaylab.router.receipts import ReceiptsError
@@ -125,8 +126,7 @@ def test_prompts(outcomes: pd.DataFrame, cfg: RouterPipelineConfig,
     split = seeded_split(m.n_prompts, cfg.split, cfg.seed)
     te = m.take(split == "test")
     rules = ScenarioRules(cfg.rules).fit(m.take(split == "train"))
-    sim = with_prompt_length(simulate_receipts(te, rules, dataclasses.replace(
-        cfg.exploration, seed=int(cfg.exploration.seed) + LOG_SEED_OFFSET["test"])), te)
+    sim = log_split(te, "test", rules, cfg.exploration)  # as train_router logs it
     return te, _texts(outcomes, te.prompt_ids), logged_meta(sim, te)
 
 
@@ -298,6 +298,18 @@ class Served:
             "fallback": int(self.fallback), "rule": self.rule, "goal": self.goal}
 
 
+def log_split(part: OutcomeMatrix, name: str, rules: ScenarioRules, config: Any,
+              start_ms: int | None = None) -> ReceiptsSimulation:
+    """One split's simulated receipts (`simulate_receipts` with the split's exploration seed,
+    `LOG_SEED_OFFSET`; opening from `start_ms`), `prompt_tokens` filled
+    (`with_prompt_length`)."""
+    over = {"seed": int(config.seed) + LOG_SEED_OFFSET[name]}
+    if start_ms is not None:
+        over["start_ms"] = int(start_ms)
+    return with_prompt_length(simulate_receipts(part, rules, dataclasses.replace(config, **over)),
+                              part)
+
+
 def log_receipts(m: OutcomeMatrix, split: np.ndarray, rules: ScenarioRules,
                  config: Any, texts: dict[str, str]
                  ) -> tuple[dict[str, ReceiptsSimulation], pd.DataFrame]:
@@ -310,10 +322,7 @@ def log_receipts(m: OutcomeMatrix, split: np.ndarray, rules: ScenarioRules,
     as `with_prompt_length` fills it)."""
     sims, frames, start = {}, [], int(config.start_ms)
     for s in SPLITS:
-        part = m.take(split == s)
-        sim = with_prompt_length(simulate_receipts(part, rules, dataclasses.replace(
-            config, seed=int(config.seed) + LOG_SEED_OFFSET[s], start_ms=start)), part)
-        sims[s] = sim
+        sims[s] = sim = log_split(m.take(split == s), s, rules, config, start)
         frames.append(deployment_ledger(sim, texts))
         start = int(pd.to_numeric(sim.ledger[L.TIMESTAMP]).max()) + 1_000
     return sims, pd.concat(frames, ignore_index=True)
@@ -427,6 +436,7 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     Etr, Eca, Ete = (E[split == s] for s in SPLITS)
     k = len(m.candidates)
     text_of = dict(zip(m.prompt_ids.astype(str), texts, strict=True))
+    text_in = {s: [t for t, x in zip(texts, split, strict=True) if x == s] for s in SPLITS}
 
     # 1. what production would have logged; the replays the team would have run
     t0 = time.perf_counter()
@@ -531,7 +541,8 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     say("the go/no-go gate on the test truth, and its learning curve")
     t0 = time.perf_counter()
     ope = _ope_beside_truth(receipts, rrun, sims["test"], te, choice["learned"])
-    gate, curve = _gate(cfg, fitted, view, served, te, (Ete, mte), choice[baseline],
+    gate, curve = _gate(cfg, fitted, served, prob_te["learned"], te, (Ete, mte),
+                        choice[baseline], incumbent_q_cal,
                         float(sims["train"].stats["exploration_share"]))
     timings["gate"] = time.perf_counter() - t0
 
@@ -592,11 +603,10 @@ def train_router(outcomes: pd.DataFrame, cfg: RouterPipelineConfig, out_dir: Pat
     run = RouterRun(cfg, m.candidates, fitted.head, float(served.threshold), rules, summary,
                     rule=rule, fallback=int(fallback),
                     deployed=fitted.deployed if hasattr(fitted.deployed, "served_") else None,
-                    golden_inputs=golden_inputs(_texts(outcomes, te.prompt_ids),
-                                                mte["category"], mte["prompt_tokens"]),
+                    golden_inputs=golden_inputs(text_in["test"], mte["category"],
+                                                mte["prompt_tokens"]),
                     rules_equal=rules_eq, gap_replicates=gap_reps,
-                    fit_prompts={s_: prompt_hashes(_texts(outcomes, x.prompt_ids))
-                                 for s_, x in (("train", tr), ("calibration", ca))})
+                    fit_prompts={s_: prompt_hashes(text_in[s_]) for s_ in ("train", "calibration")})
     return summary, run
 
 
@@ -638,13 +648,6 @@ def _ope_beside_truth(receipts: dict, rrun: Any, sim: ReceiptsSimulation, te: Ou
     pairs = {"dr": ("dr", "quality"), "ips": ("ips", "quality"), "snips": ("snips", "quality"),
              "cost": ("cost", "cost")}
 
-    def covers(est: dict | None, v: float) -> bool | None:
-        ci = (est or {}).get("ci") or [None, None]
-        if ci[0] is None or ci[1] is None or not np.isfinite(v):
-            return None
-        tol = 1e-12 * max(1.0, abs(v))
-        return bool(ci[0] - tol <= v <= ci[1] + tol)
-
     ope["covers_truth"] = {n: covers(ope.get(key), truth[fig]) for n, (key, fig) in pairs.items()}
     ope["covers_truth"]["diff_quality"] = covers(ope.get("diff", {}).get("quality"),
                                                  truth["diff_quality"])
@@ -664,9 +667,9 @@ def _ope_beside_truth(receipts: dict, rrun: Any, sim: ReceiptsSimulation, te: Ou
     return ope
 
 
-def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView,
-          served: Served, te: OutcomeMatrix, test_inputs: tuple, base_te: np.ndarray,
-          explored_share: float) -> tuple[dict, list[dict]]:
+def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, served: Served,
+          prob_test: np.ndarray, te: OutcomeMatrix, test_inputs: tuple, base_te: np.ndarray,
+          incumbent_q_cal: float, explored_share: float) -> tuple[dict, list[dict]]:
     """The verdict at the served threshold (`router.gate.outcomes_gate`), and the learning
     curve over explored sessions.
 
@@ -675,8 +678,9 @@ def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView
     `router.objective` against `go.baseline`), on the objective's own criteria
     (`router.gate.objective_criteria`) on the test truth. Each learning-curve point refits
     the chosen head on the train decisions without the explored sessions left out, its
-    threshold chosen again on calibration, as it would be served. base_te: the incumbent's
-    (`go.baseline`) test choices."""
+    threshold chosen again on calibration, as it would be served. prob_test: the served
+    head's test probabilities; base_te: the incumbent's (`go.baseline`) test choices,
+    incumbent_q_cal its calibration quality."""
     Ete, mte = test_inputs
     g = cfg.go
 
@@ -692,7 +696,7 @@ def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView
                 "learned_cost": float(te.cost[np.arange(te.n_prompts), ch].mean()),
                 "_criteria": crit}
 
-    main = compare(served, fitted.deployed.predict_proba(Ete, mte))
+    main = compare(served, prob_test)
     train = fitted.data.decisions["train"]
     explored = (train[Label.LABEL_SOURCE] == "exploration").to_numpy()
     sessions = np.sort(train.loc[explored, Label.SESSION_ID].astype(str).unique())
@@ -712,12 +716,13 @@ def _gate(cfg: RouterPipelineConfig, fitted: FittedRouter, view: CalibrationView
                                                        * g.sessions_per_day),
                       "cost_saving": h["cost_saving"], "quality_delta": h["quality_delta"],
                       "significant": bool(all(c.passed() for c in h["_criteria"]))})
-    inc = view.incumbent or ("logging policy", float("nan"))
     gate = outcomes_gate(cfg.objective, g.baseline, main, main.pop("_criteria"), te.n_prompts,
                          g.sessions_per_day, explored_share, float(cfg.exploration.cap),
                          float(cfg.split[2]), served.rule, curve,
-                         {"rules_calibration_quality": inc[1]})
+                         {"rules_calibration_quality": incumbent_q_cal})
     return gate, curve
+
+
 def served_headline(test: dict, baseline: str, gate: dict) -> dict:
     """The headline: the SERVED point's test figures (what router.json ships), beside the
     incumbent's; cost_ratio_at_95 stays a labelled curve figure, a point nobody serves."""

@@ -116,6 +116,7 @@ from replaylab.router.receipts import (
     OPENING_REQUEST,
     SPLITS,
     ReceiptsError,
+    absent_candidates,
     check_ledger,
     counts_report,
     replay_rows,
@@ -295,12 +296,12 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                 if acc["rows_quarantined"] else 0
             valid = ledger.valid
             facts = eng.each(ledger_facts, valid) if acc["rows_valid"] else []
-            present = set().union(*[f["models"] for f in facts])
-            waived = [f"router.candidates {[c for c in cands if c not in present]} never "
-                      f"appear in {L.SELECTED_MODEL}"] if waive_support and not set(cands) <= present \
-                else []
-            check_ledger(cands, bad_prop, acc, sum(f["routing_source"] for f in facts),
-                         present | set(cands) if waive_support else present, where)
+            check_ledger(cands, bad_prop, acc, sum(f["routing_source"] for f in facts), where)
+            # support refusals: raised in order, or reported when the caller waives them
+            waived = [r for r in [absent_candidates(
+                cands, set().union(*[f["models"] for f in facts]), where)] if r]
+            if waived and not waive_support:
+                raise ReceiptsError(waived[0])
             q_path = ledger.write_quarantine(out_dir / "quarantine")
 
         with stages("decisions"):  # 2. sessions whole after one shuffle
@@ -322,19 +323,19 @@ def train_router_receipts(ledger: LedgerFrame | ValidationResult, replays: pd.Da
                             "rows_quarantined": acc["rows_quarantined"],
                             "quarantine_by_reason": acc.get("quarantine_by_reason", {}),
                             **counts_report({"other_models": {}, **counts})}
-            facts_x, errors = exploration_facts(
+            facts_x, errors, short = exploration_facts(
                 {"explored": 0, "own_propensity": {}, "explored_by_candidate": {},
                  "randomized_by_candidate": {}, **expl}, cands, float(cfg.exploration.cap),
                 int(rc.min_explored_per_candidate), n_sessions)
             report["exploration"] = facts_x
-            if waive_support:
-                waived += [e for e in errors if e.startswith("too little exploration")]
-                errors = [e for e in errors if not e.startswith("too little exploration")]
-                if waived:
-                    facts_x["waived"] = waived
-                    say(f"support refusals waived: {'; '.join(waived)}")
             if errors:
                 raise ReceiptsError(f"{where}: {errors[0]}")
+            if short and not waive_support:
+                raise ReceiptsError(f"{where}: {short}")
+            waived += [f"{where}: {short}"] if short else []
+            if waived:
+                facts_x["waived"] = waived
+                say(f"support refusals waived: {'; '.join(waived)}")
             refusal = representation_refusal(rep_c, enc.encoder_id, where)
             if refusal:
                 raise ReceiptsError(refusal)

@@ -218,6 +218,18 @@ def feasible_interval(est: dict, key: str, lo: float, hi: float, tag: str) -> di
             "clipped": bool(v != raw or [a, b] != raw_ci)}
 
 
+def covers(estimate: dict | None, value: float) -> bool | None:
+    """Whether an estimate's interval (`{"ci": [lo, hi]}`) covers `value`, to float rounding:
+    a degenerate interval (every replicate equal, e.g. all sessions routed to one candidate
+    of fixed cost) and its truth differ by float rounding only. None when the interval or
+    the value is missing (no support)."""
+    ci = (estimate or {}).get("ci") or [None, None]
+    if ci[0] is None or ci[1] is None or not np.isfinite(value):
+        return None
+    tol = 1e-12 * max(1.0, abs(value))
+    return bool(ci[0] - tol <= value <= ci[1] + tol)
+
+
 def support_check(est: dict) -> list[str]:
     """The low-support warnings (empty: none) of `ope_estimates`' ess and support."""
     warn = []

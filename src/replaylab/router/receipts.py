@@ -262,12 +262,12 @@ def finish_decisions(dec: pd.DataFrame, split_of: pd.Series, candidates: tuple[s
 
 
 def check_ledger(candidates: tuple[str, ...], bad_propensity: int, accounting: dict,
-                 routing_source_values: int, present: set[str], where: str = "data.ledger"
-                 ) -> None:
+                 routing_source_values: int, where: str = "data.ledger") -> None:
     """The ledger's refusals, in order (module docstring), from what the partitions sum:
     ReceiptsError for fewer than two distinct candidates, quarantined propensities outside
     (0, 1] (`bad_propensity` rows), no valid row (`accounting`: the ledger's counts), no
-    `routing_source` value, a candidate never selected (`present`: the models seen)."""
+    `routing_source` value. A candidate never selected is a support refusal
+    (`absent_candidates`), raised by the caller unless it waives support."""
     cands = tuple(str(c) for c in candidates)
     if len(cands) < 2 or len(set(cands)) != len(cands):
         raise ReceiptsError(f"{where}: router.candidates={list(cands)}: a router needs >= 2 "
@@ -282,15 +282,16 @@ def check_ledger(candidates: tuple[str, ...], bad_propensity: int, accounting: d
     if not routing_source_values:
         raise ReceiptsError(f"{where}: column {L.ROUTING_SOURCE} is absent or empty: explored "
                             "sessions cannot be told from the logging policy's own choices")
-    check_candidates_present(cands, present, where)
 
 
-def check_candidates_present(candidates: tuple[str, ...], present: set[str], where: str) -> None:
-    """ReceiptsError naming the candidates that never appear in selected_model."""
+def absent_candidates(candidates: tuple[str, ...], present: set[str], where: str) -> str | None:
+    """The support refusal naming the candidates that never appear in selected_model
+    (`present`: the models seen), or None."""
     absent = [c for c in candidates if c not in present]
     if absent:
-        raise ReceiptsError(f"{where}: router.candidates {absent} never appear in "
-                            f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
+        return (f"{where}: router.candidates {absent} never appear in "
+                f"{L.SELECTED_MODEL} (present: {sorted(present)[:10]})")
+    return None
 
 
 def representation_counts(dec: pd.DataFrame, encoder_id: str) -> dict:

@@ -58,8 +58,10 @@ def median_of_counts(counts: dict[float, int]) -> float | None:
 
 
 def exploration_facts(counts: dict, candidates: Sequence[str], cap: float, minimum: int,
-                      sessions: int) -> tuple[dict, list[str]]:
-    """The exploration section of the report and the refusals, from `exploration_counts`."""
+                      sessions: int) -> tuple[dict, list[str], str | None]:
+    """The exploration section of the report and its refusals, from `exploration_counts`:
+    (facts, the cap refusals, the support refusal or None: too little exploration, which a
+    caller judging on something else than OPE may waive)."""
     n_explored = int(counts["explored"])
     share = float(n_explored) / max(sessions, 1)
     lo, hi = binomial_ci(n_explored, max(sessions, 1))
@@ -88,14 +90,15 @@ def exploration_facts(counts: dict, candidates: Sequence[str], cap: float, minim
     support = {str(c): int(counts["randomized_by_candidate"].get(str(c), 0)) for c in candidates}
     facts["randomized_sessions_by_candidate"] = support
     few = {k: v for k, v in support.items() if v < minimum}
+    short = None
     if n_explored < minimum or few:
         what = (f"candidate(s) {few} opened fewer than {minimum} sessions under the randomized "
                 "logging policy" if few else
                 f"only {n_explored} explored sessions in all")
-        errors.append(f"too little exploration: {what} (need >= {minimum}, "
-                      "router.receipts.min_explored_per_candidate): the off-policy estimates "
-                      "would have no support there; log more explored traffic")
-    return facts, errors
+        short = (f"too little exploration: {what} (need >= {minimum}, "
+                 "router.receipts.min_explored_per_candidate): the off-policy estimates "
+                 "would have no support there; log more explored traffic")
+    return facts, errors, short
 
 
 def policy_counts(dec: pd.DataFrame) -> dict:
